@@ -1,0 +1,410 @@
+"""The event-driven searcher base: trial bookkeeping, creation, Shutdown, snapshots.
+
+A searcher takes events from the master and returns operations (ARCHITECTURE.md,
+"Searchers (event-driven)"); it does no I/O and reads no clock. Subclasses supply the
+decisions through a few hooks (``_initial``, ``_on_validation``, ``_on_trial_ended``,
+``_creating_done``, ``progress``); everything else (the trial table, the RNG, request ids,
+trial seeds, Shutdown, JSON snapshots) lives here.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dauntless.config import ExperimentConfig, Length
+
+from ._ops import Close, Create, ExitedReason, Operation, Shutdown, ValidateAfter
+from ._rng import draw_request_id, draw_trial_seed, rng_from_json, rng_to_json
+from ._space import sample_hparams
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass
+class TrialRecord:
+    """What a searcher remembers about one trial it created.
+
+    Attributes:
+        request_id: the trial's UUID string.
+        hparams: its hyperparameter values.
+        seed: its trial seed.
+        group: the ASHA bracket it belongs to (0 for other searchers).
+        rung: the ASHA rung it is training towards (0 for other searchers).
+        target: its outstanding ``ValidateAfter`` length in batches (None before one).
+        completed: the length in batches of its latest completed validation (0 if none).
+        created: the master reported it created (``on_trial_created``).
+        closing: the searcher sent ``Close``.
+        ended: it has ended (closed or exited early); no more events change it.
+        exit: why it exited early, or None.
+    """
+
+    request_id: str
+    hparams: dict[str, Any]
+    seed: int
+    group: int = 0
+    rung: int = 0
+    target: int | None = None
+    completed: int = 0
+    created: bool = False
+    closing: bool = False
+    ended: bool = False
+    exit: ExitedReason | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON data."""
+        return {
+            "request_id": self.request_id, "hparams": self.hparams, "seed": self.seed,
+            "group": self.group, "rung": self.rung, "target": self.target,
+            "completed": self.completed, "created": self.created, "closing": self.closing,
+            "ended": self.ended, "exit": None if self.exit is None else self.exit.value,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialRecord:
+        """Parse :meth:`to_json` output; raises KeyError/TypeError/ValueError if bad."""
+        fields = dict(data)
+        fields["exit"] = None if data["exit"] is None else ExitedReason(data["exit"])
+        return cls(**fields)
+
+
+def _metric_value(metric: Any, smaller_is_better: bool) -> float:
+    """The raw searcher metric as a value where smaller is better; NaN is the worst."""
+    if isinstance(metric, bool) or not isinstance(metric, (int, float, np.integer, np.floating)):
+        raise TypeError(f"metric must be a real number, got {metric!r}")
+    value = float(metric)
+    if math.isnan(value):
+        return math.inf
+    return value if smaller_is_better else -value
+
+
+class Searcher(abc.ABC):
+    """An event-driven hyperparameter searcher (build one with ``make_searcher``).
+
+    The master calls :meth:`initial_operations` once, then reports events; every call
+    returns the operations to apply, in order. ``Create`` comes with a request id, the
+    hyperparameters and a trial seed, all drawn from the experiment RNG, so the same
+    experiment seed and the same events give the same operations.
+
+    Event contract:
+
+    - ``on_trial_created`` after the master created the trial for a ``Create``; it
+      answers the trial's first ``ValidateAfter``;
+    - ``on_validation_completed`` when a trial finished a ``ValidateAfter`` (a length
+      below the outstanding one is an intermediate validation and is ignored);
+    - ``on_trial_exited_early`` and/or ``on_trial_closed`` when the trial ended; the first
+      of them for a trial acts, later ones for the same trial return ``[]``;
+    - events about a trial that already ended return ``[]``; an unknown request id is a
+      ``ValueError``.
+
+    ``Shutdown`` is returned once, by the event that ends the last trial when no more
+    trials will be created.
+
+    Args:
+        config: the validated experiment config.
+        rng: the experiment RNG (``numpy.random.RandomState`` seeded with the experiment
+            seed); the searcher owns it from then on.
+
+    Raises:
+        SearcherConfigError: if the config cannot be searched by this searcher.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, config: ExperimentConfig, rng: np.random.RandomState) -> None:
+        self._config = config
+        self._rng = rng
+        self._trials: dict[str, TrialRecord] = {}
+        self._started = False
+        self._shutdown: Shutdown | None = None
+        self._n_ended = 0
+        self._n_exits = {reason: 0 for reason in ExitedReason}
+        self._setup()
+
+    # ------------------------------------------------------------------ hooks
+
+    @abc.abstractmethod
+    def _setup(self) -> None:
+        """Derive the method's settings from the config; raise SearcherConfigError."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def _initial(self) -> list[Operation]:
+        """The first ``Create``s."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def _first_target(self, trial: TrialRecord) -> int:
+        """The trial's first ``ValidateAfter`` length, in batches."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def _on_validation(self, trial: TrialRecord, value: float, length: int) -> list[Operation]:
+        """The trial completed its ``ValidateAfter``; ``value``: smaller is better."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def _on_trial_ended(
+        self, trial: TrialRecord, reason: ExitedReason | None
+    ) -> list[Operation]:
+        """The trial ended; ``reason`` is set for an early exit of an unclosed trial."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def _creating_done(self) -> bool:
+        """Whether the searcher will create no more trials."""
+        raise NotImplementedError  # abstract
+
+    def _method_state(self) -> dict[str, Any]:
+        """JSON data the method needs beyond the trial table."""
+        return {}
+
+    def _load_method_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``_method_state`` saved; trials are already loaded."""
+        if state:
+            raise ValueError(f"unexpected {self.kind} searcher state in snapshot: {state!r}")
+
+    @abc.abstractmethod
+    def progress(self) -> float:
+        """How far the search is, from 0.0 to 1.0 (1.0 once Shutdown was returned)."""
+        raise NotImplementedError  # abstract
+
+    # ------------------------------------------------------------------ helpers
+
+    def _batches(self, length: Length, hparams: dict[str, Any]) -> int:
+        """A config length in batches for a trial, through its ``global_batch_size``."""
+        return length.to_batches(hparams.get("global_batch_size"),
+                                 self._config.records_per_epoch)
+
+    def _create(self, group: int = 0, hparams: dict[str, Any] | None = None) -> Create:
+        """Register a new trial; draws hparams (unless given), request id, trial seed."""
+        if hparams is None:
+            hparams = sample_hparams(self._config.hyperparameters, self._rng)
+        request_id = draw_request_id(self._rng)
+        seed = draw_trial_seed(self._rng)
+        trial = TrialRecord(request_id=request_id, hparams=hparams, seed=seed, group=group)
+        trial.target = self._first_target(trial)
+        self._trials[request_id] = trial
+        return Create(request_id=request_id, hparams=_copy_json(hparams), seed=seed)
+
+    def _close(self, trial: TrialRecord) -> Close:
+        trial.closing = True
+        return Close(trial.request_id)
+
+    def _get(self, request_id: str) -> TrialRecord:
+        trial = self._trials.get(request_id)
+        if trial is None:
+            raise ValueError(
+                f"request_id {request_id!r} is not a trial this searcher created"
+            )
+        return trial
+
+    def _count_valid(self) -> int:
+        """Trials created, not counting those that exited with invalid hyperparameters."""
+        return len(self._trials) - self._n_exits[ExitedReason.INVALID_HP]
+
+    def _finish(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
+        trial.ended = True
+        self._n_ended += 1
+        if reason is not None:
+            trial.exit = reason
+            self._n_exits[reason] += 1
+        ops = self._on_trial_ended(trial, reason)
+        return ops + self._maybe_shutdown()
+
+    def _maybe_shutdown(self) -> list[Operation]:
+        if (
+            self._shutdown is not None
+            or not self._started
+            or self._n_ended < len(self._trials)
+            or not self._creating_done()
+        ):
+            return []
+        n = len(self._trials)
+        canceled = self._n_exits[ExitedReason.USER_CANCELED]
+        early = sum(self._n_exits.values())
+        cancel = n > 0 and canceled == n
+        self._shutdown = Shutdown(cancel=cancel, failure=n > 0 and not cancel and early == n)
+        return [self._shutdown]
+
+    # ------------------------------------------------------------------ events
+
+    def initial_operations(self) -> list[Operation]:
+        """The first operations of the search: the initial ``Create``s.
+
+        Raises:
+            RuntimeError: if called a second time (a restored searcher has already
+                started).
+        """
+        if self._started:
+            raise RuntimeError("initial_operations() was already called for this search")
+        self._started = True
+        return self._initial() + self._maybe_shutdown()
+
+    def on_trial_created(self, request_id: str) -> list[Operation]:
+        """The master created the trial of a ``Create``.
+
+        Args:
+            request_id: the ``Create``'s request id.
+
+        Returns:
+            ``[ValidateAfter(request_id, first_length_in_batches)]``, or ``[]`` if the
+            trial was already reported created or has ended.
+
+        Raises:
+            ValueError: for an unknown request id.
+        """
+        trial = self._get(request_id)
+        if trial.created or trial.ended:
+            return []
+        trial.created = True
+        if trial.closing or trial.target is None:
+            return []
+        return [ValidateAfter(request_id, trial.target)]
+
+    def on_validation_completed(
+        self, request_id: str, metric: float, length: int
+    ) -> list[Operation]:
+        """A trial validated after training ``length`` batches in all.
+
+        Args:
+            request_id: the trial.
+            metric: the raw searcher metric (``searcher.metric``); the searcher applies
+                ``smaller_is_better`` itself; NaN counts as the worst value.
+            length: the trial's total batches trained at this validation.
+
+        Returns:
+            The next operations (a further ``ValidateAfter``, or ``Close``, possibly a
+            ``Create``); ``[]`` for an intermediate validation (``length`` below the
+            outstanding ``ValidateAfter``) or a trial that is closing or ended.
+
+        Raises:
+            ValueError: for an unknown request id or a negative length.
+            TypeError: if ``metric`` is not a real number or ``length`` not an int.
+        """
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
+            raise TypeError(f"length must be an int (batches), got {length!r}")
+        if length < 0:
+            raise ValueError(f"length must be >= 0 batches, got {length}")
+        value = _metric_value(metric, self._config.searcher.smaller_is_better)
+        trial = self._get(request_id)
+        if trial.ended or trial.closing or trial.target is None or length < trial.target:
+            return []
+        trial.completed = int(length)
+        return self._on_validation(trial, value, int(length)) + self._maybe_shutdown()
+
+    def on_trial_exited_early(
+        self, request_id: str, reason: ExitedReason | str
+    ) -> list[Operation]:
+        """A trial ended without being closed by the searcher.
+
+        An exit of a trial the searcher already sent ``Close`` counts as a normal close.
+
+        Args:
+            request_id: the trial.
+            reason: an :class:`ExitedReason` or its name (``"INVALID_HP"``).
+
+        Returns:
+            A replacement ``Create`` where the searcher makes one, and ``Shutdown`` if this
+            was the last trial; ``[]`` if the trial had already ended.
+
+        Raises:
+            ValueError: for an unknown request id or reason.
+        """
+        try:
+            reason = ExitedReason(reason)
+        except ValueError:
+            raise ValueError(
+                f"reason must be one of {[r.value for r in ExitedReason]}, got {reason!r}"
+            ) from None
+        trial = self._get(request_id)
+        if trial.ended:
+            return []
+        return self._finish(trial, None if trial.closing else reason)
+
+    def on_trial_closed(self, request_id: str) -> list[Operation]:
+        """A trial ended (it was closed, or it exited on its own).
+
+        Returns:
+            A ``Create`` where the freed place goes to a new trial, and ``Shutdown`` if
+            this was the last trial; ``[]`` if the trial had already ended.
+
+        Raises:
+            ValueError: for an unknown request id.
+        """
+        trial = self._get(request_id)
+        if trial.ended:
+            return []
+        return self._finish(trial, None)
+
+    # ------------------------------------------------------------------ queries
+
+    def current_operation(self, request_id: str) -> ValidateAfter | None:
+        """The trial's outstanding ``ValidateAfter``, or None if it has none (closing,
+        ended, or waiting for ``on_trial_created``).
+
+        Raises:
+            ValueError: for an unknown request id.
+        """
+        trial = self._get(request_id)
+        if trial.ended or trial.closing or not trial.created or trial.target is None:
+            return None
+        if trial.target <= trial.completed:
+            return None
+        return ValidateAfter(request_id, trial.target)
+
+    @property
+    def is_shut_down(self) -> bool:
+        """Whether ``Shutdown`` has been returned."""
+        return self._shutdown is not None
+
+    def trials(self) -> list[TrialRecord]:
+        """Copies of the trial records, in creation order."""
+        return [TrialRecord.from_json(t.to_json()) for t in self._trials.values()]
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> dict[str, Any]:
+        """The searcher's whole state as JSON data (``{"version": 1, ...}``).
+
+        Feed it to ``restore_searcher`` with the same config to continue the search with
+        identical decisions.
+        """
+        return {
+            "version": SNAPSHOT_VERSION,
+            "searcher": self.kind,
+            "rng": rng_to_json(self._rng),
+            "started": self._started,
+            "shutdown": None if self._shutdown is None else {
+                "cancel": self._shutdown.cancel, "failure": self._shutdown.failure},
+            "trials": [t.to_json() for t in self._trials.values()],
+            "method": self._method_state(),
+        }
+
+    @classmethod
+    def _from_snapshot(cls, config: ExperimentConfig, data: dict[str, Any]) -> Searcher:
+        searcher = cls(config, rng_from_json(data["rng"]))
+        searcher._started = bool(data["started"])
+        if data["shutdown"] is not None:
+            searcher._shutdown = Shutdown(**data["shutdown"])
+        for raw in data["trials"]:
+            trial = TrialRecord.from_json(raw)
+            searcher._trials[trial.request_id] = trial
+            if trial.ended:
+                searcher._n_ended += 1
+            if trial.exit is not None:
+                searcher._n_exits[trial.exit] += 1
+        searcher._load_method_state(data["method"])
+        return searcher
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value

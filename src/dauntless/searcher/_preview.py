@@ -1,0 +1,95 @@
+"""A search preview: the trials and lengths a config's searcher would create.
+
+Pure: it drives the searcher with :func:`preview_search`, which assumes every trial
+reports the same metric (so an adaptive search promotes by its tie rule only). Used by
+``det preview-search`` and the master's ``POST /api/v1/preview-hp-search``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from dauntless.config import AdaptiveASHASearcher, ExperimentConfig
+
+from ._asha import AdaptiveASHASearch
+from ._basic import GridSearch
+from ._factory import make_searcher
+from ._simulate import preview_search
+
+PREVIEW_TRIAL_LIMIT = 10_000
+"""The most trials a preview simulates (about 0.7 s of CPU for 10,000 trials)."""
+
+
+class PreviewTooLarge(ValueError):
+    """The search would create more than :data:`PREVIEW_TRIAL_LIMIT` trials.
+
+    Attributes:
+        field: the config field that makes it so large.
+    """
+
+    def __init__(self, field: str, count: int) -> None:
+        super().__init__(
+            f"the search would create {count} trials; a preview simulates at most "
+            f"{PREVIEW_TRIAL_LIMIT}"
+        )
+        self.field = field
+        self.count = count
+
+
+def planned_trials(config: ExperimentConfig, searcher: Any) -> int:
+    """How many trials a search creates when no trial has invalid hyperparameters: the
+    grid size for ``grid``, the brackets' trials for ``adaptive_asha``, ``max_trials``
+    for ``random``, 1 for ``single``."""
+    if isinstance(searcher, GridSearch):
+        return searcher.grid_size
+    if isinstance(searcher, AdaptiveASHASearch):
+        return sum(plan.trials for plan in searcher.brackets)
+    return int(getattr(config.searcher, "max_trials", 1))
+
+
+def preview_document(config: ExperimentConfig, seed: int) -> dict[str, Any]:
+    """Preview a validated config's search.
+
+    Args:
+        config: the experiment config.
+        seed: the experiment seed (``0..2**32-1``).
+
+    Returns:
+        ``{"trials": [{"hparams", "lengths"}], "summary": {"searcher", "seed",
+        "num_trials", "total_batches", "final_lengths": [{"batches", "trials"}],
+        "brackets" (adaptive_asha only): [{"rungs", "unit", "trials",
+        "max_concurrent"}]}}``; lengths in batches (cumulative, one per validation).
+
+    Raises:
+        SearcherConfigError: the searcher cannot search the config (names the field).
+        PreviewTooLarge: more than :data:`PREVIEW_TRIAL_LIMIT` trials.
+    """
+    searcher = make_searcher(config, seed)
+    count = planned_trials(config, searcher)
+    if count > PREVIEW_TRIAL_LIMIT:
+        field = "hyperparameters" if isinstance(searcher, GridSearch) else "searcher.max_trials"
+        raise PreviewTooLarge(field, count)
+    plan = preview_search(config, seed)
+    finals = Counter(lengths[-1] if lengths else 0 for _, lengths in plan)
+    summary: dict[str, Any] = {
+        "searcher": config.searcher.name,
+        "seed": seed,
+        "num_trials": len(plan),
+        "total_batches": sum(lengths[-1] for _, lengths in plan if lengths),
+        "final_lengths": [{"batches": k, "trials": finals[k]} for k in sorted(finals)],
+    }
+    if isinstance(searcher, AdaptiveASHASearch):
+        cfg = config.searcher
+        unit = "batches"
+        if isinstance(cfg, AdaptiveASHASearcher) and cfg.max_time is None and cfg.max_length:
+            unit = cfg.max_length.unit.value
+        summary["brackets"] = [
+            {"rungs": list(b.lengths), "unit": unit, "trials": b.trials,
+             "max_concurrent": b.max_concurrent}
+            for b in searcher.brackets
+        ]
+    return {
+        "trials": [{"hparams": hparams, "lengths": lengths} for hparams, lengths in plan],
+        "summary": summary,
+    }

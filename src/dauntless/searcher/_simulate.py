@@ -1,0 +1,262 @@
+"""A pure, deterministic cluster simulator that drives any searcher to ``Shutdown``.
+
+The simulated cluster runs up to ``max_concurrent`` trials at once (all the searcher
+creates, if None); a running trial trains one batch per time unit, so time is measured in
+batches. Trials waiting for a place start in creation order; events at the same time are
+handled in the order they were scheduled. The master's contract is followed: operations
+are applied in order, ``on_trial_created`` right after a ``Create``, ``on_trial_closed``
+once a closed trial has stopped. An objective that raises :class:`dauntless.InvalidHP`
+makes the trial exit early with ``INVALID_HP``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dauntless import InvalidHP
+from dauntless.config import ExperimentConfig
+
+from ._factory import make_searcher
+from ._ops import Close, Create, ExitedReason, Operation, Shutdown, ValidateAfter
+
+Objective = Callable[[dict[str, Any], int, int], float]
+"""``objective(hparams, length_batches, trial_seed) -> searcher metric``."""
+
+
+@dataclass
+class SimulatedTrial:
+    """One trial of a simulated search.
+
+    Attributes:
+        request_id: its request id.
+        hparams: its hyperparameters.
+        seed: its trial seed.
+        lengths: the ``ValidateAfter`` lengths it was given, in batches.
+        metrics: ``(batches, metric)`` of each validation it reported.
+        batches_trained: batches it trained before it ended.
+        exited_reason: ``INVALID_HP`` if the objective raised InvalidHP, else None.
+    """
+
+    request_id: str
+    hparams: dict[str, Any]
+    seed: int
+    lengths: list[int] = field(default_factory=list)
+    metrics: list[tuple[int, float]] = field(default_factory=list)
+    batches_trained: int = 0
+    exited_reason: ExitedReason | None = None
+
+
+@dataclass
+class SimulationResult:
+    """The outcome of :func:`simulate`.
+
+    Attributes:
+        trials: every trial, in creation order.
+        total_batches: batches trained by all trials.
+        best: the trial with the best single validation metric (earliest on ties).
+        best_metric: that metric (raw, as the objective returned it).
+        shutdown: the searcher's ``Shutdown``.
+        makespan: simulated time until the searcher shut down, in batches.
+        progress: the searcher's final ``progress()``.
+    """
+
+    trials: list[SimulatedTrial]
+    total_batches: int
+    best: SimulatedTrial | None
+    best_metric: float | None
+    shutdown: Shutdown
+    makespan: int
+    progress: float
+
+
+@dataclass
+class _Running:
+    record: SimulatedTrial
+    state: str = "waiting"  # waiting -> running -> done
+    target: int | None = None
+    closing: bool = False
+
+
+class _Cluster:
+    def __init__(self, searcher: Any, objective: Objective, capacity: int | None,
+                 trial_limit: int) -> None:
+        self.searcher = searcher
+        self.objective = objective
+        self.capacity = capacity
+        self.trial_limit = trial_limit
+        self.trials: dict[str, _Running] = {}
+        self.waiting: deque[str] = deque()
+        self.heap: list[tuple[int, int, int, str, int]] = []
+        self.seq = 0
+        self.now = 0
+        self.running = 0
+        self.total_batches = 0
+        self.shutdown: Shutdown | None = None
+
+    def _schedule(self, at: int, kind: int, request_id: str, length: int = 0) -> None:
+        # kind 0: reached its ValidateAfter length; kind 1: stopped after a Close.
+        self.seq += 1
+        heapq.heappush(self.heap, (at, self.seq, kind, request_id, length))
+
+    def apply(self, ops: list[Operation]) -> None:
+        queue = deque(ops)
+        while queue:
+            op = queue.popleft()
+            if isinstance(op, Create):
+                if len(self.trials) >= self.trial_limit:
+                    raise RuntimeError(
+                        f"the searcher created more than trial_limit={self.trial_limit} "
+                        "trials (does the objective always raise InvalidHP?)"
+                    )
+                record = SimulatedTrial(op.request_id, op.hparams, op.seed)
+                self.trials[op.request_id] = _Running(record)
+                self.waiting.append(op.request_id)
+                queue.extend(self.searcher.on_trial_created(op.request_id))
+            elif isinstance(op, ValidateAfter):
+                trial = self.trials[op.request_id]
+                trial.target = op.length
+                trial.record.lengths.append(op.length)
+                if trial.state == "running":
+                    self._schedule_validation(op.request_id, trial)
+            elif isinstance(op, Close):
+                trial = self.trials[op.request_id]
+                if trial.state != "done" and not trial.closing:
+                    trial.closing = True
+                    self._schedule(self.now, 1, op.request_id)
+            elif isinstance(op, Shutdown):
+                self.shutdown = op
+
+    def _schedule_validation(self, request_id: str, trial: _Running) -> None:
+        if trial.target is not None and not trial.closing:
+            wait = max(trial.target - trial.record.batches_trained, 0)
+            self._schedule(self.now + wait, 0, request_id, trial.target)
+
+    def start_waiting(self) -> None:
+        while self.waiting and (self.capacity is None or self.running < self.capacity):
+            request_id = self.waiting.popleft()
+            trial = self.trials[request_id]
+            if trial.state != "waiting":
+                continue
+            trial.state = "running"
+            self.running += 1
+            self._schedule_validation(request_id, trial)
+
+    def _end(self, trial: _Running) -> None:
+        if trial.state == "running":
+            self.running -= 1
+        trial.state = "done"
+
+    def _validate(self, request_id: str, length: int) -> None:
+        trial = self.trials[request_id]
+        if trial.state != "running" or trial.closing or trial.target != length:
+            return
+        self.total_batches += length - trial.record.batches_trained
+        trial.record.batches_trained = length
+        try:
+            metric = float(self.objective(trial.record.hparams, length, trial.record.seed))
+        except InvalidHP:
+            trial.record.exited_reason = ExitedReason.INVALID_HP
+            self._end(trial)
+            self.apply(self.searcher.on_trial_exited_early(request_id, ExitedReason.INVALID_HP)
+                       + self.searcher.on_trial_closed(request_id))
+            return
+        trial.record.metrics.append((length, metric))
+        self.apply(self.searcher.on_validation_completed(request_id, metric, length))
+
+    def run(self) -> Shutdown:
+        self.apply(self.searcher.initial_operations())
+        self.start_waiting()
+        while self.heap and self.shutdown is None:
+            at, _, kind, request_id, length = heapq.heappop(self.heap)
+            self.now = at
+            if kind == 0:
+                self._validate(request_id, length)
+            else:
+                trial = self.trials[request_id]
+                if trial.state != "done":
+                    self._end(trial)
+                    self.apply(self.searcher.on_trial_closed(request_id))
+            self.start_waiting()
+        if self.shutdown is None:
+            raise RuntimeError(
+                "the searcher stopped without Shutdown: no trial has work left but "
+                f"{sum(t.state != 'done' for t in self.trials.values())} have not ended"
+            )
+        return self.shutdown
+
+
+def simulate(
+    config: ExperimentConfig,
+    objective: Objective,
+    seed: int,
+    max_concurrent: int | None = None,
+    *,
+    trial_limit: int = 1_000_000,
+) -> SimulationResult:
+    """Run a whole search against a synthetic objective, in memory.
+
+    Args:
+        config: the experiment config; its searcher is built with ``make_searcher``.
+        objective: ``objective(hparams, length_batches, trial_seed) -> float``, the
+            searcher metric a trial reports when it validates after ``length_batches``
+            batches in all; raise :class:`dauntless.InvalidHP` to end the trial early.
+        seed: the experiment seed.
+        max_concurrent: trials the simulated cluster runs at once; None: all that the
+            searcher creates.
+        trial_limit: stop with RuntimeError if the searcher creates more trials than this.
+
+    Returns:
+        The trials, their lengths and metrics, total batches, the best trial.
+
+    Raises:
+        ValueError: if ``max_concurrent`` or ``trial_limit`` is below 1.
+        SearcherConfigError: if the config cannot be searched.
+        RuntimeError: if the searcher stalls without ``Shutdown`` or exceeds
+            ``trial_limit``.
+    """
+    if max_concurrent is not None and (not isinstance(max_concurrent, int) or max_concurrent < 1):
+        raise ValueError(f"max_concurrent must be None or an int >= 1, got {max_concurrent!r}")
+    if not isinstance(trial_limit, int) or trial_limit < 1:
+        raise ValueError(f"trial_limit must be an int >= 1, got {trial_limit!r}")
+    searcher = make_searcher(config, seed)
+    cluster = _Cluster(searcher, objective, max_concurrent, trial_limit)
+    shutdown = cluster.run()
+    records = [t.record for t in cluster.trials.values()]
+    sign = 1.0 if config.searcher.smaller_is_better else -1.0
+    best: SimulatedTrial | None = None
+    best_metric: float | None = None
+    for record in records:
+        for _, metric in record.metrics:
+            if math.isnan(metric):
+                continue
+            if best_metric is None or sign * metric < sign * best_metric:
+                best, best_metric = record, metric
+    return SimulationResult(
+        trials=records, total_batches=cluster.total_batches, best=best,
+        best_metric=best_metric, shutdown=shutdown, makespan=cluster.now,
+        progress=searcher.progress(),
+    )
+
+
+def preview_search(config: ExperimentConfig, seed: int = 0) -> list[tuple[dict[str, Any], list[int]]]:
+    """What a search would do if every trial reported the same metric (``det
+    preview-search``).
+
+    Args:
+        config: the experiment config.
+        seed: the experiment seed (the preview's hyperparameters depend on it).
+
+    Returns:
+        One ``(hparams, lengths)`` per trial in creation order, ``lengths`` being the
+        ``ValidateAfter`` lengths (batches) it would be given.
+
+    Raises:
+        SearcherConfigError: if the config cannot be searched.
+    """
+    result = simulate(config, lambda _hparams, _length, _seed: 0.0, seed)
+    return [(t.hparams, list(t.lengths)) for t in result.trials]
