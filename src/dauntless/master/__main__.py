@@ -1,0 +1,72 @@
+"""``python -m dauntless.master``: run the master (FastAPI under uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import uvicorn
+import yaml
+from pydantic import ValidationError
+
+from dauntless.config import MasterConfig
+
+from .app import create_app
+
+
+def parse_args(argv: list[str] | None = None) -> MasterConfig:
+    """Build the master config from a YAML file (``--config-file``) and flags; flags win.
+
+    Raises:
+        SystemExit: with a message naming the bad field when the config is invalid.
+    """
+    p = argparse.ArgumentParser(prog="dauntless master", description=__doc__)
+    p.add_argument("--config-file", help="master config YAML")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8080)")
+    p.add_argument("--data-dir", help="database, contexts and default checkpoints")
+    p.add_argument("--db-url", help="SQLAlchemy URL (default: SQLite in the data dir)")
+    p.add_argument("--agent-timeout", type=float, help="seconds without heartbeat = lost")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    args = p.parse_args(argv)
+    raw: dict = {}
+    if args.config_file:
+        with open(args.config_file) as f:
+            raw = yaml.safe_load(f) or {}
+        if not isinstance(raw, dict):
+            p.error(f"{args.config_file}: the master config must be a mapping")
+    for flag, key in [("host", "host"), ("port", "port"), ("data_dir", "data_dir"),
+                      ("db_url", "db_url"), ("agent_timeout", "agent_timeout"),
+                      ("log_level", "log_level")]:
+        value = getattr(args, flag)
+        if value is not None:
+            raw[key] = value
+    if "data_dir" not in raw:
+        import platformdirs
+
+        raw["data_dir"] = platformdirs.user_data_dir("dauntless")
+    try:
+        return MasterConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        p.error("invalid master config:\n  " + "\n  ".join(lines))
+        raise  # unreachable: p.error exits
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the master until interrupted."""
+    config = parse_args(argv)
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    app = create_app(config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level,
+                access_log=config.log_level == "debug", timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The master's FastAPI application and its lifetime (migrations, background loop)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from sqlalchemy import select
+
+import dauntless
+from dauntless.config import MasterConfig
+
+from .db import ClusterRow, Database
+from .manager import ExperimentManager
+from .routes import install_error_handlers, router
+from .routes_search import router as search_router
+from .routes_stream import router as stream_router
+from .webui import router as webui_router
+
+log = logging.getLogger("dauntless.master")
+
+
+def default_db_url(config: MasterConfig) -> str:
+    """``config.db_url``, or a SQLite file in the data directory."""
+    if config.db_url:
+        return config.db_url
+    return "sqlite:///" + os.path.join(os.path.abspath(config.data_dir), "dauntless.db")
+
+
+def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
+    """Build the master application.
+
+    At start-up the database is migrated to the newest schema, the cluster identity is
+    made if new, and (with ``run_loop``) the background scheduling loop starts; it stops
+    with the application.
+
+    Args:
+        config: the master config.
+        run_loop: start the background loop (tests of single routes may turn it off).
+    """
+    os.makedirs(config.data_dir, exist_ok=True)
+    db = Database(default_db_url(config))
+    manager = ExperimentManager(db, config)
+    manager.port = config.port
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db.migrate()
+        with db.write() as s:
+            if s.scalar(select(ClusterRow)) is None:
+                s.add(ClusterRow(id=1, cluster_id=str(uuid.uuid4()), created_at=time.time()))
+        manager.on_start()
+        stop = threading.Event()
+        thread = None
+        if run_loop:
+            thread = threading.Thread(
+                target=manager.run_loop, args=(stop,), name="experiment-manager", daemon=True
+            )
+            thread.start()
+        log.info("master %s ready on %s:%s (db %s)", dauntless.__version__, config.host,
+                 config.port, db.engine.url.render_as_string(hide_password=True))
+        try:
+            yield
+        finally:
+            stop.set()
+            manager.wake.set()
+            if thread is not None:
+                thread.join(timeout=10)
+            db.dispose()
+
+    app = FastAPI(
+        title="Dauntless master",
+        version=dauntless.__version__,
+        description="REST API of the Dauntless master (docs/protocol.md).",
+        lifespan=lifespan,
+    )
+    app.state.manager = manager
+    app.state.config = config
+    install_error_handlers(app)
+    app.include_router(router)
+    app.include_router(search_router)
+    app.include_router(stream_router)
+    app.include_router(webui_router)  # last: its catch-all serves the UI's pages
+    return app

@@ -1,0 +1,143 @@
+"""Engine, sessions and schema migrations of the master database.
+
+SQLite (WAL journal) is the default; PostgreSQL is reached with a
+``postgresql+psycopg://`` URL. The schema is owned by Alembic: :func:`upgrade` brings a
+database to the newest revision at start, and :func:`check_schema` refuses to run against a
+database newer than this code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+class SchemaError(RuntimeError):
+    """The database schema is not one this master can use; the message says what to do."""
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine for ``url``.
+
+    SQLite connections get WAL journaling, foreign keys and a 30 s busy timeout; a bare
+    ``postgresql://`` URL is routed to the psycopg 3 driver.
+    """
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, future=True
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, future=True)
+
+
+def _alembic_config(engine: Engine) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest migration revision this code knows."""
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    if head is None:
+        raise SchemaError("no migrations found in " + str(MIGRATIONS_DIR))
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def check_schema(engine: Engine) -> None:
+    """Raise :class:`SchemaError` if the database was written by a newer Dauntless."""
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    script = ScriptDirectory.from_config(cfg)
+    rev = current_revision(engine)
+    if rev is None:
+        return
+    try:
+        known = script.get_revision(rev) is not None
+    except CommandError:
+        known = False
+    if not known:
+        raise SchemaError(
+            f"the database is at schema revision {rev!r}, which this Dauntless "
+            f"({head_revision()}) does not know: it was written by a newer version; "
+            "upgrade Dauntless or point the master at another database"
+        )
+
+
+def upgrade(engine: Engine) -> None:
+    """Apply every pending migration (Alembic ``upgrade head``)."""
+    check_schema(engine)
+    command.upgrade(_alembic_config(engine), "head")
+
+
+class Database:
+    """The master's database handle.
+
+    Writes are serialised by one process-wide lock: the master is a single process and the
+    database is its source of truth, so read-modify-write cycles (searcher state,
+    scheduling) never interleave. Reads take no lock.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.write_lock = threading.RLock()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision."""
+        upgrade(self.engine)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reads; closed (never committed) at the end. Objects read stay
+        usable, detached, after the block."""
+        with self._sessions() as session:
+            yield session
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session under the write lock; committed on success, rolled back on error."""
+        with self.write_lock, self._sessions() as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()

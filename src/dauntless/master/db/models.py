@@ -1,0 +1,237 @@
+"""SQLAlchemy 2 ORM models of the master's database (the source of truth).
+
+Every table here is created by the Alembic migrations in ``dauntless/master/migrations``;
+a change to a model needs a new migration (``tests/unit/master/test_migrations.py``
+checks that the two agree).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every master table."""
+
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class ClusterRow(Base):
+    """One row: the cluster's identity, made when the database is new."""
+
+    __tablename__ = "cluster"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ExperimentRow(Base):
+    """An experiment: its resolved config, state and searcher snapshot."""
+
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(512))
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    owner: Mapped[str] = mapped_column(String(256), default="determined")
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    original_config: Mapped[str] = mapped_column(Text)
+    seed: Mapped[int] = mapped_column(Integer)
+    searcher_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    searcher_shutdown: Mapped[bool] = mapped_column(Boolean, default=False)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ModelDefinitionRow(Base):
+    """The experiment's context directory, a gzipped tar (bytes), kept apart so that
+    reading experiments never loads it."""
+
+    __tablename__ = "model_definitions"
+
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)
+
+
+class TrialRow(Base):
+    """A trial: one hyperparameter configuration of an experiment."""
+
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("experiment_id", "request_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    request_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    hparams: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(Integer)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    run_id: Mapped[int] = mapped_column(Integer, default=0)
+    total_batches: Mapped[int] = mapped_column(Integer, default=0)
+    # The searcher's current target (absolute batches) and what was completed.
+    searcher_op_length: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    searcher_completed_length: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    searcher_closed: Mapped[bool] = mapped_column(Boolean, default=False)
+    early_exit_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    best_validation: Mapped[float | None] = mapped_column(Float, nullable=True)
+    latest_checkpoint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class MetricRow(Base):
+    """One report of training or validation metrics at a batch count."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("trial_id", "kind", "total_batches"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    total_batches: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[float | None] = mapped_column(Float, nullable=True)
+    trial_run_id: Mapped[int] = mapped_column(Integer, default=0)
+    values: Mapped[dict[str, Any]] = mapped_column(JSON)
+    batch_metrics: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    reported_at: Mapped[float] = mapped_column(Float)
+
+
+class CheckpointRow(Base):
+    """A checkpoint's record; its bytes live in checkpoint storage."""
+
+    __tablename__ = "checkpoints"
+
+    uuid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), index=True
+    )
+    experiment_id: Mapped[int] = mapped_column(Integer, index=True)
+    allocation_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    total_batches: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32))
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    report_time: Mapped[float] = mapped_column(Float)
+
+
+class AgentRow(Base):
+    """An agent and its slots (``[{id, type, device, enabled}]``)."""
+
+    __tablename__ = "agents"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    resource_pool: Mapped[str] = mapped_column(String(256))
+    hostname: Mapped[str] = mapped_column(String(256), default="")
+    state: Mapped[str] = mapped_column(String(16))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    slots: Mapped[list[Any]] = mapped_column(JSON)
+    registered_at: Mapped[float] = mapped_column(Float)
+    last_heartbeat: Mapped[float] = mapped_column(Float)
+
+
+class AllocationRow(Base):
+    """The part, on one agent, of one run of a trial's task.
+
+    A trial run (an *allocation*, id ``group_id``, the ``DET_ALLOCATION_ID`` its processes
+    see) holds slots on one or more agents: one row per agent, ``part_index`` 0 being the
+    chief, whose ranks start at ``rank_offset``; the run has ``world_size`` ranks in all.
+    States of a part: ASSIGNED (placed, not yet handed to the agent), RUNNING (handed
+    over), TERMINATED (exited, killed or lost; ``exit_code`` None when unknown).
+    """
+
+    __tablename__ = "allocations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    group_id: Mapped[str] = mapped_column(String(64), index=True)
+    part_index: Mapped[int] = mapped_column(Integer, default=0)
+    num_parts: Mapped[int] = mapped_column(Integer, default=1)
+    rank_offset: Mapped[int] = mapped_column(Integer, default=0)
+    world_size: Mapped[int] = mapped_column(Integer, default=1)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), index=True
+    )
+    agent_id: Mapped[str] = mapped_column(String(256), index=True)
+    slot_ids: Mapped[list[Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    run_id: Mapped[int] = mapped_column(Integer)
+    # Set on the chief part by its launcher: where the ranks meet (torch.distributed).
+    rendezvous_addr: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    rendezvous_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class TaskLogRow(Base):
+    """One line a task printed (stdout or stderr)."""
+
+    __tablename__ = "task_logs"
+    __table_args__ = (
+        Index("ix_task_logs_trial_id_id", "trial_id", "id"),
+        UniqueConstraint("allocation_id", "seq"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    allocation_id: Mapped[str] = mapped_column(String(64))
+    # The agent's line number within the allocation: a re-sent batch is stored once.
+    seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    timestamp: Mapped[float] = mapped_column(Float)
+    stdtype: Mapped[str] = mapped_column(String(8))
+    rank_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    log: Mapped[str] = mapped_column(Text)
+
+
+class MetricSummaryRow(Base):
+    """The M4 summary of one metric of one trial's training or validation reports, kept
+    up to date as reports arrive so that charts never read the ``metrics`` table
+    (:mod:`dauntless.master.metric_series` writes and reads it).
+
+    One row per (trial, group, metric name): ``width`` is the bucket width (batches, a
+    power of two), ``raw_points`` the finite values folded in, ``batches`` and ``values``
+    the kept points (at most 1,024, ascending in batches) packed as little-endian int64
+    and float64 arrays (8 bytes a point each). The row named ``""`` of a (trial, group)
+    is its marker: it exists once every report of that group has been folded in
+    (``width`` 0, ``raw_points`` 0, empty arrays); a trial without it may have reports
+    from before this table existed, which are summarised on first use.
+    """
+
+    __tablename__ = "metric_summaries"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    width: Mapped[int] = mapped_column(Integer)
+    raw_points: Mapped[int] = mapped_column(Integer)
+    batches: Mapped[bytes] = mapped_column(LargeBinary)
+    values: Mapped[bytes] = mapped_column(LargeBinary)

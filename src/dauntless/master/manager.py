@@ -1,0 +1,858 @@
+"""The experiment manager: turns searcher operations into trials, trials into
+allocations on agents, and trial exits back into searcher events.
+
+Every method runs one database transaction under the write lock
+(:meth:`Database.write`), so the searcher snapshot, trials and allocations always change
+together; nothing lives only in memory except caches of parsed configs, which are rebuilt
+from the database after a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dauntless.config import (
+    ConfigError,
+    ExperimentConfig,
+    MasterConfig,
+    S3Storage,
+    SharedFSStorage,
+    parse_experiment_config,
+)
+from dauntless.searcher import (
+    Close,
+    Create,
+    ExitedReason,
+    Operation,
+    SearcherConfigError,
+    Shutdown,
+    ValidateAfter,
+    make_searcher,
+    restore_searcher,
+)
+
+from . import scheduling
+from .cluster import ClusterMixin
+from .db import (
+    AgentRow,
+    AllocationRow,
+    CheckpointRow,
+    Database,
+    ExperimentRow,
+    MetricRow,
+    ModelDefinitionRow,
+    TaskLogRow,
+    TrialRow,
+)
+from .lifecycle import LifecycleMixin
+from .states import STOPPING, State, check_transition, is_terminal
+
+log = logging.getLogger("dauntless.master")
+
+MAX_CONTEXT_BYTES = 95 * 1024 * 1024
+"""Largest accepted context directory tarball (Determined's limit, seed 001)."""
+
+LOST_ALLOCATION_GRACE = 5.0
+"""Seconds after hand-over during which an agent may not yet list a new allocation."""
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (recursively).
+
+    JSON has no NaN or infinity: PostgreSQL refuses them in JSON columns and the API could
+    not answer them, so a diverged loss is stored as null.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+class NotFound(LookupError):
+    """The named object does not exist (the API answers 404)."""
+
+
+class BadRequest(ValueError):
+    """The request is invalid (the API answers 400); ``errors`` lists (field, message)."""
+
+    def __init__(self, message: str, errors: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+class ExperimentManager(LifecycleMixin, ClusterMixin):
+    """Drives experiments, trials, searchers and scheduling against the database.
+
+    Args:
+        db: the master database (migrated).
+        config: the master config (default checkpoint storage, pools, agent timeout).
+        clock: returns seconds since the epoch; tests may pass their own.
+    """
+
+    def __init__(self, db: Database, config: MasterConfig, clock=time.time) -> None:
+        self.db = db
+        self.config = config
+        self.clock = clock
+        self.wake = threading.Event()
+        self._configs: dict[int, ExperimentConfig] = {}
+        self._alloc_trial: dict[str, int] = {}
+        self._gc_due: set[int] = set()
+
+    # ------------------------------------------------------------------ experiments
+
+    def default_storage(self) -> dict[str, Any]:
+        """The checkpoint storage used by experiments that name none (JSON form)."""
+        if self.config.checkpoint_storage is not None:
+            return self.config.checkpoint_storage.model_dump(mode="json")
+        return SharedFSStorage(
+            type="shared_fs", host_path=self.config.data_dir, storage_path="checkpoints"
+        ).model_dump(mode="json")
+
+    def create_experiment(
+        self, config_text: str, context: bytes | None, activate: bool = True
+    ) -> int:
+        """Validate a config, store the experiment and run its searcher's first operations.
+
+        Args:
+            config_text: the experiment config as YAML text.
+            context: the context directory as a gzipped tar (bytes), or None.
+            activate: start ACTIVE (else PAUSED).
+
+        Returns:
+            The new experiment's id.
+
+        Raises:
+            BadRequest: an invalid config (``errors`` names each field), an unsupported
+                checkpoint storage, an unknown resource pool, or a context over 95 MiB.
+        """
+        try:
+            cfg = parse_experiment_config(config_text)
+        except ConfigError as exc:
+            raise BadRequest("invalid experiment config", exc.errors) from None
+        if context is not None and len(context) > MAX_CONTEXT_BYTES:
+            raise BadRequest(
+                f"the context directory is {len(context)} bytes compressed; the limit is "
+                f"{MAX_CONTEXT_BYTES} bytes (95 MiB)"
+            )
+        if cfg.entrypoint is None:
+            raise BadRequest(
+                "invalid experiment config",
+                [("entrypoint", "required: 'module:TrialClass' or a command to run")],
+            )
+        if isinstance(cfg.checkpoint_storage, S3Storage):
+            raise BadRequest(
+                "invalid experiment config",
+                [("checkpoint_storage.type", "'s3' is not supported by this master yet; "
+                  "use shared_fs or directory")],
+            )
+        pools = [p.pool_name for p in self.config.resource_pools]
+        pool = cfg.resources.resource_pool or "default"
+        if pool not in pools:
+            raise BadRequest(
+                "invalid experiment config",
+                [("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")],
+            )
+        seed = cfg.reproducibility.experiment_seed
+        if seed is None:
+            seed = secrets.randbelow(2**31)
+        raw = cfg.to_json()
+        raw["reproducibility"]["experiment_seed"] = seed
+        if raw.get("checkpoint_storage") is None:
+            raw["checkpoint_storage"] = self.default_storage()
+        resolved = parse_experiment_config(raw)
+        try:
+            searcher = make_searcher(resolved, seed)
+        except SearcherConfigError as exc:
+            raise BadRequest("invalid experiment config", [("searcher", str(exc))]) from None
+        now = self.clock()
+        with self.db.write() as s:
+            exp = ExperimentRow(
+                name=resolved.name or "",
+                description=resolved.description,
+                state=(State.ACTIVE if activate else State.PAUSED).value,
+                archived=False,
+                owner="determined",
+                config=resolved.to_json(),
+                original_config=config_text,
+                seed=seed,
+                searcher_state=None,
+                searcher_shutdown=False,
+                progress=0.0,
+                start_time=now,
+            )
+            s.add(exp)
+            s.flush()
+            if not exp.name:
+                exp.name = f"Experiment {exp.id}"
+            self._configs[exp.id] = resolved
+            if context is not None:
+                s.add(ModelDefinitionRow(experiment_id=exp.id, content=context, size=len(context)))
+            self._apply(s, exp, searcher, searcher.initial_operations())
+            exp_id = exp.id
+        self.wake.set()
+        log.info("created experiment %s (%s)", exp_id, resolved.searcher.name)
+        return exp_id
+
+    def experiment_config(self, exp: ExperimentRow) -> ExperimentConfig:
+        """The parsed config of a stored experiment (cached)."""
+        cfg = self._configs.get(exp.id)
+        if cfg is None:
+            cfg = parse_experiment_config(exp.config)
+            self._configs[exp.id] = cfg
+        return cfg
+
+    def _searcher(self, exp: ExperimentRow):
+        return restore_searcher(self.experiment_config(exp), exp.searcher_state)
+
+    def _apply(self, s: Session, exp: ExperimentRow, searcher, ops: Iterable[Operation]) -> None:
+        """Apply searcher operations in order, feeding follow-up events back in."""
+        queue: deque[Operation] = deque(ops)
+        while queue:
+            op = queue.popleft()
+            if isinstance(op, Create):
+                trial = TrialRow(
+                    experiment_id=exp.id,
+                    request_id=op.request_id,
+                    state=State.ACTIVE.value,
+                    hparams=op.hparams,
+                    seed=op.seed,
+                    restarts=0,
+                    run_id=0,
+                    total_batches=0,
+                    searcher_closed=False,
+                    start_time=self.clock(),
+                )
+                s.add(trial)
+                s.flush()
+                queue.extend(searcher.on_trial_created(op.request_id))
+            elif isinstance(op, ValidateAfter):
+                trial = self._trial_by_request(s, exp.id, op.request_id)
+                trial.searcher_op_length = op.length
+            elif isinstance(op, Close):
+                trial = self._trial_by_request(s, exp.id, op.request_id)
+                trial.searcher_closed = True
+                if not is_terminal(trial.state) and self._live_allocation(s, trial.id) is None:
+                    self._set_trial_state(trial, State.COMPLETED)
+                    queue.extend(searcher.on_trial_closed(op.request_id))
+            elif isinstance(op, Shutdown):
+                exp.searcher_shutdown = True
+            else:
+                raise TypeError(f"unknown searcher operation {op!r}")
+        exp.searcher_state = searcher.snapshot()
+        exp.progress = float(searcher.progress())
+        self._maybe_finish_experiment(s, exp)
+
+    def _maybe_finish_experiment(self, s: Session, exp: ExperimentRow) -> None:
+        stopping = State(exp.state) in STOPPING
+        if is_terminal(exp.state) or not (exp.searcher_shutdown or stopping):
+            return
+        states = [t.state for t in s.scalars(select(TrialRow).where(
+            TrialRow.experiment_id == exp.id))]
+        if not all(is_terminal(st) for st in states):
+            return
+        final = {
+            State.STOPPING_CANCELED: State.CANCELED,
+            State.STOPPING_KILLED: State.CANCELED,
+            State.STOPPING_ERROR: State.ERROR,
+        }.get(State(exp.state), State.COMPLETED)
+        if final is State.COMPLETED and states and all(st == State.ERROR.value for st in states):
+            final = State.ERROR
+        self._set_experiment_state(exp, final)
+        exp.progress = 1.0 if final is State.COMPLETED else exp.progress
+        log.info("experiment %s is %s", exp.id, final.value)
+
+    def _set_experiment_state(self, exp: ExperimentRow, state: State) -> None:
+        check_transition("experiment", exp.state, state)
+        exp.state = state.value
+        if is_terminal(state):
+            exp.end_time = self.clock()
+
+    def _set_trial_state(self, trial: TrialRow, state: State) -> None:
+        check_transition("trial", trial.state, state)
+        trial.state = state.value
+        if is_terminal(state):
+            trial.end_time = self.clock()
+            self._gc_due.add(trial.experiment_id)
+
+    @staticmethod
+    def _trial_by_request(s: Session, exp_id: int, request_id: str) -> TrialRow:
+        trial = s.scalar(
+            select(TrialRow).where(
+                TrialRow.experiment_id == exp_id, TrialRow.request_id == request_id
+            )
+        )
+        if trial is None:
+            raise RuntimeError(f"searcher named unknown trial request {request_id}")
+        return trial
+
+    @staticmethod
+    def _live_allocation(s: Session, trial_id: int) -> AllocationRow | None:
+        return s.scalar(
+            select(AllocationRow).where(
+                AllocationRow.trial_id == trial_id, AllocationRow.state != "TERMINATED"
+            )
+        )
+
+    # ------------------------------------------------------------------ harness events
+
+    def _get_trial(self, s: Session, trial_id: int) -> tuple[TrialRow, ExperimentRow]:
+        trial = s.get(TrialRow, trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        exp = s.get(ExperimentRow, trial.experiment_id)
+        assert exp is not None  # FK guarantees it
+        return trial, exp
+
+    def searcher_operation(self, trial_id: int) -> dict[str, Any]:
+        """The trial's next searcher operation (protocol.md, harness routes)."""
+        with self.db.read() as s:
+            trial, _exp = self._get_trial(s, trial_id)
+            op_len, done = trial.searcher_op_length, trial.searcher_completed_length
+            if op_len is not None and (done is None or op_len > done):
+                return {"op": {"length": op_len}, "completed": False}
+            if trial.searcher_closed or trial.state != State.ACTIVE.value:
+                return {"op": None, "completed": True}
+            return {"op": None, "completed": False}
+
+    def complete_operation(self, trial_id: int, length: int, metric: float) -> None:
+        """Record that a trial validated at ``length`` batches with the searcher metric.
+
+        Raises:
+            NotFound: no such trial.
+            BadRequest: ``length`` is not the operation the trial was given.
+        """
+        with self.db.write() as s:
+            trial, exp = self._get_trial(s, trial_id)
+            done = trial.searcher_completed_length
+            if done is not None and length <= done:
+                return  # a retried report: already applied
+            if trial.searcher_op_length is None or length != trial.searcher_op_length:
+                raise BadRequest(
+                    f"trial {trial_id} was asked to train to {trial.searcher_op_length} "
+                    f"batches, not {length}",
+                    [("op.length", f"expected {trial.searcher_op_length}")],
+                )
+            trial.searcher_completed_length = length
+            searcher = self._searcher(exp)
+            ops = searcher.on_validation_completed(trial.request_id, float(metric), length)
+            self._apply(s, exp, searcher, ops)
+
+    def report_metrics(
+        self,
+        trial_id: int,
+        group: str,
+        steps_completed: int,
+        trial_run_id: int,
+        metrics: dict[str, Any],
+        batch_metrics: list[Any] | None,
+    ) -> bool:
+        """Store one metrics report; a second report at the same batch count is ignored.
+
+        Returns:
+            True if stored, False if it was a duplicate.
+        """
+        with self.db.write() as s:
+            trial, exp = self._get_trial(s, trial_id)
+            exists = s.scalar(
+                select(MetricRow.id).where(
+                    MetricRow.trial_id == trial_id,
+                    MetricRow.kind == group,
+                    MetricRow.total_batches == steps_completed,
+                )
+            )
+            if exists is not None:
+                return False
+            metrics = finite_json(metrics)
+            batch_metrics = finite_json(batch_metrics)
+            epoch = metrics.get("epochs")
+            s.add(
+                MetricRow(
+                    trial_id=trial_id,
+                    kind=group,
+                    total_batches=steps_completed,
+                    epoch=float(epoch) if isinstance(epoch, (int, float)) else None,
+                    trial_run_id=trial_run_id,
+                    values=metrics,
+                    batch_metrics=batch_metrics,
+                    reported_at=self.clock(),
+                )
+            )
+            from .metric_series import fold_metric_reports  # here: it imports this module
+            fold_metric_reports(s, trial_id, group, [(steps_completed, metrics)])
+            trial.total_batches = max(trial.total_batches, steps_completed)
+            if group == "validation":
+                cfg = self.experiment_config(exp)
+                value = metrics.get(cfg.searcher.metric)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    best = trial.best_validation
+                    if best is None or (
+                        value < best if cfg.searcher.smaller_is_better else value > best
+                    ):
+                        trial.best_validation = float(value)
+            return True
+
+    def report_progress(self, trial_id: int, progress: float) -> None:
+        """Trial progress is derived from the searcher; this only checks the trial exists."""
+        with self.db.read() as s:
+            self._get_trial(s, trial_id)
+
+    def report_early_exit(self, trial_id: int, reason: str) -> None:
+        """Mark that the trial will exit early (``INVALID_HP``); applied at its exit."""
+        if reason not in ("INVALID_HP", "EXITED_REASON_INVALID_HP"):
+            raise BadRequest(f"unknown early-exit reason {reason!r}", [("reason", "INVALID_HP")])
+        with self.db.write() as s:
+            trial, _ = self._get_trial(s, trial_id)
+            trial.early_exit_reason = "INVALID_HP"
+
+    def report_checkpoint(
+        self,
+        uuid_: str,
+        trial_id: int,
+        allocation_id: str | None,
+        steps_completed: int,
+        resources: dict[str, int],
+        metadata: dict[str, Any],
+    ) -> None:
+        """Record a completed checkpoint and make it the trial's latest."""
+        with self.db.write() as s:
+            trial, exp = self._get_trial(s, trial_id)
+            if s.get(CheckpointRow, uuid_) is not None:
+                return
+            s.add(
+                CheckpointRow(
+                    uuid=uuid_,
+                    trial_id=trial_id,
+                    experiment_id=exp.id,
+                    allocation_id=allocation_id,
+                    total_batches=steps_completed,
+                    state="COMPLETED",
+                    resources=resources,
+                    meta=metadata,
+                    report_time=self.clock(),
+                )
+            )
+            latest = s.get(CheckpointRow, trial.latest_checkpoint) if trial.latest_checkpoint else None
+            if latest is None or steps_completed >= latest.total_batches:
+                trial.latest_checkpoint = uuid_
+            trial.total_batches = max(trial.total_batches, steps_completed)
+
+    def preemption_signal(self, allocation_id: str) -> bool:
+        """True when the allocation should checkpoint and exit: a pause, preemption or
+        kill was ordered for any of its parts, or the master gave up on a part (its agent
+        was lost), so processes still running for it must stop."""
+        with self.db.read() as s:
+            parts = self._parts(s, allocation_id)
+            if not parts:
+                raise NotFound(f"allocation {allocation_id} not found")
+            return any(
+                p.preempt_requested or p.kill_requested or p.state == "TERMINATED" for p in parts
+            )
+
+    def set_rendezvous(self, allocation_id: str, addr: str, port: int) -> None:
+        """Record where the chief of a distributed allocation listens (torch.distributed).
+
+        Raises:
+            NotFound: no such allocation.
+        """
+        with self.db.write() as s:
+            chief = s.get(AllocationRow, allocation_id)
+            if chief is None or chief.part_index != 0:
+                raise NotFound(f"allocation {allocation_id} not found")
+            chief.rendezvous_addr, chief.rendezvous_port = addr, port
+
+    def rendezvous(self, allocation_id: str) -> dict[str, Any] | None:
+        """The chief's address once it is known, else None.
+
+        Raises:
+            NotFound: no such allocation.
+        """
+        with self.db.read() as s:
+            chief = s.get(AllocationRow, allocation_id)
+            if chief is None:
+                raise NotFound(f"allocation {allocation_id} not found")
+            if chief.rendezvous_port is None:
+                return None
+            return {"addr": chief.rendezvous_addr, "port": chief.rendezvous_port,
+                    "world_size": chief.world_size, "num_parts": chief.num_parts}
+
+    # ------------------------------------------------------------------ agents
+
+    def register_agent(
+        self, agent_id: str, resource_pool: str, hostname: str, slots: list[dict[str, Any]]
+    ) -> AgentRow:
+        """Add or replace an agent; allocations it held before are treated as lost.
+
+        Raises:
+            BadRequest: an unknown resource pool, or duplicate slot ids.
+        """
+        pools = [p.pool_name for p in self.config.resource_pools]
+        if resource_pool not in pools:
+            raise BadRequest(
+                f"unknown resource pool {resource_pool!r}; the master declares {pools}",
+                [("resource_pool", f"one of {pools}")],
+            )
+        ids = [str(sl["id"]) for sl in slots]
+        if len(set(ids)) != len(ids):
+            raise BadRequest("slot ids must be unique", [("slots", f"duplicates in {ids}")])
+        now = self.clock()
+        with self.db.write() as s:
+            agent = s.get(AgentRow, agent_id)
+            clean = [
+                {"id": str(sl["id"]), "type": sl.get("type", "cpu"),
+                 "device": sl.get("device", ""), "enabled": True}
+                for sl in slots
+            ]
+            if agent is None:
+                agent = AgentRow(
+                    id=agent_id, resource_pool=resource_pool, hostname=hostname,
+                    state="ACTIVE", enabled=True, draining=False, slots=clean,
+                    registered_at=now, last_heartbeat=now,
+                )
+                s.add(agent)
+            else:
+                old = {sl["id"]: sl.get("enabled", True) for sl in agent.slots}
+                for sl in clean:
+                    sl["enabled"] = old.get(sl["id"], True)
+                agent.resource_pool, agent.hostname, agent.slots = resource_pool, hostname, clean
+                agent.state, agent.registered_at, agent.last_heartbeat = "ACTIVE", now, now
+                for alloc in s.scalars(select(AllocationRow).where(
+                    AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+                )).all():
+                    self._terminate(s, alloc, None, "the agent restarted")
+        self.wake.set()
+        log.info("agent %s registered with %d slots in pool %s", agent_id, len(slots), resource_pool)
+        return agent
+
+    def heartbeat(self, agent_id: str, running: list[str]) -> dict[str, Any]:
+        """Record an agent's heartbeat; hand it new tasks and kill orders.
+
+        Raises:
+            NotFound: the agent is not registered (it must register again).
+        """
+        now = self.clock()
+        with self.db.write() as s:
+            agent = s.get(AgentRow, agent_id)
+            if agent is None:
+                raise NotFound(f"agent {agent_id} is not registered")
+            agent.last_heartbeat = now
+            if agent.state != "ACTIVE":
+                agent.state = "ACTIVE"
+                self.wake.set()
+            running_set = set(running)
+            start, kill = [], []
+            allocs = s.scalars(select(AllocationRow).where(
+                AllocationRow.agent_id == agent_id)).all()
+            by_id = {a.id: a for a in allocs}
+            for alloc in allocs:
+                if alloc.state == "ASSIGNED":
+                    start.append(self._task_spec(s, alloc))
+                    alloc.state, alloc.started_at = "RUNNING", now
+                elif alloc.state == "RUNNING":
+                    if alloc.kill_requested:
+                        kill.append(alloc.id)
+                    if (
+                        alloc.id not in running_set
+                        and alloc.started_at is not None
+                        and now - alloc.started_at > LOST_ALLOCATION_GRACE
+                    ):
+                        self._terminate(s, alloc, None, "the agent no longer runs this task")
+            for alloc_id in running_set:
+                alloc = by_id.get(alloc_id)
+                if alloc is None or alloc.state == "TERMINATED":
+                    kill.append(alloc_id)
+            return {"start": start, "kill": sorted(set(kill))}
+
+    def _task_spec(self, s: Session, alloc: AllocationRow) -> dict[str, Any]:
+        trial = s.get(TrialRow, alloc.trial_id)
+        assert trial is not None
+        exp = s.get(ExperimentRow, trial.experiment_id)
+        assert exp is not None
+        cfg = self.experiment_config(exp)
+        latest = s.get(CheckpointRow, trial.latest_checkpoint) if trial.latest_checkpoint else None
+        env = dict(cfg.environment.variables_for("cpu"))
+        env.update(
+            {
+                "DET_MASTER": self.public_url(),
+                "DET_TASK_TYPE": "TRIAL",
+                "DET_EXPERIMENT_ID": str(exp.id),
+                "DET_TRIAL_ID": str(trial.id),
+                "DET_TRIAL_RUN_ID": str(alloc.run_id),
+                "DET_ALLOCATION_ID": alloc.group_id,
+                "DET_AGENT_ID": alloc.agent_id,
+                "DET_PART_INDEX": str(alloc.part_index),
+                "DET_NUM_PARTS": str(alloc.num_parts),
+                "DET_RANK_OFFSET": str(alloc.rank_offset),
+                "DET_WORLD_SIZE": str(alloc.world_size),
+                "DET_TASK_ID": f"{exp.id}.{trial.id}",
+                "DET_TRIAL_SEED": str(trial.seed),
+                "DET_HPARAMS": json.dumps(trial.hparams),
+                "DET_EXPERIMENT_CONFIG": json.dumps(exp.config),
+                "DET_LATEST_CHECKPOINT": latest.uuid if latest else "",
+                "DET_STEPS_COMPLETED": str(latest.total_batches if latest else 0),
+                "DET_SLOT_IDS": ",".join(str(x) for x in alloc.slot_ids),
+            }
+        )
+        return {
+            "allocation_id": alloc.id,
+            "task_id": f"{exp.id}.{trial.id}",
+            "trial_id": trial.id,
+            "experiment_id": exp.id,
+            "slot_ids": list(alloc.slot_ids),
+            "entrypoint": cfg.entrypoint,
+            "env": env,
+            "context_url": f"/api/v1/experiments/{exp.id}/model_def",
+        }
+
+    def public_url(self) -> str:
+        """The URL tasks use to reach this master."""
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    port: int = 8080
+
+    def allocation_exited(self, allocation_id: str, exit_code: int | None, message: str | None) -> None:
+        """Handle a task's exit as reported by its agent (idempotent).
+
+        Raises:
+            NotFound: no such allocation.
+        """
+        with self.db.write() as s:
+            alloc = s.get(AllocationRow, allocation_id)
+            if alloc is None:
+                raise NotFound(f"allocation {allocation_id} not found")
+            if alloc.state == "TERMINATED":
+                return
+            self._terminate(s, alloc, exit_code, message)
+        self.wake.set()
+
+    def _parts(self, s: Session, group_id: str) -> list[AllocationRow]:
+        """Every part of one allocation (trial run), chief first."""
+        return list(s.scalars(select(AllocationRow).where(
+            AllocationRow.group_id == group_id).order_by(AllocationRow.part_index)))
+
+    def _terminate(
+        self, s: Session, alloc: AllocationRow, exit_code: int | None, message: str | None
+    ) -> None:
+        """End one part of an allocation; when it was the last, move the trial on
+        (restart, complete or fail).
+
+        A part that fails (non-zero or unknown exit, not a kill the master ordered) gets
+        its sibling parts killed: one lost rank stops the whole trial run.
+        """
+        alloc.state, alloc.exit_code, alloc.exit_message = "TERMINATED", exit_code, message
+        alloc.ended_at = self.clock()
+        parts = self._parts(s, alloc.group_id)
+        live = [p for p in parts if p.state != "TERMINATED"]
+        if live:
+            if exit_code != 0 and not alloc.kill_requested:
+                for p in live:
+                    p.kill_requested = True
+                    if p.state == "ASSIGNED":
+                        p.state, p.exit_message = "TERMINATED", "a sibling part failed"
+                        p.ended_at = self.clock()
+                if any(p.state != "TERMINATED" for p in live):
+                    return
+            else:
+                return
+        failed = [p for p in parts if p.exit_code != 0 and not p.kill_requested]
+        exit_code = failed[0].exit_code if failed else 0
+        message = failed[0].exit_message if failed else None
+        preempted = any(p.preempt_requested for p in parts)
+        trial, exp = self._get_trial(s, alloc.trial_id)
+        if is_terminal(trial.state):
+            return
+        if State(trial.state) in STOPPING:
+            if State(trial.state) is State.STOPPING_KILLED or exit_code == 0:
+                self._trial_canceled(s, exp, trial)
+            else:
+                self._set_trial_state(trial, State.ERROR)
+                self._maybe_finish_experiment(s, exp)
+            return
+        searcher = self._searcher(exp)
+        ops: list[Operation] = []
+        rid = trial.request_id
+        if trial.early_exit_reason == "INVALID_HP" and exit_code == 0:
+            self._set_trial_state(trial, State.COMPLETED)
+            ops += searcher.on_trial_exited_early(rid, ExitedReason.INVALID_HP)
+            ops += searcher.on_trial_closed(rid)
+        elif exit_code == 0 and not preempted:
+            self._set_trial_state(trial, State.COMPLETED)
+            ops += searcher.on_trial_closed(rid)
+        elif exit_code == 0:
+            log.info("trial %s stopped for preemption; it resumes later", trial.id)
+        else:
+            trial.restarts += 1
+            cfg = self.experiment_config(exp)
+            why = message or f"exit code {exit_code}"
+            if trial.restarts > cfg.max_restarts:
+                log.warning("trial %s failed (%s); max_restarts %d reached", trial.id, why,
+                            cfg.max_restarts)
+                self._set_trial_state(trial, State.ERROR)
+                ops += searcher.on_trial_exited_early(rid, ExitedReason.ERRORED)
+                ops += searcher.on_trial_closed(rid)
+            else:
+                log.warning("trial %s failed (%s); restart %d of %d", trial.id, why,
+                            trial.restarts, cfg.max_restarts)
+        self._apply(s, exp, searcher, ops)
+
+    # ------------------------------------------------------------------ logs
+
+    def ingest_logs(self, lines: list[dict[str, Any]]) -> int:
+        """Store task log lines shipped by agents; returns how many were new.
+
+        Lines carrying a ``seq`` already stored for their allocation (a batch re-sent after
+        a lost answer) are skipped, so each line is kept once.
+
+        Raises:
+            NotFound: a line names an unknown allocation.
+        """
+        if not lines:
+            return 0
+        with self.db.write() as s:
+            rows = []
+            seqs: dict[str, list[int]] = {}
+            for line in lines:
+                alloc_id = str(line["allocation_id"])
+                trial_id = self._alloc_trial.get(alloc_id)
+                if trial_id is None:
+                    alloc = s.get(AllocationRow, alloc_id)
+                    if alloc is None:
+                        raise NotFound(f"allocation {alloc_id} not found")
+                    trial_id = self._alloc_trial[alloc_id] = alloc.trial_id
+                if line.get("seq") is not None:
+                    seqs.setdefault(alloc_id, []).append(int(line["seq"]))
+                rows.append(
+                    TaskLogRow(
+                        trial_id=trial_id,
+                        allocation_id=alloc_id,
+                        seq=line.get("seq"),
+                        timestamp=float(line.get("timestamp") or self.clock()),
+                        stdtype=str(line.get("stdtype", "stdout")),
+                        rank_id=line.get("rank_id"),
+                        log=str(line.get("log", "")),
+                    )
+                )
+            seen: set[tuple[str, int]] = set()
+            for alloc_id, numbers in seqs.items():
+                seen.update(
+                    (alloc_id, n) for n in s.scalars(select(TaskLogRow.seq).where(
+                        TaskLogRow.allocation_id == alloc_id, TaskLogRow.seq.in_(numbers)))
+                )
+            fresh = []
+            for row in rows:
+                key = (row.allocation_id, row.seq)
+                if row.seq is not None and key in seen:
+                    continue
+                seen.add(key)  # type: ignore[arg-type]
+                fresh.append(row)
+            s.add_all(fresh)
+            return len(fresh)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def schedule_pass(self) -> int:
+        """Reap lost agents and place pending trials on free slots.
+
+        Returns:
+            The number of allocations created.
+        """
+        now = self.clock()
+        with self.db.write() as s:
+            for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")).all():
+                if now - agent.last_heartbeat > self.config.agent_timeout:
+                    log.warning("agent %s missed heartbeats for %.0f s: lost",
+                                agent.id, now - agent.last_heartbeat)
+                    agent.state = "LOST"
+                    for alloc in s.scalars(select(AllocationRow).where(
+                        AllocationRow.agent_id == agent.id,
+                        AllocationRow.state != "TERMINATED",
+                    )).all():
+                        self._terminate(s, alloc, None, f"agent {agent.id} was lost")
+            created = scheduling.place_pending(s, self, now)
+        return created
+
+    def new_allocation(
+        self, s: Session, trial: TrialRow, parts: list[tuple[str, list[str]]]
+    ) -> str:
+        """Create an ASSIGNED allocation of ``trial``: one part per ``(agent_id, slot_ids)``,
+        the first being the chief (ranks from 0). Returns the allocation (group) id.
+
+        The run has one rank per slot, or one rank for a zero-slot trial.
+        """
+        if not parts:
+            raise ValueError("an allocation needs at least one part")
+        trial.run_id += 1
+        group = uuid.uuid4().hex
+        world = max(sum(len(slots) for _, slots in parts), 1)
+        offset = 0
+        for index, (agent_id, slot_ids) in enumerate(parts):
+            s.add(
+                AllocationRow(
+                    id=group if index == 0 else f"{group}-{index}",
+                    group_id=group,
+                    part_index=index,
+                    num_parts=len(parts),
+                    rank_offset=offset,
+                    world_size=world,
+                    trial_id=trial.id,
+                    agent_id=agent_id,
+                    slot_ids=list(slot_ids),
+                    state="ASSIGNED",
+                    run_id=trial.run_id,
+                    kill_requested=False,
+                    preempt_requested=False,
+                    created_at=self.clock(),
+                )
+            )
+            offset += len(slot_ids)
+        return group
+
+    def run_gc(self) -> None:
+        """Apply the GC policy of every experiment one of whose trials ended since the
+        last call; storage is touched after the decision commits."""
+        while self._gc_due:
+            exp_id = self._gc_due.pop()
+            with self.db.write() as s:
+                exp = s.get(ExperimentRow, exp_id)
+                doomed = self._collect(s, exp) if exp is not None else []
+            if doomed:
+                log.info("checkpoint GC of experiment %s deletes %d checkpoint(s)", exp_id,
+                         len(doomed))
+                self._delete_from_storage(exp_id, doomed)
+
+    def on_start(self) -> None:
+        """At master start: give agents a fresh heartbeat deadline (they were not lost,
+        the master was away) and collect checkpoints of experiments that ended."""
+        now = self.clock()
+        with self.db.write() as s:
+            for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")):
+                agent.last_heartbeat = now
+
+    def run_loop(self, stop: threading.Event) -> None:
+        """The background loop: a scheduling pass every ``scheduler_interval`` seconds, or
+        sooner when an event sets :attr:`wake`. Returns when ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                self.run_gc()
+                self.schedule_pass()
+            except Exception:  # keep the master alive; the next pass retries
+                log.exception("scheduling pass failed")
+            self.wake.wait(self.config.scheduler_interval)
+            self.wake.clear()

@@ -1,0 +1,622 @@
+"""Metric series of an experiment's trials, downsampled on the server for charts.
+
+The algorithm is M4 (U. Jugel, Z. Jerzak, G. Hackenbroich, V. Markl, "M4: A
+Visualization-Oriented Time Series Data Aggregation", PVLDB 7(10), 2014): the x axis
+(batches) is cut into buckets of equal width, and in each bucket only the first and last
+points and the points with the smallest and largest value are kept, at most 4 points per
+bucket. A line drawn through them covers the same pixels as one drawn through every
+point when a bucket is at most one pixel column wide, so spikes and dips stay visible.
+
+Buckets are ``x // width`` with ``width`` a power of two (batches), so the buckets of one
+width nest exactly in those of twice the width, and M4 of M4-reduced points equals M4 of
+the raw points. That makes the summary of a series incremental: :class:`M4Series` keeps
+at most ``4 * cap_buckets`` points however long the series grows, doubling its width when
+it has too many buckets, and new reports are folded in without reading old ones again.
+
+The summaries live in the database (``metric_summaries``, one row per trial, group and
+metric; :class:`~dauntless.master.db.models.MetricSummaryRow`): :func:`fold_metric_reports`
+folds each report in, in the transaction that stores it, so a chart
+(:func:`read_experiment_series`) reads at most ``4 * CAP_BUCKETS`` points per series,
+never the ``metrics`` table, and a restarted master has them at once. Reports stored
+before that table existed (an upgraded database) are summarised from the ``metrics`` rows
+once per trial and group, on first use (:func:`build_missing_summaries`), then kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Text, bindparam, cast, delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from .db import Database, ExperimentRow, MetricRow, TrialRow
+from .db.models import MetricSummaryRow
+from .manager import NotFound
+
+MAX_POINTS = 1024
+"""The most points per series an answer may ask for (``max_points``)."""
+
+CAP_BUCKETS = 256
+"""Buckets a stored summary keeps (so at most ``4 * CAP_BUCKETS`` points)."""
+
+POINT_BUDGET = 200_000
+"""The most points in one answer over all series: with many trials each series gets
+``POINT_BUDGET // trials`` (at least 8)."""
+
+MAX_NAME_LENGTH = 256
+"""The longest metric name that is summarised (characters)."""
+
+_IN_CHUNK = 500  # trial ids per IN (...) list
+_BUILD_CHUNK = 16  # trials summarised from metrics rows per write transaction
+_X_DTYPE = np.dtype("<i8")  # stored batches: little-endian int64
+_Y_DTYPE = np.dtype("<f8")  # stored values: little-endian float64
+
+
+def _bucket_count(x: np.ndarray, width: int) -> int:
+    if x.size == 0:
+        return 0
+    b = x // width
+    return int(np.count_nonzero(np.diff(b))) + 1
+
+
+def m4_indices(x: np.ndarray, y: np.ndarray, width: int) -> np.ndarray:
+    """Positions of the M4 points of a series sorted by ``x``.
+
+    Args:
+        x: shape (n,), integers (batches), ascending.
+        y: shape (n,), finite floats.
+        width: bucket width in units of ``x`` (batches), >= 1; bucket of a point: x // width.
+
+    Returns:
+        Ascending int positions into ``x``: per bucket the first, last, smallest-``y`` and
+        largest-``y`` points (ties: the earliest), at most ``4 * buckets`` of them.
+
+    Raises:
+        ValueError: ``width`` < 1, or ``x`` and ``y`` differ in shape or are not 1-D.
+    """
+    if not isinstance(width, (int, np.integer)) or width < 1:
+        raise ValueError(f"width must be an integer >= 1 (batches), got {width!r}")
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"x and y must be 1-D of one length, got {x.shape} and {y.shape}")
+    n = x.size
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    b = x // width
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(b)) + 1))
+    lengths = np.diff(np.append(starts, n))
+    bucket = np.repeat(np.arange(starts.size), lengths)  # each point's bucket number
+    keep = np.zeros(n, dtype=bool)
+    keep[starts] = True
+    keep[starts + lengths - 1] = True
+    for extreme in (np.minimum.reduceat(y, starts), np.maximum.reduceat(y, starts)):
+        hits = np.flatnonzero(y == extreme[bucket])  # ascending, >= 1 per bucket
+        first = np.ones(hits.size, dtype=bool)
+        first[1:] = bucket[hits[1:]] != bucket[hits[:-1]]
+        keep[hits[first]] = True  # the earliest extreme of each bucket
+    return np.flatnonzero(keep)
+
+
+def m4(x: np.ndarray, y: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """M4-downsample a series (any order) into buckets ``width`` batches wide.
+
+    Args:
+        x: shape (n,), integers (batches).
+        y: shape (n,), finite floats.
+        width: bucket width (batches), >= 1.
+
+    Returns:
+        ``(x, y)`` of the kept points, ascending in x; at most 4 per bucket.
+
+    Raises:
+        ValueError: as :func:`m4_indices`.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"x and y must be 1-D of one length, got {x.shape} and {y.shape}")
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    keep = m4_indices(x, y, width)
+    return x[keep], y[keep]
+
+
+class M4Series:
+    """An incremental M4 summary of one series (x: batches, y: a metric's values).
+
+    Args:
+        cap_buckets: the most buckets kept; the width doubles (from 1 batch) until the
+            series fits, so at most ``4 * cap_buckets`` points are held.
+
+    Raises:
+        ValueError: ``cap_buckets`` < 1.
+    """
+
+    def __init__(self, cap_buckets: int = CAP_BUCKETS) -> None:
+        if not isinstance(cap_buckets, int) or cap_buckets < 1:
+            raise ValueError(f"cap_buckets must be an integer >= 1, got {cap_buckets!r}")
+        self.cap_buckets = cap_buckets
+        self.width = 1
+        self.raw_points = 0
+        self.x = np.empty(0, dtype=np.int64)
+        self.y = np.empty(0, dtype=np.float64)
+
+    @classmethod
+    def restore(
+        cls, width: int, raw_points: int, x: np.ndarray, y: np.ndarray,
+        cap_buckets: int = CAP_BUCKETS,
+    ) -> M4Series:
+        """A summary from its stored state (what :meth:`extend` left).
+
+        Args:
+            width: bucket width (batches), a power of two >= 1.
+            raw_points: finite points folded in so far, >= ``x.size``.
+            x: shape (k,), batches, ascending; y: shape (k,), values.
+            cap_buckets: as for the constructor.
+
+        Raises:
+            ValueError: ``width`` is not a power of two, ``raw_points`` < k, or ``x`` and
+                ``y`` differ in shape.
+        """
+        if not isinstance(width, (int, np.integer)) or width < 1 or width & (width - 1):
+            raise ValueError(f"width must be a power of two >= 1 (batches), got {width!r}")
+        x = np.asarray(x, dtype=np.int64).reshape(-1)
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if x.shape != y.shape:
+            raise ValueError(f"x and y must have one length, got {x.size} and {y.size}")
+        if raw_points < x.size:
+            raise ValueError(f"raw_points ({raw_points}) must be >= the {x.size} points kept")
+        out = cls(cap_buckets)
+        out.width, out.raw_points, out.x, out.y = int(width), int(raw_points), x, y
+        return out
+
+    def extend(self, x: Sequence[int] | np.ndarray, y: Sequence[float] | np.ndarray) -> None:
+        """Fold new points in (any order; non-finite values are dropped).
+
+        Args:
+            x: shape (k,), batches.
+            y: shape (k,), values.
+
+        Raises:
+            ValueError: ``x`` and ``y`` differ in length.
+        """
+        nx = np.asarray(x, dtype=np.int64).reshape(-1)
+        ny = np.asarray(y, dtype=np.float64).reshape(-1)
+        if nx.shape != ny.shape:
+            raise ValueError(f"x and y must have one length, got {nx.size} and {ny.size}")
+        ok = np.isfinite(ny)
+        nx, ny = nx[ok], ny[ok]
+        if nx.size == 0:
+            return
+        self.raw_points += int(nx.size)
+        if self.x.size and nx.min() > self.x[-1] and self._append(nx, ny):
+            return
+        xs = np.concatenate((self.x, nx))
+        ys = np.concatenate((self.y, ny))
+        order = np.argsort(xs, kind="stable")
+        xs, ys = xs[order], ys[order]
+        while _bucket_count(xs, self.width) > self.cap_buckets:
+            self.width *= 2
+        keep = m4_indices(xs, ys, self.width)
+        self.x, self.y = xs[keep], ys[keep]
+
+    def _append(self, nx: np.ndarray, ny: np.ndarray) -> bool:
+        """Fold in points that all come after the kept ones without a wider bucket; False
+        (nothing changed) when the buckets would not fit. Only buckets from the first new
+        point's on can change, so only their kept points are reduced again."""
+        if nx.size > 1:
+            order = np.argsort(nx, kind="stable")
+            nx, ny = nx[order], ny[order]
+        start = int(np.searchsorted(self.x, (int(nx[0]) // self.width) * self.width))
+        tx = np.concatenate((self.x[start:], nx))
+        if _bucket_count(self.x[:start], self.width) + _bucket_count(tx, self.width) \
+                > self.cap_buckets:
+            return False
+        ty = np.concatenate((self.y[start:], ny))
+        keep = m4_indices(tx, ty, self.width)
+        self.x = np.concatenate((self.x[:start], tx[keep]))
+        self.y = np.concatenate((self.y[:start], ty[keep]))
+        return True
+
+    def points(self, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+        """The series in at most ``max_points`` points (M4 at the finest width that fits).
+
+        Args:
+            max_points: >= 4.
+
+        Raises:
+            ValueError: ``max_points`` < 4.
+        """
+        if max_points < 4:
+            raise ValueError(f"max_points must be >= 4, got {max_points}")
+        if self.x.size <= max_points:
+            return self.x, self.y
+        width = self.width
+        while _bucket_count(self.x, width) > max_points // 4:
+            width *= 2
+        keep = m4_indices(self.x, self.y, width)
+        return self.x[keep], self.y[keep]
+
+
+def check_metric_name(name: str) -> str:
+    """``name`` if it can be summarised and asked for.
+
+    Raises:
+        ValueError: not a string, empty, longer than :data:`MAX_NAME_LENGTH`, or holding a
+            double quote or a control character.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"metric name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"metric name must be at most {MAX_NAME_LENGTH} characters, "
+                         f"got {len(name)}")
+    if '"' in name or any(ord(c) < 32 for c in name):
+        raise ValueError(f"metric name {name!r} must hold no double quote or control character")
+    return name
+
+
+def _chartable(name: Any, value: Any) -> float | None:
+    """``value`` as a float if it is a finite int or float (not a bool) and ``name`` a
+    metric name :func:`check_metric_name` accepts; else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    if not math.isfinite(f) or not _name_ok(name):
+        return None
+    return f
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_ok(name: Any) -> bool:
+    try:
+        check_metric_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+_SUMMARIES = MetricSummaryRow.__table__
+_METRICS = MetricRow.__table__
+_C = _SUMMARIES.c
+# Built once: the per-report statements then skip SQL construction and compilation.
+_INSERT = insert(_SUMMARIES)
+_SELECT_NAMED = select(_C.name, _C.width, _C.raw_points, _C.batches, _C["values"]).where(
+    _C.trial_id == bindparam("tid"), _C.kind == bindparam("grp"),
+    _C.name.in_(bindparam("names", expanding=True)),
+)
+_UPDATE_NAMED = update(_SUMMARIES).where(
+    _C.trial_id == bindparam("tid"), _C.kind == bindparam("grp"), _C.name == bindparam("nm")
+).values(width=bindparam("w"), raw_points=bindparam("r"), batches=bindparam("bx"),
+         values=bindparam("by"))
+
+
+def _pack(series: M4Series) -> dict[str, Any]:
+    """The stored columns of a summary."""
+    return {
+        "width": series.width,
+        "raw_points": series.raw_points,
+        "batches": series.x.astype(_X_DTYPE).tobytes(),
+        "values": series.y.astype(_Y_DTYPE).tobytes(),
+    }
+
+
+def _unpack(width: int, raw_points: int, batches: bytes, values: bytes) -> M4Series:
+    return M4Series.restore(
+        width, raw_points,
+        np.frombuffer(batches, dtype=_X_DTYPE).astype(np.int64),
+        np.frombuffer(values, dtype=_Y_DTYPE).astype(np.float64),
+    )
+
+
+def _rows(trial_id: int, group: str, series: Mapping[str, M4Series]) -> list[dict[str, Any]]:
+    """Rows to insert: the (trial, group) marker and one per summary."""
+    rows = [{"trial_id": trial_id, "kind": group, "name": "", "width": 0, "raw_points": 0,
+             "batches": b"", "values": b""}]
+    rows.extend({"trial_id": trial_id, "kind": group, "name": name, **_pack(summary)}
+                for name, summary in series.items())
+    return rows
+
+
+def _summaries_from_metrics(
+    s: Session, trial_ids: Sequence[int], group: str, skip_batches: frozenset[int] = frozenset()
+) -> dict[int, dict[str, M4Series]]:
+    """Summaries built from the ``metrics`` rows of ``trial_ids`` in ``group``.
+
+    Returns:
+        ``{trial_id: {name: summary}}``; rows whose batch count is in ``skip_batches``
+        are left out, and so are documents that are not JSON objects (SQLite may also hold
+        the bare word ``NaN`` an older master wrote, which Python's parser reads).
+    """
+    raw: dict[int, dict[str, tuple[list[int], list[float]]]] = {}
+    text = cast(_METRICS.c["values"], Text)
+    for i in range(0, len(trial_ids), _IN_CHUNK):
+        q = select(_METRICS.c.trial_id, _METRICS.c.total_batches, text).where(
+            _METRICS.c.trial_id.in_(list(trial_ids[i:i + _IN_CHUNK])), _METRICS.c.kind == group
+        )
+        for trial_id, batches, doc in s.execute(q):
+            if batches in skip_batches:
+                continue
+            points = raw.setdefault(trial_id, {})
+            try:
+                values = json.loads(doc) if doc is not None else None
+            except ValueError:
+                continue
+            if not isinstance(values, dict):
+                continue
+            for name, v in values.items():
+                f = _chartable(name, v)
+                if f is not None:
+                    xs, ys = points.setdefault(name, ([], []))
+                    xs.append(batches)
+                    ys.append(f)
+    out: dict[int, dict[str, M4Series]] = {}
+    for trial_id, points in raw.items():
+        out[trial_id] = {}
+        for name, (xs, ys) in points.items():
+            out[trial_id][name] = M4Series()
+            out[trial_id][name].extend(xs, ys)
+    return out
+
+
+def fold_metric_reports(
+    s: Session,
+    trial_id: int,
+    group: str,
+    reports: Sequence[tuple[int, Mapping[str, Any]]],
+) -> None:
+    """Fold newly stored metric reports of one trial into its persisted summaries.
+
+    Call it in the write transaction that adds the reports' ``metrics`` rows, with
+    exactly those reports (the master does, per report, in
+    ``ExperimentManager.report_metrics``): every later chart then reads the summaries
+    only. Only finite int and float values (not bools) of names that
+    :func:`check_metric_name` accepts are kept. When the trial has no summaries of
+    ``group`` yet but has older ``metrics`` rows (an upgraded database), those are
+    summarised first, once. Costs one read of the summaries of the reported names and
+    one write per name changed (a summary holds at most ``4 * CAP_BUCKETS`` points).
+
+    Args:
+        s: a session of ``Database.write()`` (under the write lock).
+        trial_id: an existing trial.
+        group: the reports' group (``"training"`` or ``"validation"``; at most 16
+            characters, the metrics row's ``kind``).
+        reports: ``(total_batches, metrics)`` pairs, in any order: batch counts (>= 0)
+            distinct and not folded before; metrics a mapping of name to value (NaN and
+            infinities already turned into None, or they are skipped here).
+
+    Raises:
+        ValueError: ``group`` is empty or too long, a batch count is negative, not an
+            int, or repeated.
+        TypeError: a report's metrics are not a mapping.
+    """
+    if not isinstance(group, str) or not 0 < len(group) <= 16:
+        raise ValueError(f"group must be a name of 1..16 characters, got {group!r}")
+    seen: set[int] = set()
+    points: dict[str, tuple[list[int], list[float]]] = {}
+    for batches, metrics in reports:
+        if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) \
+                or batches < 0:
+            raise ValueError(f"total_batches must be an int >= 0, got {batches!r}")
+        if batches in seen:
+            raise ValueError(f"total_batches {batches} is reported twice")
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"metrics must be a mapping, got {type(metrics).__name__}")
+        seen.add(int(batches))
+        for name, v in metrics.items():
+            f = _chartable(name, v)
+            if f is not None:
+                xs, ys = points.setdefault(name, ([], []))
+                xs.append(int(batches))
+                ys.append(f)
+    if not seen:
+        return
+    stored = {row[0]: row[1:] for row in s.execute(
+        _SELECT_NAMED, {"tid": trial_id, "grp": group, "names": ["", *points]})}
+    if "" not in stored:  # the group's first reports, or reports from before the table
+        earlier = [b for b in s.scalars(select(_METRICS.c.total_batches).where(
+            _METRICS.c.trial_id == trial_id, _METRICS.c.kind == group)) if b not in seen]
+        series = (_summaries_from_metrics(s, [trial_id], group, frozenset(seen))
+                  .get(trial_id, {}) if earlier else {})
+        for name, (xs, ys) in points.items():
+            series.setdefault(name, M4Series()).extend(xs, ys)
+        s.execute(delete(_SUMMARIES).where(  # none, or left without a marker
+            _C.trial_id == trial_id, _C.kind == group))
+        s.execute(_INSERT, _rows(trial_id, group, series))
+        return
+    updates, inserts = [], {}
+    for name, (xs, ys) in points.items():
+        summary = _unpack(*stored[name]) if name in stored else M4Series()
+        summary.extend(xs, ys)
+        if name in stored:
+            state = _pack(summary)
+            updates.append({"tid": trial_id, "grp": group, "nm": name, "w": state["width"],
+                            "r": state["raw_points"], "bx": state["batches"],
+                            "by": state["values"]})
+        else:
+            inserts[name] = summary
+    if updates:
+        s.execute(_UPDATE_NAMED, updates)
+    if inserts:
+        s.execute(_INSERT, _rows(trial_id, group, inserts)[1:])
+
+
+def build_missing_summaries(db: Database, trial_ids: Iterable[int], group: str) -> list[int]:
+    """Summarise, from their ``metrics`` rows, the trials that have no summaries of
+    ``group`` yet (reports stored before the ``metric_summaries`` table existed), and
+    persist the summaries; later reports are folded in by :func:`fold_metric_reports`.
+
+    Works through 16 trials per write transaction so that reports of other trials wait
+    at most that long; a trial summarised meanwhile, or deleted, is skipped. A trial
+    without reports gets its marker too, so it is not looked at again.
+
+    Args:
+        db: the master database.
+        trial_ids: trials to check.
+        group: ``"training"`` or ``"validation"``.
+
+    Returns:
+        The trial ids summarised here, ascending.
+
+    Raises:
+        ValueError: ``group`` is empty or longer than 16 characters.
+    """
+    if not isinstance(group, str) or not 0 < len(group) <= 16:
+        raise ValueError(f"group must be a name of 1..16 characters, got {group!r}")
+    ids = sorted(set(trial_ids))
+    done: list[int] = []
+    for i in range(0, len(ids), _BUILD_CHUNK):
+        chunk = ids[i:i + _BUILD_CHUNK]
+        with db.write() as s:
+            have = set(s.scalars(select(_SUMMARIES.c.trial_id).where(
+                _SUMMARIES.c.trial_id.in_(chunk), _SUMMARIES.c.kind == group,
+                _SUMMARIES.c.name == "")))
+            alive = set(s.scalars(select(TrialRow.id).where(TrialRow.id.in_(chunk))))
+            todo = [t for t in chunk if t in alive and t not in have]
+            if not todo:
+                continue
+            built = _summaries_from_metrics(s, todo, group)
+            s.execute(delete(_SUMMARIES).where(
+                _SUMMARIES.c.trial_id.in_(todo), _SUMMARIES.c.kind == group))
+            s.execute(_INSERT, [row for t in todo for row in _rows(t, group, built.get(t, {}))])
+            done.extend(todo)
+    return done
+
+
+def _read_summaries(
+    s: Session, exp_id: int, group: str, name: str, only: Sequence[int] | None
+) -> tuple[set[int], dict[int, M4Series]]:
+    """(trials with a marker, {trial: summary of ``name``}) of an experiment's trials (or
+    of the ``only`` ones)."""
+    c = _SUMMARIES.c
+    base = select(c.trial_id, c.name, c.width, c.raw_points, c.batches, c["values"]).where(
+        c.kind == group, c.name.in_(("", name)))
+    if only is None:
+        queries = [base.join(TrialRow.__table__, TrialRow.__table__.c.id == c.trial_id)
+                   .where(TrialRow.__table__.c.experiment_id == exp_id)]
+    else:
+        queries = [base.where(c.trial_id.in_(list(only[i:i + _IN_CHUNK])))
+                   for i in range(0, len(only), _IN_CHUNK)]
+    marked: set[int] = set()
+    found: dict[int, M4Series] = {}
+    for q in queries:
+        for trial_id, row_name, width, raw_points, batches, values in s.execute(q):
+            if row_name == "":
+                marked.add(trial_id)
+            else:
+                found[trial_id] = _unpack(width, raw_points, batches, values)
+    return marked, found
+
+
+def read_experiment_series(
+    db: Database,
+    exp_id: int,
+    group: str,
+    name: str | None,
+    max_points: int,
+    trial_ids: Iterable[int] | None = None,
+) -> dict[str, Any]:
+    """One metric of an experiment's trials, each series M4-downsampled, from the stored
+    summaries (trials with reports from before them are summarised first, once).
+
+    Args:
+        db: the master database.
+        exp_id: the experiment.
+        group: ``"training"`` or ``"validation"``.
+        name: the metric; None: the experiment's searcher metric.
+        max_points: per series, 8..:data:`MAX_POINTS`; with many trials each series gets
+            at most ``POINT_BUDGET // trials``.
+        trial_ids: only these trials (None: all).
+
+    Returns:
+        ``{"experiment_id", "group", "name", "max_points", "downsampling", "series":
+        [{"trial_id", "batches", "values", "raw_points", "downsampled"}]}``: one series
+        per trial with at least one finite value, by trial id.
+
+    Raises:
+        NotFound: no such experiment.
+        ValueError: bad ``group``, ``name`` or ``max_points``.
+    """
+    if group not in ("training", "validation"):
+        raise ValueError(f"group must be 'training' or 'validation', got {group!r}")
+    if not 8 <= max_points <= MAX_POINTS:
+        raise ValueError(f"max_points must be within 8..{MAX_POINTS}, got {max_points}")
+    with db.read() as s:
+        exp = s.get(ExperimentRow, exp_id)
+        if exp is None:
+            raise NotFound(f"experiment {exp_id} not found")
+        if name is None:
+            name = exp.config.get("searcher", {}).get("metric") or "loss"
+        check_metric_name(name)
+        trials = list(s.scalars(
+            select(TrialRow.id).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+        ))
+        chosen = trials if trial_ids is None else sorted(set(trial_ids) & set(trials))
+        marked, found = _read_summaries(s, exp_id, group, name,
+                                        None if trial_ids is None else chosen)
+    missing = [t for t in chosen if t not in marked]
+    if missing and build_missing_summaries(db, missing, group):
+        with db.read() as s:
+            found.update(_read_summaries(s, exp_id, group, name, missing)[1])
+    summaries = [(t, found[t]) for t in chosen if t in found]
+    per_series = min(max_points, max(8, POINT_BUDGET // max(1, len(summaries))))
+    out = []
+    for trial_id, series in summaries:
+        x, y = series.points(per_series)
+        out.append({
+            "trial_id": trial_id,
+            "batches": x.tolist(),
+            "values": y.tolist(),
+            "raw_points": series.raw_points,
+            "downsampled": int(x.size) < series.raw_points,
+        })
+    return {
+        "experiment_id": exp_id,
+        "group": group,
+        "name": name,
+        "max_points": per_series,
+        "downsampling": "M4 (Jugel et al., PVLDB 7(10), 2014)",
+        "series": out,
+    }
+
+
+def read_metric_names(db: Database, exp_id: int) -> dict[str, list[str]]:
+    """The numeric metric names in the latest training and validation report of each of
+    an experiment's trials.
+
+    Each trial's latest report of a group is found through the ``(trial_id, kind,
+    total_batches)`` index (one seek per trial and group), so the answer does not grow
+    with the number of reports.
+
+    Returns:
+        ``{"training": [name], "validation": [name]}``, each sorted.
+
+    Raises:
+        NotFound: no such experiment.
+    """
+    groups = ("training", "validation")
+
+    def latest(group: str) -> Any:
+        return (select(MetricRow.values)
+                .where(MetricRow.trial_id == TrialRow.id, MetricRow.kind == group)
+                .order_by(MetricRow.total_batches.desc()).limit(1)
+                .correlate(TrialRow).scalar_subquery())
+
+    with db.read() as s:
+        if s.get(ExperimentRow, exp_id) is None:
+            raise NotFound(f"experiment {exp_id} not found")
+        rows = s.execute(select(*(latest(g) for g in groups))
+                         .where(TrialRow.experiment_id == exp_id))
+        names: dict[str, set[str]] = {g: set() for g in groups}
+        for reports in rows:
+            for group, values in zip(groups, reports, strict=True):
+                for key, v in (values if isinstance(values, dict) else {}).items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        names[group].add(key)
+        return {k: sorted(v) for k, v in names.items()}

@@ -1,0 +1,398 @@
+"""Live streams and chart-sized metric series under ``/api/v1`` (the WebUI uses them; so
+may any client).
+
+Server-sent events (``text/event-stream``; the WHATWG HTML standard, section "Server-sent
+events"). Each stream polls the database every :data:`POLL_SECONDS` on the server and
+sends an event only when the JSON it would send has changed; a comment line keeps idle
+connections open every :data:`KEEPALIVE_SECONDS`. Every stream takes ``max_seconds``
+(default: until the client leaves); a browser's ``EventSource`` reconnects by itself when
+a stream ends, and the logs stream resumes from the ``Last-Event-ID`` it sends. Streams end
+when the master gets SIGTERM or SIGINT, so that they never hold up its shutdown.
+
+| route | events |
+|---|---|
+| ``GET /stream/experiments?archived=false&limit=1000&offset=0`` | ``experiments``: the body of ``GET /experiments`` (``archived``: false, true or all) |
+| ``GET /stream/experiments/{id}`` | ``experiment``: the body of ``GET /experiments/{id}`` (experiment and trials); ``gone`` when it is deleted |
+| ``GET /stream/trials/{id}/logs?after_id=0`` | ``logs``: ``{"logs": [LogLine], "trial_state"}`` with ``id:`` the last line's id; ``state``: ``{"trial_state"}`` when only the state changed |
+| ``GET /stream/cluster`` | ``cluster``: ``{"agents": [Agent], "allocations": [Allocation], "resource_pools": [...]}`` |
+
+REST routes for charts and the cluster view:
+
+| route | answer |
+|---|---|
+| ``GET /experiments/{id}/metrics?group=validation&name=&max_points=400&trial_id=`` | ``{"experiment_id", "group", "name", "max_points", "downsampling", "series": [{"trial_id", "batches": [int], "values": [float], "raw_points", "downsampled"}]}`` |
+| ``GET /experiments/{id}/metrics/names`` | ``{"training": [name], "validation": [name]}``: the numeric metrics of each trial's latest report |
+| ``GET /allocations?trial_id=&active=`` | ``{"allocations": [Allocation]}`` with Allocation ``{id, trial_id, experiment_id, agent_id, slot_ids, state, run_id, exit_code, exit_message, created_at, started_at, ended_at}`` |
+
+Series are downsampled on the server with M4 from summaries kept in the database as
+reports arrive (:mod:`dauntless.master.metric_series`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+
+from .db import AllocationRow, TrialRow
+from .manager import BadRequest, NotFound
+from .metric_series import MAX_POINTS, read_experiment_series, read_metric_names
+from .routes import experiments_page, get_experiment, get_trial_logs, list_agents
+
+POLL_SECONDS = 0.5
+"""How often a stream reads the database (seconds)."""
+
+KEEPALIVE_SECONDS = 15.0
+"""Longest silence on a stream before a comment line is sent (seconds)."""
+
+RETRY_MILLISECONDS = 2000
+"""The reconnection delay a stream asks ``EventSource`` clients to use."""
+
+router = APIRouter(prefix="/api/v1")
+
+
+# ---------------------------------------------------------------------- shutdown
+
+_stopping = threading.Event()
+
+
+def _watch_for_shutdown() -> None:
+    """Make SIGTERM and SIGINT end every open stream.
+
+    A server's graceful shutdown (uvicorn's included) waits for open responses to finish,
+    and an event stream never does by itself: without this a browser left on a page would
+    hold the master up. The handlers the server installed are wrapped, so they still run
+    (first this sets :data:`_stopping`, which every stream checks each poll). Only Python
+    handlers are wrapped, and only from the main thread (where signals can be handled).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(sig)
+        if not callable(previous) or getattr(previous, "ends_event_streams", False):
+            continue
+
+        def hook(signum: int, frame: Any, previous: Callable[..., Any] = previous) -> None:
+            _stopping.set()
+            previous(signum, frame)
+
+        hook.ends_event_streams = True  # type: ignore[attr-defined]
+        _stopping.clear()  # handlers of a new server: its streams start afresh
+        signal.signal(sig, hook)
+
+
+# ---------------------------------------------------------------------- SSE framing
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, ±inf: not JSON) replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def dumps_json(obj: Any) -> str:
+    """Compact, strict JSON text of ``obj``; NaN and infinities become ``null``.
+
+    Args:
+        obj: JSON-able data (dicts, lists, str, numbers, bool, None).
+
+    Raises:
+        TypeError: ``obj`` holds something JSON cannot represent.
+    """
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False)
+
+
+def sse_event(event: str, data: str, event_id: int | None = None) -> bytes:
+    """One server-sent event, framed.
+
+    Args:
+        event: the event name (no newlines).
+        data: the payload text; each of its lines becomes one ``data:`` field.
+        event_id: the ``id:`` field (a client's ``Last-Event-ID`` on reconnection).
+
+    Raises:
+        ValueError: ``event`` is empty or holds a newline.
+    """
+    if not event or "\n" in event or "\r" in event:
+        raise ValueError(f"event must be a non-empty single-line name, got {event!r}")
+    head = f"event: {event}\n"
+    if event_id is not None:
+        head += f"id: {int(event_id)}\n"
+    body = "".join(f"data: {line}\n" for line in data.split("\n"))
+    return (head + body + "\n").encode()
+
+
+async def _poll(
+    request: Request,
+    read: Callable[[], tuple[str, Any] | None],
+    max_seconds: float | None,
+) -> AsyncIterator[bytes]:
+    """Events from polling ``read`` until the client leaves, ``max_seconds`` pass, or
+    ``read`` returns None (the object is gone).
+
+    ``read`` runs in a worker thread and returns ``(event name, payload)``; the event is
+    sent when its JSON differs from the last one sent.
+    """
+    start = last_sent = time.monotonic()
+    last_text: str | None = None
+    yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
+    while True:
+        item = await run_in_threadpool(read)
+        now = time.monotonic()
+        if item is None:
+            yield sse_event("gone", "{}")
+            return
+        event, payload = item
+        text = dumps_json(payload)
+        if text != last_text:
+            last_text, last_sent = text, now
+            yield sse_event(event, text)
+        elif now - last_sent >= KEEPALIVE_SECONDS:
+            last_sent = now
+            yield b": keep-alive\n\n"
+        if max_seconds is not None and now - start >= max_seconds:
+            return
+        if _stopping.is_set() or await request.is_disconnected():
+            return
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _stream(gen: AsyncIterator[bytes]) -> StreamingResponse:
+    _watch_for_shutdown()
+    return StreamingResponse(
+        gen,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+_MAX_SECONDS = Query(
+    None, gt=0, le=86_400,
+    description="close the stream after this many seconds (default: when the client leaves)",
+)
+
+
+# ---------------------------------------------------------------------- streams
+
+
+@router.get("/stream/experiments")
+async def stream_experiments(
+    request: Request,
+    archived: str = Query(
+        "false", pattern="^(true|false|all)$",
+        description="false: unarchived only; true: archived only; all: both",
+    ),
+    limit: int = Query(1000, ge=1, le=10_000),
+    offset: int = Query(0, ge=0),
+    max_seconds: float | None = _MAX_SECONDS,
+) -> StreamingResponse:
+    """Event ``experiments`` (the body of ``GET /experiments``, newest first) whenever it
+    changes."""
+    which = {"true": True, "false": False, "all": None}[archived]
+
+    def read() -> tuple[str, Any]:
+        return "experiments", experiments_page(request, which, limit, offset)
+
+    return _stream(_poll(request, read, max_seconds))
+
+
+@router.get("/stream/experiments/{exp_id}")
+async def stream_experiment(
+    exp_id: int, request: Request, max_seconds: float | None = _MAX_SECONDS
+) -> StreamingResponse:
+    """Event ``experiment`` (the body of ``GET /experiments/{id}``) whenever it changes;
+    ``gone`` and the end of the stream when the experiment is deleted.
+
+    Raises:
+        NotFound: no such experiment (404 before the stream starts).
+    """
+    await run_in_threadpool(get_experiment, exp_id, request)
+
+    def read() -> tuple[str, Any] | None:
+        try:
+            return "experiment", get_experiment(exp_id, request)
+        except NotFound:
+            return None
+
+    return _stream(_poll(request, read, max_seconds))
+
+
+@router.get("/stream/cluster")
+async def stream_cluster(
+    request: Request, max_seconds: float | None = _MAX_SECONDS
+) -> StreamingResponse:
+    """Event ``cluster`` whenever it changes: ``{"agents": [Agent] (without
+    ``last_heartbeat``, which changes every beat), "allocations": [Allocation] (the live
+    ones), "resource_pools": [ResourcePool]}`` (the body of ``GET /resource-pools``;
+    absent from masters without pool summaries)."""
+    mgr = request.app.state.manager
+    pools = getattr(mgr, "resource_pools", None)
+
+    def read() -> tuple[str, Any]:
+        agents = list_agents(request)["agents"]
+        for agent in agents:
+            agent.pop("last_heartbeat", None)
+        body: dict[str, Any] = {"agents": agents,
+                                "allocations": _allocations(request, None, True)}
+        if callable(pools):
+            body["resource_pools"] = pools()
+        return "cluster", body
+
+    return _stream(_poll(request, read, max_seconds))
+
+
+@router.get("/stream/trials/{trial_id}/logs")
+async def stream_trial_logs(
+    trial_id: int,
+    request: Request,
+    after_id: int = Query(0, ge=0, description="send lines with ids above this"),
+    max_seconds: float | None = _MAX_SECONDS,
+) -> StreamingResponse:
+    """Events ``logs`` with each batch of new lines (``id:`` the last line's id, so a
+    reconnecting ``EventSource`` resumes after it) and ``state`` when the trial's state
+    changes. The stream follows the trial until the client leaves.
+
+    Raises:
+        NotFound: no such trial (404 before the stream starts).
+    """
+    await run_in_threadpool(get_trial_logs, trial_id, request, after_id, 1)
+    header = request.headers.get("last-event-id", "")
+    if header.isdigit():
+        after_id = max(after_id, int(header))
+
+    async def gen() -> AsyncIterator[bytes]:
+        last_id, state = after_id, None
+        start = last_sent = time.monotonic()
+        yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
+        while True:
+            try:
+                body = await run_in_threadpool(get_trial_logs, trial_id, request, last_id, 1000)
+            except NotFound:
+                yield sse_event("gone", "{}")
+                return
+            now = time.monotonic()
+            lines = body["logs"]
+            if lines:
+                last_id, state, last_sent = lines[-1]["id"], body["trial_state"], now
+                yield sse_event("logs", dumps_json(body), last_id)
+                if len(lines) == 1000:
+                    continue
+            elif body["trial_state"] != state:
+                state, last_sent = body["trial_state"], now
+                yield sse_event("state", dumps_json({"trial_state": state}), last_id)
+            elif now - last_sent >= KEEPALIVE_SECONDS:
+                last_sent = now
+                yield b": keep-alive\n\n"
+            if max_seconds is not None and now - start >= max_seconds:
+                return
+            if _stopping.is_set() or await request.is_disconnected():
+                return
+            await asyncio.sleep(POLL_SECONDS)
+
+    return _stream(gen())
+
+
+# ---------------------------------------------------------------------- allocations
+
+
+def _allocations(request: Request, trial_id: int | None, active: bool | None) -> list[dict]:
+    with request.app.state.manager.db.read() as s:
+        q = select(AllocationRow, TrialRow.experiment_id).join(
+            TrialRow, TrialRow.id == AllocationRow.trial_id
+        )
+        if trial_id is not None:
+            q = q.where(AllocationRow.trial_id == trial_id)
+        if active is True:
+            q = q.where(AllocationRow.state != "TERMINATED")
+        elif active is False:
+            q = q.where(AllocationRow.state == "TERMINATED")
+        rows = s.execute(q.order_by(AllocationRow.created_at, AllocationRow.id)).all()
+        return [
+            {
+                "id": a.id,
+                "trial_id": a.trial_id,
+                "experiment_id": exp_id,
+                "agent_id": a.agent_id,
+                "slot_ids": [str(x) for x in a.slot_ids],
+                "state": a.state,
+                "run_id": a.run_id,
+                "exit_code": a.exit_code,
+                "exit_message": a.exit_message,
+                "created_at": a.created_at,
+                "started_at": a.started_at,
+                "ended_at": a.ended_at,
+            }
+            for a, exp_id in rows
+        ]
+
+
+@router.get("/allocations")
+def list_allocations(
+    request: Request,
+    trial_id: int | None = Query(None, description="only this trial's allocations"),
+    active: bool | None = Query(
+        None, description="true: not yet terminated; false: terminated; omit: all"
+    ),
+) -> dict[str, Any]:
+    """Allocations (one per run of a trial on slots of an agent), oldest first: which
+    trial holds which slots, and how each earlier run ended (its restarts)."""
+    return {"allocations": _allocations(request, trial_id, active)}
+
+
+# ---------------------------------------------------------------------- metrics for charts
+
+
+@router.get("/experiments/{exp_id}/metrics")
+def get_experiment_metrics(
+    exp_id: int,
+    request: Request,
+    group: str = Query("validation", pattern="^(training|validation)$"),
+    name: str | None = Query(
+        None, min_length=1, max_length=256,
+        description="the metric (default: the experiment's searcher metric)",
+    ),
+    max_points: int = Query(400, ge=8, le=MAX_POINTS, description="per trial, at most"),
+    trial_id: list[int] | None = Query(None, description="only these trials (repeatable)"),
+) -> dict[str, Any]:
+    """One metric of every trial (or of the ``trial_id`` ones), each series downsampled
+    on the server to at most ``max_points`` points with M4 (extremes kept).
+
+    Raises:
+        NotFound: no such experiment (404).
+        BadRequest: the metric name cannot be looked up (400).
+    """
+    try:
+        return read_experiment_series(
+            request.app.state.manager.db, exp_id, group, name, max_points, trial_id
+        )
+    except ValueError as exc:
+        raise BadRequest(str(exc), [("name", str(exc))]) from None
+
+
+@router.get("/experiments/{exp_id}/metrics/names")
+def get_experiment_metric_names(exp_id: int, request: Request) -> dict[str, list[str]]:
+    """The numeric metric names in each trial's latest training and validation report.
+
+    Raises:
+        NotFound: no such experiment (404).
+    """
+    return read_metric_names(request.app.state.manager.db, exp_id)
+

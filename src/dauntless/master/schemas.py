@@ -1,0 +1,232 @@
+"""Request bodies of the REST API (pydantic; unknown fields are rejected) and the JSON
+views of database rows (docs/protocol.md, "Objects")."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .db import AgentRow, CheckpointRow, ExperimentRow, MetricRow, TaskLogRow, TrialRow
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SlotIn(_Body):
+    id: str = Field(min_length=1)
+    type: Literal["cpu", "cuda", "rocm"] = "cpu"
+    device: str = ""
+
+
+class RegisterAgent(_Body):
+    id: str = Field(min_length=1, max_length=256)
+    resource_pool: str = "default"
+    hostname: str = ""
+    slots: list[SlotIn]
+
+
+class Heartbeat(_Body):
+    running: list[str] = Field(default_factory=list)
+
+
+class AllocationExited(_Body):
+    exit_code: int | None
+    message: str | None = None
+
+
+class LogLineIn(_Body):
+    allocation_id: str
+    seq: int | None = Field(default=None, ge=1)
+    timestamp: float | None = None
+    stdtype: Literal["stdout", "stderr"] = "stdout"
+    rank_id: int | None = None
+    log: str
+
+
+class LogBatch(_Body):
+    logs: list[LogLineIn] = Field(max_length=10_000)
+
+
+class OpLength(_Body):
+    length: int = Field(ge=0)
+
+
+class CompletedOperation(_Body):
+    op: OpLength
+    searcher_metric: float
+
+
+class MetricsReport(_Body):
+    group: Literal["training", "validation"]
+    steps_completed: int = Field(ge=0)
+    trial_run_id: int = Field(default=0, ge=0)
+    metrics: dict[str, Any]
+    batch_metrics: list[Any] | None = None
+
+
+class ProgressReport(_Body):
+    progress: float = Field(ge=0.0, le=1.0)
+
+
+class EarlyExit(_Body):
+    reason: str
+
+
+class GCPolicyIn(_Body):
+    save_experiment_best: int | None = Field(default=None, ge=0)
+    save_trial_best: int | None = Field(default=None, ge=0)
+    save_trial_latest: int | None = Field(default=None, ge=0)
+
+
+class ResourcesPatch(_Body):
+    priority: int | None = Field(default=None, ge=1, le=99)
+    weight: float | None = Field(default=None, gt=0)
+    max_slots: int | None = Field(default=None, ge=0)
+
+
+class PatchExperiment(_Body):
+    name: str | None = Field(default=None, max_length=512)
+    description: str | None = None
+    checkpoint_storage: GCPolicyIn | None = None
+    resources: ResourcesPatch | None = None
+
+
+class RendezvousIn(_Body):
+    addr: str = Field(min_length=1, max_length=256)
+    port: int = Field(ge=1, le=65535)
+
+
+class AgentSwitch(_Body):
+    drain: bool = False
+
+
+class CheckpointReport(_Body):
+    uuid: str = Field(min_length=1, max_length=64)
+    trial_id: int
+    allocation_id: str | None = None
+    steps_completed: int = Field(ge=0)
+    resources: dict[str, int] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- views
+
+
+def experiment_view(
+    exp: ExperimentRow, num_trials: int, best: float | None
+) -> dict[str, Any]:
+    """The JSON of an experiment."""
+    searcher = exp.config.get("searcher", {})
+    return {
+        "id": exp.id,
+        "name": exp.name,
+        "description": exp.description,
+        "state": exp.state,
+        "archived": exp.archived,
+        "owner": exp.owner,
+        "config": exp.config,
+        "seed": exp.seed,
+        "progress": exp.progress,
+        "start_time": exp.start_time,
+        "end_time": exp.end_time,
+        "num_trials": num_trials,
+        "best_searcher_metric": best,
+        "searcher_metric": searcher.get("metric"),
+        "smaller_is_better": searcher.get("smaller_is_better", True),
+    }
+
+
+def trial_view(trial: TrialRow, latest_validation: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON of a trial.
+
+    Besides the row's fields: ``target_length``, the batches (cumulative) the searcher
+    last asked the trial to train to (None before its first operation), and
+    ``searcher_closed``, whether the searcher has closed the trial (it trains no further:
+    done, or stopped early by an adaptive search when ``total_batches`` is below the
+    search's full length).
+    """
+    return {
+        "id": trial.id,
+        "experiment_id": trial.experiment_id,
+        "request_id": trial.request_id,
+        "state": trial.state,
+        "hparams": trial.hparams,
+        "seed": trial.seed,
+        "restarts": trial.restarts,
+        "run_id": trial.run_id,
+        "total_batches": trial.total_batches,
+        "target_length": trial.searcher_op_length,
+        "searcher_closed": bool(trial.searcher_closed),
+        "best_validation": trial.best_validation,
+        "latest_validation": latest_validation,
+        "latest_checkpoint": trial.latest_checkpoint,
+        "start_time": trial.start_time,
+        "end_time": trial.end_time,
+    }
+
+
+def metric_view(m: MetricRow) -> dict[str, Any]:
+    """The JSON of one metrics report."""
+    return {
+        "trial_id": m.trial_id,
+        "group": m.kind,
+        "total_batches": m.total_batches,
+        "epoch": m.epoch,
+        "trial_run_id": m.trial_run_id,
+        "values": m.values,
+        "reported_at": m.reported_at,
+    }
+
+
+def checkpoint_view(c: CheckpointRow, storage_dir: str | None) -> dict[str, Any]:
+    """The JSON of a checkpoint; ``storage_dir`` is its directory on shared_fs storage."""
+    return {
+        "uuid": c.uuid,
+        "trial_id": c.trial_id,
+        "experiment_id": c.experiment_id,
+        "total_batches": c.total_batches,
+        "state": c.state,
+        "resources": c.resources,
+        "metadata": c.meta,
+        "report_time": c.report_time,
+        "storage_path": storage_dir,
+    }
+
+
+def agent_view(a: AgentRow, used: dict[str, str]) -> dict[str, Any]:
+    """The JSON of an agent; ``used`` maps slot id to the allocation holding it."""
+    return {
+        "id": a.id,
+        "resource_pool": a.resource_pool,
+        "hostname": a.hostname,
+        "state": a.state,
+        "enabled": a.enabled,
+        "draining": a.draining,
+        "registered_at": a.registered_at,
+        "last_heartbeat": a.last_heartbeat,
+        "slots": [
+            {
+                "id": sl["id"],
+                "type": sl.get("type", "cpu"),
+                "device": sl.get("device", ""),
+                "enabled": sl.get("enabled", True),
+                "allocation_id": used.get(sl["id"]),
+            }
+            for sl in a.slots
+        ],
+    }
+
+
+def log_view(line: TaskLogRow) -> dict[str, Any]:
+    """The JSON of one log line."""
+    return {
+        "id": line.id,
+        "trial_id": line.trial_id,
+        "allocation_id": line.allocation_id,
+        "timestamp": line.timestamp,
+        "stdtype": line.stdtype,
+        "rank_id": line.rank_id,
+        "log": line.log,
+    }
