@@ -1,0 +1,442 @@
+"""Where a task's reports go: the master (REST) or an in-memory record (local runs, tests).
+
+:class:`Backend` is the narrow interface the Core API contexts use. :class:`MasterBackend`
+speaks the harness routes of docs/protocol.md; :class:`LocalBackend` keeps everything in
+memory and plays a searcher that hands out a fixed list of operations, which is what a run
+without a master needs.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ._lite import LiteClient
+from ._sender import BackgroundSender
+from ._session import Session
+
+API = "/api/v1"
+METRIC_GROUPS = ("training", "validation")
+#: Seconds a long-poll request may take beyond the wait it asks the master for.
+LONG_POLL_SLACK = 15.0
+
+logger = logging.getLogger("dauntless.core")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearcherAnswer:
+    """The answer to "what should this trial do next?".
+
+    Attributes:
+        length: train until ``total_batches == length`` (absolute, in batches), then
+            validate and report; None when the searcher has nothing for the trial yet.
+        completed: True when the searcher closed the trial (checkpoint if needed, exit 0).
+    """
+
+    length: int | None
+    completed: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricReport:
+    """One metrics report as a backend received it (``POST /trials/{id}/metrics``)."""
+
+    trial_id: int
+    group: str
+    steps_completed: int
+    trial_run_id: int
+    metrics: dict[str, Any]
+    batch_metrics: list[dict[str, Any]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointReport:
+    """One checkpoint as a backend received it (``POST /checkpoints``)."""
+
+    uuid: str
+    trial_id: int
+    allocation_id: str
+    steps_completed: int
+    resources: dict[str, int]
+    metadata: dict[str, Any]
+
+
+class Backend(abc.ABC):
+    """The reporting calls a trial makes (docs/protocol.md, "Trial harness").
+
+    Attributes:
+        long_poll: True when :meth:`get_preemption_signal` is a network call that can wait
+            (the master): the preemption signal is then watched by a background thread
+            instead of being asked for on every check.
+    """
+
+    long_poll: bool = False
+
+    @abc.abstractmethod
+    def get_searcher_operation(self, trial_id: int) -> SearcherAnswer:
+        """Ask for the trial's current searcher operation."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def complete_operation(self, trial_id: int, length: int, searcher_metric: float) -> None:
+        """Report that the operation of ``length`` batches finished with a metric value."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def report_metrics(self, report: MetricReport) -> None:
+        """Store one training or validation metrics report."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def report_progress(self, trial_id: int, progress: float) -> None:
+        """Report the trial's progress, a fraction in [0, 1]."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def report_early_exit(self, trial_id: int, reason: str) -> None:
+        """Report that the trial ends early (``reason``: ``INVALID_HP``)."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def report_checkpoint(self, report: CheckpointReport) -> None:
+        """Record a completed checkpoint."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def get_preemption_signal(self, allocation_id: str, timeout_seconds: float = 0) -> bool:
+        """True when the allocation should checkpoint and exit.
+
+        Args:
+            allocation_id: the asking allocation.
+            timeout_seconds: wait up to this long for the signal before answering False
+                (a long poll); 0 answers at once.
+        """
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def get_experiment_best_validation(self, experiment_id: int) -> float | None:
+        """The best value of the searcher metric over the experiment's validations so far.
+
+        Returns:
+            The value, or None when no validation reported the metric yet (or the
+            backend does not know the metric).
+        """
+        raise NotImplementedError  # abstract
+
+    def close(self) -> None:
+        """Release connections; the default holds none."""
+        return None
+
+
+class MasterBackend(Backend):
+    """The master's REST routes, through a retrying :class:`~dauntless.core.Session`.
+
+    Training metrics and progress are sent by a background thread (in order, with the
+    session's retries, over a lighter HTTP client when the session talks to a real
+    server), so the training loop does not wait for them; every other call first waits
+    until they are delivered, and raises the error of one that failed.
+
+    Args:
+        session: an open session to the master; closed by :meth:`close`.
+        background_reports: send training metrics and progress from a background thread.
+
+    Raises:
+        TypeError: if ``session`` is not a Session.
+    """
+
+    long_poll = True
+
+    def __init__(self, session: Session, *, background_reports: bool = True) -> None:
+        if not isinstance(session, Session):
+            raise TypeError(f"session must be a Session, got {type(session).__name__}")
+        self.session = session
+        self._poll_session: Session | None = None
+        self._sender = BackgroundSender("reports") if background_reports else None
+        # A session over a custom transport (tests) keeps it; a real one gets the lite path.
+        self._lite = LiteClient(session) if session._transport is None else None
+        self._poll_lite: LiteClient | None = None
+
+    def _post_later(self, path: str, body: Any) -> None:
+        if self._sender is None:
+            self.session.post(path, json=body)
+        elif self._lite is not None:
+            lite = self._lite
+            self._sender.submit(lambda: lite.post(path, body))
+        else:
+            self._sender.submit(lambda: self.session.post(path, json=body))
+
+    def flush(self) -> None:
+        """Wait until the background reports are delivered.
+
+        Raises:
+            APIError, MasterUnreachableError: the error of a report that failed.
+        """
+        if self._sender is not None:
+            self._sender.flush()
+
+    def close(self) -> None:
+        """Deliver pending reports, then close the session (and the long-poll one)."""
+        if self._poll_lite is not None:
+            self._poll_lite.abort()  # ends a long poll in flight at once
+        if self._sender is not None:
+            self._sender.close()
+        if self._lite is not None:
+            self._lite.close()
+        self.session.close()
+        if self._poll_session is not None:
+            self._poll_session.close()
+
+    def get_searcher_operation(self, trial_id: int) -> SearcherAnswer:
+        """``GET /trials/{id}/searcher/operation``.
+
+        Raises:
+            ValueError: if the answer does not have the documented shape.
+            APIError, MasterUnreachableError: see :meth:`Session.request`.
+        """
+        self.flush()
+        body = self.session.get(f"{API}/trials/{trial_id}/searcher/operation")
+        if not isinstance(body, dict) or "completed" not in body:
+            raise ValueError(f"unexpected searcher operation answer from the master: {body!r}")
+        op = body.get("op")
+        length = None
+        if op is not None:
+            length = op.get("length") if isinstance(op, dict) else None
+            if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+                raise ValueError(f"searcher operation without a valid length: {body!r}")
+        return SearcherAnswer(length=length, completed=bool(body["completed"]))
+
+    def complete_operation(self, trial_id: int, length: int, searcher_metric: float) -> None:
+        """``POST /trials/{id}/searcher/completed_operation``."""
+        self.flush()
+        self.session.post(
+            f"{API}/trials/{trial_id}/searcher/completed_operation",
+            json={"op": {"length": length}, "searcher_metric": searcher_metric},
+        )
+
+    def report_metrics(self, report: MetricReport) -> None:
+        """``POST /trials/{id}/metrics`` (training metrics in the background)."""
+        path = f"{API}/trials/{report.trial_id}/metrics"
+        body = {
+            "group": report.group,
+            "steps_completed": report.steps_completed,
+            "trial_run_id": report.trial_run_id,
+            "metrics": report.metrics,
+            "batch_metrics": report.batch_metrics,
+        }
+        if report.group == "training":
+            self._post_later(path, body)
+        else:
+            self.flush()
+            self.session.post(path, json=body)
+
+    def report_progress(self, trial_id: int, progress: float) -> None:
+        """``POST /trials/{id}/progress`` (in the background)."""
+        self._post_later(f"{API}/trials/{trial_id}/progress", {"progress": progress})
+
+    def report_early_exit(self, trial_id: int, reason: str) -> None:
+        """``POST /trials/{id}/early_exit``."""
+        self.flush()
+        self.session.post(f"{API}/trials/{trial_id}/early_exit", json={"reason": reason})
+
+    def report_checkpoint(self, report: CheckpointReport) -> None:
+        """``POST /checkpoints``."""
+        self.flush()
+        self.session.post(f"{API}/checkpoints", json=dataclasses.asdict(report))
+
+    def get_preemption_signal(self, allocation_id: str, timeout_seconds: float = 0) -> bool:
+        """``GET /allocations/{id}/signals/preemption?timeout_seconds=N``.
+
+        A call that waits (``timeout_seconds > 0``) goes through a connection of its own,
+        whose timeout covers the wait, so that the long poll never holds a connection
+        the training loop's reports need; :meth:`close` ends it at once. Call it from
+        one thread at a time.
+
+        Raises:
+            ValueError: if ``timeout_seconds`` is negative or above the master's 60.
+            APIError, MasterUnreachableError: see :meth:`Session.request`.
+        """
+        if not 0 <= timeout_seconds <= 60:
+            raise ValueError(f"timeout_seconds must be in [0, 60], got {timeout_seconds}")
+        path = f"{API}/allocations/{allocation_id}/signals/preemption"
+        params = {"timeout_seconds": timeout_seconds}
+        if timeout_seconds == 0:
+            body = self.session.get(path, params=params)
+        elif self._lite is not None:
+            wait = timeout_seconds + LONG_POLL_SLACK
+            if self._poll_lite is None or self._poll_lite.timeout < wait:
+                self._poll_lite = LiteClient(self.session, timeout=wait)
+            body = self._poll_lite.get(path, params)
+        else:
+            if self._poll_session is None:
+                self._poll_session = self.session.clone()
+            body = self._poll_session.get(
+                path, params=params, timeout=timeout_seconds + LONG_POLL_SLACK
+            )
+        return bool(isinstance(body, dict) and body.get("preempt"))
+
+    def get_experiment_best_validation(self, experiment_id: int) -> float | None:
+        """``GET /experiments/{id}``: its ``best_searcher_metric``.
+
+        Raises:
+            APIError, MasterUnreachableError: see :meth:`Session.request`.
+        """
+        self.flush()
+        body = self.session.get(f"{API}/experiments/{experiment_id}")
+        exp = body.get("experiment") if isinstance(body, dict) else None
+        value = exp.get("best_searcher_metric") if isinstance(exp, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value)
+
+
+class LocalBackend(Backend):
+    """An in-memory backend: a fixed searcher and a record of every report.
+
+    It behaves like the master for one trial: it hands out the operations of
+    ``operation_lengths`` one at a time (each until it is completed), then answers
+    ``completed: true``; metrics reports are idempotent on ``(trial, group,
+    steps_completed)``; the preemption signal is raised with :meth:`request_preemption`.
+
+    Args:
+        operation_lengths: absolute lengths in batches, strictly increasing, each > 0
+            (the searcher's ``ValidateAfter`` operations for this trial).
+        searcher_metric: the validation metric whose best value
+            :meth:`get_experiment_best_validation` answers; None answers None.
+        smaller_is_better: whether a smaller ``searcher_metric`` is better.
+        log_reports: log every metrics report and checkpoint at INFO (local training,
+            where nothing else shows them).
+
+    Raises:
+        ValueError: if the lengths are empty, not positive or not increasing.
+
+    Attributes:
+        completed_operations: ``(length, searcher_metric)`` per completed operation.
+        checkpoints: every checkpoint report, in order.
+        progress: every progress value, in order.
+        early_exits: every early-exit reason, in order.
+    """
+
+    def __init__(
+        self,
+        operation_lengths: Sequence[int],
+        *,
+        searcher_metric: str | None = None,
+        smaller_is_better: bool = True,
+        log_reports: bool = False,
+    ) -> None:
+        lengths = list(operation_lengths)
+        if not lengths:
+            raise ValueError("operation_lengths must hold at least one length (batches)")
+        prev = 0
+        for cur in lengths:
+            if not isinstance(cur, int) or isinstance(cur, bool) or cur <= prev:
+                raise ValueError(
+                    "operation_lengths must be positive ints in increasing order, got "
+                    f"{lengths}"
+                )
+            prev = cur
+        self.operation_lengths = lengths
+        self.completed_operations: list[tuple[int, float]] = []
+        self.checkpoints: list[CheckpointReport] = []
+        self.progress: list[float] = []
+        self.early_exits: list[str] = []
+        self._metrics: dict[tuple[int, str, int], MetricReport] = {}
+        self._preempt = False
+        self.searcher_metric = searcher_metric
+        self.smaller_is_better = smaller_is_better
+        self.log_reports = log_reports
+
+    def request_preemption(self) -> None:
+        """Raise the preemption signal: the trial should checkpoint and exit."""
+        self._preempt = True
+
+    def metrics(self, group: str) -> list[MetricReport]:
+        """The reports of one group (``training`` or ``validation``), by steps_completed.
+
+        Raises:
+            ValueError: for another group name.
+        """
+        if group not in METRIC_GROUPS:
+            raise ValueError(f"group must be one of {METRIC_GROUPS}, got {group!r}")
+        reports = [r for r in self._metrics.values() if r.group == group]
+        return sorted(reports, key=lambda r: r.steps_completed)
+
+    def get_searcher_operation(self, trial_id: int) -> SearcherAnswer:
+        """The first operation not completed yet, or ``completed`` after the last one."""
+        done = len(self.completed_operations)
+        if self.early_exits or done >= len(self.operation_lengths):
+            return SearcherAnswer(length=None, completed=True)
+        return SearcherAnswer(length=self.operation_lengths[done], completed=False)
+
+    def complete_operation(self, trial_id: int, length: int, searcher_metric: float) -> None:
+        """Record the completion.
+
+        Raises:
+            ValueError: if ``length`` is not the current operation's length.
+        """
+        current = self.get_searcher_operation(trial_id)
+        if current.length != length:
+            raise ValueError(
+                f"completed operation length {length} does not match the current "
+                f"operation {current.length}"
+            )
+        self.completed_operations.append((length, float(searcher_metric)))
+
+    def report_metrics(self, report: MetricReport) -> None:
+        """Store the report, replacing one with the same steps_completed and group.
+
+        Raises:
+            ValueError: for an unknown group.
+        """
+        if report.group not in METRIC_GROUPS:
+            raise ValueError(f"group must be one of {METRIC_GROUPS}, got {report.group!r}")
+        self._metrics[(report.trial_id, report.group, report.steps_completed)] = report
+        if self.log_reports:
+            shown = ", ".join(f"{k}={_short(v)}" for k, v in sorted(report.metrics.items()))
+            logger.info("%s metrics at batch %d: %s", report.group, report.steps_completed, shown)
+
+    def report_progress(self, trial_id: int, progress: float) -> None:
+        """Record the progress value."""
+        self.progress.append(float(progress))
+
+    def report_early_exit(self, trial_id: int, reason: str) -> None:
+        """Record the reason; afterwards the searcher answers ``completed``."""
+        self.early_exits.append(reason)
+
+    def report_checkpoint(self, report: CheckpointReport) -> None:
+        """Record the checkpoint."""
+        self.checkpoints.append(report)
+        if self.log_reports:
+            logger.info(
+                "checkpoint %s at batch %d: %d files",
+                report.uuid,
+                report.steps_completed,
+                len(report.resources),
+            )
+
+    def get_preemption_signal(self, allocation_id: str, timeout_seconds: float = 0) -> bool:
+        """True once :meth:`request_preemption` was called (never waits)."""
+        return self._preempt
+
+    def get_experiment_best_validation(self, experiment_id: int) -> float | None:
+        """The best ``searcher_metric`` value among the validation reports, or None."""
+        if self.searcher_metric is None:
+            return None
+        values = [
+            float(v)
+            for r in self.metrics("validation")
+            if isinstance(v := r.metrics.get(self.searcher_metric), (int, float))
+            and not isinstance(v, bool)
+            and not math.isnan(v)
+        ]
+        if not values:
+            return None
+        return min(values) if self.smaller_is_better else max(values)
+
+
+def _short(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)

@@ -1,0 +1,312 @@
+"""``CheckpointContext``: store, restore, upload, download and delete checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import shutil
+import tempfile
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import dauntless
+from dauntless.storage import FileSystemStorageManager, StorageManager, check_storage_id
+
+from ._backend import Backend, CheckpointReport
+from ._distributed import DistributedContext
+from ._train import to_json_value
+
+METADATA_FILE = "metadata.json"
+
+Selector = Callable[[str], bool]
+"""A filter on a checkpoint file's relative path (``/`` separators): keep it if True."""
+
+
+class DownloadMode(enum.Enum):
+    """How the processes of a task share a checkpoint they read.
+
+    ``LocalWorkersShareDownload``: one copy per machine, made by its local chief; every
+    process of the machine must call (a collective). ``NoSharedDownload``: each caller
+    gets its own copy, no collective.
+    """
+
+    LocalWorkersShareDownload = "LOCAL_WORKERS_SHARE_DOWNLOAD"
+    NoSharedDownload = "NO_SHARED_DOWNLOAD"
+
+
+class CheckpointContext:
+    """Write checkpoints to storage and report each one to the backend (chief only).
+
+    A checkpoint is a directory named by a new uuid (its *storage id*). It becomes
+    visible and is reported (with ``metadata.json`` written beside its files) only when
+    complete. ``metadata`` must hold ``steps_completed`` (batches trained).
+
+    Args:
+        storage: where checkpoint directories live.
+        backend: where completed checkpoints are reported.
+        trial_id: the trial the checkpoints belong to.
+        allocation_id: the allocation writing them.
+        distributed: the process layout; one process when None.
+
+    Raises:
+        TypeError: if ``storage`` is not a StorageManager.
+    """
+
+    def __init__(
+        self,
+        storage: StorageManager,
+        backend: Backend,
+        trial_id: int,
+        allocation_id: str,
+        distributed: DistributedContext | None = None,
+    ) -> None:
+        if not isinstance(storage, StorageManager):
+            raise TypeError(f"storage must be a StorageManager, got {type(storage).__name__}")
+        self.storage = storage
+        self._backend = backend
+        self.trial_id = trial_id
+        self.allocation_id = allocation_id
+        self._dist = distributed or DistributedContext()
+
+    # ------------------------------------------------------------------ writing
+
+    @contextlib.contextmanager
+    def store_path(
+        self, metadata: Mapping[str, Any] | None = None, *, shard: bool = False
+    ) -> Iterator[tuple[Path, str]]:
+        """Write a new checkpoint.
+
+        Use as ``with ctx.store_path({"steps_completed": n}) as (path, storage_id):`` and
+        write files under ``path``. When the block ends without an error,
+        ``metadata.json`` is written beside them (``metadata`` plus
+        ``dauntless_version``), the directory is published atomically, and the
+        checkpoint is reported with its ``resources`` (file sizes in bytes). On an error
+        nothing is published or reported.
+
+        Without ``shard`` only the chief may call it. With ``shard=True`` every process
+        calls it (a collective): all write into the same directory (which must be on a
+        file system they share), their metadata dicts are merged (the chief's wins on a
+        conflict) and the chief publishes and reports.
+
+        Args:
+            metadata: JSON-ready data; must hold ``steps_completed`` (batches, int >= 0).
+            shard: whether every process writes part of the checkpoint.
+
+        Yields:
+            ``(path, storage_id)``: the directory to write into and the new uuid.
+
+        Raises:
+            ValueError: if ``steps_completed`` is missing or not an int >= 0, or a sharded
+                checkpoint is asked of a storage that is not a file system.
+            TypeError: if ``metadata`` is not a mapping or has no JSON form.
+            RuntimeError: if a non-chief process calls it without ``shard``.
+        """
+        meta = _check_metadata({} if metadata is None else metadata)
+        if self._dist.size > 1 and shard:
+            with self._store_sharded(meta) as out:
+                yield out
+            return
+        if not self._dist.is_chief:
+            raise RuntimeError(
+                "store_path() without shard=True is chief-only: write the checkpoint on "
+                "rank 0, or pass shard=True on every rank"
+            )
+        storage_id = str(uuidlib.uuid4())
+        with self.storage.store_path(storage_id) as path:
+            yield path, storage_id
+            _write_metadata(path, meta)
+        self._report(storage_id, meta)
+
+    @contextlib.contextmanager
+    def _store_sharded(self, meta: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+        if not isinstance(self.storage, FileSystemStorageManager):
+            raise ValueError(
+                "a sharded checkpoint over several processes needs a file-system storage "
+                f"(shared_fs or directory), got {type(self.storage).__name__}"
+            )
+        if not self._dist.is_chief:
+            path, storage_id = self._dist.broadcast(None)
+            failed = False
+            try:
+                yield Path(path), storage_id
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                self._dist.gather((failed, meta))
+            return
+        storage_id = str(uuidlib.uuid4())
+        with self.storage.store_path(storage_id) as path:
+            self._dist.broadcast((str(path), storage_id))
+            try:
+                yield path, storage_id
+            finally:
+                parts = self._dist.gather((False, meta)) or []
+            if any(failed for failed, _ in parts):
+                raise RuntimeError(f"another process failed to write its part of {storage_id}")
+            merged: dict[str, Any] = {}
+            for _, part in reversed(parts):
+                merged.update(part)
+            _write_metadata(path, merged)
+        self._report(storage_id, merged)
+
+    def _report(self, storage_id: str, meta: dict[str, Any]) -> None:
+        self._backend.report_checkpoint(
+            CheckpointReport(
+                uuid=storage_id,
+                trial_id=self.trial_id,
+                allocation_id=self.allocation_id,
+                steps_completed=meta["steps_completed"],
+                resources=self.storage.resources(storage_id),
+                metadata=meta,
+            )
+        )
+
+    def upload(
+        self,
+        ckpt_dir: str | os.PathLike[str],
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        shard: bool = False,
+        selector: Selector | None = None,
+    ) -> str:
+        """Store the files of a local directory as a new checkpoint.
+
+        Args:
+            ckpt_dir: the directory to copy (its files, recursively).
+            metadata: as for :meth:`store_path` (``steps_completed`` required).
+            shard: as for :meth:`store_path`.
+            selector: keep only the files whose relative path it accepts.
+
+        Returns:
+            The new checkpoint's storage id.
+
+        Raises:
+            FileNotFoundError: if ``ckpt_dir`` is not a directory.
+            ValueError, TypeError, RuntimeError: see :meth:`store_path`.
+        """
+        src = Path(ckpt_dir)
+        if not src.is_dir():
+            raise FileNotFoundError(f"ckpt_dir {str(src)!r} is not a directory")
+        with self.store_path(metadata, shard=shard) as (path, storage_id):
+            _copy_tree(src, path, selector)
+        return storage_id
+
+    # ------------------------------------------------------------------ reading
+
+    @contextlib.contextmanager
+    def restore_path(
+        self,
+        storage_id: str,
+        download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Selector | None = None,
+    ) -> Iterator[Path]:
+        """Open a stored checkpoint for reading: ``with ctx.restore_path(id) as path``.
+
+        On a file-system storage ``path`` is the checkpoint directory itself (do not
+        write under it); with a ``selector`` the accepted files are copied to a
+        temporary directory first, removed when the block ends.
+
+        Args:
+            storage_id: the checkpoint's uuid.
+            download_mode: see :class:`DownloadMode` (file-system storage needs no
+                download, so both modes read in place).
+            selector: keep only the files whose relative path it accepts.
+
+        Raises:
+            ValueError: if ``storage_id`` is not a valid id.
+            TypeError: if ``download_mode`` is not a :class:`DownloadMode`.
+            FileNotFoundError: if no complete checkpoint has this id.
+        """
+        if not isinstance(download_mode, DownloadMode):
+            raise TypeError(f"download_mode must be a DownloadMode, got {download_mode!r}")
+        with self.storage.restore_path(check_storage_id(storage_id)) as path:
+            if selector is None:
+                yield path
+                return
+            with _temp_dir(f"dauntless-restore-{storage_id}-") as tmp:
+                _copy_tree(path, tmp, selector)
+                yield tmp
+
+    def download(
+        self,
+        storage_id: str,
+        ckpt_dir: str | os.PathLike[str],
+        download_mode: DownloadMode = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Selector | None = None,
+    ) -> None:
+        """Copy a stored checkpoint's files into a local directory (created if missing).
+
+        Raises:
+            ValueError, TypeError, FileNotFoundError: see :meth:`restore_path`.
+            FileExistsError: if ``ckpt_dir`` exists and is not a directory.
+        """
+        dst = Path(ckpt_dir)
+        if dst.exists() and not dst.is_dir():
+            raise FileExistsError(f"ckpt_dir {str(dst)!r} exists and is not a directory")
+        with self.restore_path(storage_id, download_mode) as path:
+            _copy_tree(path, dst, selector)
+
+    def get_metadata(self, storage_id: str) -> dict[str, Any]:
+        """Read a stored checkpoint's ``metadata.json``.
+
+        Raises:
+            FileNotFoundError: if the checkpoint or its metadata file is missing.
+        """
+        with self.restore_path(storage_id) as path:
+            return json.loads((path / METADATA_FILE).read_text())
+
+    def delete(self, storage_id: str) -> bool:
+        """Delete a stored checkpoint's files; False if there was none with this id.
+
+        The master's record of it is left as is (its garbage collection then finds
+        nothing to delete).
+        """
+        return self.storage.delete(storage_id)
+
+
+def _check_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+    steps = metadata.get("steps_completed")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise ValueError(
+            "checkpoint metadata must hold steps_completed (batches trained, an int >= 0), "
+            f"got {steps!r}"
+        )
+    meta = {str(k): to_json_value(v) for k, v in metadata.items()}
+    meta.setdefault("dauntless_version", dauntless.__version__)
+    return meta
+
+
+def _write_metadata(path: Path, meta: Mapping[str, Any]) -> None:
+    (path / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def _copy_tree(src: Path, dst: Path, selector: Selector | None) -> None:
+    """Copy the regular files under ``src`` into ``dst`` (kept relative paths)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for dirpath, _dirnames, filenames in os.walk(src):
+        for name in filenames:
+            full = Path(dirpath, name)
+            rel = full.relative_to(src).as_posix()
+            if not full.is_file() or (selector is not None and not selector(rel)):
+                continue
+            target = dst / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(full, target)
+
+
+@contextlib.contextmanager
+def _temp_dir(prefix: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""``Context``: the Core API handle a task uses (train, checkpoint, searcher, preempt)."""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import dauntless
+from dauntless.config import parse_experiment_config
+from dauntless.storage import StorageManager, build_storage
+
+from ._backend import Backend, MasterBackend
+from ._checkpoint import CheckpointContext
+from ._cluster_info import ClusterInfo, TrialInfo
+from ._distributed import DistributedContext
+from ._preempt import DEFAULT_POLL_SECONDS, PreemptContext, PreemptMode
+from ._searcher import SearcherContext
+from ._session import Session
+from ._train import EarlyExitReason, TrainContext
+
+logger = logging.getLogger("dauntless.core")
+
+
+class Context:
+    """Everything a trial process reports through, bound to one trial.
+
+    Build it with :func:`dauntless.core.init` (or :meth:`from_cluster_info`) on a
+    cluster, or directly with a :class:`~dauntless.core.LocalBackend` to train without a
+    master. Use it as a context manager (or call :meth:`close`): leaving the ``with``
+    block stops the preemption watcher and releases the backend's connections, and a
+    :class:`dauntless.InvalidHP` raised inside it is reported as an early exit, after
+    which the process exits with status 0 (the trial ends without counting as failed).
+
+    Args:
+        trial: the trial being trained.
+        backend: where reports go (the master, or an in-memory record).
+        storage: where checkpoints are written.
+        allocation_id: this process's allocation (``"local"`` off-cluster).
+        distributed: the process layout; one process when None.
+        searcher_poll_interval: seconds between searcher asks while no operation is ready.
+        preempt_mode: who asks for the preemption signal (see :class:`PreemptMode`).
+        preempt_poll_seconds: seconds each preemption long poll waits, in (0, 60].
+        info: the task's cluster info; None off-cluster.
+
+    Attributes:
+        trial, info, distributed, train, checkpoint, searcher, preempt: the parts.
+
+    Raises:
+        TypeError: if ``trial`` or ``backend`` has the wrong type.
+    """
+
+    def __init__(
+        self,
+        trial: TrialInfo,
+        *,
+        backend: Backend,
+        storage: StorageManager,
+        allocation_id: str = "local",
+        distributed: DistributedContext | None = None,
+        searcher_poll_interval: float = 1.0,
+        preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+        preempt_poll_seconds: float = DEFAULT_POLL_SECONDS,
+        info: ClusterInfo | None = None,
+    ) -> None:
+        if not isinstance(trial, TrialInfo):
+            raise TypeError(f"trial must be a TrialInfo, got {type(trial).__name__}")
+        if not isinstance(backend, Backend):
+            raise TypeError(f"backend must be a Backend, got {type(backend).__name__}")
+        if distributed is not None and not isinstance(distributed, DistributedContext):
+            raise TypeError(
+                f"distributed must be a DistributedContext, got {type(distributed).__name__}"
+            )
+        self.trial = trial
+        self.info = info
+        self.backend = backend
+        self.distributed = distributed or DistributedContext()
+        self.train = TrainContext(
+            backend, trial.trial_id, trial.trial_run_id, experiment_id=trial.experiment_id
+        )
+        self.checkpoint = CheckpointContext(
+            storage, backend, trial.trial_id, allocation_id, self.distributed
+        )
+        self.searcher = SearcherContext(
+            backend, trial.trial_id, poll_interval=searcher_poll_interval,
+            distributed=self.distributed,
+        )
+        self.preempt = PreemptContext(
+            backend,
+            allocation_id,
+            distributed=self.distributed,
+            mode=preempt_mode,
+            poll_seconds=preempt_poll_seconds,
+        )
+        self._closed = False
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(
+        self,
+        typ: type[BaseException] | None,
+        value: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        if isinstance(value, dauntless.InvalidHP):
+            logger.info("the trial raised InvalidHP (%s): ending it early", value)
+            if self.distributed.is_chief:
+                self.train.report_early_exit(EarlyExitReason.INVALID_HP)
+            self.close()
+            raise SystemExit(0) from value
+        self.close()
+
+    def close(self) -> None:
+        """Stop the preemption watcher and release the backend's resources."""
+        if self._closed:
+            return
+        self._closed = True
+        self.preempt.stop()
+        self.backend.close()  # also ends the watcher's long poll in flight
+        self.preempt.close()
+
+    @classmethod
+    def from_cluster_info(
+        cls,
+        info: ClusterInfo,
+        *,
+        session: Session | None = None,
+        storage: StorageManager | None = None,
+        distributed: DistributedContext | None = None,
+        preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+        preempt_poll_seconds: float = DEFAULT_POLL_SECONDS,
+    ) -> Context:
+        """Build the context of a trial task from its cluster info.
+
+        Args:
+            info: from :meth:`ClusterInfo.from_env`; must describe a trial.
+            session: the master session; a new one to ``info.master_url`` when None.
+            storage: the checkpoint storage; built from the experiment config's
+                ``checkpoint_storage`` when None.
+            distributed: the process layout; one process when None.
+            preempt_mode: who asks for the preemption signal.
+            preempt_poll_seconds: seconds each preemption long poll waits.
+
+        Raises:
+            ValueError: if ``info`` has no trial, the experiment config is invalid or
+                names no ``checkpoint_storage``, or the storage type is unsupported.
+        """
+        if info.trial is None:
+            raise ValueError(f"task type {info.task_type} is not a trial: no trial info")
+        if storage is None:
+            config = parse_experiment_config(info.trial.config)
+            if config.checkpoint_storage is None:
+                raise ValueError(
+                    "the experiment config has no checkpoint_storage; the master fills it "
+                    "in, so DET_EXPERIMENT_CONFIG should hold the resolved config"
+                )
+            storage = build_storage(config.checkpoint_storage)
+        backend = MasterBackend(session or Session(info.master_url))
+        return cls(
+            info.trial,
+            backend=backend,
+            storage=storage,
+            allocation_id=info.allocation_id,
+            distributed=distributed,
+            preempt_mode=preempt_mode,
+            preempt_poll_seconds=preempt_poll_seconds,
+            info=info,
+        )

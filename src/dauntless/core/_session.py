@@ -1,0 +1,225 @@
+"""A small JSON-over-HTTP session to the master, with retries for transient failures."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+
+
+class APIError(Exception):
+    """The master answered a request with an error status.
+
+    Attributes:
+        status_code: the HTTP status (4xx, or a 5xx that outlived the retries).
+        detail: the ``detail`` of the master's error body, or the raw text.
+        method, path: the request that failed.
+    """
+
+    def __init__(self, method: str, path: str, status_code: int, detail: str) -> None:
+        super().__init__(f"{method} {path} answered {status_code}: {detail}")
+        self.method = method
+        self.path = path
+        self.status_code = status_code
+        self.detail = detail
+
+
+class MasterUnreachableError(ConnectionError):
+    """The master could not be reached (connection refused, reset or timed out) after
+    every retry."""
+
+
+class Session:
+    """JSON requests to the master's REST API, retried with exponential backoff.
+
+    Connection errors, timeouts and 5xx answers are retried up to ``max_attempts`` times
+    in all, sleeping a "full jitter" exponential backoff between attempts: before retry
+    ``k`` (1-based) it sleeps ``uniform(0, min(backoff_max, backoff_initial * 2**(k-1)))``
+    seconds (M. Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015).
+    4xx answers are not retried.
+
+    The loop is written here rather than taken from a retry library because the project
+    depends on none (httpx's own transport ``retries`` covers only failed connects, not
+    read errors or 5xx answers), and because the policy needs to see both exceptions and
+    answers. Every harness route of docs/protocol.md is safe to repeat (metrics are
+    idempotent on ``(trial, group, steps_completed)``, the others set state), so POSTs are
+    retried too.
+
+    Args:
+        master_url: base URL, e.g. ``http://127.0.0.1:8080``; paths are appended to it.
+        timeout: seconds to wait for connect, read and write of each attempt.
+        max_attempts: attempts per request in all (>= 1).
+        backoff_initial: seconds; the first backoff cap (> 0).
+        backoff_max: seconds; the largest backoff cap (>= backoff_initial).
+        transport: an httpx transport (for example ``httpx.MockTransport`` or an ASGI
+            transport); the default opens real connections.
+        sleep: the function used to wait between attempts (seconds).
+        rng: the random source of the jitter.
+
+    Raises:
+        ValueError: if a number is out of range or ``master_url`` is not http(s).
+    """
+
+    def __init__(
+        self,
+        master_url: str,
+        *,
+        timeout: float = 30.0,
+        max_attempts: int = 10,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 20.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not isinstance(master_url, str) or not master_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"master_url must be an http:// or https:// URL, got {master_url!r}"
+            )
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if backoff_initial <= 0 or backoff_max < backoff_initial:
+            raise ValueError(
+                "need 0 < backoff_initial <= backoff_max, got "
+                f"backoff_initial={backoff_initial}, backoff_max={backoff_max}"
+            )
+        self.master_url = master_url.rstrip("/")
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._transport = transport
+        self._client = httpx.Client(
+            base_url=self.master_url, timeout=timeout, transport=transport
+        )
+
+    def clone(self, *, timeout: float | None = None, max_attempts: int | None = None) -> Session:
+        """A new session to the same master with its own connections.
+
+        A background thread (the preemption long poll) uses its own clone so that a
+        request it keeps open never holds up the training loop's requests.
+
+        Args:
+            timeout: seconds per attempt; this session's when None.
+            max_attempts: attempts per request; this session's when None.
+
+        Returns:
+            A new :class:`Session` with the same URL, transport, backoff and sleep.
+
+        Raises:
+            ValueError: if a number is out of range (see the class).
+        """
+        return Session(
+            self.master_url,
+            timeout=self.timeout if timeout is None else timeout,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            backoff_initial=self.backoff_initial,
+            backoff_max=self.backoff_max,
+            transport=self._transport,
+            sleep=self._sleep,
+        )
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the underlying connections."""
+        self._client.close()
+
+    def backoff(self, retry: int) -> float:
+        """Seconds to sleep before retry number ``retry`` (1-based), with full jitter."""
+        cap = min(self.backoff_max, self.backoff_initial * 2 ** (retry - 1))
+        return self._rng.uniform(0, cap)
+
+    def get(
+        self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> Any:
+        """GET ``path`` and return the decoded JSON answer (see :meth:`request`)."""
+        return self.request("GET", path, params=params, timeout=timeout)
+
+    def post(self, path: str, json: Any = None) -> Any:
+        """POST a JSON body to ``path`` and return the decoded answer (see :meth:`request`)."""
+        return self.request("POST", path, json=json)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send one request, retrying transient failures.
+
+        Args:
+            method: ``GET``, ``POST``, ...
+            path: the route, e.g. ``/api/v1/trials/3/metrics``.
+            params: query parameters.
+            json: the JSON body (None sends no body).
+            timeout: seconds for this request's attempts (a long poll needs more than
+                the session's default); the session's timeout when None.
+
+        Returns:
+            The decoded JSON answer, or None for an empty body.
+
+        Raises:
+            APIError: for a 4xx answer, a 5xx one on the last attempt, or a success
+                answer whose body is not JSON.
+            MasterUnreachableError: if the last attempt failed to connect or timed out.
+        """
+        for attempt in range(1, self.max_attempts + 1):
+            last = attempt == self.max_attempts
+            try:
+                if timeout is None:
+                    resp = self._client.request(method, path, params=params, json=json)
+                else:
+                    resp = self._client.request(
+                        method, path, params=params, json=json, timeout=timeout
+                    )
+            except httpx.TransportError as exc:
+                if last:
+                    raise MasterUnreachableError(
+                        f"{method} {path}: master {self.master_url} unreachable after "
+                        f"{self.max_attempts} attempts: {exc!r}"
+                    ) from exc
+            else:
+                if resp.status_code < 400:
+                    return _json_body(method, path, resp)
+                if resp.status_code not in RETRY_STATUSES or last:
+                    raise APIError(method, path, resp.status_code, _detail(resp))
+            self._sleep(self.backoff(attempt))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _json_body(method: str, path: str, resp: httpx.Response) -> Any:
+    if not resp.content:
+        return None
+    try:
+        return resp.json()
+    except ValueError:
+        raise APIError(
+            method, path, resp.status_code, f"the answer is not JSON: {resp.text[:200]!r}"
+        ) from None
+
+
+def _detail(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip()[:500] or resp.reason_phrase
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])
+    return str(body)[:500]

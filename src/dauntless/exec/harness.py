@@ -1,0 +1,134 @@
+"""The trial harness: ``python -m dauntless.exec.harness``.
+
+The agent starts it in the task's work dir (the unpacked context directory) with the
+``DET_*`` environment of docs/protocol.md. It seeds ``random``, ``numpy`` and ``torch``
+with the trial seed, imports the entrypoint class (``module:Class``, the module found in
+the work dir), builds the trial, resumes from ``DET_LATEST_CHECKPOINT`` if set, and runs
+the training loop against the master until the searcher closes the trial (exit 0), the
+trial is preempted (checkpoint, exit 0), or an error occurs (exit 1, the error on
+stderr).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Mapping
+
+import dauntless
+from dauntless.config import parse_experiment_config
+from dauntless.core import ClusterInfo, Context, EarlyExitReason, Session
+from dauntless.pytorch import PyTorchTrialContext
+from dauntless.pytorch._controller import _TrialController
+from dauntless.pytorch._import import load_trial_class
+from dauntless.pytorch._state import seed_all
+
+LOG_FORMAT = dauntless.LOG_FORMAT
+logger = logging.getLogger("dauntless.exec.harness")
+
+__all__ = ["LOG_FORMAT", "load_trial_class", "main", "run_trial"]
+
+
+def run_trial(
+    info: ClusterInfo,
+    *,
+    session: Session | None = None,
+    preempt_poll_seconds: float = 60.0,
+) -> int:
+    """Run one trial task to its end.
+
+    The model definition is imported from, and copied into each checkpoint's ``code/``
+    from, the working directory (the agent's unpacked context directory).
+
+    Args:
+        info: the task's cluster info (must describe a trial).
+        session: the master session; a new one to ``info.master_url`` when None.
+        preempt_poll_seconds: seconds each long poll of the preemption signal waits.
+
+    Returns:
+        The process exit code: 0 when the trial finished, was preempted or reported
+        invalid hyperparameters.
+
+    Raises:
+        Any error of the trial code, the config, the storage or the master (the caller
+        turns it into exit code 1).
+    """
+    trial_info = info.trial
+    if trial_info is None:
+        raise ValueError(f"DET_TASK_TYPE is {info.task_type!r}; the harness runs TRIAL tasks")
+    config = parse_experiment_config(trial_info.config)
+    if config.resources.slots_per_trial > 1:
+        raise ValueError(
+            f"resources.slots_per_trial is {config.resources.slots_per_trial}: distributed "
+            "training is not supported yet, use 1"
+        )
+    if not config.is_trial_class():
+        raise ValueError(
+            f"the experiment entrypoint {config.entrypoint!r} does not name a trial class "
+            "(module:Class); the agent runs other entrypoints directly"
+        )
+    seed_all(trial_info.trial_seed)
+    trial_cls = load_trial_class(str(config.entrypoint))
+    logger.info(
+        "dauntless %s harness: trial %d, experiment %d, run %d, entrypoint %s",
+        dauntless.__version__,
+        trial_info.trial_id,
+        trial_info.experiment_id,
+        trial_info.trial_run_id,
+        config.entrypoint,
+    )
+    with Context.from_cluster_info(
+        info, session=session, preempt_poll_seconds=preempt_poll_seconds
+    ) as core:
+        context = PyTorchTrialContext(trial_info, core=core)
+        try:
+            trial = trial_cls(context)
+        except dauntless.InvalidHP as exc:
+            logger.info("the trial rejected its hyperparameters: %s", exc)
+            core.train.report_early_exit(EarlyExitReason.INVALID_HP)
+            return 0
+        result = _TrialController(trial, context, core, code_dir=os.getcwd()).run()
+    logger.info("trial %d exits: %s", trial_info.trial_id, result.value)
+    return 0
+
+
+def main(
+    environ: Mapping[str, str] | None = None,
+    *,
+    session: Session | None = None,
+    preempt_poll_seconds: float = 60.0,
+) -> int:
+    """Run the harness; returns the exit code (0 done or preempted, 1 on error).
+
+    Args:
+        environ: the environment to read ``DET_*`` from; ``os.environ`` when None.
+        session: the master session; one to ``DET_MASTER`` when None.
+        preempt_poll_seconds: seconds each long poll of the preemption signal waits.
+    """
+    try:
+        info = ClusterInfo.from_env(environ)
+        if info is None:
+            raise ValueError(
+                "DET_MASTER is not set: the harness runs inside a trial task started by a "
+                "Dauntless agent"
+            )
+        return run_trial(info, session=session, preempt_poll_seconds=preempt_poll_seconds)
+    except Exception as exc:  # the process boundary: report any error and exit non-zero
+        traceback.print_exc(file=sys.stderr)
+        print(f"harness error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    # Lines must reach the agent as they are written, not when a pipe buffer fills.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    if hasattr(sys.stderr, "reconfigure"):
+        sys.stderr.reconfigure(line_buffering=True)
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=LOG_FORMAT)
+    # One line per HTTP request would drown the trial's own log lines.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Reading and writing PyTorchTrial checkpoints, and ``load_trial_from_checkpoint_path``.
+
+Layout (docs/protocol.md "Checkpoint layout"; reference §3.10): ``state-dict.pth``
+(Determined wrote ``state_dict.pth``; older releases other names, all read here),
+``metadata.json``, ``load_data.json`` (what rebuilds the trial: ``trial_type``,
+``experiment_config``, ``hparams``, ``trial_cls_spec``, ``is_trainer``) and ``code/``
+(the model definition).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dauntless.config import ConfigError, parse_experiment_config
+from dauntless.core import TrialInfo
+
+from ._context import PyTorchTrialContext
+from ._import import load_trial_class
+from ._trial import PyTorchTrial
+
+logger = logging.getLogger("dauntless.pytorch")
+
+STATE_FILE = "state-dict.pth"
+#: Names earlier releases (Determined's included) gave the state file, in search order.
+LEGACY_STATE_FILES = (
+    "state_dict.pth",
+    "determined/state_dict.pth",
+    "pedl/state_dict.pth",
+    "checkpoint.pt",
+)
+LOAD_DATA_FILE = "load_data.json"
+CODE_DIR = "code"
+
+
+def find_state_file(path: str | os.PathLike[str]) -> Path:
+    """The state file of a checkpoint directory: ``state-dict.pth`` or a legacy name.
+
+    Raises:
+        FileNotFoundError: if the directory holds none of them.
+    """
+    root = Path(path)
+    for name in (STATE_FILE, *LEGACY_STATE_FILES):
+        if (root / name).is_file():
+            return root / name
+    raise FileNotFoundError(
+        f"{root} holds no PyTorch checkpoint: looked for {[STATE_FILE, *LEGACY_STATE_FILES]}"
+    )
+
+
+def load_state(file: Path, **torch_load_kwargs: Any) -> dict[str, Any]:
+    """``torch.load`` a state file, safely when possible.
+
+    Without an explicit ``weights_only`` it first loads with ``weights_only=True`` (our
+    checkpoints hold only tensors and plain data); a file that needs arbitrary objects
+    (Determined's numpy RNG states, a callback's custom state) is then loaded with
+    ``weights_only=False``, and a warning says so: load only checkpoints you trust.
+
+    Raises:
+        ValueError: if the file does not hold a dict.
+    """
+    kwargs = dict(torch_load_kwargs)
+    if "weights_only" in kwargs:
+        state = torch.load(file, **kwargs)
+    else:
+        try:
+            state = torch.load(file, weights_only=True, **kwargs)
+        except pickle.UnpicklingError as exc:
+            logger.warning(
+                "%s holds objects beyond tensors and plain data; loading it with "
+                "weights_only=False (%s)",
+                file,
+                str(exc).splitlines()[0],
+            )
+            state = torch.load(file, weights_only=False, **kwargs)
+    if not isinstance(state, dict):
+        raise ValueError(f"{file} must hold a dict, got {type(state).__name__}")
+    return state
+
+
+def model_states(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The models' state dicts of a checkpoint (``models_state_dict``, or the legacy
+    single ``model_state_dict``).
+
+    Raises:
+        ValueError: if neither key is there.
+    """
+    if "models_state_dict" in state:
+        return list(state["models_state_dict"])
+    if "model_state_dict" in state:
+        return [state["model_state_dict"]]
+    raise ValueError(
+        f"the checkpoint has no models_state_dict (nor model_state_dict); keys: {sorted(state)}"
+    )
+
+
+def optimizer_states(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The optimizers' state dicts (``optimizers_state_dict`` or legacy
+    ``optimizer_state_dict``); empty when none."""
+    if "optimizers_state_dict" in state:
+        return list(state["optimizers_state_dict"])
+    if "optimizer_state_dict" in state:
+        return [state["optimizer_state_dict"]]
+    return []
+
+
+def scheduler_states(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The LR schedulers' state dicts (``lr_schedulers_state_dict`` or legacy
+    ``lr_scheduler``); empty when none."""
+    if "lr_schedulers_state_dict" in state:
+        return list(state["lr_schedulers_state_dict"])
+    if "lr_scheduler" in state:
+        return [state["lr_scheduler"]]
+    return []
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DistributedDataParallel wrapper (the model itself otherwise)."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.module
+    return model
+
+
+def load_model_weights(model: torch.nn.Module, state_dict: Mapping[str, Any]) -> None:
+    """Load weights into a model, dropping the ``module.`` prefix DDP adds when the
+    checkpoint has it and the model does not.
+
+    Raises:
+        RuntimeError: from ``load_state_dict`` when the keys or shapes do not match.
+    """
+    target = unwrap(model)
+    keys = list(state_dict)
+    own = list(target.state_dict())
+    if (
+        keys
+        and all(k.startswith("module.") for k in keys)
+        and not any(k.startswith("module.") for k in own)
+    ):
+        state_dict = {k[len("module.") :]: v for k, v in state_dict.items()}
+    target.load_state_dict(state_dict)
+
+
+def trial_class_spec(cls: type) -> str:
+    """``module:QualName`` of a trial class, importable from the model definition.
+
+    A class defined in the script being run (module ``__main__``, the Trainer API's
+    ``python3 train.py``) is named by the script's file name (``train:MyTrial``), so that
+    it imports from the checkpoint's ``code/`` copy.
+    """
+    module = cls.__module__
+    if module == "__main__":
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        if main_file:
+            module = Path(main_file).stem
+    return f"{module}:{cls.__qualname__}"
+
+
+def write_load_data(
+    path: Path, context: PyTorchTrialContext, trial: PyTorchTrial, is_trainer: bool
+) -> None:
+    """Write ``load_data.json``: what :func:`load_trial_from_checkpoint_path` needs."""
+    data = {
+        "trial_type": "PyTorchTrial",
+        "experiment_config": context.get_experiment_config(),
+        "hparams": context.get_hparams(),
+        "trial_cls_spec": trial_class_spec(type(trial)),
+        "is_trainer": is_trainer,
+    }
+    (path / LOAD_DATA_FILE).write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def _loadable_config(config: Any, hparams: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's experiment config if it is valid here, else a minimal one."""
+    if isinstance(config, dict):
+        try:
+            parse_experiment_config(config)
+            return config
+        except (ConfigError, ValueError, TypeError) as exc:
+            logger.info("the checkpoint's experiment config does not parse here (%s)", exc)
+    minimal: dict[str, Any] = {
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 1}},
+        "hyperparameters": hparams,
+    }
+    if isinstance(config, dict) and isinstance(config.get("data"), dict):
+        minimal["data"] = config["data"]
+    return minimal
+
+
+def load_trial_from_checkpoint_path(
+    path: str | os.PathLike[str],
+    trial_class: type[PyTorchTrial] | None = None,
+    trial_kwargs: Mapping[str, Any] | None = None,
+    torch_load_kwargs: Mapping[str, Any] | None = None,
+) -> PyTorchTrial:
+    """Rebuild a trial from a checkpoint directory, with its models' weights loaded.
+
+    The trial is built with a :class:`PyTorchTrialContext` holding the checkpoint's
+    hyperparameters and experiment config (from ``load_data.json``), then each wrapped
+    model gets its saved weights. Optimizers and schedulers are not restored (use the
+    harness to resume training). Checkpoints written by Determined (``state_dict.pth``,
+    legacy keys, ``module.`` prefixes) load too.
+
+    Args:
+        path: the checkpoint directory (e.g. from ``det checkpoint download``).
+        trial_class: the trial class; imported from the checkpoint's ``code/`` by the
+            ``trial_cls_spec`` of ``load_data.json`` when None.
+        trial_kwargs: extra keyword arguments for the trial's constructor.
+        torch_load_kwargs: extra arguments for ``torch.load`` (default
+            ``map_location`` is the context's device; see :func:`load_state`).
+
+    Returns:
+        The trial, its models in ``context.models``.
+
+    Raises:
+        FileNotFoundError: if ``path`` holds no state file.
+        ValueError: if no trial class is given and ``load_data.json`` names none, or the
+            checkpoint holds a different number of models than the trial wraps.
+        TypeError: if ``trial_class`` is not a PyTorchTrial subclass.
+    """
+    root = Path(path)
+    state_file = find_state_file(root)
+    load_data: dict[str, Any] = {}
+    if (root / LOAD_DATA_FILE).is_file():
+        load_data = json.loads((root / LOAD_DATA_FILE).read_text())
+    if trial_class is None:
+        spec = load_data.get("trial_cls_spec")
+        if not spec:
+            raise ValueError(
+                f"{root} has no {LOAD_DATA_FILE} naming the trial class: pass "
+                "trial_class=YourTrial"
+            )
+        code = root / CODE_DIR
+        trial_class = load_trial_class(spec, str(code) if code.is_dir() else None)
+    if not isinstance(trial_class, type) or not issubclass(trial_class, PyTorchTrial):
+        raise TypeError(f"trial_class must be a PyTorchTrial subclass, got {trial_class!r}")
+    hparams = load_data.get("hparams")
+    hparams = dict(hparams) if isinstance(hparams, dict) else {}
+    config = _loadable_config(load_data.get("experiment_config"), hparams)
+    info = TrialInfo(trial_id=0, experiment_id=0, trial_seed=0, hparams=hparams, config=config)
+    context = PyTorchTrialContext(info)
+    trial = trial_class(context, **dict(trial_kwargs or {}))  # type: ignore[call-arg]
+    kwargs = {"map_location": context.device, **dict(torch_load_kwargs or {})}
+    state = load_state(state_file, **kwargs)
+    saved = model_states(state)
+    if len(saved) != len(context.models):
+        raise ValueError(
+            f"the checkpoint holds {len(saved)} models but {trial_class.__name__} wraps "
+            f"{len(context.models)}"
+        )
+    for model, sd in zip(context.models, saved, strict=True):
+        load_model_weights(model, sd)
+    return trial

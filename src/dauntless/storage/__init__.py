@@ -1,0 +1,18 @@
+"""Checkpoint storage managers: where checkpoint directories are written and read.
+
+Layout (docs/protocol.md, "Checkpoint layout"): one directory per checkpoint uuid,
+written to ``<uuid>.tmp-<random>`` beside its final place and renamed when complete.
+"""
+
+from ._base import FileSystemStorageManager, StorageManager, check_storage_id, directory_resources
+from ._fs import DirectoryStorageManager, SharedFSStorageManager, build_storage
+
+__all__ = [
+    "DirectoryStorageManager",
+    "FileSystemStorageManager",
+    "SharedFSStorageManager",
+    "StorageManager",
+    "build_storage",
+    "check_storage_id",
+    "directory_resources",
+]

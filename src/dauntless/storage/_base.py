@@ -1,0 +1,247 @@
+"""The checkpoint storage interface.
+
+A checkpoint is a directory of files named by a uuid. A :class:`StorageManager` turns a
+uuid into a place to write that directory (:meth:`StorageManager.store_path`), a place to
+read it from (:meth:`StorageManager.restore_path`), and deletes it. Writers see a
+checkpoint only when it is whole: implementations publish it atomically when the
+``store_path`` block ends without an error.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+
+_UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_storage_id(storage_id: str) -> str:
+    """Validate a checkpoint id (a uuid) before it becomes part of a path.
+
+    Args:
+        storage_id: the checkpoint's uuid, for example ``"0c6b...-..."``.
+
+    Returns:
+        ``storage_id`` unchanged.
+
+    Raises:
+        TypeError: if it is not a ``str``.
+        ValueError: if it is empty, longer than 128 characters, or holds characters other
+            than letters, digits, ``_``, ``.`` and ``-`` (a ``/`` or ``..`` could escape the
+            storage directory), or ends in a temporary-directory suffix.
+    """
+    if not isinstance(storage_id, str):
+        raise TypeError(f"storage_id must be a str (a uuid), got {type(storage_id).__name__}")
+    if not _UUID_RE.match(storage_id) or storage_id in (".", "..") or ".tmp-" in storage_id:
+        raise ValueError(
+            f"storage_id {storage_id!r} is not a valid checkpoint id: expected 1-128 "
+            "letters, digits, '_', '.' or '-' (a uuid), starting with a letter or digit"
+        )
+    return storage_id
+
+
+def directory_resources(path: str | os.PathLike[str]) -> dict[str, int]:
+    """List the files under a directory with their sizes.
+
+    Args:
+        path: a checkpoint directory.
+
+    Returns:
+        ``{relative_path: size_in_bytes}`` for every regular file below ``path``, with
+        ``/`` as separator, sorted by path. Directories themselves are not listed.
+
+    Raises:
+        FileNotFoundError: if ``path`` is not a directory.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {str(root)!r} does not exist")
+    out: dict[str, int] = {}
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            full = Path(dirpath, name)
+            if full.is_file():
+                out[full.relative_to(root).as_posix()] = full.stat().st_size
+    return dict(sorted(out.items()))
+
+
+class StorageManager(abc.ABC):
+    """Where checkpoints live: one directory per checkpoint uuid.
+
+    Implementations: :class:`~dauntless.storage.SharedFSStorageManager` and
+    :class:`~dauntless.storage.DirectoryStorageManager` (a local or shared file system).
+    Build one from an experiment's ``checkpoint_storage`` with
+    :func:`~dauntless.storage.build_storage`.
+    """
+
+    @abc.abstractmethod
+    def store_path(self, storage_id: str) -> contextlib.AbstractContextManager[Path]:
+        """Open a directory to write a new checkpoint into.
+
+        Use as ``with manager.store_path(uuid) as path: ...``; write the checkpoint's
+        files under ``path``. The checkpoint becomes visible (to
+        :meth:`restore_path`, :meth:`resources`, other processes) only when the block
+        exits without an exception; on an exception everything written is removed.
+
+        Args:
+            storage_id: the new checkpoint's uuid.
+
+        Raises:
+            ValueError: if ``storage_id`` is not a valid id.
+            FileExistsError: if a checkpoint with this id already exists.
+        """
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def restore_path(self, storage_id: str) -> contextlib.AbstractContextManager[Path]:
+        """Open a stored checkpoint for reading.
+
+        Use as ``with manager.restore_path(uuid) as path: ...``; ``path`` holds the
+        checkpoint's files for the duration of the block (a remote implementation
+        downloads them there and removes them afterwards). Do not write under ``path``.
+
+        Raises:
+            ValueError: if ``storage_id`` is not a valid id.
+            FileNotFoundError: if no complete checkpoint has this id.
+        """
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def delete(self, storage_id: str) -> bool:
+        """Delete a checkpoint and all its files.
+
+        Returns:
+            True if something was deleted, False if no checkpoint had this id (deleting
+            twice is not an error).
+
+        Raises:
+            ValueError: if ``storage_id`` is not a valid id.
+        """
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def resources(self, storage_id: str) -> dict[str, int]:
+        """The files of a stored checkpoint.
+
+        Returns:
+            ``{relative_path: size_in_bytes}``, sorted by path.
+
+        Raises:
+            ValueError: if ``storage_id`` is not a valid id.
+            FileNotFoundError: if no complete checkpoint has this id.
+        """
+        raise NotImplementedError  # abstract
+
+
+class FileSystemStorageManager(StorageManager):
+    """Checkpoints as directories ``<base_path>/<uuid>/`` on a (local or shared) file system.
+
+    ``store_path`` writes into ``<base_path>/<uuid>.tmp-<random>/`` beside the final
+    place and renames it to ``<uuid>`` when complete. A rename within one directory is
+    atomic on POSIX file systems, so readers never see a half-written checkpoint.
+
+    Args:
+        base_path: the directory holding one sub-directory per checkpoint; created on the
+            first write if missing.
+
+    Raises:
+        TypeError: if ``base_path`` is not a str or path.
+        ValueError: if ``base_path`` is empty or relative.
+    """
+
+    def __init__(self, base_path: str | os.PathLike[str]) -> None:
+        if not isinstance(base_path, (str, os.PathLike)):
+            raise TypeError(f"base_path must be a str or path, got {type(base_path).__name__}")
+        path = Path(base_path)
+        if not str(base_path) or not path.is_absolute():
+            raise ValueError(f"base_path must be an absolute directory path, got {base_path!r}")
+        self.base_path = path
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.base_path)!r})"
+
+    def _final(self, storage_id: str) -> Path:
+        return self.base_path / check_storage_id(storage_id)
+
+    @contextlib.contextmanager
+    def store_path(self, storage_id: str) -> Iterator[Path]:
+        final = self._final(storage_id)
+        if final.exists():
+            raise FileExistsError(f"checkpoint {storage_id} already exists at {final}")
+        self.base_path.mkdir(parents=True, exist_ok=True)
+        tmp = Path(_make_temp_dir(self.base_path, f"{storage_id}.tmp-"))
+        try:
+            yield tmp
+            _fsync_tree(tmp)
+            os.rename(tmp, final)
+        except BaseException:
+            _remove_tree(tmp)
+            raise
+        _fsync_dir(self.base_path)
+
+    @contextlib.contextmanager
+    def restore_path(self, storage_id: str) -> Iterator[Path]:
+        final = self._final(storage_id)
+        if not final.is_dir():
+            raise FileNotFoundError(f"no checkpoint {storage_id} under {self.base_path}")
+        yield final
+
+    def delete(self, storage_id: str) -> bool:
+        final = self._final(storage_id)
+        if not final.exists():
+            return False
+        # Rename first so that a crash half-way through never leaves a partial checkpoint
+        # under its real name.
+        doomed = self.base_path / f"{storage_id}.tmp-deleting-{uuidlib.uuid4().hex}"
+        os.rename(final, doomed)
+        _remove_tree(doomed)
+        return True
+
+    def resources(self, storage_id: str) -> dict[str, int]:
+        final = self._final(storage_id)
+        if not final.is_dir():
+            raise FileNotFoundError(f"no checkpoint {storage_id} under {self.base_path}")
+        return directory_resources(final)
+
+
+def _make_temp_dir(parent: Path, prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file under ``root`` to disk so the rename publishes durable bytes."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            if os.path.isfile(full) and not os.path.islink(full):
+                fd = os.open(full, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        # Some file systems (and platforms) do not support fsync on directories.
+        pass
+    finally:
+        os.close(fd)
