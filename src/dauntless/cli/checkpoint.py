@@ -1,0 +1,76 @@
+"""``det checkpoint|c``: describe a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ._util import (
+    add_json_flag,
+    fmt_bytes,
+    fmt_time,
+    open_session,
+    positive_int,
+    print_fields,
+    print_json,
+    print_table,
+    write_line,
+)
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with open_session(args) as session:
+        ckpt = session.get_checkpoint(args.uuid)
+    if args.json:
+        print_json({"checkpoint": ckpt})
+        return 0
+    resources = ckpt.get("resources") or {}
+    total = sum(int(v) for v in resources.values() if isinstance(v, (int, float)))
+    print_fields(
+        [
+            ("UUID", ckpt.get("uuid")),
+            ("Experiment ID", ckpt.get("experiment_id")),
+            ("Trial ID", ckpt.get("trial_id")),
+            ("Batches", ckpt.get("total_batches")),
+            ("State", ckpt.get("state")),
+            ("Report time", fmt_time(ckpt.get("report_time"))),
+            ("Storage path", ckpt.get("storage_path") or ""),
+            ("Size", fmt_bytes(total)),
+        ]
+    )
+    print_table(
+        ["Path", "Size"],
+        [[path, fmt_bytes(size)] for path, size in sorted(resources.items())],
+        title="Resources",
+    )
+    metadata = ckpt.get("metadata") or {}
+    if metadata:
+        write_line("Metadata:")
+        write_line(json.dumps(metadata, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add the ``checkpoint`` (alias ``c``) command group."""
+    group = subparsers.add_parser(
+        "checkpoint", aliases=["c"], help="inspect checkpoints", parents=[common]
+    )
+    sub = group.add_subparsers(dest="checkpoint_command", metavar="COMMAND", required=True)
+    p = sub.add_parser("describe", help="show a checkpoint and its files", parents=[common])
+    p.add_argument("uuid", metavar="UUID", help="checkpoint UUID")
+    add_json_flag(p)
+    p.set_defaults(func=_describe)
+
+    from .experiment import _list_checkpoints
+    from .lifecycle import register_checkpoint_commands
+
+    p = sub.add_parser("list", aliases=["ls"], help="list an experiment's checkpoints",
+                       parents=[common])
+    p.add_argument("experiment_id", metavar="ID", type=positive_int, help="experiment ID")
+    add_json_flag(p)
+    p.set_defaults(func=_list_checkpoints)
+    register_checkpoint_commands(sub, common)
+
+
+__all__ = ["register"]

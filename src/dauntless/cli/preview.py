@@ -1,0 +1,128 @@
+"""``det preview-search``: the trials and lengths a config's searcher would create.
+
+Nothing runs and no master is asked: the config is validated here and its searcher is
+driven by :func:`dauntless.searcher.preview_search`, which assumes that every trial
+reports the same metric (so an adaptive search promotes by its tie rule only; the
+``Brackets`` table gives the rung lengths its trials may reach). The ``--json`` answer
+has the shape of the master's ``POST /api/v1/preview-hp-search``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from dauntless.config import ConfigError, parse_experiment_config
+from dauntless.searcher import PREVIEW_TRIAL_LIMIT, preview_document
+
+from ._util import add_json_flag, exit_with_error, fmt_hparams, print_json, print_table, write_line
+
+MAX_SEED = 2**32 - 1
+"""The largest experiment seed the searchers accept."""
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"the seed must be in 0..{MAX_SEED}, got {value}")
+    return value
+
+
+def print_preview(doc: dict[str, Any], source: str) -> None:
+    """Print a :func:`preview_document` as tables: brackets (adaptive), trials, totals.
+
+    Args:
+        doc: the preview.
+        source: where the config came from (shown in the heading).
+    """
+    summary = doc["summary"]
+    write_line(
+        f"Preview of the {summary['searcher']} search of {source} (seed {summary['seed']}); "
+        "every trial is assumed to report the same metric."
+    )
+    if "brackets" in summary:
+        print_table(
+            ["Bracket", "Rung lengths", "Trials", "Max concurrent"],
+            [
+                [str(i + 1), ", ".join(str(n) for n in b["rungs"]) + f" {b['unit']}",
+                 str(b["trials"]), str(b["max_concurrent"])]
+                for i, b in enumerate(summary["brackets"])
+            ],
+            title="Brackets",
+        )
+    print_table(
+        ["Trial", "H-Params", "Lengths (batches)"],
+        [
+            [str(i + 1), fmt_hparams(t["hparams"]), ", ".join(str(n) for n in t["lengths"])]
+            for i, t in enumerate(doc["trials"])
+        ],
+        title="Trials",
+    )
+    print_table(
+        ["Trials", "Train for (batches)"],
+        [[str(row["trials"]), str(row["batches"])] for row in summary["final_lengths"]],
+        title="Summary",
+    )
+    write_line(f"Total: {summary['num_trials']} trials, {summary['total_batches']} batches")
+
+
+def _preview(args: argparse.Namespace) -> int:
+    from dauntless.searcher import SearcherConfigError
+
+    path = args.config_file
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        exit_with_error(
+            f"cannot read the config file {path}: {getattr(exc, 'strerror', None) or exc}"
+        )
+    try:
+        config = parse_experiment_config(text)
+    except ConfigError as exc:
+        exit_with_error(f"the experiment config {path} is invalid", exc.errors)
+    seed = args.seed
+    if seed is None:
+        seed = config.reproducibility.experiment_seed or 0
+    try:
+        doc = preview_document(config, seed)
+    except SearcherConfigError as exc:
+        exit_with_error(f"the experiment config {path} is invalid", [(exc.field, exc.detail)])
+    except ValueError as exc:
+        exit_with_error(f"cannot preview {path}", [("searcher", str(exc))])
+    if args.json:
+        print_json(doc)
+    else:
+        print_preview(doc, path)
+    return 0
+
+
+def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add the ``preview-search`` command.
+
+    Args:
+        subparsers: the top-level ``add_subparsers()`` object.
+        common: a parent parser with the options every command takes (``-m``).
+    """
+    p = subparsers.add_parser(
+        "preview-search",
+        help="print the trials and lengths a config's searcher would create, running nothing",
+        parents=[common],
+    )
+    p.add_argument("config_file", metavar="CONFIG", help="experiment config (YAML)")
+    p.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help="experiment seed to preview with (default: the config's "
+        "reproducibility.experiment_seed, else 0; an experiment created without one "
+        "gets a random seed, hence other hyperparameters)",
+    )
+    add_json_flag(p)
+    p.set_defaults(func=_preview)
+
+
+__all__ = ["PREVIEW_TRIAL_LIMIT", "preview_document", "print_preview", "register"]

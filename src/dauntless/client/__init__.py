@@ -1,0 +1,80 @@
+"""A typed Python client (SDK) for the Dauntless master's REST API.
+
+    from dauntless.client import Session, build_context_tarball
+
+    with Session("127.0.0.1:8080") as s:
+        exp = s.create_experiment(open("const.yaml").read(), build_context_tarball("."))
+        print(s.get_experiment(exp["id"])["trials"])
+
+Routes and objects follow docs/protocol.md.
+"""
+
+from ._context import (
+    BUILTIN_IGNORES,
+    IGNORE_FILE,
+    MAX_CONTEXT_BYTES,
+    ContextEntry,
+    build_context_tarball,
+    list_context_entries,
+    list_context_files,
+)
+from ._errors import (
+    APIError,
+    ClientError,
+    ContextError,
+    ContextTooLargeError,
+    MasterUnreachableError,
+)
+from ._follow import experiment_done_checker, follow_trial_logs, wait_for_first_trial
+from ._session import Session
+from ._types import (
+    TERMINAL_EXPERIMENT_STATES,
+    TERMINAL_TRIAL_STATES,
+    Agent,
+    Checkpoint,
+    Experiment,
+    ExperimentDetail,
+    ExperimentPage,
+    LogLine,
+    MasterInfo,
+    Metric,
+    Slot,
+    Trial,
+    TrialLogs,
+)
+from ._url import DEFAULT_MASTER_URL, normalize_master_url, resolve_master_url
+
+__all__ = [
+    "APIError",
+    "Agent",
+    "BUILTIN_IGNORES",
+    "Checkpoint",
+    "ClientError",
+    "ContextEntry",
+    "ContextError",
+    "ContextTooLargeError",
+    "DEFAULT_MASTER_URL",
+    "Experiment",
+    "ExperimentDetail",
+    "ExperimentPage",
+    "IGNORE_FILE",
+    "LogLine",
+    "MAX_CONTEXT_BYTES",
+    "MasterInfo",
+    "MasterUnreachableError",
+    "Metric",
+    "Session",
+    "Slot",
+    "TERMINAL_EXPERIMENT_STATES",
+    "TERMINAL_TRIAL_STATES",
+    "Trial",
+    "TrialLogs",
+    "build_context_tarball",
+    "experiment_done_checker",
+    "follow_trial_logs",
+    "list_context_entries",
+    "list_context_files",
+    "normalize_master_url",
+    "resolve_master_url",
+    "wait_for_first_trial",
+]

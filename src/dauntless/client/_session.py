@@ -1,0 +1,528 @@
+"""A typed session over the master's REST API (docs/protocol.md, "User-facing")."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+import yaml
+
+from ._errors import APIError, MasterUnreachableError
+from ._types import (
+    Agent,
+    Checkpoint,
+    Experiment,
+    ExperimentDetail,
+    ExperimentPage,
+    MasterInfo,
+    Metric,
+    Trial,
+    TrialLogs,
+)
+from ._url import resolve_master_url
+
+API_PREFIX = "/api/v1"
+#: Statuses a GET is retried on: a proxy in front of a master that is (re)starting.
+_RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+class Session:
+    """A connection to one master, with retries for a master that is (re)starting.
+
+    GET requests are idempotent and are retried on any network error or timeout and on
+    502/503/504 answers; other methods are retried only when the connection could not be
+    opened at all (nothing was sent). The delay before retry ``k`` (from 0) is drawn from
+    ``[d/2, d]`` with ``d = min(max_backoff, backoff * 2**k)`` seconds ("equal jitter",
+    from M. Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015).
+
+    Args:
+        master_url: the master's address (``http://host:port`` or ``host:port``); when
+            None, ``DET_MASTER`` or ``http://127.0.0.1:8080`` (see
+            :func:`resolve_master_url`).
+        timeout: seconds to wait for a connection and for each read of an answer.
+        retries: how many times a failed request is retried (0 disables retries).
+        backoff: seconds of the first retry delay; it doubles each retry.
+        max_backoff: the largest retry delay, in seconds.
+        upload_timeout: seconds allowed to send an experiment's context upload.
+        transport: an httpx transport to use instead of the network (tests).
+        sleep: the function that waits between retries (tests pass a recorder).
+
+    Raises:
+        ValueError: for a bad URL or a negative/zero numeric argument.
+        TypeError: when a numeric argument is not a number.
+
+    Every request method raises :class:`APIError` when the master answers with an error
+    status and :class:`MasterUnreachableError` when it cannot be reached.
+    """
+
+    def __init__(
+        self,
+        master_url: str | None = None,
+        timeout: float = 30.0,
+        *,
+        retries: int = 4,
+        backoff: float = 0.25,
+        max_backoff: float = 4.0,
+        upload_timeout: float = 600.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        _check_number("timeout", timeout, positive=True)
+        _check_number("backoff", backoff, positive=False)
+        _check_number("max_backoff", max_backoff, positive=False)
+        _check_number("upload_timeout", upload_timeout, positive=True)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+        self.master_url = resolve_master_url(master_url)
+        self.timeout = float(timeout)
+        self.retries = retries
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.upload_timeout = float(upload_timeout)
+        self._sleep = sleep
+        self._rng = random.Random()
+        self._client = httpx.Client(timeout=self.timeout, transport=transport)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the underlying connections. The session is unusable afterwards."""
+        self._client.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session(master_url={self.master_url!r})"
+
+    # -- low level ---------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        files: Mapping[str, Any] | None = None,
+        timeout: httpx.Timeout | float | None = None,
+    ) -> httpx.Response:
+        """Send one request under ``/api/v1``, retrying as the class describes.
+
+        Args:
+            method: the HTTP method, for example ``"GET"``.
+            path: the route below ``/api/v1``, starting with ``/`` (``"/experiments"``).
+            params: query parameters; None values are left out.
+            json: a JSON body.
+            files: multipart parts, as httpx takes them.
+            timeout: a timeout for this request instead of the session's.
+
+        Returns:
+            The response, with a status below 400.
+
+        Raises:
+            ValueError: when ``path`` does not start with ``/``.
+            APIError: for an error status.
+            MasterUnreachableError: when no answer could be had.
+        """
+        if not path.startswith("/"):
+            raise ValueError(f"path must start with '/', got {path!r}")
+        method = method.upper()
+        url = f"{self.master_url}{API_PREFIX}{path}"
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        attempt = 0
+        while True:
+            try:
+                response = self._client.request(
+                    method,
+                    url,
+                    params=query or None,
+                    json=json,
+                    files=files,
+                    timeout=self.timeout if timeout is None else timeout,
+                )
+            except httpx.TransportError as exc:
+                if attempt < self.retries and _retryable(method, exc):
+                    self._sleep(self._delay(attempt))
+                    attempt += 1
+                    continue
+                raise MasterUnreachableError(self.master_url, _describe(exc)) from None
+            if (
+                method == "GET"
+                and response.status_code in _RETRY_STATUSES
+                and attempt < self.retries
+            ):
+                self._sleep(self._delay(attempt))
+                attempt += 1
+                continue
+            if response.status_code >= 400:
+                raise _api_error(response)
+            return response
+
+    def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """GET ``/api/v1{path}`` and decode the JSON answer (see :meth:`request`)."""
+        return _decode(self.request("GET", path, params=params))
+
+    def post_json(self, path: str, body: Any = None) -> Any:
+        """POST a JSON body to ``/api/v1{path}`` and decode the answer (see :meth:`request`)."""
+        return _decode(self.request("POST", path, json=body if body is not None else {}))
+
+    def _delay(self, attempt: int) -> float:
+        ceiling = min(self.max_backoff, self.backoff * (2**attempt))
+        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+    # -- master and agents -------------------------------------------------------------
+
+    def master_info(self) -> MasterInfo:
+        """``GET /master``: the master's version, cluster name and cluster id."""
+        return cast(MasterInfo, self.get_json("/master"))
+
+    def list_agents(self) -> list[Agent]:
+        """``GET /agents``: every registered agent with its slots."""
+        return cast(list[Agent], self.get_json("/agents")["agents"])
+
+    # -- experiments -------------------------------------------------------------------
+
+    def create_experiment(
+        self,
+        config: str | Mapping[str, Any],
+        context: bytes | None = None,
+        *,
+        activate: bool = True,
+    ) -> Experiment:
+        """``POST /experiments``: submit an experiment.
+
+        Args:
+            config: the experiment config as YAML text or a mapping.
+            context: the context directory as gzipped tar bytes (see
+                :func:`build_context_tarball`), or None to upload no code.
+            activate: False to create the experiment paused.
+
+        Returns:
+            The created experiment (its ``id`` names it from now on).
+
+        Raises:
+            TypeError: when ``config`` or ``context`` has the wrong type.
+            APIError: 400 with field ``errors`` for a config the master rejects, 413 for a
+                context over the master's limit.
+        """
+        answer = _decode(
+            self.request(
+                "POST",
+                "/experiments",
+                files=self._experiment_form(config, context, activate, validate_only=False),
+                timeout=httpx.Timeout(self.timeout, write=self.upload_timeout),
+            )
+        )
+        return cast(Experiment, answer["experiment"])
+
+    def validate_experiment(
+        self, config: str | Mapping[str, Any], context: bytes | None = None
+    ) -> dict[str, Any]:
+        """``POST /experiments`` with ``validate_only``: check a config without creating.
+
+        Args:
+            config: the experiment config as YAML text or a mapping.
+            context: optional gzipped tar bytes of the context directory.
+
+        Returns:
+            The master's answer.
+
+        Raises:
+            APIError: 400 with field ``errors`` when the config is invalid.
+        """
+        return cast(
+            dict[str, Any],
+            _decode(
+                self.request(
+                    "POST",
+                    "/experiments",
+                    files=self._experiment_form(config, context, True, validate_only=True),
+                    timeout=httpx.Timeout(self.timeout, write=self.upload_timeout),
+                )
+            ),
+        )
+
+    @staticmethod
+    def _experiment_form(
+        config: str | Mapping[str, Any],
+        context: bytes | None,
+        activate: bool,
+        validate_only: bool,
+    ) -> dict[str, Any]:
+        if isinstance(config, Mapping):
+            text = yaml.safe_dump(dict(config), sort_keys=False)
+        elif isinstance(config, str):
+            text = config
+        else:
+            raise TypeError(f"config must be YAML text or a mapping, got {type(config).__name__}")
+        # Every field goes as a multipart part ((None, value) = a plain form field).
+        parts: dict[str, Any] = {
+            "config": (None, text),
+            "activate": (None, "true" if activate else "false"),
+            "validate_only": (None, "true" if validate_only else "false"),
+        }
+        if context is not None:
+            if not isinstance(context, (bytes, bytearray)):
+                raise TypeError(f"context must be gzipped tar bytes, got {type(context).__name__}")
+            parts["context"] = ("context.tar.gz", bytes(context), "application/gzip")
+        return parts
+
+    def list_experiments(
+        self, archived: bool | None = False, limit: int = 100, offset: int = 0
+    ) -> ExperimentPage:
+        """``GET /experiments``: one page of experiments.
+
+        Args:
+            archived: True: archived only; False: unarchived only; None: both.
+            limit: the page size (experiments), >= 1.
+            offset: how many experiments to skip, >= 0.
+
+        Returns:
+            ``{"experiments": [...], "total": n}``.
+
+        Raises:
+            ValueError: for a limit below 1 or a negative offset.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        params = {
+            "archived": "all" if archived is None else ("true" if archived else "false"),
+            "limit": limit,
+            "offset": offset,
+        }
+        return cast(ExperimentPage, self.get_json("/experiments", params))
+
+    def iter_experiments(
+        self, archived: bool | None = False, page_size: int = 100
+    ) -> Iterator[Experiment]:
+        """Every experiment matching ``archived``, fetched page by page.
+
+        Args:
+            archived: as for :meth:`list_experiments`.
+            page_size: experiments per request, >= 1.
+
+        Yields:
+            Experiments in the master's order.
+        """
+        offset = 0
+        while True:
+            page = self.list_experiments(archived=archived, limit=page_size, offset=offset)
+            items = page.get("experiments", [])
+            yield from items
+            offset += len(items)
+            if not items or offset >= int(page.get("total", offset)):
+                return
+
+    def get_experiment(self, experiment_id: int) -> ExperimentDetail:
+        """``GET /experiments/{id}``: the experiment and its trials."""
+        _check_id("experiment_id", experiment_id)
+        return cast(ExperimentDetail, self.get_json(f"/experiments/{experiment_id}"))
+
+    def get_experiment_trials(self, experiment_id: int) -> list[Trial]:
+        """``GET /experiments/{id}/trials``: the experiment's trials."""
+        _check_id("experiment_id", experiment_id)
+        return cast(list[Trial], self.get_json(f"/experiments/{experiment_id}/trials")["trials"])
+
+    def get_experiment_checkpoints(self, experiment_id: int) -> list[Checkpoint]:
+        """``GET /experiments/{id}/checkpoints``: the checkpoints of all its trials."""
+        _check_id("experiment_id", experiment_id)
+        answer = self.get_json(f"/experiments/{experiment_id}/checkpoints")
+        return cast(list[Checkpoint], answer["checkpoints"])
+
+    def get_model_def(self, experiment_id: int) -> bytes:
+        """``GET /experiments/{id}/model_def``: the uploaded context as gzipped tar bytes."""
+        _check_id("experiment_id", experiment_id)
+        return self.request("GET", f"/experiments/{experiment_id}/model_def").content
+
+    # -- trials ------------------------------------------------------------------------
+
+    def get_trial(self, trial_id: int) -> Trial:
+        """``GET /trials/{id}``: one trial."""
+        _check_id("trial_id", trial_id)
+        return cast(Trial, self.get_json(f"/trials/{trial_id}")["trial"])
+
+    def get_trial_metrics(self, trial_id: int, group: str | None = None) -> list[Metric]:
+        """``GET /trials/{id}/metrics``: metric reports ordered by ``total_batches``.
+
+        Args:
+            trial_id: the trial.
+            group: ``"training"``, ``"validation"``, or None for both.
+
+        Raises:
+            ValueError: for another ``group``.
+        """
+        _check_id("trial_id", trial_id)
+        if group not in (None, "training", "validation"):
+            raise ValueError(f"group must be 'training', 'validation' or None, got {group!r}")
+        answer = self.get_json(f"/trials/{trial_id}/metrics", {"group": group})
+        return cast(list[Metric], answer["metrics"])
+
+    def get_trial_logs(self, trial_id: int, after_id: int = 0, limit: int = 1000) -> TrialLogs:
+        """``GET /trials/{id}/logs``: log lines with ``id > after_id``.
+
+        Args:
+            trial_id: the trial.
+            after_id: the id of the last line already seen (0 for the start).
+            limit: at most this many lines (>= 1).
+
+        Returns:
+            ``{"logs": [...], "trial_state": "..."}``.
+
+        Raises:
+            ValueError: for a negative ``after_id`` or a ``limit`` below 1.
+        """
+        _check_id("trial_id", trial_id)
+        if after_id < 0:
+            raise ValueError(f"after_id must be >= 0, got {after_id}")
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        params = {"after_id": after_id, "limit": limit}
+        return cast(TrialLogs, self.get_json(f"/trials/{trial_id}/logs", params))
+
+    def get_trial_checkpoints(self, trial_id: int) -> list[Checkpoint]:
+        """``GET /trials/{id}/checkpoints``: the trial's checkpoints."""
+        _check_id("trial_id", trial_id)
+        answer = self.get_json(f"/trials/{trial_id}/checkpoints")
+        return cast(list[Checkpoint], answer["checkpoints"])
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def get_checkpoint(self, uuid: str) -> Checkpoint:
+        """``GET /checkpoints/{uuid}``: one checkpoint.
+
+        Raises:
+            ValueError: when ``uuid`` is empty.
+        """
+        if not isinstance(uuid, str) or not uuid.strip():
+            raise ValueError(f"uuid must be a non-empty string, got {uuid!r}")
+        answer = self.get_json(f"/checkpoints/{quote(uuid.strip(), safe='')}")
+        return cast(Checkpoint, answer["checkpoint"])
+
+    def download_checkpoint(self, uuid: str) -> bytes:
+        """``GET /checkpoints/{uuid}/download``: the checkpoint directory as a gzipped tar.
+
+        Raises:
+            ValueError: when ``uuid`` is empty.
+        """
+        if not isinstance(uuid, str) or not uuid.strip():
+            raise ValueError(f"uuid must be a non-empty string, got {uuid!r}")
+        r = self.request("GET", f"/checkpoints/{quote(uuid.strip(), safe='')}/download",
+                         timeout=self.upload_timeout)
+        return r.content
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def experiment_action(self, experiment_id: int, action: str) -> dict[str, Any]:
+        """``POST /experiments/{id}/{action}``: pause, activate, cancel, kill, archive or
+        unarchive. Returns the experiment.
+
+        Raises:
+            ValueError: an unknown action.
+            APIError: 409 when the experiment's state forbids it.
+        """
+        actions = ("pause", "activate", "cancel", "kill", "archive", "unarchive")
+        if action not in actions:
+            raise ValueError(f"action must be one of {actions}, got {action!r}")
+        _check_id("experiment_id", experiment_id)
+        return self.post_json(f"/experiments/{experiment_id}/{action}")["experiment"]
+
+    def patch_experiment(self, experiment_id: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``PATCH /experiments/{id}``: name, description or ``checkpoint_storage`` GC counts."""
+        _check_id("experiment_id", experiment_id)
+        return _decode(self.request("PATCH", f"/experiments/{experiment_id}", json=dict(body)))[
+            "experiment"
+        ]
+
+    def delete_experiment(self, experiment_id: int) -> None:
+        """``DELETE /experiments/{id}``: its checkpoints, then every record."""
+        _check_id("experiment_id", experiment_id)
+        self.request("DELETE", f"/experiments/{experiment_id}")
+
+    def set_agent_enabled(self, agent_id: str, enabled: bool, drain: bool = False) -> dict[str, Any]:
+        """``POST /agents/{id}/enable|disable``; ``drain`` lets running trials finish."""
+        path = f"/agents/{quote(agent_id, safe='')}/{'enable' if enabled else 'disable'}"
+        return self.post_json(path, None if enabled else {"drain": drain})["agent"]
+
+    def set_slot_enabled(self, agent_id: str, slot_id: str, enabled: bool) -> dict[str, Any]:
+        """``POST /agents/{id}/slots/{slot}/enable|disable``."""
+        path = (f"/agents/{quote(agent_id, safe='')}/slots/{quote(slot_id, safe='')}/"
+                f"{'enable' if enabled else 'disable'}")
+        return self.post_json(path)["agent"]
+
+    def list_resource_pools(self) -> list[dict[str, Any]]:
+        """``GET /resource-pools``: pools with their slot counts."""
+        return self.get_json("/resource-pools")["resource_pools"]
+
+    def kill_trial(self, trial_id: int) -> dict[str, Any]:
+        """``POST /trials/{id}/kill``. Returns the trial."""
+        _check_id("trial_id", trial_id)
+        return self.post_json(f"/trials/{trial_id}/kill")["trial"]
+
+
+def _check_number(name: str, value: Any, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0 seconds, got {value}")
+    if not positive and value < 0:
+        raise ValueError(f"{name} must be >= 0 seconds, got {value}")
+
+
+def _check_id(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _retryable(method: str, exc: httpx.TransportError) -> bool:
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return True  # nothing reached the master: safe for any method
+    if method != "GET":
+        return False
+    return isinstance(exc, (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError))
+
+
+def _describe(exc: httpx.TransportError) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, httpx.ConnectError):
+        lowered = text.lower()
+        if "refused" in lowered:
+            return "connection refused"
+        if "name or service" in lowered or "nodename" in lowered or "resolve" in lowered:
+            return f"unknown host: {text}"
+        return text or "connection failed"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    return text or type(exc).__name__
+
+
+def _api_error(response: httpx.Response) -> APIError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    text = response.text.strip().splitlines()[0][:300] if response.text.strip() else ""
+    fallback = text or response.reason_phrase or f"HTTP {response.status_code}"
+    return APIError.from_body(response.status_code, body, fallback)
+
+
+def _decode(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise APIError(
+            response.status_code,
+            f"the master answered {response.request.method} {response.request.url.path} "
+            "with a body that is not JSON",
+        ) from None
