@@ -1,0 +1,213 @@
+// Page 3: one trial: hyperparameters, training and validation charts against batches,
+// live logs, checkpoints and restarts. The trial's state comes live from its
+// experiment's stream; logs from /stream/trials/{id}/logs.
+
+import { get, query, stream } from "../api.js";
+import { MultiLineChart } from "../charts.js";
+import {
+  badge, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, setChildren, throttle, toast,
+} from "../util.js";
+import { hparamText } from "./experiment.js";
+
+const MAX_LOG_LINES = 5000;
+const AXIS_KEYS = new Set(["batches", "epochs"]);
+
+/** Series {label, x, y} of each numeric metric in `reports` (Metric objects). */
+function metricSeries(reports) {
+  const byName = new Map();
+  for (const r of reports) {
+    for (const [k, v] of Object.entries(r.values || {})) {
+      if (AXIS_KEYS.has(k) || typeof v !== "number" || !Number.isFinite(v)) continue;
+      if (!byName.has(k)) byName.set(k, { label: k, x: [], y: [] });
+      const s = byName.get(k);
+      s.x.push(r.total_batches);
+      s.y.push(v);
+    }
+  }
+  return [...byName.values()].sort((a, b) => a.label.localeCompare(b.label));
+}
+
+/**
+ * One small chart per metric, made and dropped as metric names come and go.
+ * The container carries data-charts: how many charts it shows.
+ */
+class MetricGrid {
+  constructor(el, group) {
+    this.el = el;
+    this.group = group;
+    this.charts = new Map();
+  }
+
+  draw(series) {
+    const names = new Set(series.map((s) => s.label));
+    for (const [name, c] of this.charts) {
+      if (!names.has(name)) { c.chart.destroy(); c.box.remove(); this.charts.delete(name); }
+    }
+    if (!series.length) {
+      setChildren(this.el, h("div.muted", null, `No ${this.group} metrics yet.`));
+    } else {
+      this.el.querySelector(":scope > .muted")?.remove();
+    }
+    for (const s of series) {
+      let c = this.charts.get(s.label);
+      if (!c) {
+        const box = h("div.chart", { dataset: { metric: s.label } });
+        this.el.append(h("div.metric-cell", null, h("div.small.muted", null, s.label), box));
+        c = { box: box.parentElement, chart: new MultiLineChart(box, { height: 220 }) };
+        this.charts.set(s.label, c);
+      }
+      c.chart.draw({ series: [s], yLabel: s.label });
+    }
+    this.el.dataset.charts = String(series.length);
+    this.el.dataset.rendered = "1";
+  }
+
+  destroy() {
+    for (const c of this.charts.values()) c.chart.destroy();
+  }
+}
+
+/** Draw the trial page into `root`; returns its cleanup. */
+export function render(root, [trialId]) {
+  const header = h("div.card", { id: "trial-header" }, h("div.muted", null, "Loading…"));
+  const hpBox = h("div", { id: "trial-hparams" });
+  const trainBox = h("div.chart-grid", { id: "training-charts" });
+  const validBox = h("div.chart-grid", { id: "validation-charts" });
+  const logsPre = h("pre.logs", { id: "trial-logs" });
+  const follow = h("input", { type: "checkbox", checked: true, id: "follow-logs" });
+  const logCount = h("span.muted.small", { id: "log-count" });
+  const ckptBox = h("div", { id: "trial-checkpoints" });
+  const runsBox = h("div", { id: "trial-restarts" });
+  const backLink = h("span");
+
+  setChildren(root,
+    h("div.toolbar", null, backLink),
+    header,
+    h("div.row", null,
+      h("div.card", { style: { flex: "0 1 320px" } }, h("h2", null, "Hyperparameters"), hpBox),
+      h("div.card.grow", null, h("h2", null, "Training metrics"), trainBox)),
+    h("div.card", null, h("h2", null, "Validation metrics"), validBox),
+    h("div.card", null,
+      h("div.toolbar", null, h("h2", null, "Logs"), h("span.spacer"), logCount,
+        h("label", null, follow, " Follow")),
+      logsPre),
+    h("div.row", null,
+      h("div.card.grow", null, h("h2", null, "Checkpoints"), ckptBox),
+      h("div.card.grow", null, h("h2", null, "Runs and restarts"), runsBox)));
+
+  const trainCharts = new MetricGrid(trainBox, "training");
+  const validCharts = new MetricGrid(validBox, "validation");
+  const closers = [];
+  let closed = false;
+  let signature = "";
+  let lines = 0;
+
+  function drawHeader(t, exp) {
+    setChildren(backLink, h("a", { href: `/experiments/${t.experiment_id}` },
+      `‹ Experiment ${t.experiment_id}${exp ? `: ${exp.name}` : ""}`));
+    const metric = exp?.searcher_metric;
+    setChildren(header,
+      h("div.toolbar", null, h("h1", null, `Trial ${t.id}`), badge(t.state)),
+      h("div.row", null,
+        h("table.kv", null, h("tbody", null,
+          h("tr", null, h("td", null, "Experiment"), h("td", null,
+            h("a", { href: `/experiments/${t.experiment_id}` }, t.experiment_id))),
+          h("tr", null, h("td", null, "Batches"), h("td", { id: "trial-batches" },
+            `${fmtNum(t.total_batches)}${t.target_length != null ? ` of ${fmtNum(t.target_length)}` : ""}`)),
+          h("tr", null, h("td", null, "Restarts"), h("td", { id: "trial-restart-count" }, t.restarts)),
+          h("tr", null, h("td", null, "Seed"), h("td", null, t.seed)))),
+        h("table.kv", null, h("tbody", null,
+          h("tr", null, h("td", null, `Best ${metric || "validation"}`), h("td", null, fmtNum(t.best_validation))),
+          h("tr", null, h("td", null, "Latest checkpoint"), h("td", null,
+            t.latest_checkpoint ? h("code", null, t.latest_checkpoint.slice(0, 8)) : "–")),
+          h("tr", null, h("td", null, "Started"), h("td", null, fmtTime(t.start_time))),
+          h("tr", null, h("td", null, "Duration"), h("td", null, fmtDuration(durationOf(t.start_time, t.end_time))))))));
+    setChildren(hpBox, h("table.kv", null, h("tbody", null,
+      Object.entries(t.hparams || {}).map(([k, v]) => h("tr", null, h("td", null, k), h("td", null, hparamText(v)))))));
+  }
+
+  async function loadMetrics() {
+    const { metrics } = await get(`/trials/${trialId}/metrics`);
+    if (closed) return;
+    trainCharts.draw(metricSeries(metrics.filter((m) => m.group === "training")));
+    validCharts.draw(metricSeries(metrics.filter((m) => m.group === "validation")));
+  }
+
+  async function loadCheckpointsAndRuns() {
+    const [{ checkpoints }, { allocations }] = await Promise.all([
+      get(`/trials/${trialId}/checkpoints`), get(`/allocations${query({ trial_id: trialId })}`)]);
+    if (closed) return;
+    setChildren(ckptBox, h("table.grid", { id: "trial-checkpoints-table" },
+      h("thead", null, h("tr", null, h("th", null, "UUID"), h("th.num", null, "Batches"),
+        h("th", null, "State"), h("th.num", null, "Size"), h("th", null, "Reported"))),
+      h("tbody", null, checkpoints.length ? checkpoints.slice().reverse().map((c) => h("tr", null,
+        h("td", null, h("code", { title: c.uuid }, c.uuid.slice(0, 8))),
+        h("td.num", null, fmtNum(c.total_batches)), h("td", null, badge(c.state)),
+        h("td.num", null, fmtBytes(Object.values(c.resources || {}).reduce((a, b) => a + b, 0))),
+        h("td", null, fmtTime(c.report_time))))
+        : h("tr", null, h("td.muted", { colSpan: 5 }, "No checkpoints yet.")))));
+    setChildren(runsBox, h("table.grid", { id: "trial-runs-table" },
+      h("thead", null, h("tr", null, h("th.num", null, "Run"), h("th", null, "Agent / slots"),
+        h("th", null, "State"), h("th", null, "Started"), h("th.num", null, "Ran"), h("th", null, "Exit"))),
+      h("tbody", null, allocations.length ? allocations.map((a) => h("tr", null,
+        h("td.num", null, a.run_id),
+        h("td", null, `${a.agent_id} / ${a.slot_ids.join(", ")}`),
+        h("td", null, badge(a.state)),
+        h("td", null, fmtTime(a.started_at ?? a.created_at)),
+        h("td.num", null, fmtDuration(durationOf(a.started_at, a.ended_at))),
+        h("td.wrap", null, a.exit_code == null ? (a.state === "TERMINATED" ? "unknown" : "–")
+          : `${a.exit_code}${a.exit_message ? `: ${a.exit_message}` : ""}`)))
+        : h("tr", null, h("td.muted", { colSpan: 6 }, "Not scheduled yet.")))));
+  }
+
+  const refresh = throttle(() => {
+    Promise.all([loadMetrics(), loadCheckpointsAndRuns()]).catch((err) => {
+      toast(`Could not load trial ${trialId}'s metrics or checkpoints: ${err.message}`, "error");
+    });
+  }, 2000);
+
+  function appendLogs(batch) {
+    const atBottom = logsPre.scrollTop + logsPre.clientHeight >= logsPre.scrollHeight - 4;
+    const frag = document.createDocumentFragment();
+    for (const line of batch) {
+      frag.append(h("div", { class: line.stdtype === "stderr" ? "stderr" : null, dataset: { id: line.id } },
+        h("span.ln", null, `${fmtTime(line.timestamp)} `),
+        line.rank_id != null ? h("span.ln", null, `[rank=${line.rank_id}] `) : null,
+        line.log));
+    }
+    logsPre.append(frag);
+    lines += batch.length;
+    while (logsPre.childElementCount > MAX_LOG_LINES) logsPre.firstElementChild.remove();
+    logCount.textContent = `${lines} lines`;
+    if (follow.checked && (atBottom || lines === batch.length)) logsPre.scrollTop = logsPre.scrollHeight;
+  }
+
+  get(`/trials/${trialId}`).then(({ trial: t }) => {
+    if (closed) return;
+    drawHeader(t, null);
+    refresh();
+    closers.push(stream(`/stream/experiments/${t.experiment_id}`, {
+      experiment: (body) => {
+        const next = body.trials.find((x) => x.id === trialId);
+        if (!next) return;
+        drawHeader(next, body.experiment);
+        const sig = `${next.total_batches}:${next.latest_checkpoint}:${next.state}:${next.restarts}`;
+        if (sig !== signature) refresh();
+        signature = sig;
+      },
+    }));
+    closers.push(stream(`/stream/trials/${trialId}/logs`, {
+      logs: (body) => appendLogs(body.logs),
+    }));
+  }).catch((err) => {
+    setChildren(root, h("div.card", null, h("div.error-box", null,
+      err.status === 404 ? `Trial ${trialId} not found.` : `Could not load trial ${trialId}: ${err.message}`)));
+  });
+
+  return () => {
+    closed = true;
+    for (const c of closers) c();
+    trainCharts.destroy();
+    validCharts.destroy();
+  };
+}
