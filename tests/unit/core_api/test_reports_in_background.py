@@ -1,0 +1,144 @@
+"""Training reports leave in the background, in order, over a real socket; errors surface
+on the next call."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from dauntless.core import (
+    APIError,
+    MasterBackend,
+    MasterUnreachableError,
+    MetricReport,
+    PreemptContext,
+    Session,
+)
+from dauntless.core._lite import LiteClient
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the master
+    answers: list[int] = []
+    seen: list[tuple[str, dict]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append((self.path, body))
+        status = type(self).answers.pop(0) if type(self).answers else 200
+        out = json.dumps({} if status < 400 else {"detail": f"status {status}"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        # A long poll that never raises the signal within the test.
+        type(self).seen.append((self.path, {}))
+        time.sleep(float(self.path.rsplit("=", 1)[1]))
+        out = b'{"preempt": false}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def server():
+    _Handler.answers, _Handler.seen = [], []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_lite_client_retries_5xx_and_reports_4xx(server):
+    sleeps: list[float] = []
+    poster = LiteClient(Session(server, sleep=sleeps.append, max_attempts=3))
+    _Handler.answers = [503, 502]
+    assert poster.post("/api/v1/x", {"a": 1}) == {}
+    assert len(sleeps) == 2 and [b for _, b in _Handler.seen] == [{"a": 1}] * 3
+    _Handler.answers = [409]
+    with pytest.raises(APIError, match="409: status 409"):
+        poster.post("/api/v1/x", {"a": 2})
+    poster.close()
+
+
+def test_lite_client_gives_up_on_an_unreachable_master():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    poster = LiteClient(Session(f"http://127.0.0.1:{port}", sleep=lambda s: None,
+                                max_attempts=2, timeout=1))
+    with pytest.raises(MasterUnreachableError, match="after 2 attempts"):
+        poster.post("/api/v1/x", {})
+
+
+def _report(step: int, group: str = "training") -> MetricReport:
+    return MetricReport(trial_id=1, group=group, steps_completed=step, trial_run_id=1,
+                        metrics={"loss": 1.0 / step})
+
+
+def test_training_reports_do_not_wait_and_keep_their_order(server):
+    backend = MasterBackend(Session(server, sleep=lambda s: None))
+    for step in (1, 2, 3):
+        backend.report_metrics(_report(step))
+    backend.report_progress(1, 0.5)
+    backend.report_metrics(_report(4, "validation"))  # waits for the ones before it
+    assert [(p, b.get("steps_completed", b.get("progress"))) for p, b in _Handler.seen] == [
+        ("/api/v1/trials/1/metrics", 1), ("/api/v1/trials/1/metrics", 2),
+        ("/api/v1/trials/1/metrics", 3), ("/api/v1/trials/1/progress", 0.5),
+        ("/api/v1/trials/1/metrics", 4),
+    ]
+    backend.close()
+
+
+def test_a_failed_background_report_is_raised_by_the_next_call():
+    release = threading.Event()
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if request.url.path.endswith("/metrics"):
+            release.wait(5)
+            return httpx.Response(400, json={"detail": "bad metrics"})
+        return httpx.Response(200, json={})
+
+    backend = MasterBackend(Session("http://m", transport=httpx.MockTransport(handler)))
+    start = time.monotonic()
+    backend.report_metrics(_report(1))
+    assert time.monotonic() - start < 1.0, "a training report must not wait for the master"
+    release.set()
+    with pytest.raises(APIError, match="bad metrics"):
+        backend.report_early_exit(1, "INVALID_HP")
+    backend.report_early_exit(1, "INVALID_HP")  # the error was raised once
+    assert calls[-1] == "/api/v1/trials/1/early_exit"
+    backend.close()
+
+
+def test_closing_ends_the_long_poll_at_once(server):
+    backend = MasterBackend(Session(server))
+    preempt = PreemptContext(backend, "1.1", poll_seconds=30)
+    assert preempt.should_preempt() is False  # starts the watcher
+    deadline = time.monotonic() + 5
+    while not _Handler.seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _Handler.seen[0][0] == "/api/v1/allocations/1.1/signals/preemption?timeout_seconds=30"
+    start = time.monotonic()
+    preempt.stop()
+    backend.close()
+    preempt.close()
+    assert time.monotonic() - start < 2.0
+    assert not any(t.name.startswith("preemption-") for t in threading.enumerate())

@@ -1,0 +1,128 @@
+"""PyTorchTrialContext: facts about the trial, wrapping, optimizer steps, LR schedules."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+import torch
+from harness_toy_trial import toy_config, toy_info
+
+from dauntless.core import DistributedContext
+from dauntless.pytorch import LRScheduler, PyTorchTrialContext
+
+
+@pytest.fixture
+def context(tmp_path):
+    config = toy_config(str(tmp_path), data={"path": "/data"})
+    return PyTorchTrialContext(toy_info(config, steps_completed=0))
+
+
+def test_trial_facts(context):
+    assert context.get_hparam("lr") == 0.01
+    assert context.get_hparams() == {"global_batch_size": 8, "lr": 0.01}
+    with pytest.raises(KeyError, match=r"'momentum' is not defined; this trial has \['global_batch_size', 'lr'\]"):
+        context.get_hparam("momentum")
+    assert context.get_data_config() == {"path": "/data"}
+    assert context.get_experiment_config()["name"] == "toy"
+    assert (context.get_experiment_id(), context.get_trial_id()) == (2, 3)
+    assert context.get_trial_seed() == 1234
+    assert context.get_per_slot_batch_size() == context.get_global_batch_size() == 8
+    assert context.device == torch.device("cpu")
+    assert context.distributed.get_rank() == 0 and context.distributed.get_size() == 1
+    assert context.get_initial_batch() == 0 and context.current_train_batch() == 0
+    with pytest.raises(RuntimeError, match="epoch length"):
+        context.current_train_epoch()
+    context._epoch_len, context._current_batch = 8, 17
+    assert context.current_train_epoch() == 2
+    assert not context.is_epoch_start() and not context.is_epoch_end()
+    context._current_batch = 23
+    assert context.is_epoch_end()
+
+
+def test_per_slot_batch_size_divides_the_global_one(tmp_path):
+    config = toy_config(str(tmp_path))
+    ctx = PyTorchTrialContext(toy_info(config), distributed=DistributedContext(rank=1, size=2))
+    assert (ctx.get_per_slot_batch_size(), ctx.get_global_batch_size()) == (4, 8)
+    config["hyperparameters"]["global_batch_size"] = 1
+    ctx = PyTorchTrialContext(toy_info(config), distributed=DistributedContext(rank=1, size=2))
+    with pytest.raises(ValueError, match="smaller than the number of processes"):
+        ctx.get_per_slot_batch_size()
+
+
+def test_wrapping_and_optimizer_steps(context):
+    model = context.wrap_model(torch.nn.Linear(2, 1, bias=False))
+    with pytest.raises(ValueError, match="already wrapped"):
+        context.wrap_model(model)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        context.wrap_model(object())
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with pytest.raises(ValueError, match="wrapped with context.wrap_optimizer"):
+        context.step_optimizer(opt)
+    context.wrap_optimizer(opt)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    clipped = []
+
+    def clip(params):
+        params = list(params)
+        clipped.extend(params)
+        torch.nn.utils.clip_grad_norm_(params, max_norm=0.1)
+
+    loss = model(torch.tensor([[3.0, 4.0]])).sum()  # gradient (3, 4), norm 5
+    context.backward(loss)
+    context.step_optimizer(opt, clip_grads=clip)
+    assert clipped == [model.weight]
+    # Clipped to norm 0.1: (0.06, 0.08), times lr 0.5.
+    assert torch.allclose(model.weight, torch.tensor([[1 - 0.03, 1 - 0.04]]))
+    assert model.weight.grad is None or not model.weight.grad.any()
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        context.backward(1.0)
+
+
+def test_lr_scheduler_step_modes(context):
+    model = context.wrap_model(torch.nn.Linear(1, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    with pytest.raises(ValueError, match="wrap_optimizer"):
+        context.wrap_lr_scheduler(
+            torch.optim.lr_scheduler.StepLR(opt, 1), LRScheduler.StepMode.STEP_EVERY_BATCH
+        )
+    context.wrap_optimizer(opt)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    opt.step()  # torch warns about a scheduler stepped before its optimizer
+    assert context.wrap_lr_scheduler(sched, LRScheduler.StepMode.STEP_EVERY_BATCH, 2) is sched
+    (wrapped,) = context.lr_schedulers
+    for batch in range(4):
+        wrapped.after_batch(batch, epoch_len=10)
+    assert sched.last_epoch == 2  # after batches 1 and 3
+    epoch = LRScheduler(sched, LRScheduler.StepMode.STEP_EVERY_EPOCH)
+    for batch in range(9):
+        epoch.after_batch(batch, epoch_len=3)
+    assert sched.last_epoch == 5  # after batches 2, 5, 8
+    with pytest.raises(TypeError, match="StepMode"):
+        LRScheduler(sched, "every batch")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="frequency"):
+        LRScheduler(sched, LRScheduler.StepMode.MANUAL_STEP, 0)
+
+
+def test_to_device_moves_nested_batches(context):
+    Pair = namedtuple("Pair", "a b")
+    out = context.to_device(
+        {"x": np.arange(3), "y": [torch.ones(1), (np.zeros(2, dtype=np.float32), "tag")],
+         "p": Pair(np.ones(1), 5)}
+    )
+    assert isinstance(out["x"], torch.Tensor) and out["x"].tolist() == [0, 1, 2]
+    assert isinstance(out["y"][1], tuple) and isinstance(out["y"][1][0], torch.Tensor)
+    assert out["y"][1][1] == "tag"
+    assert isinstance(out["p"], Pair) and isinstance(out["p"].a, torch.Tensor) and out["p"].b == 5
+    strings = np.array(["a"])
+    assert context.to_device(strings) is strings
+
+
+def test_stop_request_flag(context):
+    assert context.get_stop_requested() is False
+    context.set_stop_requested(True)
+    assert context.get_stop_requested() is True
+    with pytest.raises(TypeError):
+        context.set_stop_requested(1)  # type: ignore[arg-type]

@@ -1,0 +1,327 @@
+"""The master's REST API in-process (ASGI), with the scheduling loop driven by hand."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dauntless.config import MasterConfig
+from dauntless.master.app import create_app
+
+CONFIG = """
+name: unit
+entrypoint: model_def:Trial
+hyperparameters:
+  global_batch_size: 8
+  lr: 0.1
+searcher:
+  name: single
+  metric: accuracy
+  smaller_is_better: false
+  max_length: {batches: 20}
+max_restarts: 1
+"""
+
+
+def _tarball() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"print('hello')\n"
+        info = tarfile.TarInfo("model_def.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture()
+def master(tmp_path):
+    app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
+    with TestClient(app) as client:
+        yield client, app.state.manager
+
+
+def _create(client, config=CONFIG, context=True):
+    files = {"context": ("context.tar.gz", _tarball(), "application/gzip")} if context else None
+    return client.post("/api/v1/experiments", data={"config": config}, files=files)
+
+
+def _register(client, agent_id="a1", slots=1):
+    r = client.post(
+        "/api/v1/agents",
+        json={"id": agent_id, "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(slots)]},
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["agent"]
+
+
+def test_master_info(master):
+    client, _ = master
+    body = client.get("/api/v1/master").json()
+    assert body["version"] and body["cluster_id"]
+
+
+def test_config_errors_name_fields(master):
+    client, _ = master
+    r = _create(client, CONFIG.replace("max_length: {batches: 20}", "max_lenght: 3"))
+    assert r.status_code == 400
+    fields = {e["field"] for e in r.json()["errors"]}
+    assert "searcher.max_lenght" in fields
+    assert "searcher.max_length" in fields
+    r = _create(client, CONFIG + "\nunknown_top: 1\n")
+    assert r.status_code == 400
+    assert r.json()["errors"][0]["field"] == "unknown_top"
+    r = _create(client, CONFIG.replace("lr: 0.1", "lr: {type: double, minval: 1, maxval: 0}"))
+    assert r.status_code == 400
+    assert r.json()["errors"][0]["field"] == "hyperparameters.lr"
+    assert client.get("/api/v1/experiments").json()["total"] == 0
+
+
+def test_unknown_objects_are_404(master):
+    client, _ = master
+    for path in ["/api/v1/experiments/9", "/api/v1/trials/9", "/api/v1/checkpoints/x",
+                 "/api/v1/trials/9/logs", "/api/v1/experiments/9/model_def"]:
+        r = client.get(path)
+        assert r.status_code == 404, path
+        assert "not found" in r.json()["detail"]
+    r = client.post("/api/v1/agents/ghost/heartbeat", json={"running": []})
+    assert r.status_code == 404
+
+
+def test_bad_bodies_are_400(master):
+    client, _ = master
+    r = client.post("/api/v1/agents", json={"id": "a", "slots": [], "extra": 1})
+    assert r.status_code == 400
+    assert r.json()["errors"][0]["field"] == "extra"
+    r = client.post("/api/v1/agents", json={"id": "a", "resource_pool": "gpu", "slots": []})
+    assert r.status_code == 400 and "resource pool" in r.json()["detail"]
+
+
+def test_single_trial_lifecycle(master):
+    client, mgr = master
+    r = _create(client)
+    assert r.status_code == 201, r.text
+    exp = r.json()["experiment"]
+    assert exp["state"] == "ACTIVE" and exp["num_trials"] == 1
+    assert exp["config"]["checkpoint_storage"]["type"] == "shared_fs"
+    assert isinstance(exp["config"]["reproducibility"]["experiment_seed"], int)
+    trial = client.get(f"/api/v1/experiments/{exp['id']}/trials").json()["trials"][0]
+    assert trial["hparams"] == {"global_batch_size": 8, "lr": 0.1}
+
+    # Nothing runs without an agent.
+    assert mgr.schedule_pass() == 0
+    _register(client)
+    assert mgr.schedule_pass() == 1
+    hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()
+    (spec,) = hb["start"]
+    assert spec["trial_id"] == trial["id"] and spec["entrypoint"] == "model_def:Trial"
+    assert spec["env"]["DET_TRIAL_SEED"] == str(trial["seed"])
+    assert spec["env"]["DET_LATEST_CHECKPOINT"] == ""
+    alloc = spec["allocation_id"]
+    agents = client.get("/api/v1/agents").json()["agents"]
+    assert agents[0]["slots"][0]["allocation_id"] == alloc
+    # The agent downloads the context.
+    md = client.get(spec["context_url"])
+    assert md.status_code == 200 and md.content == _tarball()
+
+    tid = trial["id"]
+    op = client.get(f"/api/v1/trials/{tid}/searcher/operation").json()
+    assert op == {"op": {"length": 20}, "completed": False}
+    for batches in (10, 20):
+        r = client.post(f"/api/v1/trials/{tid}/metrics", json={
+            "group": "training", "steps_completed": batches, "trial_run_id": 1,
+            "metrics": {"loss": 1.0 / batches, "batches": batches}})
+        assert r.json()["stored"] is True
+    # A retried report is stored once.
+    r = client.post(f"/api/v1/trials/{tid}/metrics", json={
+        "group": "training", "steps_completed": 20, "trial_run_id": 1, "metrics": {"loss": 9}})
+    assert r.json()["stored"] is False
+    client.post(f"/api/v1/trials/{tid}/metrics", json={
+        "group": "validation", "steps_completed": 20, "trial_run_id": 1,
+        "metrics": {"accuracy": 0.97, "batches": 20}})
+    r = client.post("/api/v1/checkpoints", json={
+        "uuid": "c1", "trial_id": tid, "allocation_id": alloc, "steps_completed": 20,
+        "resources": {"state-dict.pth": 100}, "metadata": {"steps_completed": 20}})
+    assert r.status_code == 200
+    # Completing the wrong length is refused; the right one closes the single trial.
+    r = client.post(f"/api/v1/trials/{tid}/searcher/completed_operation",
+                    json={"op": {"length": 19}, "searcher_metric": 0.97})
+    assert r.status_code == 400
+    r = client.post(f"/api/v1/trials/{tid}/searcher/completed_operation",
+                    json={"op": {"length": 20}, "searcher_metric": 0.97})
+    assert r.status_code == 200
+    assert client.get(f"/api/v1/trials/{tid}/searcher/operation").json()["completed"] is True
+
+    client.post("/api/v1/task/logs", json={"logs": [
+        {"allocation_id": alloc, "stdtype": "stdout", "log": f"line {i}"} for i in range(3)]})
+    logs = client.get(f"/api/v1/trials/{tid}/logs").json()["logs"]
+    assert [x["log"] for x in logs] == ["line 0", "line 1", "line 2"]
+    after = client.get(f"/api/v1/trials/{tid}/logs", params={"after_id": logs[1]["id"]}).json()
+    assert [x["log"] for x in after["logs"]] == ["line 2"]
+
+    r = client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": 0})
+    assert r.status_code == 200
+    body = client.get(f"/api/v1/experiments/{exp['id']}").json()
+    assert body["experiment"]["state"] == "COMPLETED"
+    assert body["experiment"]["best_searcher_metric"] == pytest.approx(0.97)
+    (t,) = body["trials"]
+    assert t["state"] == "COMPLETED" and t["latest_checkpoint"] == "c1"
+    assert t["latest_validation"]["accuracy"] == pytest.approx(0.97)
+    ck = client.get("/api/v1/checkpoints/c1").json()["checkpoint"]
+    assert ck["storage_path"].endswith("/checkpoints/c1")
+    metrics = client.get(f"/api/v1/trials/{tid}/metrics", params={"group": "training"}).json()
+    assert [m["values"]["loss"] for m in metrics["metrics"]] == [0.1, 0.05]
+
+
+def test_failed_trial_restarts_then_errors(master):
+    client, mgr = master
+    exp_id = _create(client).json()["experiment"]["id"]
+    _register(client)
+    for attempt in range(2):  # max_restarts: 1 -> the second failure is final
+        assert mgr.schedule_pass() == 1
+        spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+        assert spec["env"]["DET_TRIAL_RUN_ID"] == str(attempt + 1)
+        client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 3})
+    body = client.get(f"/api/v1/experiments/{exp_id}").json()
+    assert body["trials"][0]["restarts"] == 2
+    assert body["trials"][0]["state"] == "ERROR"
+    assert body["experiment"]["state"] == "ERROR"
+    assert mgr.schedule_pass() == 0
+
+
+def test_lost_agent_restarts_trial_elsewhere(master, monkeypatch):
+    client, mgr = master
+    _create(client)
+    _register(client, "a1")
+    mgr.schedule_pass()
+    spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    client.post("/api/v1/checkpoints", json={
+        "uuid": "c-early", "trial_id": spec["trial_id"], "steps_completed": 5,
+        "resources": {}, "metadata": {}})
+    _register(client, "a2")
+    # a1 stops heartbeating: after agent_timeout it is lost and the trial moves to a2.
+    clock = [mgr.clock()]
+    monkeypatch.setattr(mgr, "clock", lambda: clock[0])
+    clock[0] += mgr.config.agent_timeout + 1
+    client.post("/api/v1/agents/a2/heartbeat", json={"running": []})
+    assert mgr.schedule_pass() == 1
+    agents = {a["id"]: a for a in client.get("/api/v1/agents").json()["agents"]}
+    assert agents["a1"]["state"] == "LOST"
+    spec2 = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"][0]
+    assert spec2["trial_id"] == spec["trial_id"]
+    assert spec2["env"]["DET_LATEST_CHECKPOINT"] == "c-early"
+    assert spec2["env"]["DET_STEPS_COMPLETED"] == "5"
+    trial = client.get(f"/api/v1/trials/{spec['trial_id']}").json()["trial"]
+    assert trial["restarts"] == 1
+    # If a1 comes back still running the old task, it is told to kill it.
+    hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": [spec["allocation_id"]]})
+    assert hb.json()["kill"] == [spec["allocation_id"]]
+
+
+def test_context_too_large_is_refused(master, monkeypatch):
+    client, _ = master
+    import dauntless.master.routes as routes
+
+    monkeypatch.setattr(routes, "MAX_CONTEXT_BYTES", 10)
+    r = _create(client)
+    assert r.status_code == 400 and "95 MiB" in r.json()["detail"]
+
+
+def test_resent_log_batches_are_stored_once(master):
+    client, mgr = master
+    _create(client)
+    _register(client)
+    mgr.schedule_pass()
+    spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    batch = {"logs": [{"allocation_id": spec["allocation_id"], "seq": i, "log": f"l{i}"}
+                      for i in (1, 2, 3)]}
+    assert client.post("/api/v1/task/logs", json=batch).json() == {"stored": 3}
+    # The agent did not see the answer and sends the batch again, plus one new line.
+    batch["logs"].append({"allocation_id": spec["allocation_id"], "seq": 4, "log": "l4"})
+    assert client.post("/api/v1/task/logs", json=batch).json() == {"stored": 1}
+    logs = client.get(f"/api/v1/trials/{spec['trial_id']}/logs").json()["logs"]
+    assert [x["log"] for x in logs] == ["l1", "l2", "l3", "l4"]
+
+
+def test_agent_and_slot_switches_and_pools(master):
+    client, mgr = master
+    _register(client, "a1", slots=2)
+    pools = client.get("/api/v1/resource-pools").json()["resource_pools"]
+    assert pools == [{"name": "default", "description": "", "scheduler": "priority",
+                      "preemption": False, "agents": 1, "agents_lost": 0, "slots_total": 2,
+                      "slots_used": 0, "slots_disabled": 0, "slots_free": 2}]
+    r = client.post("/api/v1/agents/a1/slots/cpu1/disable")
+    assert [s["enabled"] for s in r.json()["agent"]["slots"]] == [True, False]
+    assert client.post("/api/v1/agents/a1/slots/cpu9/disable").status_code == 404
+    exp_id = _create(client).json()["experiment"]["id"]
+    assert mgr.schedule_pass() == 1
+    spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    assert spec["slot_ids"] == ["cpu0"]  # never the disabled slot
+    pool = client.get("/api/v1/resource-pools").json()["resource_pools"][0]
+    assert (pool["slots_used"], pool["slots_disabled"], pool["slots_free"]) == (1, 1, 0)
+    # Draining keeps the running trial; disabling without drain preempts it.
+    client.post("/api/v1/agents/a1/disable", json={"drain": True})
+    alloc = spec["allocation_id"]
+    assert not client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json()["preempt"]
+    client.post("/api/v1/agents/a1/disable")
+    assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json()["preempt"]
+    client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": 0})
+    assert mgr.schedule_pass() == 0  # nowhere to go while a1 is disabled
+    trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
+    assert trial["state"] == "ACTIVE" and trial["restarts"] == 0
+    client.post("/api/v1/agents/a1/enable")
+    assert mgr.schedule_pass() == 1
+    r = client.patch(f"/api/v1/experiments/{exp_id}", json={"resources": {"priority": 10, "max_slots": 4}})
+    assert r.json()["experiment"]["config"]["resources"]["priority"] == 10
+    r = client.patch(f"/api/v1/experiments/{exp_id}", json={"resources": {"priority": 100}})
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "resources.priority"
+
+
+def test_distributed_allocation_spans_agents_and_fails_together(master):
+    client, mgr = master
+    _register(client, "a1", slots=1)
+    _register(client, "a2", slots=1)
+    exp_id = _create(client, CONFIG.replace("max_restarts: 1",
+                                            "max_restarts: 1\nresources: {slots_per_trial: 2}"))
+    exp_id = exp_id.json()["experiment"]["id"]
+    assert mgr.schedule_pass() == 1
+    s1 = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    s2 = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"][0]
+    e1, e2 = s1["env"], s2["env"]
+    assert e1["DET_ALLOCATION_ID"] == e2["DET_ALLOCATION_ID"] == s1["allocation_id"]
+    assert s2["allocation_id"] != s1["allocation_id"]
+    assert (e1["DET_PART_INDEX"], e1["DET_RANK_OFFSET"], e1["DET_WORLD_SIZE"]) == ("0", "0", "2")
+    assert (e2["DET_PART_INDEX"], e2["DET_RANK_OFFSET"], e2["DET_NUM_PARTS"]) == ("1", "1", "2")
+    group = e1["DET_ALLOCATION_ID"]
+    assert client.get(f"/api/v1/allocations/{group}/rendezvous").json() == {"rendezvous": None}
+    client.post(f"/api/v1/allocations/{group}/rendezvous", json={"addr": "127.0.0.1", "port": 29500})
+    rdv = client.get(f"/api/v1/allocations/{group}/rendezvous").json()["rendezvous"]
+    assert rdv == {"addr": "127.0.0.1", "port": 29500, "world_size": 2, "num_parts": 2}
+    # Rank 1's agent dies: the chief part is told to die too, and the trial restarts once.
+    client.post(f"/api/v1/allocations/{s2['allocation_id']}/exited", json={"exit_code": 137})
+    hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": [s1["allocation_id"]]})
+    assert hb.json()["kill"] == [s1["allocation_id"]]
+    assert client.get(f"/api/v1/allocations/{group}/signals/preemption").json()["preempt"]
+    trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
+    assert trial["restarts"] == 0  # not until every part has exited
+    client.post(f"/api/v1/allocations/{s1['allocation_id']}/exited", json={"exit_code": -15})
+    trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
+    assert trial["restarts"] == 1 and trial["state"] == "ACTIVE"
+    assert mgr.schedule_pass() == 1
+
+
+def test_non_finite_metrics_are_stored_as_null(master):
+    client, mgr = master
+    _create(client)
+    _register(client)
+    mgr.schedule_pass()
+    spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    tid = spec["trial_id"]
+    body = '{"group": "training", "steps_completed": 5, "metrics": {"loss": NaN, "x": Infinity, "n": [1.0, -Infinity]}}'
+    r = client.post(f"/api/v1/trials/{tid}/metrics", content=body,
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    (m,) = client.get(f"/api/v1/trials/{tid}/metrics").json()["metrics"]
+    assert m["values"] == {"loss": None, "x": None, "n": [1.0, None]}

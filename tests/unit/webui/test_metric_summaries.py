@@ -1,0 +1,310 @@
+"""Chart summaries kept at ingest: the same points as one M4 pass over every report,
+whatever the order and batching of reports; kept in the database across a restart;
+built once from the metrics rows of a database upgraded from before they existed. Each
+test runs on SQLite and on a fresh PostgreSQL database."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+
+import numpy as np
+import pytest
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import delete, func, select
+
+from dauntless.config import MasterConfig
+from dauntless.master.app import create_app
+from dauntless.master.db import Database, ExperimentRow, MetricRow, TrialRow, current_revision
+from dauntless.master.db.engine import MIGRATIONS_DIR
+from dauntless.master.db.models import MetricSummaryRow
+from dauntless.master.metric_series import (
+    CAP_BUCKETS,
+    M4Series,
+    build_missing_summaries,
+    fold_metric_reports,
+    m4,
+)
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+CONFIG = """
+name: curves
+entrypoint: model_def:Trial
+hyperparameters: {global_batch_size: 8, lr: 0.1}
+searcher: {name: single, metric: loss, smaller_is_better: true, max_length: {batches: 100000}}
+"""
+
+
+def _postgres_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path):
+    """A database URL: SQLite in tmp_path, or a fresh PostgreSQL database (dropped after)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/dauntless.db"
+        return
+    if not _postgres_available():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    import psycopg
+
+    name = f"dauntless_summ_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _experiment(db: Database, trials: int) -> tuple[int, list[int]]:
+    with db.write() as s:
+        exp = ExperimentRow(name="e", state="ACTIVE", config={"searcher": {"metric": "loss"}},
+                            original_config="", seed=0, start_time=time.time())
+        s.add(exp)
+        s.flush()
+        rows = [TrialRow(experiment_id=exp.id, request_id=uuid.uuid4().hex, state="ACTIVE",
+                         hparams={}, seed=i, start_time=time.time()) for i in range(trials)]
+        s.add_all(rows)
+        s.flush()
+        return exp.id, [t.id for t in rows]
+
+
+def _store(db: Database, trial_id: int, group: str, reports, fold: bool = True) -> None:
+    """Store reports as metrics rows and (``fold``) their summaries, in one transaction."""
+    with db.write() as s:
+        s.add_all(MetricRow(trial_id=trial_id, kind=group, total_batches=b, values=v,
+                            reported_at=time.time()) for b, v in reports)
+        if fold:
+            fold_metric_reports(s, trial_id, group, reports)
+
+
+def _stored(db: Database, trial_id: int, group: str, name: str) -> M4Series:
+    with db.read() as s:
+        row = s.get(MetricSummaryRow, (trial_id, group, name))
+        assert row is not None, f"no summary of {name!r} for trial {trial_id}"
+        return M4Series.restore(row.width, row.raw_points,
+                                np.frombuffer(row.batches, "<i8"), np.frombuffer(row.values, "<f8"))
+
+
+def _batch_m4(points: list[tuple[int, float]]) -> M4Series:
+    """The summary one pass over every finite point gives."""
+    x = np.array([p[0] for p in points], dtype=np.int64)
+    y = np.array([p[1] for p in points], dtype=np.float64)
+    width = 1
+    while np.unique(x // width).size > CAP_BUCKETS:
+        width *= 2
+    kx, ky = m4(x, y, width)
+    return M4Series.restore(width, len(points), kx, ky)
+
+
+def _series_of(body: dict) -> dict[int, tuple[list[int], list[float]]]:
+    return {s["trial_id"]: (s["batches"], s["values"]) for s in body["series"]}
+
+
+def test_ingest_equals_one_pass_in_any_order(db_url):
+    db = Database(db_url)
+    db.migrate()
+    try:
+        _, (trial,) = _experiment(db, 1)
+        rng = random.Random(7)
+        batches = list(range(5, 20_005, 5))  # 4,000 reports
+        loss = {b: math.sin(b / 900) + rng.gauss(0, 0.1) for b in batches}
+        loss[batches[1717]] = 40.0  # a spike
+        reports = []
+        for b in batches:
+            metrics = {"loss": loss[b], "lr": 0.1}
+            if b % 35 == 0:
+                metrics["lr"] = None  # a NaN, as finite_json stores it
+            if b % 55 == 0:
+                metrics["loss"], metrics["flag"], metrics["note"] = "n/a", True, "x"
+            reports.append((b, metrics))
+        rng.shuffle(reports)  # out of order, in batches of 1..400 reports
+        i = 0
+        while i < len(reports):
+            step = rng.choice([1, 3, 50, 400])
+            _store(db, trial, "training", reports[i:i + step])
+            i += step
+
+        want = _batch_m4([(b, loss[b]) for b in batches if b % 55])
+        got = _stored(db, trial, "training", "loss")
+        assert (got.width, got.raw_points) == (want.width, want.raw_points)
+        assert got.x.tolist() == want.x.tolist() and got.y.tolist() == want.y.tolist()
+        assert got.y.max() == 40.0 and got.x.size <= 4 * CAP_BUCKETS
+        lr = _stored(db, trial, "training", "lr")
+        assert lr.raw_points == len([b for b in batches if b % 35])
+        with db.read() as s:
+            names = set(s.scalars(select(MetricSummaryRow.name)
+                                  .where(MetricSummaryRow.trial_id == trial)))
+            marker = s.get(MetricSummaryRow, (trial, "training", ""))
+        assert names == {"", "loss", "lr"}  # strings and bools are not charted
+        assert marker.width == 0 and marker.batches == b""
+    finally:
+        db.dispose()
+
+
+def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
+    config = MasterConfig(data_dir=str(tmp_path), db_url=db_url)
+    app = create_app(config, run_loop=False)
+    rng = np.random.default_rng(3)
+    points = {b: float(v) for b, v in zip(range(10, 3010, 10), rng.normal(size=300),
+                                          strict=True)}
+    with TestClient(app) as client:
+        mgr = app.state.manager
+        r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
+        exp_id = r.json()["experiment"]["id"]
+        with mgr.db.write() as s:
+            trial = TrialRow(experiment_id=exp_id, request_id="t", state="ACTIVE", hparams={},
+                             seed=1, start_time=time.time())
+            s.add(trial)
+            s.flush()
+            trial_id = trial.id
+        order = sorted(points, key=lambda b: (b % 70, b))  # interleaved, not ascending
+        for b in order:
+            assert mgr.report_metrics(trial_id, "training", b, 0, {"loss": points[b]}, None)
+        assert not mgr.report_metrics(trial_id, "training", 10, 0, {"loss": 99.0}, None)
+        assert mgr.report_metrics(trial_id, "training", 3010, 0, {"loss": float("nan")}, None)
+        url = f"/api/v1/experiments/{exp_id}/metrics"
+        params = {"group": "training", "name": "loss", "max_points": 1024}
+        before = client.get(url, params=params).json()
+        assert [s["trial_id"] for s in before["series"]] == [trial_id]
+        assert before["series"][0]["batches"] == sorted(points)  # short: whole, ascending
+        assert before["series"][0]["values"] == [points[b] for b in sorted(points)]
+        assert before["series"][0]["raw_points"] == 300
+        small = client.get(url, params={**params, "max_points": 40}).json()["series"][0]
+        x = np.array(sorted(points))
+        y = np.array([points[b] for b in x])
+        width = 1
+        while np.unique(x // width).size > 10:  # 40 points: 10 buckets at most
+            width *= 2
+        wx, wy = m4(x, y, width)  # downsampling the summary == M4 of every point
+        assert small["batches"] == wx.tolist() and small["values"] == wy.tolist()
+
+    app = create_app(config, run_loop=False)  # a restarted master
+    with TestClient(app) as client:
+        with app.state.manager.db.write() as s:  # charts read only the summaries
+            s.execute(delete(MetricRow))
+        assert client.get(url, params=params).json() == before
+        with app.state.manager.db.write() as s:  # a deleted trial takes its summaries
+            s.execute(delete(TrialRow).where(TrialRow.id == trial_id))
+        with app.state.manager.db.read() as s:
+            assert s.scalar(select(func.count()).select_from(MetricSummaryRow)
+                            .where(MetricSummaryRow.trial_id == trial_id)) == 0
+        assert client.get(url, params=params).json()["series"] == []
+
+
+def _database_at_0001(db_url: str) -> Database:
+    db = Database(db_url)
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = db.engine
+    command.upgrade(cfg, "0001")
+    assert current_revision(db.engine) == "0001"
+    return db
+
+
+def test_upgraded_database_is_summarised_once(db_url, tmp_path):
+    db = _database_at_0001(db_url)
+    try:
+        exp_id, trials = _experiment(db, 3)
+        old = {t: [(b, {"loss": 1.0 / b + t}) for b in range(1, 2001)] for t in trials}
+        # a NaN as an older master stored it on SQLite (the bare word), or a null
+        nan = float("nan") if db.engine.dialect.name == "sqlite" else None
+        for t in trials[:2]:  # as a master before 0002 did
+            _store(db, t, "training", old[t] + [(2500, {"loss": nan, "acc": "x"})], fold=False)
+        _store(db, trials[0], "validation", [(100, {"loss": 0.5})], fold=False)
+    finally:
+        db.dispose()
+
+    app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
+    with TestClient(app) as client:
+        db = app.state.manager.db
+        assert current_revision(db.engine) != "0001"
+        # trial 1 reports again before any chart: its old rows are summarised first
+        _store(db, trials[1], "training", [(2001, {"loss": -5.0})])
+        url = f"/api/v1/experiments/{exp_id}/metrics"
+        params = {"group": "training", "name": "loss", "max_points": 1024}
+        body = client.get(url, params=params).json()  # trial 0: built from rows, once
+        series = _series_of(body)
+        assert list(series) == trials[:2]
+        for t, pts in ((trials[0], old[trials[0]]),
+                       (trials[1], old[trials[1]] + [(2001, {"loss": -5.0})])):
+            want = _batch_m4([(b, v["loss"]) for b, v in pts])
+            assert series[t] == (want.x.tolist(), want.y.tolist())
+        assert min(series[trials[1]][1]) == -5.0
+        with db.read() as s:
+            markers = set(s.scalars(select(MetricSummaryRow.trial_id).where(
+                MetricSummaryRow.kind == "training", MetricSummaryRow.name == "")))
+        assert markers == set(trials)  # the trial without reports is marked too
+        assert build_missing_summaries(db, trials, "training") == []  # nothing left to do
+        # later reports fold into the stored summaries; the rows are not read again
+        _store(db, trials[2], "training", [(5, {"loss": 3.0})])
+        with db.write() as s:
+            s.execute(delete(MetricRow).where(MetricRow.kind == "training"))
+        again = _series_of(client.get(url, params=params).json())
+        assert again[trials[0]] == series[trials[0]]
+        assert again[trials[2]] == ([5], [3.0])
+        # the other group is built on its own first use
+        val = client.get(url, params={"group": "validation", "name": "loss"}).json()
+        assert _series_of(val) == {trials[0]: ([100], [0.5])}
+
+
+def test_bad_reports_are_refused_with_the_argument_named(tmp_path):
+    db = Database(f"sqlite:///{tmp_path}/m.db")
+    db.migrate()
+    try:
+        _, (trial,) = _experiment(db, 1)
+        with db.write() as s:
+            fold_metric_reports(s, trial, "training", [])  # nothing to do
+            with pytest.raises(ValueError, match="group"):
+                fold_metric_reports(s, trial, "", [(1, {"loss": 1.0})])
+            with pytest.raises(ValueError, match="total_batches"):
+                fold_metric_reports(s, trial, "training", [(-1, {"loss": 1.0})])
+            with pytest.raises(ValueError, match="twice"):
+                fold_metric_reports(s, trial, "training", [(1, {"a": 1.0}), (1, {"a": 2.0})])
+            with pytest.raises(TypeError, match="mapping"):
+                fold_metric_reports(s, trial, "training", [(1, [1.0])])
+        with db.read() as s:
+            assert s.scalar(select(func.count()).select_from(MetricSummaryRow)) == 0
+        with pytest.raises(ValueError, match="group"):
+            build_missing_summaries(db, [trial], "x" * 17)
+        with pytest.raises(ValueError, match="power of two"):
+            M4Series.restore(3, 1, np.array([1]), np.array([1.0]))
+        with pytest.raises(ValueError, match="raw_points"):
+            M4Series.restore(2, 0, np.array([1]), np.array([1.0]))
+    finally:
+        db.dispose()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=600),
+       st.integers(1, 40), st.sampled_from([1, 3, 7]), st.integers(1, 8))
+def test_in_order_reports_fold_like_one_pass(values, chunk, stride, cap):
+    """Reports in order (the common case, folded without reducing the older buckets
+    again) give what one pass over every point gives, width included."""
+    x = np.arange(1, len(values) + 1, dtype=np.int64) * stride
+    y = np.array(values)
+    summary = M4Series(cap_buckets=cap)
+    for i in range(0, x.size, chunk):
+        summary.extend(x[i:i + chunk], y[i:i + chunk])
+    width = 1
+    while np.unique(x // width).size > cap:
+        width *= 2
+    wx, wy = m4(x, y, width)
+    assert summary.width == width and summary.raw_points == x.size
+    assert summary.x.tolist() == wx.tolist() and summary.y.tolist() == wy.tolist()

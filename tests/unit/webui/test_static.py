@@ -1,0 +1,95 @@
+"""Serving the built WebUI: files, the single-page fallback, the API left alone, and the
+page shown when the UI was not built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from dauntless.config import MasterConfig
+from dauntless.master import webui
+from dauntless.master.app import create_app
+from dauntless.master.webui import make_webui_router
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _app(dist: Path) -> TestClient:
+    app = FastAPI()
+
+    @app.get("/api/v1/ping")
+    def ping() -> dict:
+        return {"pong": True}
+
+    app.include_router(make_webui_router(dist))
+    return TestClient(app)
+
+
+@pytest.fixture()
+def dist(tmp_path) -> Path:
+    d = tmp_path / "dist"
+    (d / "vendor").mkdir(parents=True)
+    (d / "index.html").write_text("<!doctype html><title>ui</title>")
+    (d / "main.js").write_text("export const x = 1;\n")
+    (d / "vendor" / "lib.css").write_text("body{}")
+    (tmp_path / "secret.txt").write_text("not for the web")
+    return d
+
+
+def test_files_pages_and_api(dist):
+    client = _app(dist)
+    r = client.get("/")
+    assert r.status_code == 200 and "<title>ui</title>" in r.text
+    assert r.headers["content-type"].startswith("text/html")
+    assert r.headers["cache-control"] == "no-cache"
+    r = client.get("/main.js")
+    assert r.status_code == 200 and "javascript" in r.headers["content-type"]
+    assert client.get("/vendor/lib.css").headers["content-type"].startswith("text/css")
+    for page in ("/experiments", "/experiments/12", "/trials/3", "/cluster"):
+        r = client.get(page)
+        assert r.status_code == 200 and "<title>ui</title>" in r.text, page
+    assert client.get("/api/v1/ping").json() == {"pong": True}
+    r = client.get("/api/v1/nothing")
+    assert r.status_code == 404 and r.headers["content-type"] == "application/json"
+    assert client.get("/missing.js").status_code == 404
+
+
+def test_no_file_outside_the_build(dist):
+    client = _app(dist)
+    for path in ("/../secret.txt", "/%2e%2e/secret.txt", "/vendor/../../secret.txt"):
+        r = client.get(path)
+        assert "not for the web" not in r.text, path
+
+
+def test_not_built_page(tmp_path):
+    client = _app(tmp_path / "nowhere")
+    for path in ("/", "/experiments/1"):
+        r = client.get(path)
+        assert r.status_code == 200
+        assert "not built" in r.text and "scripts/build-webui.sh" in r.text
+    with pytest.raises(TypeError, match="dist_dir"):
+        make_webui_router(3)  # type: ignore[arg-type]
+
+
+def test_master_serves_ui_after_api(tmp_path):
+    app = create_app(MasterConfig(data_dir=str(tmp_path)), run_loop=False)
+    with TestClient(app) as client:
+        assert client.get("/api/v1/master").json()["version"]
+        assert client.get("/docs").status_code == 200
+        r = client.get("/experiments/1")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        if (webui.DIST_DIR / "index.html").is_file():
+            assert '<script type="module" src="/main.js">' in r.text
+            assert client.get("/vendor/uPlot.esm.js").status_code == 200
+        else:
+            assert "not built" in r.text
+
+
+def test_source_and_lock_file_are_in_the_repository():
+    lock = (REPO / "webui" / "package-lock.json").read_text()
+    assert '"node_modules/uplot"' in lock and '"integrity"' in lock
+    src = REPO / "webui" / "src"
+    assert {p.name for p in src.iterdir()} >= {"index.html", "main.js", "charts.js", "api.js"}

@@ -1,0 +1,353 @@
+"""The WebUI's API in-process: chart series (downsampled, stored, incremental), metric
+names, allocations and the server-sent event streams."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from dauntless.config import MasterConfig
+from dauntless.master import routes_stream
+from dauntless.master.app import create_app
+from dauntless.master.db import MetricRow, TaskLogRow, TrialRow
+from dauntless.master.db.models import MetricSummaryRow
+from dauntless.master.metric_series import fold_metric_reports
+from dauntless.master.routes_stream import dumps_json, sse_event
+
+CONFIG = """
+name: charts
+entrypoint: model_def:Trial
+hyperparameters:
+  global_batch_size: 8
+  lr: {type: double, minval: 0.001, maxval: 0.1}
+searcher:
+  name: random
+  metric: accuracy
+  smaller_is_better: false
+  max_trials: 3
+  max_length: {batches: 100000}
+max_restarts: 1
+"""
+
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _postgres_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+@pytest.fixture()
+def master(tmp_path):
+    app = create_app(MasterConfig(data_dir=str(tmp_path), port=18081), run_loop=False)
+    with TestClient(app) as client:
+        yield client, app.state.manager
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_db_master(request, tmp_path):
+    """A master on SQLite, or on a fresh PostgreSQL database when one answers."""
+    if request.param == "sqlite":
+        db_url = None
+    else:
+        if not _postgres_available():
+            pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+        import psycopg
+
+        name = f"dauntless_webui_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        db_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
+    try:
+        with TestClient(app) as client:
+            yield client, app.state.manager
+    finally:
+        if db_url is not None:
+            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _experiment(client) -> int:
+    r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
+    assert r.status_code == 201, r.text
+    return r.json()["experiment"]["id"]
+
+
+def _trial(mgr, exp_id: int, lr: float) -> int:
+    with mgr.db.write() as s:
+        t = TrialRow(experiment_id=exp_id, request_id=uuid.uuid4().hex, state="ACTIVE",
+                     hparams={"lr": lr, "global_batch_size": 8}, seed=1, start_time=time.time())
+        s.add(t)
+        s.flush()
+        return t.id
+
+
+def _metrics(mgr, trial_id: int, kind: str, points: list[tuple[int, dict]]) -> None:
+    """Store reports as the master does: the rows, and their summaries in one transaction
+    (values as given, so SQLite holds a NaN as the bare word an older master wrote)."""
+    with mgr.db.write() as s:
+        s.add_all(MetricRow(trial_id=trial_id, kind=kind, total_batches=b, values=v,
+                            reported_at=time.time()) for b, v in points)
+        fold_metric_reports(s, trial_id, kind, points)
+
+
+def _dialect(mgr) -> str:
+    return mgr.db.engine.dialect.name
+
+
+def _events(text: str) -> list[tuple[str, dict, str | None]]:
+    out = []
+    for block in text.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            if line.startswith(":") or ": " not in line:
+                continue
+            key, value = line.split(": ", 1)
+            fields[key] = value
+        if "event" in fields:
+            out.append((fields["event"], json.loads(fields["data"]), fields.get("id")))
+    return out
+
+
+def test_series_are_downsampled_per_trial_with_extremes(any_db_master):
+    client, mgr = any_db_master
+    exp_id = _experiment(client)
+    trials = [_trial(mgr, exp_id, lr) for lr in (0.01, 0.02, 0.03)]
+    for i, t in enumerate(trials):
+        pts = [(b, {"loss": 1.0 / b + i, "batches": b}) for b in range(10, 30_010, 10)]
+        pts[1234] = (pts[1234][0], {"loss": 99.0 + i})  # a spike each
+        _metrics(mgr, t, "training", pts)
+    _metrics(mgr, trials[0], "validation", [(100, {"accuracy": 0.5}), (200, {"accuracy": 0.7})])
+
+    r = client.get(f"/api/v1/experiments/{exp_id}/metrics",
+                   params={"group": "training", "name": "loss", "max_points": 200})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [s["trial_id"] for s in body["series"]] == trials
+    assert body["downsampling"].startswith("M4")
+    for i, s in enumerate(body["series"]):
+        assert 0 < len(s["batches"]) <= 200 and len(s["batches"]) == len(s["values"])
+        assert s["raw_points"] == 3000 and s["downsampled"] is True
+        assert max(s["values"]) == 99.0 + i
+        assert s["batches"][0] == 10 and s["batches"][-1] == 30_000
+        assert s["batches"] == sorted(s["batches"])
+
+    # default name: the searcher metric; short series come back whole
+    body = client.get(f"/api/v1/experiments/{exp_id}/metrics").json()
+    assert body["name"] == "accuracy" and body["group"] == "validation"
+    assert body["series"] == [{"trial_id": trials[0], "batches": [100, 200], "values": [0.5, 0.7],
+                               "raw_points": 2, "downsampled": False}]
+
+    # only some trials
+    body = client.get(f"/api/v1/experiments/{exp_id}/metrics",
+                      params={"group": "training", "name": "loss", "trial_id": [trials[2]]}).json()
+    assert [s["trial_id"] for s in body["series"]] == [trials[2]]
+
+
+def test_series_follow_new_reports_and_skip_bad_values(any_db_master):
+    client, mgr = any_db_master
+    exp_id = _experiment(client)
+    t1 = _trial(mgr, exp_id, 0.01)
+    _metrics(mgr, t1, "validation", [(10, {"accuracy": 0.1}), (20, {"accuracy": 0.2})])
+    url = f"/api/v1/experiments/{exp_id}/metrics"
+    assert client.get(url).json()["series"][0]["values"] == [0.1, 0.2]
+    # later reports, a second trial, a string, and (SQLite stores it as the bare word NaN,
+    # which its JSON functions refuse; PostgreSQL refuses to store it) a NaN
+    t2 = _trial(mgr, exp_id, 0.02)
+    nan = float("nan") if _dialect(mgr) == "sqlite" else None
+    _metrics(mgr, t1, "validation", [(30, {"accuracy": 0.3}),
+                                     (40, {"accuracy": nan, "loss": 1.0}),
+                                     (50, {"accuracy": "n/a"}), (60, {"accuracy": 0.6})])
+    _metrics(mgr, t2, "validation", [(10, {"accuracy": 0.9})])
+    series = {s["trial_id"]: s for s in client.get(url).json()["series"]}
+    assert series[t1]["batches"] == [10, 20, 30, 60]
+    assert series[t1]["values"] == [0.1, 0.2, 0.3, 0.6]
+    assert series[t2]["values"] == [0.9]
+    with mgr.db.read() as s:  # one summary per (trial, group, name), updated in place
+        stored = s.execute(select(MetricSummaryRow.trial_id, MetricSummaryRow.name)
+                           .where(MetricSummaryRow.name != "")).all()
+    assert sorted(stored) == sorted([(t1, "accuracy"), (t1, "loss"), (t2, "accuracy")])
+
+
+def test_metric_names_and_errors(any_db_master):
+    client, mgr = any_db_master
+    exp_id = _experiment(client)
+    t = _trial(mgr, exp_id, 0.01)
+    _metrics(mgr, t, "training", [(10, {"loss": 2.0}), (20, {"loss": 1.0, "lr_now": 0.1,
+                                                             "note": "x"})])
+    nan = float("nan") if _dialect(mgr) == "sqlite" else 0.25
+    _metrics(mgr, t, "validation", [(20, {"accuracy": 0.5, "validation_loss": nan})])
+    names = client.get(f"/api/v1/experiments/{exp_id}/metrics/names").json()
+    assert names == {"training": ["loss", "lr_now"], "validation": ["accuracy", "validation_loss"]}
+    assert client.get("/api/v1/experiments/99/metrics/names").status_code == 404
+    assert client.get("/api/v1/experiments/99/metrics").status_code == 404
+    r = client.get(f"/api/v1/experiments/{exp_id}/metrics", params={"name": 'a"b'})
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "name"
+    for bad in ({"group": "test"}, {"max_points": 2}, {"max_points": 5000}):
+        assert client.get(f"/api/v1/experiments/{exp_id}/metrics", params=bad).status_code == 400
+
+
+SINGLE = """
+name: one
+entrypoint: model_def:Trial
+hyperparameters: {global_batch_size: 8, lr: 0.1}
+searcher: {name: single, metric: accuracy, max_length: {batches: 20}}
+max_restarts: 1
+"""
+
+
+def test_allocations_say_which_trial_holds_which_slots(master):
+    client, mgr = master
+    client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}, {"id": "cpu1"}]})
+    r = client.post("/api/v1/experiments", data={"config": SINGLE})
+    exp_id = r.json()["experiment"]["id"]
+    assert mgr.schedule_pass() == 1
+    first = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    client.post(f"/api/v1/allocations/{first['allocation_id']}/exited", json={"exit_code": 137})
+    assert mgr.schedule_pass() == 1  # the trial restarts
+    second = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    trial_id = first["trial_id"]
+
+    every = client.get("/api/v1/allocations", params={"trial_id": trial_id}).json()["allocations"]
+    assert [(a["id"], a["run_id"], a["exit_code"]) for a in every] == [
+        (first["allocation_id"], 1, 137), (second["allocation_id"], 2, None)]
+    assert every[0]["state"] == "TERMINATED" and every[1]["state"] != "TERMINATED"
+    live = client.get("/api/v1/allocations", params={"active": "true"}).json()["allocations"]
+    assert [(a["id"], a["experiment_id"], a["slot_ids"]) for a in live] == [
+        (second["allocation_id"], exp_id, second["slot_ids"])]
+    done = client.get("/api/v1/allocations", params={"active": "false"}).json()["allocations"]
+    assert [a["id"] for a in done] == [first["allocation_id"]]
+
+    events = _events(client.get("/api/v1/stream/cluster", params={"max_seconds": 0.2}).text)
+    name, data, _ = events[0]
+    assert name == "cluster"
+    held = {sl["id"]: sl["allocation_id"] for sl in data["agents"][0]["slots"]}
+    assert held[second["slot_ids"][0]] == second["allocation_id"]
+    assert "last_heartbeat" not in data["agents"][0]
+    assert [a["trial_id"] for a in data["allocations"]] == [trial_id]
+    if "resource_pools" in data:
+        assert data["resource_pools"] == client.get("/api/v1/resource-pools").json()["resource_pools"]
+
+
+def test_experiments_stream_sends_changes_only(master):
+    client, mgr = master
+    exp_id = _experiment(client)
+
+    def rename() -> None:
+        time.sleep(0.8)
+        mgr.patch_experiment(exp_id, "renamed", None, None)
+
+    thread = threading.Thread(target=rename)
+    thread.start()
+    r = client.get("/api/v1/stream/experiments", params={"max_seconds": 2.0})
+    thread.join()
+    assert r.headers["content-type"].startswith("text/event-stream")
+    assert r.text.startswith("retry: ")
+    events = _events(r.text)
+    assert [e[0] for e in events] == ["experiments", "experiments"]  # 4+ polls, 2 changes
+    assert events[0][1]["experiments"][0]["name"] == "charts"
+    assert events[1][1]["experiments"][0]["name"] == "renamed"
+    assert events[1][1]["total"] == 1
+    # archived=true holds none; all holds the one
+    only = _events(client.get("/api/v1/stream/experiments",
+                              params={"archived": "true", "max_seconds": 0.1}).text)
+    assert only[0][1] == {"experiments": [], "total": 0}
+    every = _events(client.get("/api/v1/stream/experiments",
+                               params={"archived": "all", "max_seconds": 0.1}).text)
+    assert every[0][1]["total"] == 1
+
+
+def test_experiment_stream_and_unknown_objects(master):
+    client, mgr = master
+    exp_id = _experiment(client)
+    t = _trial(mgr, exp_id, 0.05)
+    events = _events(client.get(f"/api/v1/stream/experiments/{exp_id}",
+                                params={"max_seconds": 0.1}).text)
+    assert events[0][0] == "experiment"
+    assert events[0][1] == client.get(f"/api/v1/experiments/{exp_id}").json()
+    assert t in [tr["id"] for tr in events[0][1]["trials"]]
+    assert client.get("/api/v1/stream/experiments/99").status_code == 404
+    assert client.get("/api/v1/stream/trials/99/logs").status_code == 404
+    assert client.get("/api/v1/stream/experiments", params={"archived": "maybe"}).status_code == 400
+
+
+def test_logs_stream_follows_new_lines_and_resumes(master):
+    client, mgr = master
+    exp_id = _experiment(client)
+    t = _trial(mgr, exp_id, 0.05)
+
+    def add(*texts: str) -> None:
+        with mgr.db.write() as s:
+            s.add_all(TaskLogRow(trial_id=t, allocation_id="al", timestamp=time.time(),
+                                 stdtype="stdout", log=x) for x in texts)
+
+    add("one", "two")
+
+    def later() -> None:
+        time.sleep(0.7)
+        add("three")
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    started = time.monotonic()
+    events = _events(client.get(f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": 1.5}).text)
+    thread.join()
+    assert time.monotonic() - started < 3.0
+    logs = [e for e in events if e[0] == "logs"]
+    assert [[line["log"] for line in e[1]["logs"]] for e in logs] == [["one", "two"], ["three"]]
+    assert logs[0][1]["trial_state"] == "ACTIVE"
+    assert int(logs[0][2]) == logs[0][1]["logs"][-1]["id"]
+    # a reconnecting EventSource sends Last-Event-ID: only later lines come
+    resumed = _events(client.get(f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": 0.1},
+                                 headers={"Last-Event-ID": logs[0][2]}).text)
+    assert [line["log"] for e in resumed if e[0] == "logs" for line in e[1]["logs"]] == ["three"]
+    # a state change with no new line is its own event
+    with mgr.db.write() as s:
+        s.get(TrialRow, t).state = "PAUSED"
+    quiet = _events(client.get(f"/api/v1/stream/trials/{t}/logs",
+                               params={"max_seconds": 0.1, "after_id": logs[1][2]}).text)
+    assert quiet == [("state", {"trial_state": "PAUSED"}, logs[1][2])]
+
+
+def test_event_framing():
+    assert sse_event("logs", '{"a":1}', 7) == b'event: logs\nid: 7\ndata: {"a":1}\n\n'
+    assert sse_event("x", "a\nb") == b"event: x\ndata: a\ndata: b\n\n"
+    with pytest.raises(ValueError, match="event"):
+        sse_event("two\nlines", "{}")
+    assert dumps_json({"v": [float("nan"), 1.5, float("inf")]}) == '{"v":[null,1.5,null]}'
+
+
+def test_a_termination_signal_ends_open_streams(master):
+    client, _ = master
+    seen: list[int] = []
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        routes_stream._watch_for_shutdown()
+        routes_stream._watch_for_shutdown()  # wraps once only
+        assert not routes_stream._stopping.is_set()
+        signal.raise_signal(signal.SIGTERM)
+        assert seen == [signal.SIGTERM]  # the server's own handler still runs
+        assert routes_stream._stopping.is_set()
+        started = time.monotonic()
+        events = _events(client.get("/api/v1/stream/experiments").text)  # no max_seconds
+        assert time.monotonic() - started < 5
+        assert [e[0] for e in events] == ["experiments"]
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        routes_stream._stopping.clear()
