@@ -15,6 +15,7 @@ from ._util import (
     fmt_number,
     fmt_percent,
     fmt_time,
+    print_json,
     print_table,
 )
 
@@ -166,6 +167,16 @@ def checkpoint_row(ckpt: Checkpoint) -> list[str]:
         fmt_bytes(size),
         fmt_time(ckpt.get("report_time")),
     ]
+
+
+def show_checkpoints(ckpts: Sequence[Checkpoint], as_json: bool) -> int:
+    """Print checkpoints as ``{"checkpoints": [...]}`` JSON or as a table of
+    :data:`CHECKPOINT_COLUMNS`; returns the exit code (0)."""
+    if as_json:
+        print_json({"checkpoints": list(ckpts)})
+    else:
+        print_table(CHECKPOINT_COLUMNS, [checkpoint_row(c) for c in ckpts])
+    return 0
 
 
 def latest_validation(trial: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -20,15 +20,14 @@ from dauntless.config import ConfigError, parse_experiment_config
 
 from . import _util
 from ._render import (
-    CHECKPOINT_COLUMNS,
     EXPERIMENT_COLUMNS,
     TRIAL_COLUMNS,
     best_metric_cell,
-    checkpoint_row,
     experiment_row,
     format_log_line,
     full_length_batches,
     print_latest_validations,
+    show_checkpoints,
     stopped_early,
     trial_row,
 )
@@ -254,11 +253,7 @@ def _list_trials(args: argparse.Namespace) -> int:
 def _list_checkpoints(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         ckpts = session.get_experiment_checkpoints(args.experiment_id)
-    if args.json:
-        print_json({"checkpoints": ckpts})
-        return 0
-    print_table(CHECKPOINT_COLUMNS, [checkpoint_row(c) for c in ckpts])
-    return 0
+    return show_checkpoints(ckpts, args.json)
 
 
 def _config(args: argparse.Namespace) -> int:

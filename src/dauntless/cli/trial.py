@@ -10,11 +10,10 @@ from dauntless.client import follow_trial_logs
 
 from . import _util
 from ._render import (
-    CHECKPOINT_COLUMNS,
-    checkpoint_row,
     format_log_line,
     latest_validation,
     print_metrics,
+    show_checkpoints,
 )
 from ._util import (
     add_json_flag,
@@ -90,11 +89,7 @@ def _logs(args: argparse.Namespace) -> int:
 def _list_checkpoints(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         ckpts = session.get_trial_checkpoints(args.trial_id)
-    if args.json:
-        print_json({"checkpoints": ckpts})
-        return 0
-    print_table(CHECKPOINT_COLUMNS, [checkpoint_row(c) for c in ckpts])
-    return 0
+    return show_checkpoints(ckpts, args.json)
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:

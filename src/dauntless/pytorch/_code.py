@@ -15,24 +15,15 @@ from pathlib import Path
 
 import pathspec
 
+# The same rules as the context the CLI uploads, so code/ holds what the master was sent.
+from dauntless.client._context import BUILTIN_IGNORES, IGNORE_FILE, MAX_CONTEXT_BYTES
+
 logger = logging.getLogger("dauntless.pytorch")
 
 #: The largest model definition copied into checkpoints, in bytes (the context limit).
-MAX_CODE_BYTES = 95 * 1024 * 1024
+MAX_CODE_BYTES = MAX_CONTEXT_BYTES
 #: The most files copied; a larger directory is not a model definition.
 MAX_CODE_FILES = 5000
-IGNORE_FILE = ".detignore"
-BUILTIN_IGNORES = (
-    "__pycache__/",
-    "*.py[co]",
-    "*$py.class",
-    "terraform*",
-    ".git/",
-    ".vscode/",
-    ".idea/",
-    ".mypy_cache/",
-    "/shared_fs",
-)
 
 
 class CodeSnapshot:
