@@ -15,11 +15,11 @@ from typing import Any
 class DistributedContext:
     """Where this process sits among a task's processes, and how they exchange objects.
 
-    A trial still runs as one process (multi-process training arrives with the
-    launcher); the Core API can already use several processes started the torchrun way
-    (:meth:`from_torch_distributed`). Every collective (:meth:`allgather`,
-    :meth:`gather`, :meth:`broadcast` and their ``_local`` variants) must be called by
-    all the processes involved, in the same order.
+    A trial with ``resources.slots_per_trial`` N > 1 runs as N processes started the
+    torchrun way by the launcher (the PyTorchTrial harness builds this context with
+    :meth:`from_torch_distributed`; Core API scripts do the same). Every collective
+    (:meth:`allgather`, :meth:`gather`, :meth:`broadcast` and their ``_local``
+    variants) must be called by all the processes involved, in the same order.
 
     Args:
         rank: this process's rank among all, 0 <= rank < size.

@@ -210,6 +210,20 @@ class PreemptContext:
             self.acknowledge_preemption_signal()
         return answer
 
+    def signal_seen_here(self) -> bool:
+        """This process's own view of the signal, without any collective; sticky.
+
+        On the chief (or in ``WorkersAskMaster`` mode) it starts the watcher if needed
+        and reads its flag; elsewhere it is False until a collective
+        :meth:`should_preempt` told this rank. A harness that combines the signal with
+        other stop reasons in one collective of its own uses this on the chief.
+        """
+        if self._raised.is_set():
+            return True
+        if not self._watches():
+            return False
+        return self._local_answer()
+
     def acknowledge_preemption_signal(self) -> None:
         """Record that this process will stop for the preemption.
 

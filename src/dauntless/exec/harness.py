@@ -7,6 +7,13 @@ the work dir), builds the trial, resumes from ``DET_LATEST_CHECKPOINT`` if set, 
 the training loop against the master until the searcher closes the trial (exit 0), the
 trial is preempted (checkpoint, exit 0), or an error occurs (exit 1, the error on
 stderr).
+
+A trial with ``resources.slots_per_trial`` N > 1 runs as N harness processes, one per
+slot, started by :mod:`dauntless.launch.torch_distributed` with torch.distributed's
+``RANK``/``WORLD_SIZE``/``MASTER_ADDR``... variables: each joins the process group (NCCL
+on CUDA, gloo otherwise) and trains its shard; rank 0 is the chief that talks to the
+master. When one rank fails the launcher stops the others, and the master restarts the
+whole trial from its latest checkpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dauntless.config import parse_experiment_config
 from dauntless.core import ClusterInfo, Context, EarlyExitReason, Session
 from dauntless.pytorch import PyTorchTrialContext
 from dauntless.pytorch._controller import _TrialController
+from dauntless.pytorch._distributed import destroy_process_group, init_process_group_from_env
 from dauntless.pytorch._import import load_trial_class
 from dauntless.pytorch._state import seed_all
 
@@ -52,6 +60,8 @@ def run_trial(
         invalid hyperparameters.
 
     Raises:
+        ValueError: if ``resources.slots_per_trial`` > 1 but the process was not started
+            as one of that many ranks (see :func:`init_process_group_from_env`).
         Any error of the trial code, the config, the storage or the master (the caller
         turns it into exit code 1).
     """
@@ -59,37 +69,44 @@ def run_trial(
     if trial_info is None:
         raise ValueError(f"DET_TASK_TYPE is {info.task_type!r}; the harness runs TRIAL tasks")
     config = parse_experiment_config(trial_info.config)
-    if config.resources.slots_per_trial > 1:
-        raise ValueError(
-            f"resources.slots_per_trial is {config.resources.slots_per_trial}: distributed "
-            "training is not supported yet, use 1"
-        )
     if not config.is_trial_class():
         raise ValueError(
             f"the experiment entrypoint {config.entrypoint!r} does not name a trial class "
             "(module:Class); the agent runs other entrypoints directly"
         )
+    # Every rank has the same seed: the ranks start from the same weights (DDP also
+    # broadcasts the chief's) and a resumed trial can redraw each rank's streams.
     seed_all(trial_info.trial_seed)
     trial_cls = load_trial_class(str(config.entrypoint))
+    distributed, started = init_process_group_from_env(config.resources.slots_per_trial)
     logger.info(
-        "dauntless %s harness: trial %d, experiment %d, run %d, entrypoint %s",
+        "dauntless %s harness: trial %d, experiment %d, run %d, entrypoint %s, rank %d of %d",
         dauntless.__version__,
         trial_info.trial_id,
         trial_info.experiment_id,
         trial_info.trial_run_id,
         config.entrypoint,
+        distributed.rank,
+        distributed.size,
     )
-    with Context.from_cluster_info(
-        info, session=session, preempt_poll_seconds=preempt_poll_seconds
-    ) as core:
-        context = PyTorchTrialContext(trial_info, core=core)
-        try:
-            trial = trial_cls(context)
-        except dauntless.InvalidHP as exc:
-            logger.info("the trial rejected its hyperparameters: %s", exc)
-            core.train.report_early_exit(EarlyExitReason.INVALID_HP)
-            return 0
-        result = _TrialController(trial, context, core, code_dir=os.getcwd()).run()
+    try:
+        with Context.from_cluster_info(
+            info,
+            session=session,
+            distributed=distributed,
+            preempt_poll_seconds=preempt_poll_seconds,
+        ) as core:
+            context = PyTorchTrialContext(trial_info, core=core)
+            try:
+                trial = trial_cls(context)
+            except dauntless.InvalidHP as exc:
+                logger.info("the trial rejected its hyperparameters: %s", exc)
+                if distributed.is_chief:
+                    core.train.report_early_exit(EarlyExitReason.INVALID_HP)
+                return 0
+            result = _TrialController(trial, context, core, code_dir=os.getcwd()).run()
+    finally:
+        destroy_process_group(distributed, started)
     logger.info("trial %d exits: %s", trial_info.trial_id, result.value)
     return 0
 

@@ -7,6 +7,7 @@ gradient aggregation, AMP and the getters; the facts about the trial are in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -119,7 +120,10 @@ class PyTorchTrialContext(_TrialFacts):
 
         With ``experimental.use_amp()`` its forward runs under autocast and returns
         float32. With more than one process it is wrapped in
-        ``DistributedDataParallel`` (which answers for the model's own attributes).
+        ``DistributedDataParallel`` (``device_ids=[device.index]`` on CUDA), which
+        averages gradients across processes in ``backward`` and answers for the model's
+        own attributes; checkpoints hold the inner module's ``state_dict`` (no
+        ``module.`` prefix), so they load into runs with any number of processes.
 
         Args:
             model: a ``torch.nn.Module``.
@@ -145,9 +149,9 @@ class PyTorchTrialContext(_TrialFacts):
             if not torch.distributed.is_available() or not torch.distributed.is_initialized():
                 raise RuntimeError(
                     f"wrapping a model for {self.distributed.size} processes needs a "
-                    "torch.distributed process group started by a distributed launcher; "
-                    "multi-process trials are not supported yet: use "
-                    "resources.slots_per_trial <= 1"
+                    "torch.distributed process group: run the trial through the "
+                    "distributed launcher (the harness starts the group), or call "
+                    "torch.distributed.init_process_group() before dauntless.pytorch.init()"
                 )
             ids = [self.device.index] if self.device.type == "cuda" else None
             model = _DistributedModel(model, device_ids=ids)
@@ -338,6 +342,25 @@ class PyTorchTrialContext(_TrialFacts):
         self._reducers.append(WrappedReducer(wrapped, name, for_training, for_validation))
         return wrapped
 
+    def _gradient_sync(self, batch_idx: int) -> contextlib.AbstractContextManager[Any]:
+        """The context the harness runs ``train_batch(batch_idx)`` in.
+
+        With gradient aggregation no wrapped optimizer steps after most batches; their
+        backward passes run under every DDP model's ``no_sync()`` (gradients add up
+        locally) and only the pass before a step averages them across processes.
+        """
+        ddp = [
+            m for m in self.models if isinstance(m, torch.nn.parallel.DistributedDataParallel)
+        ]
+        if not ddp or not self._optimizer_settings:
+            return contextlib.nullcontext()
+        if any((batch_idx + 1) % freq == 0 for freq, _ in self._optimizer_settings.values()):
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for model in ddp:
+            stack.enter_context(model.no_sync())
+        return stack
+
     # ----------------------------------------------------------------- training steps
 
     def backward(
@@ -377,6 +400,8 @@ class PyTorchTrialContext(_TrialFacts):
         ``backward_passes_per_step`` = n > 1) it acts only on every n-th batch
         (``(batch_idx + 1) % n == 0``), first dividing the summed gradients by n unless
         averaging is off; on the other batches it does nothing, so gradients add up.
+        With several processes the harness runs those other batches under DDP's
+        ``no_sync()``, so gradients cross processes once per step.
 
         Args:
             optimizer: a wrapped optimizer.

@@ -6,6 +6,13 @@ the boundaries are checked in the order report -> validate -> checkpoint, then t
 flags (preemption signal, ``set_stop_requested``), so a pause takes effect after the
 batch in progress. Saving and restoring state lives in :class:`_StateMixin`
 (``_resume.py``).
+
+With several processes (``context.distributed.size`` > 1, one per slot) every rank runs
+this loop in lockstep, over its own shard of each batch: the chief (rank 0) asks the
+searcher and broadcasts each operation; the stop decision is one collective per batch
+(any rank's ``set_stop_requested``, or the preemption signal the chief watches);
+training and validation metrics are reduced across ranks; only the chief reports to the
+master and writes checkpoints (which hold every rank's RNG state and pending metrics).
 """
 
 from __future__ import annotations
@@ -29,8 +36,15 @@ from ._code import CodeSnapshot
 from ._context import PyTorchTrialContext
 from ._data import DataLoader, repeat_torch_loader
 from ._device import mover
+from ._distributed import any_rank
 from ._evaluate import evaluate_batches, reduce_outputs, validation_loader
-from ._reducer import mean_of_batches, reduce_custom, scalar_or_none, window_scalars
+from ._reducer import (
+    average_across_ranks,
+    mean_of_batches,
+    reduce_custom,
+    scalar_or_none,
+    window_scalars,
+)
 from ._resume import _StateMixin
 from ._settings import LoopSettings
 from ._state import get_rng_state, set_rng_state
@@ -90,8 +104,7 @@ class _TrialController(_StateMixin):
             other than a dict of PyTorchCallback.
         ValueError: if the trial wrapped no model or no optimizer, implements neither
             or both of ``evaluate_batch`` and ``evaluate_full_dataset``, local training
-            has no ``max_length``, or the process layout has more than one process
-            (distributed training is not supported yet).
+            has no ``max_length``.
     """
 
     def __init__(
@@ -112,11 +125,6 @@ class _TrialController(_StateMixin):
             raise TypeError(f"context must be a PyTorchTrialContext, got {type(context).__name__}")
         if not isinstance(core, Context):
             raise TypeError(f"core must be a dauntless.core.Context, got {type(core).__name__}")
-        if context.distributed.size != 1:
-            raise ValueError(
-                f"distributed training ({context.distributed.size} processes) is not "
-                "supported yet: use resources.slots_per_trial <= 1"
-            )
         if not context.models or not context.optimizers:
             raise ValueError(
                 "the trial must wrap at least one model (context.wrap_model) and one "
@@ -195,6 +203,10 @@ class _TrialController(_StateMixin):
             for op in self._operations():
                 if not self._run_operation(op):
                     break
+            dist = self.context.distributed
+            if dist.size > 1:
+                # The chief may have stopped while waiting for the searcher.
+                self._stop_seen = bool(dist.broadcast(self._stop_seen))
             self._flush_and_checkpoint()
             if self._stop_seen:
                 logger.info("stopping at batch %d to be resumed later", self.batches_trained)
@@ -219,7 +231,12 @@ class _TrialController(_StateMixin):
         if self.local:
             yield _LocalOperation(self._periods.max_length or 0)
             return
-        yield from self.core.searcher.operations(should_stop=self._should_stop)
+        dist = self.context.distributed
+        # With several ranks only the chief waits for the searcher (the others wait in
+        # the broadcast of the next operation), so it must decide alone, without the
+        # per-batch collective.
+        should_stop = self._should_stop if dist.size == 1 else self._chief_should_stop
+        yield from self.core.searcher.operations(should_stop=should_stop)
 
     def _start(self) -> bool:
         state = self._read_checkpoint(self.latest_checkpoint) if self.latest_checkpoint else None
@@ -274,6 +291,11 @@ class _TrialController(_StateMixin):
             epoch_len = len(train_loader)
         except TypeError:  # an unsized torch loader: epochs never end
             epoch_len = sys.maxsize
+        size = self.context.distributed.size
+        if size > 1 and isinstance(train_loader, DataLoader):
+            # Each step trains one per-slot batch on every rank: an epoch of the
+            # unsharded loader lasts ceil(batches / ranks) steps.
+            epoch_len = -(-epoch_len // size)
         if epoch_len < 1:
             raise ValueError("the training data loader is empty (0 batches per epoch)")
         self._epoch_len = epoch_len
@@ -330,7 +352,9 @@ class _TrialController(_StateMixin):
             self._after_validation(last[1])
         if capped:
             return False
-        op.report_completed(self._searcher_value(last[1]))
+        value = self._searcher_value(last[1])
+        if self.local or self.context.distributed.is_chief:
+            op.report_completed(value)
         logger.info("completed the operation at batch %d", op.length)
         return not self._should_stop()
 
@@ -361,7 +385,8 @@ class _TrialController(_StateMixin):
         if ctx._auto_to_device:
             batch = self._move(batch)
         ctx._current_batch = b
-        out = self.trial.train_batch(batch, epoch_idx, b)
+        with ctx._gradient_sync(b):
+            out = self.trial.train_batch(batch, epoch_idx, b)
         if isinstance(out, torch.Tensor):
             out = {"loss": out}
         elif not isinstance(out, dict):
@@ -405,6 +430,9 @@ class _TrialController(_StateMixin):
         if not self._window and not reducers:
             return
         per_batch = window_scalars(self._window)
+        dist = self.context.distributed
+        if dist.size > 1:
+            per_batch = average_across_ranks(dist.allgather(per_batch))
         metrics: dict[str, Any] = mean_of_batches(per_batch)
         metrics.update(reduce_custom(reducers, self.context.distributed))
         self._reset_reducers(training=True)
@@ -436,7 +464,25 @@ class _TrialController(_StateMixin):
         return round(self.batches_trained / self._epoch_len, 6)
 
     def _should_stop(self) -> bool:
-        stop = self.context._stop_requested or self.core.preempt.should_preempt()
+        """Whether to checkpoint and stop now; a collective with several ranks (every
+        rank gets True if any rank requested a stop or the chief saw the signal)."""
+        dist = self.context.distributed
+        if dist.size == 1:
+            stop = self.context._stop_requested or self.core.preempt.should_preempt()
+        else:
+            mine = self.context._stop_requested or (
+                dist.is_chief and self.core.preempt.signal_seen_here()
+            )
+            stop = any_rank(mine, dist)
+            if stop:
+                self.core.preempt.acknowledge_preemption_signal()
+        if stop:
+            self._stop_seen = True
+        return stop
+
+    def _chief_should_stop(self) -> bool:
+        """The chief's own stop decision, without a collective (searcher waits)."""
+        stop = self.context._stop_requested or self.core.preempt.signal_seen_here()
         if stop:
             self._stop_seen = True
         return stop
@@ -472,8 +518,17 @@ class _TrialController(_StateMixin):
             with torch.no_grad():
                 self._call("on_validation_epoch_start")
                 if self._full_dataset:
-                    loader = validation_loader(self._val_loader, ctx.distributed, sharded=False)
-                    metrics = self.trial.evaluate_full_dataset(loader)
+                    # As in Determined: the chief evaluates the whole validation set and
+                    # the other ranks receive its metrics.
+                    full: Any = None
+                    if ctx.distributed.is_chief:
+                        loader = validation_loader(
+                            self._val_loader, ctx.distributed, sharded=False
+                        )
+                        full = self.trial.evaluate_full_dataset(loader)
+                    if ctx.distributed.size > 1:
+                        full = ctx.distributed.broadcast(full)
+                    metrics = full
                     if not isinstance(metrics, dict):
                         raise TypeError(
                             "evaluate_full_dataset must return a dict of metrics, got "
@@ -530,11 +585,16 @@ class _TrialController(_StateMixin):
     def _experiment_best(self) -> float | None:
         if self.settings.checkpoint_policy != "best" or self.local:
             return self.best_validation
-        try:
-            best = self.core.train.get_experiment_best_validation()
-        except Exception as exc:  # the policy falls back to the trial's own best
-            logger.warning("could not read the experiment's best validation: %s", exc)
-            best = None
+        dist = self.context.distributed
+        best = None
+        if dist.is_chief:
+            try:
+                best = self.core.train.get_experiment_best_validation()
+            except Exception as exc:  # the policy falls back to the trial's own best
+                logger.warning("could not read the experiment's best validation: %s", exc)
+        if dist.size > 1:
+            # Every rank must take the same checkpoint decision (it is a collective).
+            best = dist.broadcast(best)
         return best if best is not None else self.best_validation
 
     def _after_validation(self, metrics: dict[str, Any]) -> None:

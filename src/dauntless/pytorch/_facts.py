@@ -100,11 +100,13 @@ class _TrialFacts:
         return self.get_per_slot_batch_size() * self.distributed.size
 
     def get_per_slot_batch_size(self) -> int:
-        """Records per batch in this process: ``global_batch_size // processes``.
+        """Records per batch in this process: ``global_batch_size / processes``.
+
+        The processes are ``resources.slots_per_trial`` ranks in a distributed trial.
 
         Raises:
             ValueError: if the trial has no int ``global_batch_size`` hyperparameter, or
-                it is smaller than the number of processes.
+                it is smaller than the number of processes or not divisible by it.
         """
         gbs = self._trial.hparams.get("global_batch_size")
         if gbs is None:
@@ -117,9 +119,15 @@ class _TrialFacts:
             )
         if gbs < self.distributed.size:
             raise ValueError(
-                f"global_batch_size ({gbs}) is smaller than the number of processes "
-                f"({self.distributed.size}): raise global_batch_size to at least "
-                "slots_per_trial"
+                f"hyperparameter global_batch_size ({gbs}) is smaller than the number of "
+                f"processes ({self.distributed.size}, resources.slots_per_trial): raise "
+                "global_batch_size to at least slots_per_trial"
+            )
+        if gbs % self.distributed.size:
+            raise ValueError(
+                f"hyperparameter global_batch_size ({gbs}) is not divisible by the number of "
+                f"processes ({self.distributed.size}, resources.slots_per_trial): every slot "
+                "trains the same number of records per batch"
             )
         return gbs // self.distributed.size
 

@@ -313,3 +313,35 @@ def reduce_custom(
                 )
             out.update(value)
     return out
+
+
+def average_across_ranks(
+    per_rank: Sequence[Sequence[Mapping[str, float | None]]],
+) -> list[dict[str, float | None]]:
+    """Average each batch's training metrics over the processes that trained it.
+
+    Process ``r`` trained its own shard of each batch (``global_batch_size /
+    processes`` records), so with per-record means (a loss, an accuracy) the average of
+    the processes' values is the value of the whole global batch.
+
+    Args:
+        per_rank: one list of per-batch metric dicts (:func:`window_scalars`) per
+            process, in rank order; the lists are aligned by batch.
+
+    Returns:
+        One dict per batch (as many as the longest list): each name's mean over the
+        processes that reported a number for it, or None when none did.
+    """
+    n = max((len(window) for window in per_rank), default=0)
+    out: list[dict[str, float | None]] = []
+    for i in range(n):
+        rows = [window[i] for window in per_rank if i < len(window)]
+        names: dict[str, None] = {}
+        for row in rows:
+            names.update(dict.fromkeys(row))
+        merged: dict[str, float | None] = {}
+        for name in names:
+            values = [row[name] for row in rows if row.get(name) is not None]
+            merged[name] = sum(values) / len(values) if values else None  # type: ignore[arg-type]
+        out.append(merged)
+    return out

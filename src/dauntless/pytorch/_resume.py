@@ -6,6 +6,13 @@ the Python, numpy and torch RNG states and a ``trial_state`` with the batch coun
 the shuffle seed, the training metrics of the reporting period in progress and the
 last validation. The data position is the batch count: the training stream is rebuilt
 with the same seed and skips the batches already trained.
+
+With several processes only the chief writes the checkpoint; it gathers every rank's RNG
+state and pending training metrics into ``trial_state["ranks"]`` first, so that a run
+with the same number of ranks resumes each rank exactly. The weights are the unwrapped
+modules' (no DDP ``module.`` prefix), and ``pending_metrics`` holds the period's metrics
+averaged across ranks: a checkpoint resumes with any number of ranks (with another
+number, every rank takes the chief's RNG state).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from ._checkpoint import (
     unwrap,
     write_load_data,
 )
-from ._reducer import window_scalars
+from ._reducer import average_across_ranks, window_scalars
 from ._state import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
@@ -132,9 +139,15 @@ class _StateMixin:
                 callback.load_state_dict(saved_callbacks[name])
         if same:
             rng = state.get("rng_state")
+            pending = state["trial_state"].get("pending_metrics") or []
+            ranks = state["trial_state"].get("ranks")
+            dist = ctx.distributed
+            if isinstance(ranks, list) and len(ranks) == dist.size:
+                # The same layout: each rank resumes its own random streams and metrics.
+                rng = ranks[dist.rank].get("rng_state", rng)
+                pending = ranks[dist.rank].get("pending_metrics", pending)
             if rng is not None:
                 set_rng_state(rng)
-            pending = state["trial_state"].get("pending_metrics") or []
             self._window = [dict(m) for m in pending]
 
     # ------------------------------------------------------------------ writing
@@ -154,8 +167,18 @@ class _StateMixin:
         self._checkpoint_if_stale()
 
     def _state_dict(self) -> dict[str, Any]:
+        """The checkpoint's state; a collective with several ranks (the chief's copy
+        holds every rank's part)."""
         ctx = self.context
         last = self._last_validation
+        pending = window_scalars(self._window)
+        rank_parts = None
+        if ctx.distributed.size > 1:
+            rank_parts = ctx.distributed.gather(
+                {"rng_state": get_rng_state(), "pending_metrics": pending}
+            )
+            if rank_parts is not None:
+                pending = average_across_ranks([p["pending_metrics"] for p in rank_parts])
         state: dict[str, Any] = {
             "models_state_dict": [unwrap(m).state_dict() for m in ctx.models],
             "optimizers_state_dict": [o.state_dict() for o in ctx.optimizers],
@@ -168,21 +191,30 @@ class _StateMixin:
                 "trial_id": self.core.trial.trial_id,
                 "best_validation": self.best_validation,
                 "shuffle_seed": self.shuffle_seed,
-                "pending_metrics": window_scalars(self._window),
+                "pending_metrics": pending,
                 "last_validation": (
                     None if last is None else {"batches": last[0], "metrics": last[1]}
                 ),
             },
         }
+        if rank_parts is not None:
+            state["trial_state"]["ranks"] = rank_parts
         if ctx._scaler is not None:
             state["scaler_state_dict"] = ctx._scaler.state_dict()
         return state
 
     def _save_checkpoint(self) -> str:
+        """Write a checkpoint (the chief) and return its uuid (on every rank)."""
         ctx = self.context
         info = self.core.trial
         state = self._state_dict()
         self._call("on_checkpoint_save_start", state)
+        dist = ctx.distributed
+        if not dist.is_chief:
+            uuid = str(dist.broadcast(None))
+            self._last_checkpoint_batches = self.batches_trained
+            self._call("on_checkpoint_upload_end", uuid)
+            return uuid
         metadata = {
             "steps_completed": self.batches_trained,
             "framework": f"torch-{torch.__version__}",
@@ -201,6 +233,8 @@ class _StateMixin:
                 callback.on_checkpoint_write_end(str(path))
                 if type(callback).on_checkpoint_end is not PyTorchCallback.on_checkpoint_end:
                     callback.on_checkpoint_end(str(path))
+        if dist.size > 1:
+            dist.broadcast(uuid)
         self._last_checkpoint_batches = self.batches_trained
         self._call("on_checkpoint_upload_end", uuid)
         logger.info("checkpoint %s saved at batch %d", uuid, self.batches_trained)

@@ -32,6 +32,7 @@ from dauntless.core import (
 
 from ._context import PyTorchTrialContext
 from ._controller import RunResult, _TrialController
+from ._distributed import destroy_process_group, init_process_group_from_env
 from ._settings import NEVER, Batch, Epoch, LoopSettings, Period, TrainUnit
 from ._state import seed_all
 from ._trial import PyTorchTrial
@@ -85,8 +86,12 @@ def init(
     Args:
         hparams: local training's hyperparameters (ignored on a cluster, with a warning).
         exp_conf: local training's experiment config (ignored on a cluster).
-        distributed: the process layout; one process when None (distributed training
-            is not supported yet).
+        distributed: the process layout. When None: on a cluster trial with
+            ``resources.slots_per_trial`` > 1 the process group is started from the
+            launcher's ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (NCCL on
+            CUDA, gloo otherwise) and ended when the block exits; otherwise one process.
+            Off the cluster, pass ``DistributedContext.from_torch_distributed()`` after
+            ``torch.distributed.init_process_group()`` (e.g. under ``torchrun``).
         aggregation_frequency: batches whose gradients are summed before each optimizer
             step (>= 1).
         enable_tensorboard_logging: write reported metrics to TensorBoard when a writer
@@ -96,24 +101,23 @@ def init(
         The trial context.
 
     Raises:
-        ValueError: on a cluster trial with more than one slot per trial, for an invalid
-            config, or a bad ``aggregation_frequency``.
+        ValueError: on a cluster trial with more than one slot per trial that was not
+            started as one of that many ranks, for an invalid config, or a bad
+            ``aggregation_frequency``.
         TypeError: if ``hparams`` or ``exp_conf`` is not a dict.
     """
     info = ClusterInfo.from_env()
     cluster_trial = info.trial if info is not None and info.task_type == TASK_TYPE_TRIAL else None
     on_cluster = info is not None and cluster_trial is not None
+    started = False  # whether this call started a torch.distributed process group
     if info is not None and cluster_trial is not None:
         if hparams is not None or exp_conf is not None:
             logger.warning("on a cluster the trial's hparams and config come from the master; "
                            "the hparams/exp_conf arguments are ignored")
         trial_info = cluster_trial
         slots = parse_experiment_config(trial_info.config).resources.slots_per_trial
-        if slots > 1 and distributed is None:
-            raise ValueError(
-                f"the experiment asks for {slots} slots per trial; distributed training is "
-                "not supported yet: set resources.slots_per_trial to 1"
-            )
+        if distributed is None:
+            distributed, started = init_process_group_from_env(slots)
         seed_all(trial_info.trial_seed)
         core = Context.from_cluster_info(
             info, distributed=distributed, preempt_mode=PreemptMode.WorkersAskChief
@@ -160,6 +164,8 @@ def init(
         raise SystemExit(0) from exc
     finally:
         core.close()
+        if started and distributed is not None:
+            destroy_process_group(distributed, started)
 
 
 def _check_unit(name: str, value: Any, allow_none: bool = True) -> None:

@@ -64,6 +64,10 @@ class PyTorchTrial(abc.ABC):
         Compute the loss, then call ``context.backward(loss)`` and
         ``context.step_optimizer(optimizer)``.
 
+        With several processes each trains its own per-slot batch
+        (``global_batch_size / slots_per_trial`` records) of the same step; the returned
+        metrics are averaged across processes before they are reported.
+
         Args:
             batch: one batch of the training loader, already on ``context.device``.
             epoch_idx: the epoch this batch belongs to, from 0.
@@ -83,11 +87,14 @@ class PyTorchTrial(abc.ABC):
         same metric names; the values are combined per :meth:`evaluation_reducer` (by
         default the mean weighted by :meth:`get_batch_length`). ``batch_idx`` may be left
         out of an override's signature. Implement exactly one of this and
-        :meth:`evaluate_full_dataset`.
+        :meth:`evaluate_full_dataset`. With several processes, process r evaluates
+        batches r, r + N, ... of the validation loader and the results are reduced
+        across processes (``Reducer.AVG`` weighted by records), so the metrics equal
+        those of one process.
 
         Args:
             batch: one batch of the validation loader, on ``context.device``.
-            batch_idx: its index within the validation pass, from 0.
+            batch_idx: its index within this process's validation pass, from 0.
 
         Returns:
             A dict of metric name -> value.
@@ -96,6 +103,11 @@ class PyTorchTrial(abc.ABC):
 
     def evaluate_full_dataset(self, data_loader: torch.utils.data.DataLoader) -> dict[str, Any]:
         """Evaluate the whole validation set at once (alternative to :meth:`evaluate_batch`).
+
+        With several processes only the chief (rank 0) calls it, on the whole
+        validation set; the other processes receive its metrics. It must therefore not
+        run collectives (DDP models may be called: in ``eval()`` under ``no_grad`` they
+        do not synchronize).
 
         Args:
             data_loader: a torch loader over the validation data (batches are not moved

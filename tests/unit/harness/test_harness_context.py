@@ -47,7 +47,11 @@ def test_per_slot_batch_size_divides_the_global_one(tmp_path):
     assert (ctx.get_per_slot_batch_size(), ctx.get_global_batch_size()) == (4, 8)
     config["hyperparameters"]["global_batch_size"] = 1
     ctx = PyTorchTrialContext(toy_info(config), distributed=DistributedContext(rank=1, size=2))
-    with pytest.raises(ValueError, match="smaller than the number of processes"):
+    with pytest.raises(ValueError, match="global_batch_size .1. is smaller than the number of"):
+        ctx.get_per_slot_batch_size()
+    config["hyperparameters"]["global_batch_size"] = 9
+    ctx = PyTorchTrialContext(toy_info(config), distributed=DistributedContext(rank=0, size=2))
+    with pytest.raises(ValueError, match="global_batch_size .9. is not divisible by the number"):
         ctx.get_per_slot_batch_size()
 
 

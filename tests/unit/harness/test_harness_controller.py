@@ -369,7 +369,7 @@ def test_controller_rejects_unusable_trials(tmp_path):
         _TrialController(NoOptimizer(context), context, core)
 
     context = PyTorchTrialContext(info, distributed=DistributedContext(rank=0, size=2))
-    with pytest.raises(RuntimeError, match="not supported yet"):
+    with pytest.raises(RuntimeError, match="needs a torch.distributed process group"):
         ToyTrial(context)
 
     class BothEvaluations(ToyTrial):
