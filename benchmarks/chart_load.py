@@ -47,6 +47,7 @@ from dauntless.master.metric_series import (
     M4Series,
     fold_metric_reports,
 )
+from dauntless.master.testing import sign_in
 
 TARGET_SECONDS = 1.0
 GROUP, NAME, MAX_POINTS = "training", "loss", 400
@@ -180,6 +181,7 @@ def main() -> None:
         url = f"/api/v1/experiments/{exp_id}/metrics"
         params = {"group": GROUP, "name": NAME, "max_points": MAX_POINTS}
         with TestClient(app) as client:
+            sign_in(client)
             t0 = time.perf_counter()
             r = client.get(url, params=params)
             first = time.perf_counter() - t0

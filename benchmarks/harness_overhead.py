@@ -188,6 +188,10 @@ class FakeAgent:
 
     def __init__(self, url: str) -> None:
         self.client = httpx.Client(base_url=url + "/api/v1", timeout=30)
+        # The built-in admin (empty password on a new master) may call agents' routes too.
+        r = self.client.post("/auth/login", json={"username": "admin", "password": ""})
+        r.raise_for_status()
+        self.client.headers["Authorization"] = f"Bearer {r.json()['token']}"
         self.client.post("/agents", json={"id": "bench-agent", "hostname": "localhost",
                                           "slots": [{"id": "0", "type": "cpu"}]}).raise_for_status()
 
@@ -236,10 +240,15 @@ def harness_round(agent: FakeAgent, trial_cls: type, config: dict, batches: int,
             return {"timer": timer}
 
     seed_all(info.trial.trial_seed)
-    with Context.from_cluster_info(info) as core:
-        context = PyTorchTrialContext(info.trial, core=core)
-        trial = Timed(context)
-        _TrialController(trial, context, core, code_dir=code_dir).run()
+    # the trial's credential, as the agent would hand it to the task's environment
+    os.environ["DET_SESSION_TOKEN"] = spec["env"]["DET_SESSION_TOKEN"]
+    try:
+        with Context.from_cluster_info(info) as core:
+            context = PyTorchTrialContext(info.trial, core=core)
+            trial = Timed(context)
+            _TrialController(trial, context, core, code_dir=code_dir).run()
+    finally:
+        os.environ.pop("DET_SESSION_TOKEN", None)
     agent.exited(spec["allocation_id"])
     if not timer.end:
         raise RuntimeError("the harness did not report the last batch")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 
 from pydantic import ValidationError
 
+from dauntless._auth import CLUSTER_SECRET_ENV, read_secret_file
+from dauntless._tls import CERT_FILE_ENV, cert_file_from_env
 from dauntless.config import AgentConfig
 
 from ._agent import Agent
@@ -27,7 +30,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", required=True)
     p.add_argument("--heartbeat-interval", type=float, default=0.5)
     p.add_argument("--advertise-addr", help="address other agents reach this host at")
+    p.add_argument(
+        "--master-cert-file",
+        default=cert_file_from_env(),
+        help="PEM CA bundle that signed an HTTPS master's certificate, or 'noverify' "
+        f"(default: ${CERT_FILE_ENV}, else the system's trust store); passed on to tasks "
+        f"as {CERT_FILE_ENV}",
+    )
+    p.add_argument(
+        "--cluster-secret-file",
+        help="file holding the master's cluster secret (security.cluster_secret, or the "
+        f"master's <data_dir>/cluster_secret); default: ${CLUSTER_SECRET_ENV}",
+    )
     args = p.parse_args(argv)
+    # The secret comes from a file or the environment, never the command line (which
+    # other users of the host can read), and leaves the environment at once so that no
+    # task inherits it.
+    secret = os.environ.pop(CLUSTER_SECRET_ENV, "").strip() or None
+    if args.cluster_secret_file:
+        try:
+            secret = read_secret_file(args.cluster_secret_file)
+        except ValueError as exc:
+            p.error(str(exc))
+    if secret is None:
+        p.error(f"no cluster secret: give --cluster-secret-file (the master keeps one in "
+                f"<data_dir>/cluster_secret) or set {CLUSTER_SECRET_ENV}")
     url = args.master_url if "://" in args.master_url else "http://" + args.master_url
     try:
         config = AgentConfig(
@@ -35,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             slot_type=args.slot_type, artificial_slots=args.artificial_slots,
             visible_gpus=args.visible_gpus, work_dir=args.work_dir,
             heartbeat_interval=args.heartbeat_interval, advertise_addr=args.advertise_addr,
+            master_cert_file=args.master_cert_file, cluster_secret=secret,
         )
     except ValidationError as exc:
         p.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
@@ -43,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    Agent(config).run(stop)
+    try:
+        agent = Agent(config)
+    except ValueError as exc:  # a missing CA bundle
+        p.error(str(exc))
+    agent.run(stop)
     return 0
 
 

@@ -25,6 +25,14 @@ from typing import Any
 
 import httpx
 
+from dauntless._auth import CLUSTER_SECRET_ENV, CLUSTER_SECRET_HEADER
+from dauntless._tls import (
+    CERT_FILE_ENV,
+    NO_VERIFY,
+    describe_cert_error,
+    is_cert_verify_error,
+    make_verify,
+)
 from dauntless.config import AgentConfig
 from dauntless.config._experiment import ENTRYPOINT_CLASS_RE
 
@@ -99,17 +107,23 @@ class Agent:
     Args:
         config: the agent config.
         client: an httpx client for the master (tests may hand their own); built from
-            ``config.master_url`` when None.
+            ``config.master_url`` (verifying TLS with ``config.master_cert_file``) when None.
+
+    Raises:
+        ValueError: when ``config.master_cert_file`` names no readable CA bundle.
     """
 
     def __init__(self, config: AgentConfig, client: httpx.Client | None = None) -> None:
         self.config = config
         self.agent_id = config.agent_id or socket.gethostname()
+        verify = make_verify(config.master_cert_file)  # ValueError: no such CA bundle
         self.client = client or httpx.Client(
             base_url=config.master_url.rstrip("/"),
             timeout=httpx.Timeout(30.0, connect=5.0),
-            transport=httpx.HTTPTransport(retries=2),
+            transport=httpx.HTTPTransport(retries=2, verify=verify),
         )
+        if config.cluster_secret is not None:  # every call to the master carries it
+            self.client.headers[CLUSTER_SECRET_HEADER] = config.cluster_secret.get_secret_value()
         self.slots: list[Slot] = discover_slots(
             config.slot_type, config.artificial_slots, config.visible_gpus
         )
@@ -182,7 +196,12 @@ class Agent:
                     backoff = 0.5
                     stop.wait(self.config.heartbeat_interval)
                 except (httpx.HTTPError, OSError) as exc:
-                    log.warning("master unreachable (%s); retrying in %.1f s", exc, backoff)
+                    if is_cert_verify_error(exc):
+                        log.error("%s; retrying in %.1f s",
+                                  describe_cert_error(self.config.master_url, exc,
+                                                      "--master-cert-file PATH"), backoff)
+                    else:
+                        log.warning("master unreachable (%s); retrying in %.1f s", exc, backoff)
                     stop.wait(backoff * (0.8 + 0.4 * random.random()))
                     backoff = min(backoff * 2, 10.0)
                     self.registered = self.registered and not isinstance(exc, httpx.ConnectError)
@@ -226,11 +245,15 @@ class Agent:
             self.pending_exits[alloc_id] = (None, msg)
             return
         env = dict(os.environ)
+        env.pop(CLUSTER_SECRET_ENV, None)  # the agent's credential never reaches a task
         env.update({k: str(v) for k, v in spec.get("env", {}).items()})
         bin_dir = os.path.dirname(sys.executable)
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
         env["PYTHONUNBUFFERED"] = "1"
         env["DET_ADVERTISE_ADDR"] = self.advertise_addr
+        if self.config.master_cert_file:  # trials verify the master as the agent does
+            cert = self.config.master_cert_file
+            env[CERT_FILE_ENV] = cert if cert == NO_VERIFY else os.path.abspath(cert)
         slot_types = {sl.id: sl.type for sl in self.slots}
         cuda = [sid for sid in spec.get("slot_ids", []) if slot_types.get(str(sid)) == "cuda"]
         if cuda:

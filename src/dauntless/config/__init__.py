@@ -3,7 +3,14 @@
 Pure: no I/O beyond parsing text handed in.
 """
 
-from ._cluster import AgentConfig, MasterConfig, ResourcePoolConfig
+from ._cluster import (
+    AgentConfig,
+    MasterConfig,
+    ResourcePoolConfig,
+    SecurityConfig,
+    TLSConfig,
+    TokenConfig,
+)
 from ._experiment import (
     AdaptiveASHASearcher,
     CheckpointStorageConfig,
@@ -57,8 +64,11 @@ __all__ = [
     "ResourcesConfig",
     "S3Storage",
     "SearcherConfig",
+    "SecurityConfig",
     "SharedFSStorage",
     "SingleSearcher",
+    "TLSConfig",
+    "TokenConfig",
     "Unit",
     "const_values",
     "dump_hyperparameters",

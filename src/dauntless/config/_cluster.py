@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ._experiment import CheckpointStorageConfig
 
@@ -22,6 +22,73 @@ class ResourcePoolConfig(_Strict):
     max_cpu_containers_per_agent: int = Field(default=100, ge=0)
 
 
+DEFAULT_TOKEN_LIFESPAN_SECONDS = 7 * 24 * 3600.0
+"""How long a login token is valid by default (seconds): 7 days, as Determined's."""
+
+
+class TokenConfig(_Strict):
+    """Login tokens (``security.token``).
+
+    Attributes:
+        max_lifespan: seconds a token issued at login stays valid (default 7 days); a
+            logout or a password change revokes it sooner.
+    """
+
+    max_lifespan: float = Field(default=DEFAULT_TOKEN_LIFESPAN_SECONDS, gt=0)
+
+
+class TLSConfig(_Strict):
+    """HTTPS for the master's API and UI (``security.tls``, Determined's names).
+
+    Attributes:
+        cert: path of the PEM certificate (chain) the master presents; with ``key`` the
+            master serves HTTPS only, else plain HTTP.
+        key: path of the PEM private key of ``cert``.
+    """
+
+    cert: str | None = None
+    key: str | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> TLSConfig:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError(
+                "security.tls needs both cert and key (PEM file paths), or neither for HTTP"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """True when the master serves HTTPS."""
+        return self.cert is not None and self.key is not None
+
+
+class SecurityConfig(_Strict):
+    """Authentication of users, agents and trials (``security``; docs/protocol.md,
+    "Authentication").
+
+    Secrets are :class:`pydantic.SecretStr`: they print as ``**********`` in reprs, logs
+    and any ``model_dump(mode="json")``, so an echoed config never shows them.
+
+    Attributes:
+        initial_user_password: the password given to the built-in ``admin`` and
+            ``determined`` users when they are first created (a new cluster; a database
+            migrated from before users existed). Empty when None, as Determined's. Once
+            the users exist it changes nothing: use ``det user change-password``.
+        cluster_secret: the shared secret agents present (header
+            ``X-Dauntless-Cluster-Secret``). When None the master makes a random one on
+            first start and keeps it in ``<data_dir>/cluster_secret`` (mode 0600), the
+            file to hand to agents (``--cluster-secret-file``).
+        token: login token settings.
+        tls: the certificate and key for HTTPS (:class:`TLSConfig`).
+    """
+
+    initial_user_password: SecretStr | None = None
+    cluster_secret: SecretStr | None = None
+    token: TokenConfig = Field(default_factory=TokenConfig)
+    tls: TLSConfig = Field(default_factory=TLSConfig)
+
+
 class MasterConfig(_Strict):
     """The master's config.
 
@@ -34,6 +101,7 @@ class MasterConfig(_Strict):
         agent_timeout: seconds without a heartbeat after which an agent is lost.
         scheduler_interval: seconds between scheduling passes of the background loop.
         resource_pools: declared pools; ``default`` always exists.
+        security: users, login tokens and the agents' cluster secret.
     """
 
     host: str = "127.0.0.1"
@@ -48,6 +116,7 @@ class MasterConfig(_Strict):
     )
     cluster_name: str = "dauntless"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    security: SecurityConfig = Field(default_factory=SecurityConfig)
 
 
 class AgentConfig(_Strict):
@@ -63,6 +132,11 @@ class AgentConfig(_Strict):
         heartbeat_interval: seconds between heartbeats (which also fetch work).
         advertise_addr: the address other agents use to reach this one's ranks
             (distributed training); found from the route to the master when None.
+        cluster_secret: the master's cluster secret, sent with every request to the
+            master (``X-Dauntless-Cluster-Secret``); never passed on to tasks.
+        master_cert_file: a PEM CA bundle that signed an HTTPS master's certificate
+            (self-signed or private CA), or ``noverify``; the system's trust store when
+            None. Handed on to the agent's tasks as ``DET_MASTER_CERT_FILE``.
     """
 
     master_url: str = "http://127.0.0.1:8080"
@@ -74,3 +148,5 @@ class AgentConfig(_Strict):
     work_dir: str
     heartbeat_interval: float = Field(default=0.5, gt=0)
     advertise_addr: str | None = None
+    cluster_secret: SecretStr | None = None
+    master_cert_file: str | None = None

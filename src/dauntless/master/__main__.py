@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import uvicorn
 import yaml
 from pydantic import ValidationError
 
+from dauntless._auth import read_secret_file
 from dauntless.config import MasterConfig
 
 from .app import create_app
@@ -29,6 +31,11 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
     p.add_argument("--db-url", help="SQLAlchemy URL (default: SQLite in the data dir)")
     p.add_argument("--agent-timeout", type=float, help="seconds without heartbeat = lost")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--tls-cert", help="PEM certificate: serve HTTPS (security.tls.cert)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert (security.tls.key)")
+    p.add_argument("--cluster-secret-file",
+                   help="file holding the secret agents present (security.cluster_secret; "
+                   "default: <data_dir>/cluster_secret, made when missing)")
     args = p.parse_args(argv)
     raw: dict = {}
     if args.config_file:
@@ -42,16 +49,39 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
         value = getattr(args, flag)
         if value is not None:
             raw[key] = value
+    for flag, key in [("tls_cert", "cert"), ("tls_key", "key")]:
+        value = getattr(args, flag)
+        if value is not None:
+            security = raw.setdefault("security", {})
+            if not isinstance(security, dict):
+                p.error("security in the master config must be a mapping")
+            tls = security.setdefault("tls", {})
+            if not isinstance(tls, dict):
+                p.error("security.tls in the master config must be a mapping")
+            tls[key] = value
+    if args.cluster_secret_file:
+        security = raw.setdefault("security", {})
+        if not isinstance(security, dict):
+            p.error("security in the master config must be a mapping")
+        try:
+            security["cluster_secret"] = read_secret_file(args.cluster_secret_file)
+        except ValueError as exc:
+            p.error(str(exc))
     if "data_dir" not in raw:
         import platformdirs
 
         raw["data_dir"] = platformdirs.user_data_dir("dauntless")
     try:
-        return MasterConfig.model_validate(raw)
+        config = MasterConfig.model_validate(raw)
     except ValidationError as exc:
         lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()]
         p.error("invalid master config:\n  " + "\n  ".join(lines))
         raise  # unreachable: p.error exits
+    tls = config.security.tls
+    for what, path in (("security.tls.cert", tls.cert), ("security.tls.key", tls.key)):
+        if path is not None and not os.path.isfile(path):
+            p.error(f"{what}: {path} is not a file")
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     app = create_app(config)
+    tls = config.security.tls
+    # With security.tls the master serves HTTPS only (clients verify it: --cert-file).
     uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level,
-                access_log=config.log_level == "debug", timeout_graceful_shutdown=5)
+                access_log=config.log_level == "debug", timeout_graceful_shutdown=5,
+                ssl_certfile=tls.cert, ssl_keyfile=tls.key)
     return 0
 
 

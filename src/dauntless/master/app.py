@@ -10,15 +10,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from sqlalchemy import select
 
 import dauntless
 from dauntless.config import MasterConfig
 
+from .auth import AuthService, authenticate
 from .db import ClusterRow, Database
 from .manager import ExperimentManager
 from .routes import install_error_handlers, router
+from .routes_auth import router as auth_router
 from .routes_search import router as search_router
 from .routes_stream import router as stream_router
 from .webui import router as webui_router
@@ -37,8 +39,13 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
     """Build the master application.
 
     At start-up the database is migrated to the newest schema, the cluster identity is
-    made if new, and (with ``run_loop``) the background scheduling loop starts; it stops
-    with the application.
+    made if new, the built-in users get their first password if they have none, and
+    (with ``run_loop``) the background scheduling loop starts; it stops with the
+    application.
+
+    Every route depends on :func:`dauntless.master.auth.authenticate` (an application
+    dependency, so no route can miss it): the caller must present a valid credential and
+    pass the route's access rule, except on the open routes and the UI's files.
 
     Args:
         config: the master config.
@@ -48,6 +55,7 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
     db = Database(default_db_url(config))
     manager = ExperimentManager(db, config)
     manager.port = config.port
+    auth = AuthService(db, config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,6 +63,7 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
         with db.write() as s:
             if s.scalar(select(ClusterRow)) is None:
                 s.add(ClusterRow(id=1, cluster_id=str(uuid.uuid4()), created_at=time.time()))
+        auth.bootstrap()
         manager.on_start()
         stop = threading.Event()
         thread = None
@@ -79,10 +88,13 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
         version=dauntless.__version__,
         description="REST API of the Dauntless master (docs/protocol.md).",
         lifespan=lifespan,
+        dependencies=[Depends(authenticate)],
     )
     app.state.manager = manager
+    app.state.auth = auth
     app.state.config = config
     install_error_handlers(app)
+    app.include_router(auth_router)
     app.include_router(router)
     app.include_router(search_router)
     app.include_router(stream_router)

@@ -44,6 +44,7 @@ from dauntless.searcher import (
 )
 
 from . import scheduling
+from .auth import hash_token, new_token
 from .cluster import ClusterMixin
 from .db import (
     AgentRow,
@@ -55,6 +56,7 @@ from .db import (
     ModelDefinitionRow,
     TaskLogRow,
     TrialRow,
+    UserRow,
 )
 from .lifecycle import LifecycleMixin
 from .states import STOPPING, State, check_transition, is_terminal
@@ -124,7 +126,8 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         ).model_dump(mode="json")
 
     def create_experiment(
-        self, config_text: str, context: bytes | None, activate: bool = True
+        self, config_text: str, context: bytes | None, activate: bool = True,
+        owner: str = "determined",
     ) -> int:
         """Validate a config, store the experiment and run its searcher's first operations.
 
@@ -132,6 +135,8 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
             config_text: the experiment config as YAML text.
             context: the context directory as a gzipped tar (bytes), or None.
             activate: start ACTIVE (else PAUSED).
+            owner: the username of the user who owns it (may pause, kill, edit and
+                delete it); the built-in ``determined`` by default.
 
         Returns:
             The new experiment's id.
@@ -186,7 +191,8 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 description=resolved.description,
                 state=(State.ACTIVE if activate else State.PAUSED).value,
                 archived=False,
-                owner="determined",
+                owner=owner,
+                owner_id=s.scalar(select(UserRow.id).where(UserRow.username == owner)),
                 config=resolved.to_json(),
                 original_config=config_text,
                 seed=seed,
@@ -560,7 +566,12 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
             by_id = {a.id: a for a in allocs}
             for alloc in allocs:
                 if alloc.state == "ASSIGNED":
-                    start.append(self._task_spec(s, alloc))
+                    spec = self._task_spec(s, alloc)
+                    # The part's session token: handed over once, stored only hashed.
+                    token = new_token()
+                    alloc.token_hash = hash_token(token)
+                    spec["env"]["DET_SESSION_TOKEN"] = token
+                    start.append(spec)
                     alloc.state, alloc.started_at = "RUNNING", now
                 elif alloc.state == "RUNNING":
                     if alloc.kill_requested:
@@ -623,7 +634,8 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         host = self.config.host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self.config.security.tls.enabled else "http"
+        return f"{scheme}://{host}:{self.port}"
 
     port: int = 8080
 

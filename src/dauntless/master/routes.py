@@ -3,6 +3,10 @@
 Routes are thin: they parse the request, call the :class:`ExperimentManager` (which owns
 the transaction) or run a read query, and return JSON views. Domain errors map to HTTP
 statuses once, in :func:`install_error_handlers`.
+
+Who may call each route is declared next to it with ``@access(...)``
+(:mod:`dauntless.master.auth`; a route without one is for any signed-in user) and checked
+by the application-wide dependency before the route runs.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import tempfile
 import time
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from sqlalchemy import func, select
@@ -24,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 
 import dauntless
 
+from .auth import access, principal, require_own_trial
 from .db import (
     AgentRow,
     AllocationRow,
@@ -201,6 +206,7 @@ def _trial_views(s: Session, trials: list[TrialRow]) -> list[dict[str, Any]]:
 
 
 @router.get("/master")
+@access(open=True)
 def get_master(request: Request) -> dict[str, Any]:
     """Version and identity of this master."""
     mgr = _mgr(request)
@@ -214,6 +220,7 @@ def get_master(request: Request) -> dict[str, Any]:
 
 
 @router.get("/agents")
+@access(agent=True)
 def list_agents(request: Request) -> dict[str, Any]:
     """Every agent with its slots and which allocation holds each."""
     with _mgr(request).db.read() as s:
@@ -226,6 +233,7 @@ def list_agents(request: Request) -> dict[str, Any]:
 
 
 @router.post("/agents")
+@access(users="admin", agent=True, what="register agents")
 def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
     """An agent announces itself and its slots."""
     agent = _mgr(request).register_agent(
@@ -235,12 +243,14 @@ def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
 
 
 @router.post("/agents/{agent_id}/enable")
+@access(users="admin", what="enable agents")
 def enable_agent(agent_id: str, request: Request) -> dict[str, Any]:
     """Let the scheduler use this agent again."""
     return _agent_json(request, _mgr(request).set_agent_enabled(agent_id, True).id)
 
 
 @router.post("/agents/{agent_id}/disable")
+@access(users="admin", what="disable agents")
 def disable_agent(agent_id: str, request: Request, body: AgentSwitch | None = None) -> dict:
     """No new work on this agent; without ``drain`` its trials are preempted now."""
     drain = body.drain if body else False
@@ -248,6 +258,7 @@ def disable_agent(agent_id: str, request: Request, body: AgentSwitch | None = No
 
 
 @router.post("/agents/{agent_id}/slots/{slot_id}/{action}")
+@access(users="admin", what="{action} slots")
 def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> dict[str, Any]:
     """``enable`` or ``disable`` one slot of an agent."""
     if action not in ("enable", "disable"):
@@ -257,6 +268,7 @@ def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> d
 
 
 @router.get("/resource-pools")
+@access(agent=True)
 def list_resource_pools(request: Request) -> dict[str, Any]:
     """Declared pools with their schedulers and slots used and free."""
     return {"resource_pools": _mgr(request).resource_pools()}
@@ -276,12 +288,14 @@ def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
 
 
 @router.post("/agents/{agent_id}/heartbeat")
+@access(users="none", agent=True, what="heartbeat for agents")
 def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[str, Any]:
     """Liveness plus work: returns tasks to start and allocations to kill."""
     return _mgr(request).heartbeat(agent_id, body.running)
 
 
 @router.post("/allocations/{allocation_id}/exited")
+@access(users="none", agent=True, what="report task exits")
 def allocation_exited(allocation_id: str, body: AllocationExited, request: Request) -> dict:
     """The agent reports that a task's process ended."""
     _mgr(request).allocation_exited(allocation_id, body.exit_code, body.message)
@@ -289,6 +303,7 @@ def allocation_exited(allocation_id: str, body: AllocationExited, request: Reque
 
 
 @router.get("/allocations/{allocation_id}/signals/preemption")
+@access(trial="own")
 async def preemption_signal(
     allocation_id: str, request: Request, timeout_seconds: float = Query(0, ge=0, le=60)
 ) -> dict[str, bool]:
@@ -307,6 +322,7 @@ async def preemption_signal(
 
 
 @router.post("/allocations/{allocation_id}/rendezvous")
+@access(users="none", trial="own", what="publish a rendezvous")
 def post_rendezvous(allocation_id: str, body: RendezvousIn, request: Request) -> dict:
     """The chief launcher of a distributed allocation says where its ranks meet."""
     _mgr(request).set_rendezvous(allocation_id, body.addr, body.port)
@@ -314,6 +330,7 @@ def post_rendezvous(allocation_id: str, body: RendezvousIn, request: Request) ->
 
 
 @router.get("/allocations/{allocation_id}/rendezvous")
+@access(trial="own")
 async def get_rendezvous(
     allocation_id: str, request: Request, timeout_seconds: float = Query(0, ge=0, le=60)
 ) -> dict[str, Any]:
@@ -329,6 +346,7 @@ async def get_rendezvous(
 
 
 @router.post("/task/logs")
+@access(users="none", agent=True, what="ship task logs")
 def post_logs(body: LogBatch, request: Request) -> dict[str, int]:
     """Agents ship task output here in batches."""
     n = _mgr(request).ingest_logs([line.model_dump() for line in body.logs])
@@ -338,27 +356,68 @@ def post_logs(body: LogBatch, request: Request) -> dict[str, int]:
 # ---------------------------------------------------------------------- experiments
 
 
-@router.post("/experiments", status_code=201)
-async def create_experiment(
-    request: Request,
-    config: str = Form(..., description="the experiment config, YAML text"),
-    context: UploadFile | None = File(None, description="the context directory, tar.gz"),
-    activate: bool = Form(True),
-    validate_only: bool = Form(False),
-) -> dict[str, Any]:
-    """Submit an experiment: its config and context directory."""
-    data: bytes | None = None
-    if context is not None:
-        chunks, total = [], 0
-        while chunk := await context.read(1 << 20):
-            total += len(chunk)
-            if total > MAX_CONTEXT_BYTES:
-                raise BadRequest(
-                    f"the context directory is over the {MAX_CONTEXT_BYTES}-byte (95 MiB) "
-                    "limit; keep data sets out of it (.detignore)"
-                )
-            chunks.append(chunk)
-        data = b"".join(chunks)
+_CREATE_FORM = {
+    "requestBody": {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": {
+            "type": "object",
+            "required": ["config"],
+            "properties": {
+                "config": {"type": "string", "description": "the experiment config, YAML text"},
+                "context": {"type": "string", "format": "binary",
+                            "description": "the context directory, tar.gz"},
+                "activate": {"type": "boolean", "default": True},
+                "validate_only": {"type": "boolean", "default": False},
+            },
+        }}},
+    }
+}
+
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def _form_bool(form: Any, name: str, default: bool) -> bool:
+    value = form.get(name)
+    if value is None:
+        return default
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise BadRequest(f"invalid request: {name}: expected true or false",
+                     [(name, "expected true or false")])
+
+
+@router.post("/experiments", status_code=201, openapi_extra=_CREATE_FORM)
+async def create_experiment(request: Request) -> dict[str, Any]:
+    """Submit an experiment: its config and context directory (multipart form: ``config``,
+    ``context``, ``activate``, ``validate_only``).
+
+    The form is read here, after authentication: declared as form parameters it would be
+    parsed (a context of up to 95 MiB spooled to disk) before the caller is known.
+    """
+    async with request.form(max_files=1, max_fields=16) as form:
+        config = form.get("config")
+        if not isinstance(config, str):
+            raise BadRequest("invalid request: config: Field required",
+                             [("config", "Field required")])
+        activate = _form_bool(form, "activate", True)
+        validate_only = _form_bool(form, "validate_only", False)
+        context = form.get("context")
+        if isinstance(context, str):
+            raise BadRequest("invalid request: context: expected a file",
+                             [("context", "expected a file")])
+        data: bytes | None = None
+        if context is not None:
+            chunks, total = [], 0
+            while chunk := await context.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_CONTEXT_BYTES:
+                    raise BadRequest(
+                        f"the context directory is over the {MAX_CONTEXT_BYTES}-byte (95 MiB) "
+                        "limit; keep data sets out of it (.detignore)"
+                    )
+                chunks.append(chunk)
+            data = b"".join(chunks)
     mgr = _mgr(request)
     if validate_only:
         from dauntless.config import ConfigError, parse_experiment_config
@@ -368,7 +427,10 @@ async def create_experiment(
         except ConfigError as exc:
             raise BadRequest("invalid experiment config", exc.errors) from None
         return {"experiment": None}
-    exp_id = await run_in_threadpool(mgr.create_experiment, config, data, activate)
+    owner = principal(request)
+    exp_id = await run_in_threadpool(
+        mgr.create_experiment, config, data, activate, owner.username or "determined"
+    )
     with mgr.db.read() as s:
         exp = _get_experiment(s, exp_id)
         return {"experiment": _experiment_views(s, [exp])[0]}
@@ -409,6 +471,7 @@ def experiments_page(
 
 
 @router.get("/experiments/{exp_id}")
+@access(trial="own")
 def get_experiment(exp_id: int, request: Request) -> dict[str, Any]:
     """One experiment with its trials."""
     with _mgr(request).db.read() as s:
@@ -420,6 +483,7 @@ def get_experiment(exp_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.get("/experiments/{exp_id}/trials")
+@access(trial="own")
 def get_experiment_trials(exp_id: int, request: Request) -> dict[str, Any]:
     """The trials of an experiment."""
     with _mgr(request).db.read() as s:
@@ -431,6 +495,7 @@ def get_experiment_trials(exp_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.get("/experiments/{exp_id}/checkpoints")
+@access(trial="own")
 def get_experiment_checkpoints(exp_id: int, request: Request) -> dict[str, Any]:
     """The checkpoints of an experiment, oldest first."""
     with _mgr(request).db.read() as s:
@@ -444,6 +509,7 @@ def get_experiment_checkpoints(exp_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.get("/experiments/{exp_id}/model_def")
+@access(agent=True, trial="own")
 def get_model_def(exp_id: int, request: Request) -> Response:
     """The experiment's context directory as a gzipped tar."""
     with _mgr(request).db.read() as s:
@@ -470,6 +536,7 @@ def _experiment_json(mgr: ExperimentManager, exp_id: int) -> dict[str, Any]:
 
 
 @router.post("/experiments/{exp_id}/{action}")
+@access(users="owner", what="{action} it")
 def experiment_action(exp_id: int, action: str, request: Request) -> dict[str, Any]:
     """pause | activate | cancel | kill | archive | unarchive an experiment.
 
@@ -484,6 +551,7 @@ def experiment_action(exp_id: int, action: str, request: Request) -> dict[str, A
 
 
 @router.patch("/experiments/{exp_id}")
+@access(users="owner", what="edit it")
 def patch_experiment(exp_id: int, body: PatchExperiment, request: Request) -> dict[str, Any]:
     """Edit name or description, or set the checkpoint GC policy (collects at once)."""
     mgr = _mgr(request)
@@ -494,6 +562,7 @@ def patch_experiment(exp_id: int, body: PatchExperiment, request: Request) -> di
 
 
 @router.delete("/experiments/{exp_id}")
+@access(users="owner", what="delete it")
 def delete_experiment(exp_id: int, request: Request) -> dict[str, Any]:
     """Delete a finished experiment: checkpoints from storage, then every row."""
     _mgr(request).delete_experiment(exp_id)
@@ -504,6 +573,7 @@ def delete_experiment(exp_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.post("/trials/{trial_id}/kill")
+@access(users="owner", what="kill its trial {trial_id}")
 def kill_trial(trial_id: int, request: Request) -> dict[str, Any]:
     """Kill one trial; it ends CANCELED."""
     mgr = _mgr(request)
@@ -513,6 +583,7 @@ def kill_trial(trial_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.get("/trials/{trial_id}")
+@access(trial="own")
 def get_trial(trial_id: int, request: Request) -> dict[str, Any]:
     """One trial."""
     with _mgr(request).db.read() as s:
@@ -520,6 +591,7 @@ def get_trial(trial_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.get("/trials/{trial_id}/metrics")
+@access(trial="own")
 def get_trial_metrics(
     trial_id: int,
     request: Request,
@@ -555,6 +627,7 @@ def get_trial_logs(
 
 
 @router.get("/trials/{trial_id}/checkpoints")
+@access(trial="own")
 def get_trial_checkpoints(trial_id: int, request: Request) -> dict[str, Any]:
     """A trial's checkpoints, oldest first."""
     with _mgr(request).db.read() as s:
@@ -569,6 +642,7 @@ def get_trial_checkpoints(trial_id: int, request: Request) -> dict[str, Any]:
 
 
 @router.get("/checkpoints/{uuid}")
+@access(trial="own")
 def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
     """One checkpoint."""
     with _mgr(request).db.read() as s:
@@ -580,6 +654,7 @@ def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
 
 
 @router.get("/checkpoints/{uuid}/download")
+@access(trial="own")
 def download_checkpoint(uuid: str, request: Request) -> FileResponse:
     """The checkpoint directory as a gzipped tar (streamed from a temporary file)."""
     with _mgr(request).db.read() as s:
@@ -603,12 +678,14 @@ def download_checkpoint(uuid: str, request: Request) -> FileResponse:
 
 
 @router.get("/trials/{trial_id}/searcher/operation")
+@access(trial="own")
 def get_searcher_operation(trial_id: int, request: Request) -> dict[str, Any]:
     """The trial's next searcher operation."""
     return _mgr(request).searcher_operation(trial_id)
 
 
 @router.post("/trials/{trial_id}/searcher/completed_operation")
+@access(users="none", trial="own", what="report for trials")
 def complete_searcher_operation(
     trial_id: int, body: CompletedOperation, request: Request
 ) -> dict:
@@ -618,6 +695,7 @@ def complete_searcher_operation(
 
 
 @router.post("/trials/{trial_id}/metrics")
+@access(users="none", trial="own", what="report metrics for trials")
 def post_trial_metrics(trial_id: int, body: MetricsReport, request: Request) -> dict:
     """Training or validation metrics at a batch count (idempotent)."""
     stored = _mgr(request).report_metrics(
@@ -628,6 +706,7 @@ def post_trial_metrics(trial_id: int, body: MetricsReport, request: Request) -> 
 
 
 @router.post("/trials/{trial_id}/progress")
+@access(users="none", trial="own", what="report progress for trials")
 def post_trial_progress(trial_id: int, body: ProgressReport, request: Request) -> dict:
     """The trial's own progress estimate (0..1)."""
     _mgr(request).report_progress(trial_id, body.progress)
@@ -635,6 +714,7 @@ def post_trial_progress(trial_id: int, body: ProgressReport, request: Request) -
 
 
 @router.post("/trials/{trial_id}/early_exit")
+@access(users="none", trial="own", what="report early exits for trials")
 def post_early_exit(trial_id: int, body: EarlyExit, request: Request) -> dict:
     """The trial will exit early (invalid hyperparameters)."""
     _mgr(request).report_early_exit(trial_id, body.reason)
@@ -642,8 +722,10 @@ def post_early_exit(trial_id: int, body: EarlyExit, request: Request) -> dict:
 
 
 @router.post("/checkpoints")
+@access(users="none", trial="route", what="report checkpoints for trials")
 def post_checkpoint(body: CheckpointReport, request: Request) -> dict:
-    """A completed checkpoint written by a trial."""
+    """A completed checkpoint written by a trial (a trial's token: its own trial only)."""
+    require_own_trial(request, body.trial_id)
     _mgr(request).report_checkpoint(
         body.uuid, body.trial_id, body.allocation_id, body.steps_completed, body.resources,
         body.metadata,

@@ -126,6 +126,8 @@ def experiment_view(
         "state": exp.state,
         "archived": exp.archived,
         "owner": exp.owner,
+        "username": exp.owner,
+        "user_id": exp.owner_id,
         "config": exp.config,
         "seed": exp.seed,
         "progress": exp.progress,

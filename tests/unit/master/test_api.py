@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
+from dauntless.master.testing import sign_in
 
 CONFIG = """
 name: unit
@@ -40,6 +41,7 @@ def _tarball() -> bytes:
 def master(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
+        sign_in(client)
         yield client, app.state.manager
 
 

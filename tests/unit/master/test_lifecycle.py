@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
 from dauntless.master.gc import CheckpointFacts, GCPolicy, checkpoints_to_delete
+from dauntless.master.testing import sign_in
 
 CONFIG = """
 name: life
@@ -21,6 +22,7 @@ searcher: {name: single, metric: loss, max_length: {batches: 30}}
 def master(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
+        sign_in(client)
         client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}]})
         yield client, app.state.manager, tmp_path
 
@@ -218,6 +220,7 @@ def test_gc_rule_experiment_best_and_zeros():
 def test_every_action_in_every_state_is_2xx_or_409_never_500(tmp_path, first):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app, raise_server_exceptions=False) as client:
+        sign_in(client)
         mgr = app.state.manager
         client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}]})
         exp_id, spec = _start(client, mgr)

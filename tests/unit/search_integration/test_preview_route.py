@@ -11,6 +11,7 @@ from dauntless.config import MasterConfig
 from dauntless.master import routes_search
 from dauntless.master.app import create_app
 from dauntless.master.manager import BadRequest
+from dauntless.master.testing import sign_in
 
 ASHA = """
 name: asha
@@ -64,6 +65,7 @@ searcher:
 def client(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as c:
+        sign_in(c)
         yield c
 
 

@@ -19,6 +19,7 @@ from dauntless.cli._render import (
 )
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
+from dauntless.master.testing import sign_in
 
 # 4 trials, divisor 2, rungs of 2 and 4 batches, all 4 running at once.
 ASHA = """
@@ -65,6 +66,7 @@ class _InProcessSession:
 def master(tmp_path, monkeypatch):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
+        sign_in(client)
         monkeypatch.setattr(experiment_cmd, "open_session",
                             lambda args, **kw: _InProcessSession(client))
         yield client, app.state.manager

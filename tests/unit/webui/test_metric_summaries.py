@@ -17,7 +17,7 @@ from alembic.config import Config as AlembicConfig
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select
 
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
@@ -31,6 +31,7 @@ from dauntless.master.metric_series import (
     fold_metric_reports,
     m4,
 )
+from dauntless.master.testing import sign_in
 
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -74,15 +75,16 @@ def db_url(request, tmp_path):
 
 def _experiment(db: Database, trials: int) -> tuple[int, list[int]]:
     with db.write() as s:
-        exp = ExperimentRow(name="e", state="ACTIVE", config={"searcher": {"metric": "loss"}},
-                            original_config="", seed=0, start_time=time.time())
-        s.add(exp)
-        s.flush()
-        rows = [TrialRow(experiment_id=exp.id, request_id=uuid.uuid4().hex, state="ACTIVE",
+        # a Core insert names only these columns (and defaults): it works on a database
+        # at an older revision too
+        exp_id = s.execute(insert(ExperimentRow.__table__).values(
+            name="e", state="ACTIVE", config={"searcher": {"metric": "loss"}},
+            original_config="", seed=0, start_time=time.time())).inserted_primary_key[0]
+        rows = [TrialRow(experiment_id=exp_id, request_id=uuid.uuid4().hex, state="ACTIVE",
                          hparams={}, seed=i, start_time=time.time()) for i in range(trials)]
         s.add_all(rows)
         s.flush()
-        return exp.id, [t.id for t in rows]
+        return exp_id, [t.id for t in rows]
 
 
 def _store(db: Database, trial_id: int, group: str, reports, fold: bool = True) -> None:
@@ -165,6 +167,7 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
     points = {b: float(v) for b, v in zip(range(10, 3010, 10), rng.normal(size=300),
                                           strict=True)}
     with TestClient(app) as client:
+        sign_in(client)
         mgr = app.state.manager
         r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
         exp_id = r.json()["experiment"]["id"]
@@ -197,6 +200,7 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
 
     app = create_app(config, run_loop=False)  # a restarted master
     with TestClient(app) as client:
+        sign_in(client)
         with app.state.manager.db.write() as s:  # charts read only the summaries
             s.execute(delete(MetricRow))
         assert client.get(url, params=params).json() == before
@@ -233,6 +237,7 @@ def test_upgraded_database_is_summarised_once(db_url, tmp_path):
 
     app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
     with TestClient(app) as client:
+        sign_in(client)
         db = app.state.manager.db
         assert current_revision(db.engine) != "0001"
         # trial 1 reports again before any chart: its old rows are summarised first

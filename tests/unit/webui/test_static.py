@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from dauntless.config import MasterConfig
 from dauntless.master import webui
 from dauntless.master.app import create_app
+from dauntless.master.testing import sign_in
 from dauntless.master.webui import make_webui_router
 
 REPO = Path(__file__).resolve().parents[3]
@@ -77,6 +78,7 @@ def test_not_built_page(tmp_path):
 def test_master_serves_ui_after_api(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path)), run_loop=False)
     with TestClient(app) as client:
+        sign_in(client)
         assert client.get("/api/v1/master").json()["version"]
         assert client.get("/docs").status_code == 200
         r = client.get("/experiments/1")

@@ -20,6 +20,7 @@ from dauntless.master.db import MetricRow, TaskLogRow, TrialRow
 from dauntless.master.db.models import MetricSummaryRow
 from dauntless.master.metric_series import fold_metric_reports
 from dauntless.master.routes_stream import dumps_json, sse_event
+from dauntless.master.testing import sign_in
 
 CONFIG = """
 name: charts
@@ -54,6 +55,7 @@ def _postgres_available() -> bool:
 def master(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18081), run_loop=False)
     with TestClient(app) as client:
+        sign_in(client)
         yield client, app.state.manager
 
 
@@ -74,6 +76,7 @@ def any_db_master(request, tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
     try:
         with TestClient(app) as client:
+            sign_in(client)
             yield client, app.state.manager
     finally:
         if db_url is not None:

@@ -13,6 +13,8 @@ from .models import (
     ModelDefinitionRow,
     TaskLogRow,
     TrialRow,
+    UserRow,
+    UserSessionRow,
 )
 
 __all__ = [
@@ -29,6 +31,8 @@ __all__ = [
     "SchemaError",
     "TaskLogRow",
     "TrialRow",
+    "UserRow",
+    "UserSessionRow",
     "check_schema",
     "current_revision",
     "head_revision",

@@ -40,6 +40,43 @@ class ClusterRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+class UserRow(Base):
+    """A user of the cluster.
+
+    ``password_hash`` is an argon2id hash (argon2-cffi's encoded form, which carries its
+    own salt and cost parameters); None only for the built-in users between the
+    migration that made them and the master's first start, which sets their password
+    (``security.initial_user_password``, else empty). ``modified_at`` changes with
+    every edit, the password included.
+    """
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    username: Mapped[str] = mapped_column(String(256), unique=True)
+    password_hash: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    display_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    modified_at: Mapped[float] = mapped_column(Float)
+
+
+class UserSessionRow(Base):
+    """A login session: the SHA-256 of its bearer token (never the token), its user and
+    when it expires. Logout deletes the row; a password change deletes every row of the
+    user."""
+
+    __tablename__ = "user_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
 class ExperimentRow(Base):
     """An experiment: its resolved config, state and searcher snapshot."""
 
@@ -50,7 +87,11 @@ class ExperimentRow(Base):
     description: Mapped[str | None] = mapped_column(Text, nullable=True)
     state: Mapped[str] = mapped_column(String(32), index=True)
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The owner's username (users cannot be renamed, so it stays right) and id.
     owner: Mapped[str] = mapped_column(String(256), default="determined")
+    owner_id: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id"), nullable=True, index=True
+    )
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     original_config: Mapped[str] = mapped_column(Text)
     seed: Mapped[int] = mapped_column(Integer)
@@ -185,6 +226,11 @@ class AllocationRow(Base):
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     exit_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # SHA-256 of the part's session token (DET_SESSION_TOKEN of its processes), set when
+    # the part is handed to its agent.
+    token_hash: Mapped[str | None] = mapped_column(
+        String(64), nullable=True, unique=True, index=True
+    )
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -1,0 +1,534 @@
+"""Authentication and authorization of every master route (docs/protocol.md,
+"Authentication").
+
+**Who calls.** Three kinds of callers (:class:`Principal`):
+
+* *users*, with a bearer token from ``POST /api/v1/auth/login``, sent as
+  ``Authorization: Bearer <token>`` or in the ``dauntless_token`` cookie (the WebUI and its
+  ``EventSource`` streams, which cannot set headers);
+* *agents*, with the cluster secret in the ``X-Dauntless-Cluster-Secret`` header (one
+  secret for the cluster: agents are trusted machines, as in Determined, and an agent id
+  proves nothing more);
+* *trials*, with the session token their agent put in ``DET_SESSION_TOKEN``: one random
+  token per allocation part, made when the part is handed to its agent.
+
+**Where it is enforced.** :func:`authenticate` is a dependency of the whole application
+(``FastAPI(dependencies=...)``), so every route, present or future, passes through it; a
+route cannot be forgotten. Routes outside ``/api/`` (the WebUI's pages and files, which
+hold no data) and routes marked ``@access(open=True)`` (login, ``GET /master``) need no
+credential; FastAPI's own ``/docs`` and ``/openapi.json`` are not API routes and stay open,
+as Determined's are (the API's shape is no secret). Everything else needs a credential
+(401 otherwise, with ``WWW-Authenticate: Bearer``) and then passes the route's
+:class:`Access` rule (403 naming the rule otherwise). A route with no rule gets
+:data:`DEFAULT_ACCESS`: any signed-in user, no agent, no trial. Admins pass every rule.
+
+**Storage.** Passwords are hashed with argon2id (argon2-cffi's defaults, RFC 9106's
+low-memory profile; the encoded hash carries salt and parameters). Tokens are 256 random
+bits (``secrets.token_urlsafe(32)``) stored only as their SHA-256: a slow, salted hash
+exists to make *guessable* secrets costly to try, and a 256-bit random token cannot be
+guessed, so one fast unsalted hash loses nothing, keeps a database leak from yielding
+usable tokens, and lets a request find its session with one indexed lookup.
+
+**Abuse.** :class:`LoginThrottle` slows repeated failed logins per username.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+from fastapi import HTTPException, Request
+from sqlalchemy import delete, select
+
+from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
+from dauntless.config import MasterConfig
+
+from .db import (
+    AllocationRow,
+    CheckpointRow,
+    Database,
+    ExperimentRow,
+    TrialRow,
+    UserRow,
+    UserSessionRow,
+)
+
+log = logging.getLogger("dauntless.master.auth")
+
+CLUSTER_SECRET_FILE = "cluster_secret"
+"""The file in the data directory holding the generated cluster secret."""
+
+BUILTIN_USERS = (("admin", True), ("determined", False))
+"""The users every cluster starts with: (username, admin)."""
+
+_hasher = PasswordHasher()
+_dummy_hash: str | None = None
+
+
+# ---------------------------------------------------------------------- secrets
+
+
+def hash_password(password: str) -> str:
+    """The argon2id hash of ``password`` (encoded, salt and parameters included)."""
+    return _hasher.hash(password)
+
+
+def verify_password(stored: str | None, password: str) -> bool:
+    """Whether ``password`` matches the stored argon2 hash (False for no hash).
+
+    With no stored hash a dummy hash is checked anyway, so that an unknown user costs
+    as much time as a wrong password (no user enumeration by timing).
+    """
+    global _dummy_hash
+    if stored is None:
+        if _dummy_hash is None:
+            _dummy_hash = _hasher.hash(secrets.token_hex(16))
+        stored, password = _dummy_hash, password + "\0"
+    try:
+        return _hasher.verify(stored, password)
+    except (VerifyMismatchError, VerificationError, InvalidHashError):
+        return False
+
+
+def new_token() -> str:
+    """A new random bearer token (256 bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 (hex) of a token: how tokens are stored and looked up (see the module)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def load_cluster_secret(config: MasterConfig) -> str:
+    """The cluster secret: ``security.cluster_secret``, else the one in
+    ``<data_dir>/cluster_secret``, made (random, mode 0600) when missing."""
+    if config.security.cluster_secret is not None:
+        value = config.security.cluster_secret.get_secret_value()
+        if not value:
+            raise ValueError("security.cluster_secret must not be empty")
+        return value
+    path = os.path.join(config.data_dir, CLUSTER_SECRET_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = secrets.token_urlsafe(32)
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(value + "\n")
+    os.replace(path + ".tmp", path)
+    log.info("made a cluster secret for agents in %s", path)
+    return value
+
+
+# ---------------------------------------------------------------------- principals
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who made a request.
+
+    Attributes:
+        kind: ``user``, ``agent`` or ``trial``.
+        user_id, username, admin, session_id: for a user (``session_id`` is the login
+            session the token belongs to).
+        trial_id, experiment_id, allocation_id, part_id: for a trial: its trial and
+            experiment, its allocation (``DET_ALLOCATION_ID``) and the part the token
+            was made for.
+    """
+
+    kind: Literal["user", "agent", "trial"]
+    user_id: int | None = None
+    username: str | None = None
+    admin: bool = False
+    session_id: int | None = None
+    trial_id: int | None = None
+    experiment_id: int | None = None
+    allocation_id: str | None = None
+    part_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call a route (attach with :func:`access`).
+
+    Attributes:
+        open: no credential needed at all.
+        users: which signed-in users: ``any``; ``owner`` (the owner of the experiment
+            the path names, by ``exp_id``, ``trial_id`` or ``uuid``); ``admin``; or
+            ``none``. Admins always pass.
+        agent: whether the cluster secret (an agent) may call it.
+        trial: whether a trial's session token may call it: ``none``; ``own`` (every
+            one of the path's ``trial_id``, ``allocation_id``, ``exp_id`` and ``uuid``
+            must be the trial's own; a path with none of them is refused); ``route``
+            (the route checks the body with :func:`require_own_trial`).
+        what: what the rule protects, for refusals (``"pause it"``, ``"manage
+            agents"``); may name path parameters (``"{action} it"``).
+    """
+
+    open: bool = False
+    users: Literal["any", "owner", "admin", "none"] = "any"
+    agent: bool = False
+    trial: Literal["none", "own", "route"] = "none"
+    what: str = ""
+
+
+DEFAULT_ACCESS = Access()
+"""The rule of a route that declares none: any signed-in user."""
+
+ACCESS_ATTR = "__dauntless_access__"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def access(**rule: Any) -> Callable[[F], F]:
+    """Declare a route's :class:`Access` rule. Put it *below* the ``@router.get(...)``
+    line, so that it marks the function before the router registers it."""
+    value = Access(**rule)
+
+    def mark(fn: F) -> F:
+        setattr(fn, ACCESS_ATTR, value)
+        return fn
+
+    return mark
+
+
+def route_access(endpoint: Any) -> Access:
+    """The rule of a route's endpoint (:data:`DEFAULT_ACCESS` when it declares none)."""
+    return getattr(endpoint, ACCESS_ATTR, DEFAULT_ACCESS)
+
+
+def unauthorized(detail: str) -> HTTPException:
+    """A 401 answer asking for a bearer token."""
+    return HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def forbidden(detail: str) -> HTTPException:
+    """A 403 answer naming the rule that refused."""
+    return HTTPException(403, detail)
+
+
+# ---------------------------------------------------------------------- login throttle
+
+
+class LoginThrottle:
+    """Slows repeated failed logins, per username (in memory: one master process).
+
+    The first :attr:`free` consecutive failures of a username cost nothing; after that a
+    login for it is refused without checking the password (429, with ``Retry-After``)
+    until ``min(cap, base * 2**(failures - free))`` seconds have passed since the last
+    failure, so guessing slows exponentially: 1 s, 2 s, 4 s, ... up to 5 minutes. A
+    success resets the count. Unknown usernames count like known ones (nothing tells
+    them apart). Refusing instead of sleeping keeps a flood of attempts from holding the
+    master's threads. The table keeps the :attr:`max_entries` most recent usernames; it
+    is lost when the master restarts, which only grants a fresh :attr:`free` tries.
+    """
+
+    def __init__(self, *, free: int = 3, base: float = 1.0, cap: float = 300.0,
+                 max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.free, self.base, self.cap, self.max_entries = free, base, cap, max_entries
+        self.clock = clock
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def wait_seconds(self, username: str) -> float:
+        """Seconds until ``username`` may try again (0: now)."""
+        with self._lock:
+            entry = self._failures.get(username)
+        if entry is None or entry[0] < self.free:
+            return 0.0
+        count, last = entry
+        delay = min(self.cap, self.base * 2 ** (count - self.free))
+        return max(0.0, last + delay - self.clock())
+
+    def failed(self, username: str) -> None:
+        """Count a failed login."""
+        with self._lock:
+            count = self._failures.pop(username, (0, 0.0))[0]
+            self._failures[username] = (count + 1, self.clock())
+            while len(self._failures) > self.max_entries:
+                self._failures.popitem(last=False)
+
+    def succeeded(self, username: str) -> None:
+        """Forget the failures of ``username``."""
+        with self._lock:
+            self._failures.pop(username, None)
+
+
+# ---------------------------------------------------------------------- the service
+
+
+class AuthService:
+    """Users, sessions and the checks behind :func:`authenticate`.
+
+    Args:
+        db: the master database (migrated before :meth:`bootstrap`).
+        config: the master config (``security``).
+        clock: seconds since the epoch (session expiry); tests may pass their own.
+    """
+
+    def __init__(self, db: Database, config: MasterConfig, clock: Callable[[], float] = time.time):
+        self.db = db
+        self.config = config
+        self.clock = clock
+        self.cluster_secret = load_cluster_secret(config)
+        self.throttle = LoginThrottle()
+
+    @property
+    def token_lifespan(self) -> float:
+        """Seconds a login token is valid."""
+        return self.config.security.token.max_lifespan
+
+    def bootstrap(self) -> None:
+        """Give the built-in users their first password (``initial_user_password``,
+        else empty) where they have none yet, creating them if missing."""
+        initial = self.config.security.initial_user_password
+        password = initial.get_secret_value() if initial is not None else ""
+        hashed: str | None = None
+        with self.db.write() as s:
+            for name, admin in BUILTIN_USERS:
+                user = s.scalar(select(UserRow).where(UserRow.username == name))
+                if user is None:
+                    user = UserRow(username=name, admin=admin, active=True,
+                                   modified_at=self.clock())
+                    s.add(user)
+                if user.password_hash is None:
+                    hashed = hashed or hash_password(password)
+                    user.password_hash, user.modified_at = hashed, self.clock()
+                    log.info("set the first password of built-in user %s (%s)", name,
+                             "from security.initial_user_password" if password else "empty")
+
+    # ------------------------------------------------------------------ sessions
+
+    def create_session(self, user_id: int) -> str:
+        """A new login token for ``user_id`` (expired sessions are purged on the way)."""
+        token = new_token()
+        now = self.clock()
+        with self.db.write() as s:
+            s.execute(delete(UserSessionRow).where(UserSessionRow.expires_at <= now))
+            s.add(UserSessionRow(user_id=user_id, token_hash=hash_token(token),
+                                 created_at=now, expires_at=now + self.token_lifespan))
+        return token
+
+    def revoke_session(self, session_id: int) -> None:
+        """End one login session (logout)."""
+        with self.db.write() as s:
+            s.execute(delete(UserSessionRow).where(UserSessionRow.id == session_id))
+
+    def revoke_user_sessions(self, s: Any, user_id: int) -> None:
+        """End every session of a user, inside the caller's write session ``s``."""
+        s.execute(delete(UserSessionRow).where(UserSessionRow.user_id == user_id))
+
+    # ------------------------------------------------------------------ identify
+
+    def identify(self, request: Request) -> Principal:
+        """The caller of ``request``.
+
+        Raises:
+            HTTPException: 401 for no credential or an invalid, expired or revoked one.
+        """
+        secret = request.headers.get(CLUSTER_SECRET_HEADER)
+        if secret is not None:
+            if hmac.compare_digest(secret.encode(), self.cluster_secret.encode()):
+                return Principal(kind="agent")
+            raise unauthorized("the cluster secret is wrong (agents: check --cluster-secret-file)")
+        token = None
+        header = request.headers.get("authorization")
+        if header:
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                raise unauthorized("the Authorization header must be 'Bearer <token>'")
+            token = value.strip()
+        else:
+            token = request.cookies.get(COOKIE_NAME) or None
+        if token is None:
+            raise unauthorized(
+                "authentication required: sign in (POST /api/v1/auth/login, or `det user "
+                "login`) and send the token as 'Authorization: Bearer <token>'"
+            )
+        digest = hash_token(token)
+        with self.db.read() as s:
+            row = s.execute(
+                select(UserSessionRow, UserRow)
+                .join(UserRow, UserRow.id == UserSessionRow.user_id)
+                .where(UserSessionRow.token_hash == digest)
+            ).first()
+            if row is not None:
+                session, user = row
+                if session.expires_at <= self.clock():
+                    raise unauthorized("the token has expired; sign in again")
+                if not user.active:
+                    raise unauthorized(f"user {user.username} is deactivated")
+                return Principal(kind="user", user_id=user.id, username=user.username,
+                                 admin=user.admin, session_id=session.id)
+            part = s.execute(
+                select(AllocationRow, TrialRow.experiment_id)
+                .join(TrialRow, TrialRow.id == AllocationRow.trial_id)
+                .where(AllocationRow.token_hash == digest)
+            ).first()
+            if part is not None:
+                alloc, exp_id = part
+                if alloc.state == "TERMINATED":
+                    raise unauthorized(f"allocation {alloc.id} has ended; its token is void")
+                return Principal(kind="trial", trial_id=alloc.trial_id, experiment_id=exp_id,
+                                 allocation_id=alloc.group_id, part_id=alloc.id)
+        raise unauthorized("the token is invalid, expired or revoked; sign in again")
+
+    # ------------------------------------------------------------------ authorize
+
+    def authorize(self, who: Principal, rule: Access, request: Request) -> None:
+        """Check ``rule`` for ``who`` calling ``request``'s route.
+
+        Raises:
+            HTTPException: 403 naming the rule that refuses.
+        """
+        route = request.scope.get("route")
+        target = f"{request.method} {getattr(route, 'path', request.url.path)}"
+        params = {k: str(v) for k, v in request.path_params.items()}
+        if who.kind == "agent":
+            if rule.agent:
+                return
+            raise forbidden(f"agents (the cluster secret) may not call {target}; "
+                            "users sign in instead")
+        if who.kind == "trial":
+            if rule.trial == "route":
+                return
+            if rule.trial == "own":
+                self._check_own(who, params, target)
+                return
+            raise forbidden(f"a trial's session token may call only its own trial's routes, "
+                            f"not {target}")
+        if who.admin or rule.users == "any":
+            return
+        what = rule.what.format(**params) if rule.what else f"call {target}"
+        if rule.users == "admin":
+            raise forbidden(f"only an admin may {what}")
+        if rule.users == "owner":
+            exp = self._experiment_of(params)
+            if exp is None or exp.owner_id == who.user_id:
+                return  # no such object: the route answers 404
+            raise forbidden(f"only the owner of experiment {exp.id} ({exp.owner}) or an "
+                            f"admin may {what}")
+        raise forbidden(f"only agents, trials or an admin may {what}")
+
+    def _experiment_of(self, params: dict[str, str]) -> ExperimentRow | None:
+        """The experiment a path names (by ``exp_id``, ``trial_id`` or checkpoint
+        ``uuid``), or None when it names none that exists."""
+        with self.db.read() as s:
+            exp_id: int | None = None
+            if "exp_id" in params:
+                exp_id = _int(params["exp_id"])
+            elif "trial_id" in params:
+                tid = _int(params["trial_id"])
+                trial = s.get(TrialRow, tid) if tid is not None else None
+                exp_id = trial.experiment_id if trial else None
+            elif "uuid" in params:
+                ckpt = s.get(CheckpointRow, params["uuid"])
+                exp_id = ckpt.experiment_id if ckpt else None
+            return s.get(ExperimentRow, exp_id) if exp_id is not None else None
+
+    def _check_own(self, who: Principal, params: dict[str, str], target: str) -> None:
+        refuse = forbidden(
+            f"a trial's session token may reach only its own trial (trial {who.trial_id}, "
+            f"allocation {who.allocation_id}, experiment {who.experiment_id}), not {target}"
+        )
+        checked = False
+        if "trial_id" in params:
+            checked = True
+            if _int(params["trial_id"]) != who.trial_id:
+                raise refuse
+        if "allocation_id" in params:
+            checked = True
+            if params["allocation_id"] not in (who.allocation_id, who.part_id):
+                raise refuse
+        if "exp_id" in params:
+            checked = True
+            if _int(params["exp_id"]) != who.experiment_id:
+                raise refuse
+        if "uuid" in params:
+            checked = True
+            with self.db.read() as s:
+                ckpt = s.get(CheckpointRow, params["uuid"])
+            if ckpt is not None and ckpt.experiment_id != who.experiment_id:
+                raise refuse
+        if not checked:
+            raise refuse
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------- dependencies
+
+
+def authenticate(request: Request) -> Principal | None:
+    """The application-wide dependency: identify the caller and apply the route's rule.
+
+    Returns:
+        The caller (also left in ``request.state.principal``), or None for a route that
+        needs no credential (an open route, the WebUI's pages and files).
+
+    Raises:
+        HTTPException: 401 without a valid credential, 403 when the rule refuses.
+    """
+    route = request.scope.get("route")
+    path = getattr(route, "path", "") or ""
+    rule = route_access(getattr(route, "endpoint", None))
+    if rule.open or not path.startswith("/api/"):
+        request.state.principal = None
+        return None
+    service: AuthService = request.app.state.auth
+    who = service.identify(request)
+    request.state.principal = who
+    service.authorize(who, rule, request)
+    return who
+
+
+def principal(request: Request) -> Principal:
+    """The caller :func:`authenticate` found (for routes that need more than the rule).
+
+    Raises:
+        HTTPException: 401 if the route was reached without a credential.
+    """
+    who = getattr(request.state, "principal", None)
+    if who is None:
+        raise unauthorized("authentication required")
+    return who
+
+
+def require_own_trial(request: Request, trial_id: int) -> None:
+    """For routes with ``trial="route"``: a trial's token may name only its own trial
+    (in the body); users pass only as admins.
+
+    Raises:
+        HTTPException: 403 otherwise.
+    """
+    who = principal(request)
+    if who.kind == "trial":
+        if who.trial_id != trial_id:
+            raise forbidden(f"a trial's session token may report only for its own trial "
+                            f"({who.trial_id}), not trial {trial_id}")
+        return
+    if who.kind == "user" and who.admin:
+        return
+    raise forbidden(f"only trial {trial_id}'s own task (its session token) or an admin "
+                    "may report for it")

@@ -1,0 +1,254 @@
+"""Login, logout and users under ``/api/v1`` (docs/protocol.md, "Authentication").
+
+| route | who | body | answer |
+|---|---|---|---|
+| ``POST /auth/login`` | anyone | ``{username, password}`` | ``{"token", "user": User}`` and the ``dauntless_token`` cookie; 401 ``invalid username or password``; 403 deactivated; 429 after repeated failures |
+| ``POST /auth/logout`` | a user | | ``{}``; the presented token is revoked, the cookie cleared |
+| ``GET /auth/user``, ``GET /me`` | a user | | ``{"user": User}`` |
+| ``GET /users`` | a user | | ``{"users": [User]}`` |
+| ``POST /users`` | admin | ``{username, password ("" allowed), admin}`` | 201 ``{"user"}``; 409 if the name is taken |
+| ``PATCH /users/{id}`` | admin; the user itself for ``display_name`` | ``{active?, admin?, display_name?}`` | ``{"user"}`` |
+| ``POST /users/{id}/password`` | the user itself, or an admin | ``{password, old_password?}`` | ``{"user"}``; every token of the user is revoked |
+
+``User = {id, username, admin, active, display_name, modified_at}``. Passwords are taken
+as :class:`pydantic.SecretStr`, so they never appear in a repr, a log line or an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from sqlalchemy import func, select
+
+from dauntless._auth import COOKIE_NAME
+
+from .auth import (
+    AuthService,
+    access,
+    forbidden,
+    hash_password,
+    principal,
+    unauthorized,
+    verify_password,
+)
+from .db import UserRow
+from .lifecycle import Conflict
+from .manager import NotFound
+
+router = APIRouter(prefix="/api/v1")
+
+USERNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$"
+"""Usernames: letters, digits and ``_.@+-``, starting with a letter or digit."""
+
+MAX_PASSWORD_LENGTH = 1024
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoginBody(_Body):
+    username: str = Field(max_length=256)
+    password: SecretStr = Field(max_length=MAX_PASSWORD_LENGTH)
+
+
+class CreateUserBody(_Body):
+    username: str = Field(min_length=1, max_length=128, pattern=USERNAME_PATTERN)
+    password: SecretStr = Field(default=SecretStr(""), max_length=MAX_PASSWORD_LENGTH)
+    admin: bool = False
+    display_name: str | None = Field(default=None, max_length=256)
+
+
+class PatchUserBody(_Body):
+    active: bool | None = None
+    admin: bool | None = None
+    display_name: str | None = Field(default=None, max_length=256)
+
+
+class PasswordBody(_Body):
+    password: SecretStr = Field(max_length=MAX_PASSWORD_LENGTH)
+    old_password: SecretStr | None = Field(default=None, max_length=MAX_PASSWORD_LENGTH)
+
+
+def user_view(user: UserRow) -> dict[str, Any]:
+    """The JSON of a user (never its password hash)."""
+    return {
+        "id": user.id,
+        "username": user.username,
+        "admin": user.admin,
+        "active": user.active,
+        "display_name": user.display_name,
+        "modified_at": user.modified_at,
+    }
+
+
+def _auth(request: Request) -> AuthService:
+    return request.app.state.auth
+
+
+def _user(s: Any, user_id: int) -> UserRow:
+    user = s.get(UserRow, user_id)
+    if user is None:
+        raise NotFound(f"user {user_id} not found")
+    return user
+
+
+# ---------------------------------------------------------------------- sessions
+
+
+@router.post("/auth/login")
+@access(open=True)
+def login(body: LoginBody, request: Request) -> JSONResponse:
+    """Sign in: a bearer token (also set as the ``dauntless_token`` cookie)."""
+    auth = _auth(request)
+    name = body.username
+    wait = auth.throttle.wait_seconds(name)
+    if wait > 0:
+        seconds = int(wait) + 1
+        return JSONResponse(
+            status_code=429, headers={"Retry-After": str(seconds)},
+            content={"detail": f"too many failed logins for {name!r}; try again in "
+                               f"{seconds} s"},
+        )
+    with auth.db.read() as s:
+        user = s.scalar(select(UserRow).where(UserRow.username == name))
+    ok = verify_password(user.password_hash if user else None, body.password.get_secret_value())
+    if user is None or not ok:
+        auth.throttle.failed(name)
+        raise unauthorized("invalid username or password")
+    auth.throttle.succeeded(name)
+    if not user.active:
+        raise forbidden(f"user {name} is deactivated; an admin may activate it")
+    token = auth.create_session(user.id)
+    resp = JSONResponse({"token": token, "user": user_view(user)})
+    resp.set_cookie(
+        COOKIE_NAME, token, max_age=int(auth.token_lifespan), path="/", httponly=True,
+        samesite="strict", secure=request.url.scheme == "https",
+    )
+    return resp
+
+
+@router.post("/auth/logout")
+def logout(request: Request) -> JSONResponse:
+    """Revoke the presented token and clear the cookie."""
+    who = principal(request)
+    if who.session_id is not None:
+        _auth(request).revoke_session(who.session_id)
+    resp = JSONResponse({})
+    resp.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict",
+                       secure=request.url.scheme == "https")
+    return resp
+
+
+def _me(request: Request) -> dict[str, Any]:
+    who = principal(request)
+    with _auth(request).db.read() as s:
+        return {"user": user_view(_user(s, who.user_id or 0))}
+
+
+@router.get("/auth/user")
+def get_auth_user(request: Request) -> dict[str, Any]:
+    """The signed-in user."""
+    return _me(request)
+
+
+@router.get("/me")
+def get_me(request: Request) -> dict[str, Any]:
+    """The signed-in user (Determined's ``GET /api/v1/me``)."""
+    return _me(request)
+
+
+# ---------------------------------------------------------------------- users
+
+
+@router.get("/users")
+def list_users(request: Request) -> dict[str, Any]:
+    """Every user, by id."""
+    with _auth(request).db.read() as s:
+        return {"users": [user_view(u) for u in s.scalars(select(UserRow).order_by(UserRow.id))]}
+
+
+@router.post("/users", status_code=201)
+@access(users="admin", what="create users")
+def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
+    """Create a user (admins only); 409 when the name is taken."""
+    auth = _auth(request)
+    hashed = hash_password(body.password.get_secret_value())
+    with auth.db.write() as s:
+        if s.scalar(select(UserRow.id).where(UserRow.username == body.username)) is not None:
+            raise Conflict(f"user {body.username} already exists")
+        user = UserRow(username=body.username, password_hash=hashed, admin=body.admin,
+                       active=True, display_name=body.display_name, modified_at=auth.clock())
+        s.add(user)
+        s.flush()
+        return {"user": user_view(user)}
+
+
+def _last_admin(s: Any, user: UserRow) -> bool:
+    """Whether ``user`` is the only active admin."""
+    if not (user.admin and user.active):
+        return False
+    count = s.scalar(select(func.count()).select_from(UserRow).where(
+        UserRow.admin.is_(True), UserRow.active.is_(True)))
+    return (count or 0) <= 1
+
+
+@router.patch("/users/{user_id}")
+def patch_user(user_id: int, body: PatchUserBody, request: Request) -> dict[str, Any]:
+    """Activate, deactivate, make or unmake admin (admins), or set the display name
+    (admins, or the user itself). Deactivating a user revokes its tokens; the last
+    active admin cannot be deactivated or demoted (409)."""
+    who = principal(request)
+    if not who.admin:
+        if who.user_id != user_id:
+            raise forbidden("only an admin may edit another user")
+        if body.active is not None or body.admin is not None:
+            raise forbidden("only an admin may activate, deactivate or change admin rights")
+    auth = _auth(request)
+    with auth.db.write() as s:
+        user = _user(s, user_id)
+        if (body.active is False or body.admin is False) and _last_admin(s, user):
+            raise Conflict(f"{user.username} is the only active admin; make another admin "
+                           "first")
+        if body.active is not None:
+            user.active = body.active
+            if not body.active:
+                auth.revoke_user_sessions(s, user.id)
+        if body.admin is not None:
+            user.admin = body.admin
+        if "display_name" in body.model_fields_set:
+            user.display_name = body.display_name or None
+        user.modified_at = auth.clock()
+        return {"user": user_view(user)}
+
+
+@router.post("/users/{user_id}/password")
+def set_password(user_id: int, body: PasswordBody, request: Request) -> dict[str, Any]:
+    """Set a user's password (the user itself, or an admin for anyone) and revoke every
+    token of that user (the caller signs in again).
+
+    ``old_password`` is optional; when given it must be the current password (403),
+    so a client can make a user confirm who they are.
+    """
+    who = principal(request)
+    if not who.admin and who.user_id != user_id:
+        raise forbidden("only an admin may change another user's password")
+    auth = _auth(request)
+    with auth.db.read() as s:
+        current = _user(s, user_id).password_hash
+    if body.old_password is not None and not verify_password(
+        current, body.old_password.get_secret_value()
+    ):
+        raise forbidden("the old password is wrong")
+    hashed = hash_password(body.password.get_secret_value())
+    with auth.db.write() as s:
+        user = _user(s, user_id)
+        user.password_hash, user.modified_at = hashed, auth.clock()
+        auth.revoke_user_sessions(s, user.id)
+        return {"user": user_view(user)}
+
+
+__all__ = ["router", "user_view"]

@@ -1,0 +1,40 @@
+"""Helpers for tests that drive the master in-process (``fastapi.testclient``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dauntless._auth import CLUSTER_SECRET_HEADER
+
+
+def login(client: Any, username: str = "admin", password: str = "") -> str:
+    """Sign in through ``POST /api/v1/auth/login`` and return the token.
+
+    The cookie the login sets is dropped, so that the client sends only what the caller
+    gives it.
+
+    Raises:
+        AssertionError: the login was refused.
+    """
+    r = client.post("/api/v1/auth/login", json={"username": username, "password": password})
+    assert r.status_code == 200, f"login as {username} failed: {r.status_code} {r.text}"
+    client.cookies.clear()
+    return r.json()["token"]
+
+
+def sign_in(client: Any, username: str = "admin", password: str = "") -> str:
+    """Sign ``client`` in (default: the built-in admin, empty password): every later
+    request carries ``Authorization: Bearer <token>``. Returns the token."""
+    token = login(client, username, password)
+    client.headers["Authorization"] = f"Bearer {token}"
+    return token
+
+
+def bearer(token: str) -> dict[str, str]:
+    """Headers presenting ``token``."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def agent_headers(app: Any) -> dict[str, str]:
+    """Headers presenting the cluster secret of ``app`` (what agents send)."""
+    return {CLUSTER_SECRET_HEADER: app.state.auth.cluster_secret}

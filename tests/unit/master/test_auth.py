@@ -1,0 +1,511 @@
+"""Authentication and authorization on every route of the master (issue 8).
+
+The walk test goes through ``app.openapi()`` so that a route added later without a rule
+is caught: it must refuse a caller without a credential (401), refuse another ordinary
+user's modifications of what alice owns (403), and let the right caller through.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tarfile
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import insert, select, text
+
+from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
+from dauntless.config import MasterConfig
+from dauntless.master.app import create_app
+from dauntless.master.auth import LoginThrottle, hash_token
+from dauntless.master.db import AllocationRow, Database, ExperimentRow, UserRow
+from dauntless.master.testing import agent_headers, bearer, login
+
+CONFIG = """
+name: owned
+entrypoint: model_def:Trial
+hyperparameters:
+  global_batch_size: 8
+searcher:
+  name: single
+  metric: accuracy
+  smaller_is_better: false
+  max_length: {batches: 20}
+"""
+
+
+def _tarball() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"print('hello')\n"
+        info = tarfile.TarInfo("model_def.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class World:
+    """A master with users alice and bob, an experiment of alice's with two trials
+    running on agent a1, and the credentials of everyone."""
+
+    def __init__(self, client: TestClient, app) -> None:
+        self.client, self.app, self.mgr = client, app, app.state.manager
+        self.admin = login(client)
+        self.agent = agent_headers(app)
+        for name in ("alice", "bob"):
+            r = client.post("/api/v1/users", headers=bearer(self.admin),
+                            json={"username": name, "password": f"{name}-pw", "admin": False})
+            assert r.status_code == 201, r.text
+            setattr(self, f"{name}_id", r.json()["user"]["id"])
+        self.alice = login(client, "alice", "alice-pw")
+        self.bob = login(client, "bob", "bob-pw")
+        self.exp_ids = [self._create(self.alice) for _ in range(2)]
+        self.exp_id = self.exp_ids[0]
+        r = client.post("/api/v1/agents", headers=self.agent, json={
+            "id": "a1", "slots": [{"id": "cpu0", "type": "cpu"}, {"id": "cpu1", "type": "cpu"}]})
+        assert r.status_code == 200, r.text
+        assert self.mgr.schedule_pass() == 2
+        r = client.post("/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": []})
+        assert r.status_code == 200, r.text
+        specs = sorted(r.json()["start"], key=lambda sp: sp["trial_id"])
+        assert len(specs) == 2
+        self.specs = specs
+        self.trial_id, self.other_trial_id = specs[0]["trial_id"], specs[1]["trial_id"]
+        self.alloc_id = specs[0]["env"]["DET_ALLOCATION_ID"]
+        self.trial = specs[0]["env"]["DET_SESSION_TOKEN"]
+        self.other_trial = specs[1]["env"]["DET_SESSION_TOKEN"]
+        self.uuid = "11111111-2222-3333-4444-555555555555"
+        r = client.post("/api/v1/checkpoints", headers=bearer(self.trial), json={
+            "uuid": self.uuid, "trial_id": self.trial_id, "allocation_id": self.alloc_id,
+            "steps_completed": 5, "resources": {}, "metadata": {}})
+        assert r.status_code == 200, r.text
+
+    def _create(self, token: str) -> int:
+        r = self.client.post(
+            "/api/v1/experiments", headers=bearer(token), data={"config": CONFIG},
+            files={"context": ("context.tar.gz", _tarball(), "application/gzip")})
+        assert r.status_code == 201, r.text
+        return r.json()["experiment"]["id"]
+
+
+@pytest.fixture()
+def world(tmp_path):
+    app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
+    with TestClient(app) as client:
+        yield World(client, app)
+
+
+# ---------------------------------------------------------------------- the walk
+
+OPEN = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/master")}
+"""Routes that need no credential."""
+
+ANY_USER_MAY_MODIFY = {
+    ("POST", "/api/v1/experiments"),  # creates one of their own
+    ("POST", "/api/v1/preview-hp-search"),  # computes, changes nothing
+    ("POST", "/api/v1/auth/logout"),  # ends their own session
+}
+"""Modifying routes an ordinary user may call on nothing of alice's."""
+
+AGENT_ROUTES = {
+    ("POST", "/api/v1/agents"),
+    ("POST", "/api/v1/agents/{agent_id}/heartbeat"),
+    ("POST", "/api/v1/allocations/{allocation_id}/exited"),
+    ("POST", "/api/v1/task/logs"),
+}
+TRIAL_ROUTES = {
+    ("POST", "/api/v1/trials/{trial_id}/searcher/completed_operation"),
+    ("POST", "/api/v1/trials/{trial_id}/metrics"),
+    ("POST", "/api/v1/trials/{trial_id}/progress"),
+    ("POST", "/api/v1/trials/{trial_id}/early_exit"),
+    ("POST", "/api/v1/checkpoints"),
+    ("POST", "/api/v1/allocations/{allocation_id}/rendezvous"),
+}
+ADMIN_ROUTES = {
+    ("POST", "/api/v1/agents/{agent_id}/enable"),
+    ("POST", "/api/v1/agents/{agent_id}/disable"),
+    ("POST", "/api/v1/agents/{agent_id}/slots/{slot_id}/{action}"),
+    ("POST", "/api/v1/users"),
+}
+SELF_ROUTES = {
+    ("PATCH", "/api/v1/users/{user_id}"),
+    ("POST", "/api/v1/users/{user_id}/password"),
+}
+
+BODIES = {
+    ("POST", "/api/v1/auth/login"): {"username": "bob", "password": "bob-pw"},
+    ("POST", "/api/v1/users"): {"username": "carol", "password": "", "admin": False},
+    ("PATCH", "/api/v1/users/{user_id}"): {"display_name": "Alice A."},
+    ("POST", "/api/v1/users/{user_id}/password"): {"password": "alice-pw"},
+    ("POST", "/api/v1/trials/{trial_id}/metrics"): {
+        "group": "training", "steps_completed": 2, "trial_run_id": 1,
+        "metrics": {"loss": 1.0}},
+    ("POST", "/api/v1/trials/{trial_id}/progress"): {"progress": 0.5},
+    ("POST", "/api/v1/allocations/{allocation_id}/rendezvous"): {"addr": "1.2.3.4", "port": 9},
+    ("POST", "/api/v1/preview-hp-search"): {"config": CONFIG},
+    ("POST", "/api/v1/agents/{agent_id}/heartbeat"): {"running": []},
+    ("POST", "/api/v1/task/logs"): {"logs": []},
+    ("POST", "/api/v1/allocations/{allocation_id}/exited"): {"exit_code": 0},
+    ("PATCH", "/api/v1/experiments/{exp_id}"): {"description": "edited"},
+}
+
+
+def _routes(app) -> list[tuple[str, str]]:
+    out = []
+    for path, item in app.openapi()["paths"].items():
+        for method in item:
+            out.append((method.upper(), path))
+    return sorted(out)
+
+
+def _url(w: World, path: str) -> str:
+    action = "enable" if "/slots/" in path else "pause"
+    return path.format(exp_id=w.exp_id, trial_id=w.trial_id, uuid=w.uuid, agent_id="a1",
+                       slot_id="cpu0", action=action, allocation_id=w.alloc_id,
+                       user_id=w.alice_id)
+
+
+def _call(w: World, method: str, path: str, headers: dict[str, str] | None):
+    w.client.cookies.clear()
+    params = {"max_seconds": 0.05} if "/stream/" in path else None
+    if method == "POST" and path == "/api/v1/experiments":
+        return w.client.post(_url(w, path), headers=headers, data={"config": CONFIG})
+    body = BODIES.get((method, path))
+    return w.client.request(method, _url(w, path), headers=headers, params=params,
+                            json=body if body is not None else ({} if method != "GET" else None))
+
+
+def _right(w: World, method: str, path: str) -> dict[str, str]:
+    key = (method, path)
+    if key in AGENT_ROUTES:
+        return w.agent
+    if key in TRIAL_ROUTES:
+        return bearer(w.trial)
+    if key in ADMIN_ROUTES:
+        return bearer(w.admin)
+    if key in SELF_ROUTES or method != "GET":
+        # a fresh token each time: logout and the password change end alice's tokens
+        return bearer(login(w.client, "alice", "alice-pw"))
+    return bearer(w.bob)  # reads: any signed-in user
+
+
+def test_every_route_requires_the_right_credential(world):
+    w = world
+    routes = _routes(w.app)
+    assert len(routes) > 40
+    assert not {*AGENT_ROUTES, *TRIAL_ROUTES, *ADMIN_ROUTES, *SELF_ROUTES, *OPEN} - set(routes)
+
+    for method, path in routes:  # no credential
+        r = _call(w, method, path, None)
+        if (method, path) in OPEN:
+            assert r.status_code not in (401, 403), (method, path, r.text)
+        else:
+            assert r.status_code == 401, (method, path, r.status_code, r.text)
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert r.json()["detail"]
+
+    for method, path in routes:  # bob on alice's things, and garbage tokens
+        if (method, path) in OPEN:
+            continue
+        r = _call(w, method, path, bearer("not-a-token"))
+        assert r.status_code == 401, (method, path, r.text)
+        r = _call(w, method, path, {CLUSTER_SECRET_HEADER: "wrong"})
+        assert r.status_code == 401, (method, path, r.text)
+        if method == "GET" or (method, path) in ANY_USER_MAY_MODIFY:
+            continue
+        r = _call(w, method, path, bearer(w.bob))
+        assert r.status_code == 403, (method, path, r.status_code, r.text)
+        assert r.json()["detail"], (method, path)
+
+    # the right caller: trials first (the agent's routes end their allocation)
+    order = sorted(routes, key=lambda mp: (mp not in TRIAL_ROUTES, mp in AGENT_ROUTES,
+                                           mp[0] == "DELETE"))
+    for method, path in order:
+        r = _call(w, method, path, _right(w, method, path))
+        assert r.status_code not in (401, 403), (method, path, r.status_code, r.text)
+        assert r.status_code < 500, (method, path, r.text)
+
+
+def test_refusals_name_the_rule(world):
+    w = world
+    r = w.client.post(f"/api/v1/experiments/{w.exp_id}/pause", headers=bearer(w.bob))
+    assert r.status_code == 403
+    assert r.json()["detail"] == (
+        f"only the owner of experiment {w.exp_id} (alice) or an admin may pause it")
+    r = w.client.post(f"/api/v1/trials/{w.trial_id}/kill", headers=bearer(w.bob))
+    assert "(alice) or an admin may kill its trial" in r.json()["detail"]
+    r = w.client.post("/api/v1/agents/a1/disable", headers=bearer(w.alice))
+    assert r.status_code == 403 and r.json()["detail"] == "only an admin may disable agents"
+    r = w.client.get("/api/v1/experiments", headers=w.agent)
+    assert r.status_code == 403 and "agents" in r.json()["detail"]
+    # the owner and an admin may; views name the owner
+    r = w.client.post(f"/api/v1/experiments/{w.exp_id}/pause", headers=bearer(w.alice))
+    assert r.status_code == 200, r.text
+    exp = r.json()["experiment"]
+    assert (exp["owner"], exp["username"], exp["user_id"]) == ("alice", "alice", w.alice_id)
+    r = w.client.post(f"/api/v1/experiments/{w.exp_id}/activate", headers=bearer(w.admin))
+    assert r.status_code == 200, r.text
+
+
+def test_a_trial_token_reaches_only_its_own_trial(world):
+    w = world
+    mine, other = w.trial_id, w.other_trial_id
+    body = {"group": "training", "steps_completed": 4, "trial_run_id": 1,
+            "metrics": {"loss": 0.5}}
+    r = w.client.post(f"/api/v1/trials/{other}/metrics", headers=bearer(w.trial), json=body)
+    assert r.status_code == 403, r.text
+    assert f"only its own trial (trial {mine}" in r.json()["detail"]
+    r = w.client.post(f"/api/v1/trials/{mine}/metrics", headers=bearer(w.trial), json=body)
+    assert r.status_code == 200, r.text
+    r = w.client.post(f"/api/v1/trials/{other}/metrics", headers=bearer(w.other_trial), json=body)
+    assert r.status_code == 200, r.text
+    # checkpoints name their trial in the body
+    ck = {"uuid": "u-2", "trial_id": other, "allocation_id": w.alloc_id,
+          "steps_completed": 4, "resources": {}, "metadata": {}}
+    r = w.client.post("/api/v1/checkpoints", headers=bearer(w.trial), json=ck)
+    assert r.status_code == 403, r.text
+    # its own experiment's context, not another's; no user or agent routes
+    r = w.client.get(f"/api/v1/experiments/{w.exp_ids[0]}/model_def", headers=bearer(w.trial))
+    assert r.status_code == 200
+    r = w.client.get(f"/api/v1/experiments/{w.exp_ids[1]}/model_def", headers=bearer(w.trial))
+    assert r.status_code == 403
+    other_alloc = w.specs[1]["env"]["DET_ALLOCATION_ID"]
+    r = w.client.get(f"/api/v1/allocations/{other_alloc}/signals/preemption",
+                     headers=bearer(w.trial))
+    assert r.status_code == 403
+    for method, url in [("GET", "/api/v1/experiments"), ("POST", "/api/v1/task/logs"),
+                        ("GET", "/api/v1/me"), ("POST", f"/api/v1/trials/{mine}/kill")]:
+        r = w.client.request(method, url, headers=bearer(w.trial), json={"logs": []})
+        assert r.status_code == 403, (method, url, r.text)
+    # the token dies with its allocation; it is stored only hashed
+    with w.mgr.db.read() as s:
+        stored = s.scalar(select(AllocationRow.token_hash).where(AllocationRow.id == w.alloc_id))
+    assert stored == hash_token(w.trial) and w.trial not in stored
+    r = w.client.post(f"/api/v1/allocations/{w.alloc_id}/exited", headers=w.agent,
+                      json={"exit_code": 0})
+    assert r.status_code == 200
+    r = w.client.get(f"/api/v1/trials/{mine}/searcher/operation", headers=bearer(w.trial))
+    assert r.status_code == 401
+
+
+def test_tokens_end_at_logout_and_password_change(world):
+    w = world
+    c = w.client
+    t1 = login(c, "alice", "alice-pw")
+    assert c.get("/api/v1/me", headers=bearer(t1)).json()["user"]["username"] == "alice"
+    r = c.post("/api/v1/auth/logout", headers=bearer(t1))
+    assert r.status_code == 200 and r.json() == {}
+    assert c.get("/api/v1/me", headers=bearer(t1)).status_code == 401
+    assert c.get("/api/v1/me", headers=bearer(w.alice)).status_code == 200  # others live
+
+    t2 = login(c, "alice", "alice-pw")
+    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(t2),
+               json={"password": "new-pw", "old_password": "wrong"})
+    assert r.status_code == 403 and r.json()["detail"] == "the old password is wrong"
+    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(w.bob),
+               json={"password": "bobs-choice"})
+    assert r.status_code == 403
+    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(t2),
+               json={"password": "new-pw", "old_password": "alice-pw"})
+    assert r.status_code == 200 and "new-pw" not in r.text
+    for token in (t2, w.alice):
+        assert c.get("/api/v1/me", headers=bearer(token)).status_code == 401
+    r = c.post("/api/v1/auth/login", json={"username": "alice", "password": "alice-pw"})
+    assert r.status_code == 401
+    t3 = login(c, "alice", "new-pw")
+    assert c.get("/api/v1/auth/user", headers=bearer(t3)).status_code == 200
+    # an admin resets anyone's password; that ends the user's tokens too
+    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(w.admin),
+               json={"password": "reset"})
+    assert r.status_code == 200
+    assert c.get("/api/v1/me", headers=bearer(t3)).status_code == 401
+
+
+def test_login_answers_and_cookie(world):
+    w = world
+    c = w.client
+    c.cookies.clear()
+    for body in ({"username": "alice", "password": "nope"},
+                 {"username": "nobody", "password": "alice-pw"}):
+        r = c.post("/api/v1/auth/login", json=body)
+        assert r.status_code == 401
+        assert r.json()["detail"] == "invalid username or password"
+    r = c.post("/api/v1/auth/login", json={"username": "alice", "password": "alice-pw"})
+    assert r.status_code == 200
+    assert set(r.json()["user"]) == {"id", "username", "admin", "active", "display_name",
+                                     "modified_at"}
+    cookie = r.headers["set-cookie"]
+    assert f"{COOKIE_NAME}=" in cookie and "HttpOnly" in cookie
+    assert "samesite=strict" in cookie.lower() and "Secure" not in cookie
+    # the cookie alone authenticates (the WebUI and its event streams)
+    assert c.get("/api/v1/me").json()["user"]["username"] == "alice"
+    r = c.post("/api/v1/auth/logout")
+    assert r.status_code == 200 and 'dauntless_token=""' in r.headers["set-cookie"]
+    assert c.get("/api/v1/me").status_code == 401
+    r = c.get("/api/v1/me", headers={"Authorization": "Basic abc"})
+    assert r.status_code == 401 and "Bearer" in r.json()["detail"]
+
+
+def test_users_admin_rules(world):
+    w = world
+    c = w.client
+    r = c.post("/api/v1/users", headers=bearer(w.bob), json={"username": "eve", "admin": True})
+    assert r.status_code == 403 and r.json()["detail"] == "only an admin may create users"
+    r = c.post("/api/v1/users", headers=bearer(w.admin), json={"username": "alice"})
+    assert r.status_code == 409
+    r = c.post("/api/v1/users", headers=bearer(w.admin), json={"username": "bad name"})
+    assert r.status_code == 400
+    users = c.get("/api/v1/users", headers=bearer(w.bob)).json()["users"]
+    assert [u["username"] for u in users] == ["admin", "determined", "alice", "bob"]
+    assert all("password" not in str(u) for u in users)
+    # a user sets its own display name, nothing else, and nobody else's
+    r = c.patch(f"/api/v1/users/{w.bob_id}", headers=bearer(w.bob), json={"display_name": "B"})
+    assert r.status_code == 200 and r.json()["user"]["display_name"] == "B"
+    r = c.patch(f"/api/v1/users/{w.bob_id}", headers=bearer(w.bob), json={"admin": True})
+    assert r.status_code == 403
+    r = c.patch(f"/api/v1/users/{w.alice_id}", headers=bearer(w.bob), json={"display_name": "x"})
+    assert r.status_code == 403
+    # deactivation ends the user's tokens and logins
+    r = c.patch(f"/api/v1/users/{w.bob_id}", headers=bearer(w.admin), json={"active": False})
+    assert r.status_code == 200 and r.json()["user"]["active"] is False
+    assert c.get("/api/v1/me", headers=bearer(w.bob)).status_code == 401
+    r = c.post("/api/v1/auth/login", json={"username": "bob", "password": "bob-pw"})
+    assert r.status_code == 403
+    # the last active admin stays
+    r = c.patch("/api/v1/users/1", headers=bearer(w.admin), json={"admin": False})
+    assert r.status_code == 409
+    r = c.patch(f"/api/v1/users/{w.alice_id}", headers=bearer(w.admin), json={"admin": True})
+    assert r.status_code == 200 and r.json()["user"]["admin"] is True
+    alice = login(c, "alice", "alice-pw")
+    r = c.post("/api/v1/agents/a1/enable", headers=bearer(alice))
+    assert r.status_code == 200
+
+
+def test_failed_logins_are_slowed(world):
+    w = world
+    now = [1000.0]
+    w.app.state.auth.throttle = LoginThrottle(clock=lambda: now[0])
+    c = w.client
+
+    def attempt(password: str) -> int:
+        return c.post("/api/v1/auth/login",
+                      json={"username": "alice", "password": password}).status_code
+
+    assert [attempt("x") for _ in range(3)] == [401, 401, 401]
+    r = c.post("/api/v1/auth/login", json={"username": "alice", "password": "alice-pw"})
+    assert r.status_code == 429 and r.headers["retry-after"] == "2"
+    assert "too many failed logins" in r.json()["detail"]
+    assert attempt("alice-pw") == 429  # even the right password waits
+    assert c.post("/api/v1/auth/login",  # other users are not slowed
+                  json={"username": "bob", "password": "bob-pw"}).status_code == 200
+    now[0] += 1.01
+    assert attempt("x") == 401  # the 4th failure: the next wait doubles
+    now[0] += 1.5
+    assert attempt("alice-pw") == 429
+    now[0] += 0.6
+    assert attempt("alice-pw") == 200  # a success forgets the failures
+    assert [attempt("x") for _ in range(3)] == [401, 401, 401]
+
+
+def test_throttle_delays_grow_and_cap():
+    now = [0.0]
+    t = LoginThrottle(free=2, base=1.0, cap=8.0, clock=lambda: now[0], max_entries=2)
+    for _ in range(2):
+        t.failed("u")
+    assert t.wait_seconds("u") == 1.0
+    for expected in (2.0, 4.0, 8.0, 8.0):
+        t.failed("u")
+        assert t.wait_seconds("u") == expected
+    t.failed("v")
+    t.failed("w")  # the table keeps the 2 most recent names
+    assert t.wait_seconds("u") == 0.0
+
+
+def test_token_expiry_and_initial_password(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    config = MasterConfig.model_validate({
+        "data_dir": str(tmp_path), "security": {
+            "initial_user_password": "s3cret-initial", "token": {"max_lifespan": 60}}})
+    assert "s3cret-initial" not in repr(config)
+    assert "s3cret-initial" not in str(config.model_dump(mode="json"))
+    app = create_app(config, run_loop=False)
+    with TestClient(app) as c:
+        r = c.post("/api/v1/auth/login", json={"username": "admin", "password": ""})
+        assert r.status_code == 401
+        token = login(c, "determined", "s3cret-initial")
+        admin = login(c, "admin", "s3cret-initial")
+        assert c.get("/api/v1/me", headers=bearer(token)).status_code == 200
+        auth = app.state.auth
+        auth.clock = lambda: time.time() + 61
+        r = c.get("/api/v1/me", headers=bearer(token))
+        assert r.status_code == 401 and "expired" in r.json()["detail"]
+        assert c.get("/api/v1/me", headers=bearer(admin)).status_code == 401
+    assert "s3cret-initial" not in caplog.text
+    assert (tmp_path / "cluster_secret").stat().st_mode & 0o077 == 0
+
+
+def test_migration_gives_old_experiments_to_determined(tmp_path):
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+
+    from dauntless.master.db.engine import MIGRATIONS_DIR
+
+    url = f"sqlite:///{tmp_path}/m.db"
+    db = Database(url)
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = db.engine
+    command.upgrade(cfg, "0002")
+    with db.engine.begin() as conn:
+        conn.execute(insert(ExperimentRow.__table__).values(
+            name="old", state="COMPLETED", config={}, original_config="", seed=0,
+            start_time=0.0))
+        conn.execute(text("INSERT INTO trials (experiment_id, request_id, state, hparams, "
+                          "seed, restarts, run_id, total_batches, searcher_closed, "
+                          "start_time) VALUES (1, 'r', 'COMPLETED', '{}', 0, 0, 0, 0, 0, 0)"))
+    db.dispose()
+    app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=url), run_loop=False)
+    with TestClient(app) as c:
+        with app.state.manager.db.read() as s:
+            users = {u.username: u for u in s.scalars(select(UserRow))}
+            exp = s.get(ExperimentRow, 1)
+            assert (exp.owner, exp.owner_id) == ("determined", users["determined"].id)
+            assert s.scalar(text("SELECT count(*) FROM trials")) == 1  # nothing cascaded
+        assert users["admin"].admin and not users["determined"].admin
+        assert all(u.password_hash for u in users.values())
+        token = login(c, "determined", "")
+        r = c.post("/api/v1/experiments/1/archive", headers=bearer(token))
+        assert r.status_code == 200, r.text
+
+
+def test_trial_and_agent_clients_send_their_credentials(monkeypatch, tmp_path):
+    import httpx
+
+    from dauntless.cli._local_cluster import _write_secrets
+    from dauntless.core._session import Session
+
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={})
+
+    monkeypatch.setenv("DET_SESSION_TOKEN", "trial-token")
+    with Session("http://m:1", transport=httpx.MockTransport(handler)) as s:
+        s.post("/api/v1/trials/1/progress", {"progress": 0.1})
+        with s.clone() as c:
+            c.get("/api/v1/trials/1")
+    assert [r.headers["authorization"] for r in seen] == ["Bearer trial-token"] * 2
+
+    secret = _write_secrets(tmp_path, "pw")
+    import yaml
+
+    for name in ("master.yaml", "cluster_secret"):
+        assert (tmp_path / name).stat().st_mode & 0o077 == 0
+    written = yaml.safe_load((tmp_path / "master.yaml").read_text())
+    assert written == {"security": {"cluster_secret": secret, "initial_user_password": "pw"}}
+    assert (tmp_path / "cluster_secret").read_text().strip() == secret
+    config = MasterConfig.model_validate({"data_dir": str(tmp_path), **written})
+    assert config.security.cluster_secret.get_secret_value() == secret
