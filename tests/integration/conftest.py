@@ -53,13 +53,34 @@ class Cluster:
     agents: dict[str, subprocess.Popen] = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)
     master_args: list[str] = field(default_factory=list)
+    token: str | None = None  # the admin's, for api()
+
+    @property
+    def secret_file(self) -> Path:
+        """The cluster secret the master and the agents share (mode 0600)."""
+        path = self.tmp / "cluster_secret"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(uuid.uuid4().hex + uuid.uuid4().hex)
+        return path
+
+    def headers(self) -> dict[str, str]:
+        """An admin's credentials (the built-in admin, empty password)."""
+        if self.token is None:
+            r = httpx.post(self.url + "/api/v1/auth/login", timeout=30,
+                           json={"username": "admin", "password": ""})
+            r.raise_for_status()
+            self.token = r.json()["token"]
+        return {"Authorization": f"Bearer {self.token}"}
 
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
     def api(self, path: str, **params) -> dict:
-        r = httpx.get(self.url + "/api/v1" + path, params=params, timeout=30)
+        r = httpx.get(self.url + "/api/v1" + path, params=params, timeout=30,
+                      headers=self.headers())
         r.raise_for_status()
         return r.json()
 
@@ -67,6 +88,10 @@ class Cluster:
         env = dict(os.environ)
         env["DET_MASTER"] = self.url
         env["PYTHONUNBUFFERED"] = "1"
+        # The CLI saves its sign-in token here, never in the real ~/.config.
+        env["XDG_CONFIG_HOME"] = str(self.tmp / "config")
+        for name in ("DET_USER", "DET_PASS", "DET_USER_TOKEN", "DET_MASTER_CERT_FILE"):
+            env.pop(name, None)
         return env
 
     def det(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
@@ -87,7 +112,8 @@ class Cluster:
         self.logs.append(log)
         cmd = [sys.executable, "-m", "dauntless.master", "--port", str(self.port),
                "--data-dir", str(self.data_dir), "--db-url", self.db_url,
-               "--agent-timeout", str(agent_timeout), *self.master_args]
+               "--agent-timeout", str(agent_timeout),
+               "--cluster-secret-file", str(self.secret_file), *self.master_args]
         self.master = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
                                        env=self.env(), start_new_session=True)
         deadline = time.time() + 60
@@ -106,7 +132,8 @@ class Cluster:
         self.logs.append(log)
         cmd = [sys.executable, "-m", "dauntless.agent", "--master-url", self.url,
                "--agent-id", agent_id, "--work-dir", str(self.tmp / agent_id),
-               "--artificial-slots", str(slots), "--heartbeat-interval", "0.2"]
+               "--artificial-slots", str(slots), "--heartbeat-interval", "0.2",
+               "--cluster-secret-file", str(self.secret_file)]
         self.agents[agent_id] = subprocess.Popen(
             cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=self.env(),
             start_new_session=True,

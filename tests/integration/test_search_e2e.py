@@ -56,6 +56,7 @@ def test_adaptive_asha_search_runs_to_completion(cluster_factory, tmp_path):
     routed = httpx.post(
         cluster.url + "/api/v1/preview-hp-search",
         json={"config": (REPO / ADAPTIVE).read_text()},
+        headers=cluster.headers(),
         timeout=60,
     )
     assert routed.status_code == 200, routed.text

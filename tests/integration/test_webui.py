@@ -208,6 +208,7 @@ def test_webui_pages_live_updates_and_actions(cluster, tmp_path):
         marker = f"webui-marker-{time.time_ns()}"
         httpx.post(f"{base}/api/v1/task/logs", json={"logs": [
             {"allocation_id": alloc["id"], "stdtype": "stdout", "log": marker}]},
+            headers={"X-Dauntless-Cluster-Secret": cluster.secret_file.read_text().strip()},
             timeout=10).raise_for_status()
         started = time.monotonic()
         page.wait_for_selector(f"#trial-logs div:has-text('{marker}')", timeout=2000)
@@ -242,3 +243,71 @@ def test_webui_pages_live_updates_and_actions(cluster, tmp_path):
         browser.close()
         pw.stop()
     assert not errors, json.dumps(errors, indent=1)
+
+
+def _set_password(cluster, username: str, password: str) -> None:
+    """`det user change-password USERNAME` as admin (empty password), reading stdin."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "dauntless.cli.main", "-u", "admin", "user", "change-password",
+         username], input=password + "\n", cwd=str(Path(__file__).resolve().parents[2]),
+        env=cluster.env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_webui_sign_in(cluster_factory, tmp_path):
+    """A new cluster opens on the experiments page (silent sign-in as `determined`); once
+    that user has a password the UI asks for it: a wrong one shows an error, the right one
+    reaches the experiments; Sign out returns to the form."""
+    c = cluster_factory(f"sqlite:///{tmp_path}/master.db")
+    c.start_master()
+    pw, browser = _browser()
+    SHOTS.mkdir(exist_ok=True)
+    page_errors: list[str] = []
+    try:
+        ctx = browser.new_context(viewport={"width": 1200, "height": 800})
+        page = ctx.new_page()
+        page.on("pageerror", lambda e: page_errors.append(f"page error: {e}"))
+        console: list[str] = []
+        page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+        page.goto(c.url + "/")
+        page.wait_for_selector("#experiments-table")
+        assert page.inner_text("#user-name") == "determined"
+        assert console == [], console  # no 401 on a new cluster's first visit
+        ctx.close()
+
+        _set_password(c, "determined", "s3cret-pw")
+
+        ctx = browser.new_context(viewport={"width": 1200, "height": 800})
+        page = ctx.new_page()
+        page.on("pageerror", lambda e: page_errors.append(f"page error: {e}"))
+        page.goto(c.url + "/experiments")
+        page.wait_for_selector("#login-form")
+        assert page.locator("#experiments-table").count() == 0
+        page.screenshot(path=str(SHOTS / "login.png"))
+        page.fill("#login-username", "determined")
+        page.fill("#login-password", "wrong")
+        page.click("#login-submit")
+        page.wait_for_selector("#login-error:not([hidden])")
+        assert "Invalid user name or password" in page.inner_text("#login-error")
+        page.screenshot(path=str(SHOTS / "login-error.png"))
+        page.fill("#login-password", "s3cret-pw")
+        page.click("#login-submit")
+        page.wait_for_selector("#experiments-table")
+        assert page.inner_text("#user-name") == "determined"
+        page.screenshot(path=str(SHOTS / "signed-in.png"))
+        # The session is a cookie: a reload stays signed in, and streams work with it.
+        page.reload()
+        page.wait_for_selector("#experiments-table")
+        page.wait_for_selector("#live-indicator.on")
+        page.click("#sign-out")
+        page.wait_for_selector("#login-form")
+        page.reload()
+        page.wait_for_selector("#login-form")
+        ctx.close()
+    finally:
+        browser.close()
+        pw.stop()
+    assert not page_errors, json.dumps(page_errors, indent=1)

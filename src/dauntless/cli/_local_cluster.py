@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -18,12 +19,19 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import httpx
 import platformdirs
+import yaml
 
+from dauntless._auth import CLUSTER_SECRET_HEADER
 from dauntless.client import ClientError, Session
 
 #: The state file that records the running processes, inside the data directory.
 STATE_FILE = "cluster.json"
+#: The master config the cluster-up writes (mode 0600: it holds secrets), in the data dir.
+MASTER_CONFIG_FILE = "master.yaml"
+#: The file holding the cluster secret handed to the agents (mode 0600), in the data dir.
+CLUSTER_SECRET_FILE = "cluster_secret"
 #: Environment variable naming the root of Dauntless's data (``<root>/local-cluster``).
 DATA_DIR_ENV = "DAUNTLESS_DATA_DIR"
 
@@ -209,13 +217,18 @@ def start_local_cluster(
     agent_module: str = "dauntless.agent",
     env: Mapping[str, str] | None = None,
     poll_interval: float = 0.2,
+    initial_user_password: str | None = None,
 ) -> ClusterState:
     """Start a master and ``agents`` agents in the background and wait until they serve.
 
-    The master runs ``python -m <master_module> --port P --data-dir DIR``; once it answers
-    ``GET /api/v1/master``, each agent ``i`` runs ``python -m <agent_module> --master-url
-    URL --work-dir DIR/agent-i/work --agent-id agent-i [--artificial-slots N]``, and the
-    call returns when every agent is listed by ``GET /api/v1/agents``.
+    A fresh random cluster secret is written, with ``initial_user_password``, to
+    ``DIR/master.yaml`` (``security.cluster_secret``, ``security.initial_user_password``)
+    and to ``DIR/cluster_secret``, both readable by this user only. The master runs
+    ``python -m <master_module> --port P --data-dir DIR --config-file DIR/master.yaml``;
+    once it answers ``GET /api/v1/master``, each agent ``i`` runs ``python -m
+    <agent_module> --master-url URL --work-dir DIR/agent-i/work --agent-id agent-i
+    --cluster-secret-file DIR/cluster_secret [--artificial-slots N]``, and the call
+    returns when every agent is listed by ``GET /api/v1/agents`` (asked with the secret).
 
     Args:
         data_dir: the cluster's directory (database, checkpoints, logs, state file).
@@ -227,6 +240,9 @@ def start_local_cluster(
         master_module, agent_module: the modules to run (tests substitute fakes).
         env: the processes' environment; this process's when None.
         poll_interval: seconds between readiness checks.
+        initial_user_password: the first password of the built-in ``admin`` and
+            ``determined`` users; empty when None. It applies when the users are made
+            (a new data directory) and changes nothing afterwards.
 
     Returns:
         The recorded state (also written to ``<data_dir>/cluster.json``).
@@ -264,7 +280,9 @@ def start_local_cluster(
     url = f"http://127.0.0.1:{master_port}"
     logs = root / "logs"
     master_log = logs / "master.log"
-    master_cmd = [python, "-m", master_module, "--port", str(master_port), "--data-dir", str(root)]
+    secret = _write_secrets(root, initial_user_password)
+    master_cmd = [python, "-m", master_module, "--port", str(master_port), "--data-dir",
+                  str(root), "--config-file", str(root / MASTER_CONFIG_FILE)]
     master = ProcessRecord(
         "master", _spawn(master_cmd, master_log, root, env), master_module, str(master_log)
     )
@@ -289,6 +307,8 @@ def start_local_cluster(
                     str(work),
                     "--agent-id",
                     name,
+                    "--cluster-secret-file",
+                    str(root / CLUSTER_SECRET_FILE),
                 ]
                 if artificial_slots is not None:
                     cmd += ["--artificial-slots", str(artificial_slots)]
@@ -298,7 +318,7 @@ def start_local_cluster(
                 )
                 state = ClusterState(str(root), url, master, list(records), state.started_at)
                 _write_state(state)
-            _wait_agents(session, state, deadline, poll_interval)
+            _wait_agents(state, secret, deadline, poll_interval)
     except BaseException:
         stop_local_cluster(root, grace=5.0)
         raise
@@ -330,15 +350,39 @@ def _wait_master(session: Session, state: ClusterState, deadline: float, poll: f
         time.sleep(poll)
 
 
-def _wait_agents(session: Session, state: ClusterState, deadline: float, poll: float) -> None:
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by this user only (mode 0600)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _write_secrets(root: Path, initial_user_password: str | None) -> str:
+    """Make a random cluster secret; write the master config and the agents' secret file.
+    Returns the secret."""
+    secret = secrets.token_urlsafe(32)
+    security: dict[str, str] = {"cluster_secret": secret}
+    if initial_user_password is not None:
+        security["initial_user_password"] = initial_user_password
+    _write_private(root / MASTER_CONFIG_FILE, yaml.safe_dump({"security": security}))
+    _write_private(root / CLUSTER_SECRET_FILE, secret + "\n")
+    return secret
+
+
+def _wait_agents(state: ClusterState, secret: str, deadline: float, poll: float) -> None:
     wanted = {r.name for r in state.agents}
     while True:
         for record in [state.master, *state.agents]:
             if not is_alive(record.pid):
                 raise _failure(state, record, f"{record.name} exited during startup")
         try:
-            seen = {str(a.get("id")) for a in session.list_agents()}
-        except ClientError:
+            r = httpx.get(f"{state.master_url}/api/v1/agents", timeout=2.0,
+                          headers={CLUSTER_SECRET_HEADER: secret})
+            r.raise_for_status()
+            seen = {str(a.get("id")) for a in r.json().get("agents", [])}
+        except (httpx.HTTPError, ValueError, AttributeError):
             seen = set()
         missing = sorted(wanted - seen)
         if not missing:

@@ -42,19 +42,24 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def open_session(args: argparse.Namespace, **kwargs: Any) -> Session:
-    """A :class:`Session` for the master named by ``-m/--master`` (or ``DET_MASTER``).
+    """A :class:`Session` for the master named by ``-m/--master`` (or ``DET_MASTER``),
+    acting as ``-u/--user`` and verifying TLS with ``--cert-file`` when given.
 
     Args:
-        args: the parsed command line; its ``master`` attribute may be None.
+        args: the parsed command line; its ``master``, ``user`` and ``cert_file``
+            attributes may be None or absent.
         **kwargs: passed on to :class:`Session` (``timeout``, ``retries``).
 
     Raises:
-        SystemExit: (1) through :func:`exit_with_error` when the master URL is invalid.
+        SystemExit: (1) through :func:`exit_with_error` when the master URL or the CA
+            bundle is invalid.
     """
+    kwargs.setdefault("user", getattr(args, "user", None))
+    kwargs.setdefault("cert_file", getattr(args, "cert_file", None))
     try:
         return Session(getattr(args, "master", None), **kwargs)
     except ValueError as exc:
-        exit_with_error(f"invalid master address: {exc}")
+        exit_with_error(str(exc) if "CA bundle" in str(exc) else f"invalid master address: {exc}")
 
 
 def exit_with_error(

@@ -41,6 +41,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
             agents=args.agents,
             artificial_slots=args.artificial_slots,
             timeout=args.timeout,
+            initial_user_password=args.initial_user_password,
         )
     except (LocalClusterError, ValueError) as exc:
         exit_with_error(str(exc))
@@ -106,6 +107,13 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         help="seconds to wait for the master and agents to come up (default 60)",
+    )
+    p.add_argument(
+        "--initial-user-password",
+        default=None,
+        metavar="PASSWORD",
+        help="the first password of the built-in users admin and determined (default: "
+        "empty); applies to a new data directory only",
     )
     p.set_defaults(func=_cluster_up)
 

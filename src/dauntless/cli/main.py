@@ -23,11 +23,15 @@ from . import (
     resource_pool,
     slot,
     trial,
+    user,
     version,
 )
 from ._util import exit_unreachable, exit_with_api_error, exit_with_error
 
-_GROUPS = (experiment, trial, checkpoint, agent, slot, resource_pool, master, preview, deploy, version)
+_GROUPS = (
+    experiment, trial, checkpoint, agent, slot, resource_pool, master, preview, user, deploy,
+    version,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,11 +48,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="master address, http://host:port or host:port "
         "(default: $DET_MASTER, else http://127.0.0.1:8080)",
     )
+    parser.add_argument(
+        "-u",
+        "--user",
+        default=None,
+        metavar="NAME",
+        help="act as this user (default: $DET_USER, else the user last signed in with "
+        "`det user login`, else determined)",
+    )
+    parser.add_argument(
+        "--cert-file",
+        default=None,
+        metavar="PATH",
+        help="CA bundle (PEM) that signed an HTTPS master's certificate, or 'noverify' "
+        "(default: $DET_MASTER_CERT_FILE, else the system's trust store)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    # Lets -m also follow the subcommand; SUPPRESS keeps the top-level value otherwise.
+    # Lets -m/-u/--cert-file also follow the subcommand; SUPPRESS keeps the top-level
+    # value otherwise.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "-m", "--master", default=argparse.SUPPRESS, metavar="URL", help=argparse.SUPPRESS
+    )
+    common.add_argument(
+        "-u", "--user", default=argparse.SUPPRESS, metavar="NAME", help=argparse.SUPPRESS
+    )
+    common.add_argument(
+        "--cert-file", default=argparse.SUPPRESS, metavar="PATH", help=argparse.SUPPRESS
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _GROUPS:

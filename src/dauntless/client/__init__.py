@@ -6,9 +6,13 @@
         exp = s.create_experiment(open("const.yaml").read(), build_context_tarball("."))
         print(s.get_experiment(exp["id"])["trials"])
 
-Routes and objects follow docs/protocol.md.
+Routes and objects follow docs/protocol.md. The session signs in on its own (a saved
+token, ``DET_USER_TOKEN``, ``DET_USER``/``DET_PASS``, else the built-in ``determined`` user
+with an empty password; see :class:`Session`) and verifies an HTTPS master with
+``cert_file`` / ``DET_MASTER_CERT_FILE`` when given.
 """
 
+from ._auth import DEFAULT_USER, TokenStore, default_store_path
 from ._context import (
     BUILTIN_IGNORES,
     IGNORE_FILE,
@@ -20,6 +24,7 @@ from ._context import (
 )
 from ._errors import (
     APIError,
+    AuthenticationError,
     ClientError,
     ContextError,
     ContextTooLargeError,
@@ -41,12 +46,14 @@ from ._types import (
     Slot,
     Trial,
     TrialLogs,
+    User,
 )
 from ._url import DEFAULT_MASTER_URL, normalize_master_url, resolve_master_url
 
 __all__ = [
     "APIError",
     "Agent",
+    "AuthenticationError",
     "BUILTIN_IGNORES",
     "Checkpoint",
     "ClientError",
@@ -54,6 +61,7 @@ __all__ = [
     "ContextError",
     "ContextTooLargeError",
     "DEFAULT_MASTER_URL",
+    "DEFAULT_USER",
     "Experiment",
     "ExperimentDetail",
     "ExperimentPage",
@@ -67,9 +75,12 @@ __all__ = [
     "Slot",
     "TERMINAL_EXPERIMENT_STATES",
     "TERMINAL_TRIAL_STATES",
+    "TokenStore",
     "Trial",
     "TrialLogs",
+    "User",
     "build_context_tarball",
+    "default_store_path",
     "experiment_done_checker",
     "follow_trial_logs",
     "list_context_entries",

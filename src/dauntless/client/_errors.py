@@ -77,6 +77,15 @@ def _fastapi_errors(items: list[Any]) -> list[dict[str, str]]:
     return out
 
 
+class AuthenticationError(APIError):
+    """No valid credentials for the master: a token was refused (HTTP 401) and signing in
+    again was not possible (wrong password, no password and no terminal to ask on, or a
+    ``DET_USER_TOKEN`` the master refuses). ``detail`` says what to do."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(401, detail)
+
+
 class MasterUnreachableError(ClientError):
     """No connection to the master could be made, after the retries allowed.
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
@@ -11,7 +14,15 @@ from urllib.parse import quote
 import httpx
 import yaml
 
-from ._errors import APIError, MasterUnreachableError
+from dauntless._tls import (
+    cert_file_from_env,
+    describe_cert_error,
+    is_cert_verify_error,
+    make_verify,
+)
+
+from ._auth import DEFAULT_USER, PASSWORD_ENV, TOKEN_ENV, USER_ENV, TokenStore
+from ._errors import APIError, AuthenticationError, MasterUnreachableError
 from ._types import (
     Agent,
     Checkpoint,
@@ -22,6 +33,7 @@ from ._types import (
     Metric,
     Trial,
     TrialLogs,
+    User,
 )
 from ._url import resolve_master_url
 
@@ -50,13 +62,37 @@ class Session:
         upload_timeout: seconds allowed to send an experiment's context upload.
         transport: an httpx transport to use instead of the network (tests).
         sleep: the function that waits between retries (tests pass a recorder).
+        user: the user to act as; when None, ``DET_USER``, else the user last signed in
+            on this master (the store's active user), else ``determined``.
+        token: a bearer token to use as is; when None, ``DET_USER_TOKEN``, else a saved
+            token of the user (see below).
+        cert_file: a PEM CA bundle that signed the master's TLS certificate, or
+            ``"noverify"``; when None, ``DET_MASTER_CERT_FILE``, else the system's trust
+            store.
+        token_store: where tokens are saved; a :class:`TokenStore` at the default path
+            when None.
+        login: sign in automatically when the master answers 401 (False: raise
+            :class:`AuthenticationError` instead).
+        prompt: asks for a password (``prompt(message) -> str``); None uses
+            ``getpass.getpass`` when stdin is a terminal and asks nobody otherwise.
+
+    Credentials are found in this order: ``token``/``DET_USER_TOKEN``; a saved token for
+    (this master, the user); and, when the master answers 401 (no token, or an expired
+    or revoked saved one, which is then forgotten), a sign-in as the user with
+    ``DET_PASS``, else with an empty password (a new cluster's built-in users have
+    none, as in Determined), else with a password asked on the terminal. A token got by
+    signing in is saved for the next session. A request answered 401 is sent again once
+    with the new token.
 
     Raises:
-        ValueError: for a bad URL or a negative/zero numeric argument.
+        ValueError: for a bad URL, a missing CA bundle, or a negative/zero numeric
+            argument.
         TypeError: when a numeric argument is not a number.
 
     Every request method raises :class:`APIError` when the master answers with an error
-    status and :class:`MasterUnreachableError` when it cannot be reached.
+    status (:class:`AuthenticationError` when no valid credentials could be had) and
+    :class:`MasterUnreachableError` when it cannot be reached (also when its TLS
+    certificate fails verification; the message says how to pass a CA bundle).
     """
 
     def __init__(
@@ -70,6 +106,12 @@ class Session:
         upload_timeout: float = 600.0,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        user: str | None = None,
+        token: str | None = None,
+        cert_file: str | None = None,
+        token_store: TokenStore | None = None,
+        login: bool = True,
+        prompt: Callable[[str], str] | None = None,
     ) -> None:
         _check_number("timeout", timeout, positive=True)
         _check_number("backoff", backoff, positive=False)
@@ -85,7 +127,20 @@ class Session:
         self.upload_timeout = float(upload_timeout)
         self._sleep = sleep
         self._rng = random.Random()
-        self._client = httpx.Client(timeout=self.timeout, transport=transport)
+        self.cert_file = cert_file if cert_file is not None else cert_file_from_env()
+        verify = make_verify(self.cert_file)
+        self._client = httpx.Client(timeout=self.timeout, transport=transport, verify=verify)
+        self.token_store = token_store if token_store is not None else TokenStore()
+        self._explicit_user = user or os.environ.get(USER_ENV, "").strip() or None
+        self._explicit_token = token or os.environ.get(TOKEN_ENV, "").strip() or None
+        self._token_origin = "the token given to the session" if token else TOKEN_ENV
+        self._auto_login = login
+        self._prompt = prompt
+        #: The user this session acts as, once known (None before the first request).
+        self.username: str | None = None
+        self._token: str | None = None
+        #: Where ``_token`` came from: "explicit", "saved", "login" (None: not resolved).
+        self._token_source: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -113,6 +168,7 @@ class Session:
         json: Any = None,
         files: Mapping[str, Any] | None = None,
         timeout: httpx.Timeout | float | None = None,
+        auth: bool = True,
     ) -> httpx.Response:
         """Send one request under ``/api/v1``, retrying as the class describes.
 
@@ -123,6 +179,8 @@ class Session:
             json: a JSON body.
             files: multipart parts, as httpx takes them.
             timeout: a timeout for this request instead of the session's.
+            auth: send the session's token and sign in again on 401 (False: send no
+                credentials, as for ``POST /auth/login``).
 
         Returns:
             The response, with a status below 400.
@@ -137,8 +195,13 @@ class Session:
         method = method.upper()
         url = f"{self.master_url}{API_PREFIX}{path}"
         query = {k: v for k, v in (params or {}).items() if v is not None}
+        if auth and self._token_source is None:
+            self._initial_token()
         attempt = 0
+        reauthenticated = False
         while True:
+            sent_token = self._token if auth else None
+            headers = {"Authorization": f"Bearer {sent_token}"} if sent_token else None
             try:
                 response = self._client.request(
                     method,
@@ -146,9 +209,14 @@ class Session:
                     params=query or None,
                     json=json,
                     files=files,
+                    headers=headers,
                     timeout=self.timeout if timeout is None else timeout,
                 )
             except httpx.TransportError as exc:
+                if is_cert_verify_error(exc):
+                    raise MasterUnreachableError(
+                        self.master_url, describe_cert_error(self.master_url, exc)
+                    ) from None
                 if attempt < self.retries and _retryable(method, exc):
                     self._sleep(self._delay(attempt))
                     attempt += 1
@@ -161,6 +229,14 @@ class Session:
             ):
                 self._sleep(self._delay(attempt))
                 attempt += 1
+                continue
+            if response.status_code == 401 and auth:
+                if reauthenticated:
+                    raise AuthenticationError(
+                        f"the master refused a fresh token: {_api_error(response).detail}"
+                    )
+                self._reauthenticate(sent_token, _api_error(response))
+                reauthenticated = True
                 continue
             if response.status_code >= 400:
                 raise _api_error(response)
@@ -177,6 +253,191 @@ class Session:
     def _delay(self, attempt: int) -> float:
         ceiling = min(self.max_backoff, self.backoff * (2**attempt))
         return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+    # -- credentials -------------------------------------------------------------------
+
+    def _initial_token(self) -> None:
+        """Pick a token without asking the master: explicit/env, else a saved one."""
+        if self._explicit_token:
+            self._token, self._token_source = self._explicit_token, "explicit"
+            return
+        user = self._explicit_user or self.token_store.active_user(self.master_url)
+        self.username = user
+        saved = self.token_store.get_token(self.master_url, user) if user else None
+        self._token = saved
+        self._token_source = "saved" if saved else "none"
+
+    def _reauthenticate(self, refused: str | None, error: APIError) -> None:
+        """Get a new token after the master answered 401 to ``refused`` (None: no token).
+
+        Raises:
+            AuthenticationError: when no token can be had (see the class docstring).
+        """
+        if refused is not None and self._token_source == "explicit":
+            raise AuthenticationError(
+                f"{self._token_origin} was refused by the master ({error.detail}); "
+                "replace it, or unset it and sign in with `det user login`"
+            )
+        if refused is not None and self._token_source == "saved" and self.username:
+            self.token_store.drop_token(self.master_url, self.username)
+        if not self._auto_login:
+            raise AuthenticationError(
+                f"not signed in to {self.master_url} ({error.detail}); run `det user login`"
+            )
+        username = self.username or DEFAULT_USER
+        # A user named by -u/DET_USER signs in for this command without becoming the
+        # active user; the default user (or the active one, again) does become it.
+        activate = self._explicit_user is None
+        password = os.environ.get(PASSWORD_ENV)
+        if password is not None:
+            self.login(username, password, activate=activate)
+            return
+        try:
+            self.login(username, "", activate=activate)
+            return
+        except AuthenticationError:
+            pass
+        ask = self._prompt
+        if ask is None and _stdin_is_tty():
+            ask = getpass.getpass
+        if ask is None:
+            raise AuthenticationError(
+                f"user {username!r} needs a password on {self.master_url}: run "
+                f"`det user login {username}` (or set {USER_ENV} and {PASSWORD_ENV})"
+            )
+        self.login(username, ask(f"Password for user '{username}': "), activate=activate)
+
+    def login(
+        self, username: str, password: str, *, save: bool = True, activate: bool = True
+    ) -> User:
+        """``POST /auth/login``: sign in, use the new token from now on and save it.
+
+        Args:
+            username: the user name.
+            password: the password (``""`` for a built-in user on a new cluster).
+            save: save the token in :attr:`token_store`.
+            activate: also make ``username`` the master's active user there (the user
+                later sessions act as when none is named).
+
+        Returns:
+            The signed-in user.
+
+        Raises:
+            AuthenticationError: wrong user name or password (401).
+            APIError: 403 for a deactivated user.
+        """
+        if not isinstance(username, str) or not username.strip():
+            raise ValueError(f"username must be a non-empty string, got {username!r}")
+        try:
+            answer = _decode(
+                self.request(
+                    "POST",
+                    "/auth/login",
+                    json={"username": username.strip(), "password": password},
+                    auth=False,
+                )
+            )
+        except AuthenticationError:
+            raise
+        except APIError as exc:
+            if exc.status == 401:
+                raise AuthenticationError(
+                    f"could not sign in as {username.strip()!r}: {exc.detail}"
+                ) from None
+            raise
+        token = str(answer["token"])
+        user = cast(User, answer.get("user") or {"username": username.strip()})
+        name = str(user.get("username") or username.strip())
+        self._token, self._token_source, self.username = token, "login", name
+        if save:
+            self.token_store.set_token(self.master_url, name, token, activate=activate)
+        return user
+
+    def logout(self) -> None:
+        """``POST /auth/logout``: revoke this session's token and forget it locally.
+
+        Does nothing but forget when the master already considers it invalid (401).
+        """
+        if self._token_source is None:
+            self._initial_token()
+        token, name = self._token, self.username
+        if token:
+            try:
+                self._client.post(
+                    f"{self.master_url}{API_PREFIX}/auth/logout",
+                    json={},
+                    headers={"Authorization": f"Bearer {token}"},
+                ).raise_for_status()
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code != 401:
+                    raise _api_error(exc.response) from None
+            except httpx.TransportError as exc:
+                raise MasterUnreachableError(self.master_url, _describe(exc)) from None
+        if name and self._token_source in ("saved", "login"):
+            self.token_store.drop_token(self.master_url, name)
+        self._token, self._token_source = None, "none"
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token in use (None before the first request or when signed out)."""
+        return self._token
+
+    def whoami(self) -> User:
+        """``GET /me``: the user this session acts as."""
+        return cast(User, self.get_json("/me")["user"])
+
+    # -- users ---------------------------------------------------------------------------
+
+    def list_users(self) -> list[User]:
+        """``GET /users``: every user."""
+        return cast(list[User], self.get_json("/users")["users"])
+
+    def get_user_by_name(self, username: str) -> User:
+        """The user named ``username`` (looked up in ``GET /users``).
+
+        Raises:
+            APIError: 404 when there is no such user.
+        """
+        for user in self.list_users():
+            if user.get("username") == username:
+                return user
+        raise APIError(404, f"user {username!r} not found")
+
+    def create_user(self, username: str, password: str = "", admin: bool = False) -> User:
+        """``POST /users`` (administrators only): a new, active user.
+
+        Raises:
+            APIError: 403 for a non-administrator, 409 when the name is taken.
+        """
+        body = {"username": username, "password": password, "admin": bool(admin)}
+        return cast(User, self.post_json("/users", body)["user"])
+
+    def patch_user(self, user_id: int, **fields: Any) -> User:
+        """``PATCH /users/{id}`` with ``active``, ``admin`` or ``display_name``.
+
+        Raises:
+            ValueError: for another field name.
+            APIError: 403 when not allowed.
+        """
+        _check_id("user_id", user_id)
+        unknown = set(fields) - {"active", "admin", "display_name"}
+        if unknown:
+            raise ValueError(f"cannot change {sorted(unknown)}; only active, admin, display_name")
+        answer = _decode(self.request("PATCH", f"/users/{user_id}", json=fields))
+        return cast(User, answer["user"])
+
+    def set_password(self, user_id: int, password: str, old_password: str | None = None) -> None:
+        """``POST /users/{id}/password``: set a password; every token of that user stops
+        working (this session's too, when it is theirs: sign in again).
+
+        Raises:
+            APIError: 403 when not allowed (or the old password is wrong).
+        """
+        _check_id("user_id", user_id)
+        body: dict[str, Any] = {"password": password}
+        if old_password is not None:
+            body["old_password"] = old_password
+        self.post_json(f"/users/{user_id}/password", body)
 
     # -- master and agents -------------------------------------------------------------
 
@@ -483,6 +744,13 @@ def _check_id(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):
+        return False
 
 
 def _retryable(method: str, exc: httpx.TransportError) -> bool:

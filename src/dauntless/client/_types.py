@@ -16,6 +16,17 @@ TERMINAL_EXPERIMENT_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELET
 TERMINAL_TRIAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR"})
 
 
+class User(TypedDict):
+    """A user (``GET /me``, ``GET /users``); ``modified_at`` in seconds since the epoch."""
+
+    id: int
+    username: str
+    admin: bool
+    active: bool
+    display_name: str | None
+    modified_at: float | None
+
+
 class MasterInfo(TypedDict):
     """``GET /master``."""
 

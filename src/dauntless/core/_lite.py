@@ -18,6 +18,8 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+from dauntless._tls import CERT_FILE_ENV, describe_cert_error, is_cert_verify_error
+
 from ._session import RETRY_STATUSES, APIError, MasterUnreachableError, Session
 
 
@@ -71,8 +73,13 @@ class LiteClient:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-            self._conn = cls(self._host, self._port, timeout=self.timeout)
+            if self._https:  # verified as the session verifies (DET_MASTER_CERT_FILE)
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self.timeout,
+                    context=self.session.ssl_context())
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port,
+                                                        timeout=self.timeout)
         return self._conn
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -102,7 +109,7 @@ class LiteClient:
                 or the client was aborted.
         """
         payload = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **self.session.auth_headers}
         if payload is not None:
             headers["Content-Type"] = "application/json"
         attempts = self.session.max_attempts
@@ -117,6 +124,12 @@ class LiteClient:
                 data = resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 self.close()
+                if is_cert_verify_error(exc):  # not transient: do not retry
+                    raise MasterUnreachableError(
+                        f"{method} {path}: "
+                        + describe_cert_error(self.session.master_url, exc,
+                                              f"the agent's --master-cert-file ({CERT_FILE_ENV})")
+                    ) from exc
                 if last or self._aborted:
                     raise MasterUnreachableError(
                         f"{method} {path}: master {self.session.master_url} unreachable "

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import random
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
+
+from dauntless._auth import session_token_headers
+from dauntless._tls import (
+    CERT_FILE_ENV,
+    cert_file_from_env,
+    describe_cert_error,
+    is_cert_verify_error,
+    make_verify,
+)
 
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 
@@ -62,7 +72,8 @@ class Session:
         rng: the random source of the jitter.
 
     Raises:
-        ValueError: if a number is out of range or ``master_url`` is not http(s).
+        ValueError: if a number is out of range, ``master_url`` is not http(s), or
+            ``DET_MASTER_CERT_FILE`` names no readable CA bundle.
     """
 
     def __init__(
@@ -98,8 +109,15 @@ class Session:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._transport = transport
+        # An HTTPS master's certificate is checked against DET_MASTER_CERT_FILE (the CA
+        # bundle the agent hands its tasks), else the system's trust store.
+        # The trial's credential: the session token its agent put in DET_SESSION_TOKEN
+        # (docs/protocol.md, "Authentication"); none outside a cluster task.
+        self.auth_headers: dict[str, str] = session_token_headers()
+        self._verify = make_verify(cert_file_from_env())
         self._client = httpx.Client(
-            base_url=self.master_url, timeout=timeout, transport=transport
+            base_url=self.master_url, timeout=timeout, transport=transport,
+            verify=self._verify, headers=self.auth_headers,
         )
 
     def clone(self, *, timeout: float | None = None, max_attempts: int | None = None) -> Session:
@@ -127,6 +145,19 @@ class Session:
             transport=self._transport,
             sleep=self._sleep,
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS settings of this session for other HTTP clients of an https master:
+        trusting ``DET_MASTER_CERT_FILE`` when set (no verification for ``noverify``),
+        else the system's trust store."""
+        if isinstance(self._verify, ssl.SSLContext):
+            return self._verify
+        if self._verify is False:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            return ctx
+        return ssl.create_default_context()
 
     def __enter__(self) -> Session:
         return self
@@ -190,6 +221,12 @@ class Session:
                         method, path, params=params, json=json, timeout=timeout
                     )
             except httpx.TransportError as exc:
+                if is_cert_verify_error(exc):  # not transient: do not retry
+                    raise MasterUnreachableError(
+                        f"{method} {path}: "
+                        + describe_cert_error(self.master_url, exc,
+                                              f"the agent's --master-cert-file ({CERT_FILE_ENV})")
+                    ) from exc
                 if last:
                     raise MasterUnreachableError(
                         f"{method} {path}: master {self.master_url} unreachable after "

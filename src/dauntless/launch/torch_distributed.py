@@ -34,6 +34,9 @@ import time
 
 import httpx
 
+from dauntless._auth import session_token_headers
+from dauntless._tls import cert_file_from_env, make_verify
+
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping the remaining ranks."""
 RENDEZVOUS_TIMEOUT_SECONDS = 600.0
@@ -68,7 +71,9 @@ def _rendezvous(world: int, part: int) -> tuple[str, int]:
         return "127.0.0.1", _free_port("127.0.0.1")
     url = f"{master}/api/v1/allocations/{alloc}/rendezvous"
     deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_SECONDS
-    with httpx.Client(timeout=httpx.Timeout(90.0, connect=10.0)) as client:
+    verify = make_verify(cert_file_from_env())  # an HTTPS master's CA bundle, if any
+    with httpx.Client(timeout=httpx.Timeout(90.0, connect=10.0), verify=verify,
+                      headers=session_token_headers()) as client:
         if part == 0:
             port = _free_port(addr)
             while True:

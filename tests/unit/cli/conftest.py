@@ -25,9 +25,12 @@ from dauntless.client import _session
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("DET_MASTER", "DET_MASTER_ADDR", "DAUNTLESS_DATA_DIR"):
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    for name in ("DET_MASTER", "DET_MASTER_ADDR", "DAUNTLESS_DATA_DIR", "DET_USER", "DET_PASS",
+                 "DET_USER_TOKEN", "DET_MASTER_CERT_FILE"):
         monkeypatch.delenv(name, raising=False)
+    # Saved tokens go to a per-test config dir, never the real ~/.config.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
     monkeypatch.setattr(_util, "POLL_INTERVAL", 0.01)
 
 
@@ -81,6 +84,93 @@ class FakeMaster:
     #: Answers to force: {(method, path): (status, body)}.
     forced: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: When True, every route but GET /master and POST /auth/login needs a bearer token.
+    require_auth: bool = False
+    #: {id: {"id", "username", "admin", "active", "display_name", "modified_at", "password"}}
+    users: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: {token: user id} of the tokens issued and not revoked.
+    tokens: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.add_user("admin", admin=True)
+        self.add_user("determined")
+
+    def add_user(self, username: str, password: str = "", admin: bool = False,
+                 active: bool = True) -> dict[str, Any]:
+        uid = max(self.users, default=0) + 1
+        self.users[uid] = {"id": uid, "username": username, "admin": admin, "active": active,
+                           "display_name": None, "modified_at": 1_700_000_000.0,
+                           "password": password}
+        return self.users[uid]
+
+    def issue_token(self, username: str) -> str:
+        user = next(u for u in self.users.values() if u["username"] == username)
+        token = f"tok-{username}-{len(self.tokens) + 1}"
+        self.tokens[token] = user["id"]
+        return token
+
+    @staticmethod
+    def public(user: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in user.items() if k != "password"}
+
+    def _caller(self, rec: Recorded) -> dict[str, Any] | None:
+        auth = rec.headers.get("authorization", "")
+        if not auth.startswith("Bearer "):
+            return None
+        uid = self.tokens.get(auth.removeprefix("Bearer "))
+        return self.users.get(uid) if uid is not None else None
+
+    def _auth_routes(self, rec: Recorded, p: str) -> tuple[int, Any] | None:
+        """The auth and user routes; None for any other route."""
+        body = json.loads(rec.body or b"{}") if rec.body[:1] in (b"{", b"") else {}
+        if rec.method == "POST" and p == "/auth/login":
+            match = [u for u in self.users.values() if u["username"] == body.get("username")]
+            if not match or match[0]["password"] != body.get("password"):
+                return 401, {"detail": "invalid username or password"}
+            if not match[0]["active"]:
+                return 403, {"detail": "user is deactivated"}
+            return 200, {"token": self.issue_token(match[0]["username"]),
+                         "user": self.public(match[0])}
+        me = self._caller(rec)
+        is_auth_route = p in ("/auth/logout", "/me", "/auth/user", "/users") or p.startswith(
+            "/users/")
+        if not is_auth_route and not self.require_auth:
+            return None
+        if me is None and (self.require_auth or is_auth_route) and p != "/master":
+            return 401, {"detail": "not signed in"}
+        if not is_auth_route:
+            return None
+        if rec.method == "POST" and p == "/auth/logout":
+            self.tokens.pop(rec.headers["authorization"].removeprefix("Bearer "), None)
+            return 200, {}
+        if rec.method == "GET" and p in ("/me", "/auth/user"):
+            return 200, {"user": self.public(me)}
+        if rec.method == "GET" and p == "/users":
+            return 200, {"users": [self.public(u) for u in self.users.values()]}
+        if rec.method == "POST" and p == "/users":
+            if not me["admin"]:
+                return 403, {"detail": "only administrators may create users"}
+            if any(u["username"] == body["username"] for u in self.users.values()):
+                return 409, {"detail": f"user {body['username']!r} already exists"}
+            user = self.add_user(body["username"], body.get("password", ""),
+                                 bool(body.get("admin")))
+            return 201, {"user": self.public(user)}
+        m = re.fullmatch(r"/users/(\d+)(/password)?", p)
+        if m and int(m.group(1)) in self.users:
+            target = self.users[int(m.group(1))]
+            if not me["admin"] and target["id"] != me["id"]:
+                return 403, {"detail": "only administrators may change other users"}
+            if rec.method == "PATCH" and not m.group(2):
+                if not me["admin"] and ("active" in body or "admin" in body):
+                    return 403, {"detail": "only administrators may (de)activate users"}
+                target.update(body)
+                return 200, {"user": self.public(target)}
+            if rec.method == "POST" and m.group(2):
+                target["password"] = body["password"]
+                for tok in [t for t, uid in self.tokens.items() if uid == target["id"]]:
+                    del self.tokens[tok]
+                return 200, {}
+        return 404, {"detail": "Not Found"}
 
     def add_experiment(self, exp_id: int, **fields: Any) -> dict[str, Any]:
         exp = {
@@ -150,6 +240,9 @@ class FakeMaster:
             return self.forced[(rec.method, rec.path)]
         p = rec.path.removeprefix("/api/v1")
         q = {k: v[-1] for k, v in rec.query.items()}
+        auth_answer = self._auth_routes(rec, p)
+        if auth_answer is not None:
+            return auth_answer
 
         def not_found(what: str) -> tuple[int, Any]:
             return 404, {"detail": f"{what} not found"}
@@ -244,6 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = _serve
     do_POST = _serve
+    do_PATCH = _serve
 
 
 @pytest.fixture

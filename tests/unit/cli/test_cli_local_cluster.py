@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 p = argparse.ArgumentParser()
 p.add_argument("--port", type=int)
 p.add_argument("--data-dir")
+p.add_argument("--config-file")
 a = p.parse_args()
 if "{mode}" == "crash":
     print("master: cannot open database", flush=True)
@@ -66,6 +67,7 @@ p.add_argument("--master-url")
 p.add_argument("--work-dir")
 p.add_argument("--agent-id")
 p.add_argument("--artificial-slots", type=int, default=None)
+p.add_argument("--cluster-secret-file")
 a = p.parse_args()
 if "{mode}" == "silent":
     time.sleep(600)
