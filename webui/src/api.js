@@ -10,8 +10,14 @@ export class ApiError extends Error {
   }
 }
 
+// Credentials: the master's HttpOnly session cookie (set by POST /auth/login), sent by
+// fetch and EventSource on their own; the UI never sees the token.
+
+/** The event fired on `window` when the master answers 401 (not signed in / expired). */
+export const UNAUTHORIZED_EVENT = "dauntless:unauthorized";
+
 async function request(method, path, body) {
-  const init = { method, headers: { Accept: "application/json" } };
+  const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -20,7 +26,13 @@ async function request(method, path, body) {
   const text = await resp.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = null; }
-  if (!resp.ok) throw new ApiError(resp.status, (data && data.detail) || `${resp.status} ${resp.statusText}`);
+  if (!resp.ok) {
+    const err = new ApiError(resp.status, (data && data.detail) || `${resp.status} ${resp.statusText}`);
+    if (resp.status === 401 && !path.startsWith("/auth/")) {
+      window.dispatchEvent(new CustomEvent(UNAUTHORIZED_EVENT, { detail: err.message }));
+    }
+    throw err;
+  }
   return data;
 }
 
@@ -28,6 +40,30 @@ async function request(method, path, body) {
 export const get = (path) => request("GET", path);
 /** POST to a path under /api/v1 (JSON body optional). */
 export const post = (path, body) => request("POST", path, body);
+
+/**
+ * Sign in; the master sets the session cookie.
+ * @returns {Promise<object>} the user ({id, username, admin, ...})
+ * @throws {ApiError} 401 wrong user name or password, 403 deactivated user
+ */
+export async function login(username, password) {
+  return (await request("POST", "/auth/login", { username, password })).user;
+}
+
+/** Sign out: the master revokes the token and clears the cookie. */
+export async function logout() {
+  await request("POST", "/auth/logout", {});
+}
+
+/** The signed-in user, or null when the master answers 401. */
+export async function currentUser() {
+  try {
+    return (await request("GET", "/auth/user")).user;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return null;
+    throw err;
+  }
+}
 
 /** Build a query string from an object (null/undefined values left out; arrays repeat). */
 export function query(params) {
@@ -63,7 +99,12 @@ export function stream(path, handlers) {
     es.addEventListener(event, (msg) => fn(JSON.parse(msg.data), msg));
   }
   es.addEventListener("open", updateIndicator);
-  es.addEventListener("error", updateIndicator);
+  es.addEventListener("error", () => {
+    updateIndicator();
+    // A stream refused (401: the session expired) closes for good: ask who we are, which
+    // fires UNAUTHORIZED_EVENT when signed out.
+    if (es.readyState === EventSource.CLOSED) get("/me").catch(() => {});
+  });
   return () => {
     es.close();
     open.delete(es);

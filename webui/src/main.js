@@ -2,9 +2,11 @@
 // `render(root, params)`, which draws into `root` and returns a function that stops its
 // streams and charts when the user navigates away.
 
+import { UNAUTHORIZED_EVENT, currentUser, login, logout } from "./api.js";
 import * as cluster from "./pages/cluster.js";
 import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
+import * as loginPage from "./pages/login.js";
 import * as trial from "./pages/trial.js";
 import { h, setChildren } from "./util.js";
 
@@ -16,6 +18,82 @@ const ROUTES = [
 ];
 
 let cleanup = null;
+/** The signed-in user ({username, admin, ...}), or null while signed out. */
+let user = null;
+/** Set after "Sign out": the next sign-in must be typed (no silent default sign-in). */
+const SIGNED_OUT_KEY = "dauntless-signed-out";
+/** Set while this browser holds a session cookie (it is HttpOnly: the page cannot see it). */
+const SIGNED_IN_KEY = "dauntless-signed-in";
+
+function remember(u) {
+  user = u;
+  if (u) {
+    window.localStorage.setItem(SIGNED_IN_KEY, "1");
+    window.sessionStorage.removeItem(SIGNED_OUT_KEY);
+  } else {
+    window.localStorage.removeItem(SIGNED_IN_KEY);
+  }
+}
+
+function showUser() {
+  const box = document.getElementById("user-box");
+  document.body.classList.toggle("signed-out", !user);
+  if (!box) return;
+  setChildren(box, user ? [
+    h("span", { id: "user-name", title: user.admin ? "administrator" : "user" }, user.username),
+    h("button.link", { id: "sign-out", type: "button", onclick: signOut }, "Sign out"),
+  ] : null);
+}
+
+function showLogin(reason) {
+  if (cleanup) cleanup();
+  cleanup = null;
+  remember(null);
+  showUser();
+  loginPage.render(document.getElementById("app"), (u) => {
+    remember(u);
+    showUser();
+    route();
+  }, reason);
+}
+
+async function signOut() {
+  window.sessionStorage.setItem(SIGNED_OUT_KEY, "1");
+  try { await logout(); } catch { /* signed out already */ }
+  showLogin();
+}
+
+/**
+ * Find who we are. A fresh cluster's `determined` user has an empty password, so like
+ * Determined's UI we first try signing in as it silently (not after an explicit sign-out).
+ */
+async function boot() {
+  let u = null;
+  // Ask who we are only when a session may exist, so that a first visit to a new cluster
+  // signs in silently without a 401 in the browser's console.
+  if (window.localStorage.getItem(SIGNED_IN_KEY)) {
+    try {
+      u = await currentUser();
+    } catch {
+      route();  // master unreachable: the page shows its own error
+      return;
+    }
+  }
+  if (!u && !window.sessionStorage.getItem(SIGNED_OUT_KEY)) {
+    try { u = await login("determined", ""); } catch { u = null; }
+  }
+  if (!u) {
+    showLogin();
+    return;
+  }
+  remember(u);
+  showUser();
+  route();
+}
+
+window.addEventListener(UNAUTHORIZED_EVENT, () => {
+  if (user) showLogin("Your session ended; sign in again.");
+});
 
 function route() {
   const root = document.getElementById("app");
@@ -40,7 +118,7 @@ function route() {
 export function navigate(path) {
   if (path === window.location.pathname + window.location.search) return;
   window.history.pushState(null, "", path);
-  route();
+  if (user) route();
 }
 
 document.addEventListener("click", (ev) => {
@@ -53,5 +131,5 @@ document.addEventListener("click", (ev) => {
   navigate(url.pathname + url.search);
 });
 
-window.addEventListener("popstate", route);
-route();
+window.addEventListener("popstate", () => { if (user) route(); });
+boot();
