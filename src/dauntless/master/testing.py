@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from typing import Any
 
 from dauntless._auth import CLUSTER_SECRET_HEADER
@@ -38,3 +40,14 @@ def bearer(token: str) -> dict[str, str]:
 def agent_headers(app: Any) -> dict[str, str]:
     """Headers presenting the cluster secret of ``app`` (what agents send)."""
     return {CLUSTER_SECRET_HEADER: app.state.auth.cluster_secret}
+
+
+def model_def_tarball(source: bytes = b"print('hello')\n") -> bytes:
+    """A gzipped tar holding one file, ``model_def.py`` with ``source``: the smallest
+    context directory the master accepts (``POST /api/v1/experiments``'s ``model_definition``)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("model_def.py")
+        info.size = len(source)
+        tar.addfile(info, io.BytesIO(source))
+    return buf.getvalue()

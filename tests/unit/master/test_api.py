@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 import pytest
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
-from dauntless.master.testing import sign_in
+from dauntless.master.testing import model_def_tarball, sign_in
 
 CONFIG = """
 name: unit
@@ -27,14 +24,6 @@ max_restarts: 1
 """
 
 
-def _tarball() -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        data = b"print('hello')\n"
-        info = tarfile.TarInfo("model_def.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 @pytest.fixture()
@@ -46,7 +35,7 @@ def master(tmp_path):
 
 
 def _create(client, config=CONFIG, context=True):
-    files = {"context": ("context.tar.gz", _tarball(), "application/gzip")} if context else None
+    files = {"context": ("context.tar.gz", model_def_tarball(), "application/gzip")} if context else None
     return client.post("/api/v1/experiments", data={"config": config}, files=files)
 
 
@@ -126,7 +115,7 @@ def test_single_trial_lifecycle(master):
     assert agents[0]["slots"][0]["allocation_id"] == alloc
     # The agent downloads the context.
     md = client.get(spec["context_url"])
-    assert md.status_code == 200 and md.content == _tarball()
+    assert md.status_code == 200 and md.content == model_def_tarball()
 
     tid = trial["id"]
     op = client.get(f"/api/v1/trials/{tid}/searcher/operation").json()

@@ -7,9 +7,7 @@ user's modifications of what alice owns (403), and let the right caller through.
 
 from __future__ import annotations
 
-import io
 import logging
-import tarfile
 import time
 
 import pytest
@@ -21,7 +19,7 @@ from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
 from dauntless.master.auth import LoginThrottle, hash_token
 from dauntless.master.db import AllocationRow, Database, ExperimentRow, UserRow
-from dauntless.master.testing import agent_headers, bearer, login
+from dauntless.master.testing import agent_headers, bearer, login, model_def_tarball
 
 CONFIG = """
 name: owned
@@ -36,14 +34,6 @@ searcher:
 """
 
 
-def _tarball() -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        data = b"print('hello')\n"
-        info = tarfile.TarInfo("model_def.py")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 class World:
@@ -85,7 +75,7 @@ class World:
     def _create(self, token: str) -> int:
         r = self.client.post(
             "/api/v1/experiments", headers=bearer(token), data={"config": CONFIG},
-            files={"context": ("context.tar.gz", _tarball(), "application/gzip")})
+            files={"context": ("context.tar.gz", model_def_tarball(), "application/gzip")})
         assert r.status_code == 201, r.text
         return r.json()["experiment"]["id"]
 
