@@ -7,7 +7,11 @@ sends an event only when the JSON it would send has changed; a comment line keep
 connections open every :data:`KEEPALIVE_SECONDS`. Every stream takes ``max_seconds``
 (default: until the client leaves); a browser's ``EventSource`` reconnects by itself when
 a stream ends, and the logs stream resumes from the ``Last-Event-ID`` it sends. Streams end
-when the master gets SIGTERM or SIGINT, so that they never hold up its shutdown.
+when the master gets SIGTERM or SIGINT, so that they never hold up its shutdown, and
+when the caller's credential stops being valid (logout, password change, expiry,
+deactivation, an ended allocation): the caller's token is checked again every
+:data:`REAUTH_SECONDS`, and a stream whose token fails sends ``unauthorized``
+(``{"detail"}``) and ends; the client's reconnection then gets 401.
 
 | route | events |
 |---|---|
@@ -39,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
@@ -54,6 +58,9 @@ POLL_SECONDS = 0.5
 
 KEEPALIVE_SECONDS = 15.0
 """Longest silence on a stream before a comment line is sent (seconds)."""
+
+REAUTH_SECONDS = 5.0
+"""How often an open stream checks its caller's credential again (seconds)."""
 
 RETRY_MILLISECONDS = 2000
 """The reconnection delay a stream asks ``EventSource`` clients to use."""
@@ -89,6 +96,48 @@ def _watch_for_shutdown() -> None:
         hook.ends_event_streams = True  # type: ignore[attr-defined]
         _stopping.clear()  # handlers of a new server: its streams start afresh
         signal.signal(sig, hook)
+
+
+# ---------------------------------------------------------------------- credential
+
+
+class _Credential:
+    """The credential an open stream was started with, checked again every
+    :data:`REAUTH_SECONDS`, so that a revoked token stops receiving events (a stream is
+    authenticated once, when it starts, like any request)."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.checked = time.monotonic()
+
+    async def refused(self) -> str | None:
+        """Why the credential no longer holds (the 401's detail), or None while it does
+        (also between checks, and for streams opened without a credential)."""
+        now = time.monotonic()
+        if now - self.checked < REAUTH_SECONDS:
+            return None
+        self.checked = now
+        service = getattr(self.request.app.state, "auth", None)
+        if service is None or getattr(self.request.state, "principal", None) is None:
+            return None
+        try:
+            await run_in_threadpool(service.identify, self.request)
+        except HTTPException as exc:
+            if exc.status_code == 401:
+                return str(exc.detail)
+            raise
+        return None
+
+
+async def _ended(request: Request, credential: _Credential) -> bytes | None:
+    """b"" when the stream should end quietly (the master is stopping, the client left),
+    an ``unauthorized`` event to send last when the credential was revoked, else None."""
+    if _stopping.is_set() or await request.is_disconnected():
+        return b""
+    detail = await credential.refused()
+    if detail is not None:
+        return sse_event("unauthorized", dumps_json({"detail": detail}))
+    return None
 
 
 # ---------------------------------------------------------------------- SSE framing
@@ -153,6 +202,7 @@ async def _poll(
     """
     start = last_sent = time.monotonic()
     last_text: str | None = None
+    credential = _Credential(request)
     yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
     while True:
         item = await run_in_threadpool(read)
@@ -170,7 +220,10 @@ async def _poll(
             yield b": keep-alive\n\n"
         if max_seconds is not None and now - start >= max_seconds:
             return
-        if _stopping.is_set() or await request.is_disconnected():
+        last = await _ended(request, credential)
+        if last is not None:
+            if last:
+                yield last
             return
         await asyncio.sleep(POLL_SECONDS)
 
@@ -281,6 +334,7 @@ async def stream_trial_logs(
     async def gen() -> AsyncIterator[bytes]:
         last_id, state = after_id, None
         start = last_sent = time.monotonic()
+        credential = _Credential(request)
         yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
         while True:
             try:
@@ -303,7 +357,10 @@ async def stream_trial_logs(
                 yield b": keep-alive\n\n"
             if max_seconds is not None and now - start >= max_seconds:
                 return
-            if _stopping.is_set() or await request.is_disconnected():
+            last = await _ended(request, credential)
+            if last is not None:
+                if last:
+                    yield last
                 return
             await asyncio.sleep(POLL_SECONDS)
 

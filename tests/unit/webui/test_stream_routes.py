@@ -20,7 +20,7 @@ from dauntless.master.db import MetricRow, TaskLogRow, TrialRow
 from dauntless.master.db.models import MetricSummaryRow
 from dauntless.master.metric_series import fold_metric_reports
 from dauntless.master.routes_stream import dumps_json, sse_event
-from dauntless.master.testing import sign_in
+from dauntless.master.testing import bearer, login, sign_in
 
 CONFIG = """
 name: charts
@@ -354,3 +354,27 @@ def test_a_termination_signal_ends_open_streams(master):
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         routes_stream._stopping.clear()
+
+
+def test_a_stream_ends_when_its_token_is_revoked(master, monkeypatch):
+    client, _ = master
+    monkeypatch.setattr(routes_stream, "REAUTH_SECONDS", 0.2)
+    token = login(client)
+    out: dict[str, str] = {}
+
+    def watch() -> None:
+        out["text"] = client.get("/api/v1/stream/experiments", headers=bearer(token)).text
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.6)
+    assert watcher.is_alive()  # no max_seconds: open until something ends it
+    assert client.post("/api/v1/auth/logout", headers=bearer(token)).status_code == 200
+    watcher.join(timeout=10)
+    assert not watcher.is_alive(), "the stream outlived its revoked token"
+    events = _events(out["text"])
+    assert [e[0] for e in events] == ["experiments", "unauthorized"]
+    assert events[-1][1]["detail"] == "the token is invalid, expired or revoked; sign in again"
+    # The client's reconnection is refused; the master's own session still streams.
+    assert client.get("/api/v1/stream/experiments", headers=bearer(token)).status_code == 401
+    assert client.get("/api/v1/stream/experiments", params={"max_seconds": 0.1}).status_code == 200
