@@ -24,6 +24,8 @@ import sys
 import traceback
 from collections.abc import Mapping
 
+import torch
+
 import dauntless
 from dauntless.config import parse_experiment_config
 from dauntless.core import ClusterInfo, Context, EarlyExitReason, Session
@@ -89,6 +91,7 @@ def run_trial(
         distributed.rank,
         distributed.size,
     )
+    models: list[torch.nn.Module] = []
     try:
         with Context.from_cluster_info(
             info,
@@ -97,6 +100,7 @@ def run_trial(
             preempt_poll_seconds=preempt_poll_seconds,
         ) as core:
             context = PyTorchTrialContext(trial_info, core=core)
+            models = context.models
             try:
                 trial = trial_cls(context)
             except dauntless.InvalidHP as exc:
@@ -106,7 +110,7 @@ def run_trial(
                 return 0
             result = _TrialController(trial, context, core, code_dir=os.getcwd()).run()
     finally:
-        destroy_process_group(distributed, started)
+        destroy_process_group(distributed, started, models)
     logger.info("trial %d exits: %s", trial_info.trial_id, result.value)
     return 0
 

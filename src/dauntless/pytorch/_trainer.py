@@ -147,6 +147,7 @@ def init(
             storage=storage,
             distributed=distributed,
         )
+    context: PyTorchTrialContext | None = None
     try:
         context = PyTorchTrialContext(
             trial_info,
@@ -165,7 +166,9 @@ def init(
     finally:
         core.close()
         if started and distributed is not None:
-            destroy_process_group(distributed, started)
+            destroy_process_group(
+                distributed, started, context.models if context is not None else ()
+            )
 
 
 def _check_unit(name: str, value: Any, allow_none: bool = True) -> None:

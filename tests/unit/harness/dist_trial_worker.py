@@ -143,8 +143,9 @@ def _train(distributed: DistributedContext, out: Path, options: dict[str, Any]) 
 
 
 def join_from_env(rank: int, size: int, port: int, out: str, options: dict[str, Any]) -> None:
-    """Join a process group the way the harness does (from launcher variables) and
-    record the layout and one ``any_rank`` answer."""
+    """Join a process group the way the harness does (from launcher variables), record
+    the layout and one ``any_rank`` answer, train a DDP model one step and end the group
+    with the model still referenced (as the trial holds it)."""
     from dauntless.pytorch._distributed import (
         any_rank,
         destroy_process_group,
@@ -156,6 +157,7 @@ def join_from_env(rank: int, size: int, port: int, out: str, options: dict[str, 
            "MASTER_PORT": str(port)}
     os.environ.update(env)
     distributed, started = init_process_group_from_env(size, env)
+    model = None
     try:
         seen = {
             "layout": [distributed.rank, distributed.size, distributed.local_size],
@@ -163,7 +165,11 @@ def join_from_env(rank: int, size: int, port: int, out: str, options: dict[str, 
             "backend": dist.get_backend(),
             "any": [any_rank(rank == size - 1, distributed), any_rank(False, distributed)],
         }
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        model(torch.full((3, 4), float(rank))).sum().backward()
+        seen["grad_averaged"] = model.module.weight.grad[0].tolist()
     finally:
-        destroy_process_group(distributed, started)
+        destroy_process_group(distributed, started, [model] if model is not None else [])
     seen["initialized_after"] = dist.is_initialized()
+    seen["ddp_released"] = [model.reducer, model.logger, model.process_group] == [None] * 3
     torch.save(seen, Path(out) / f"rank{rank}.pt")

@@ -124,6 +124,10 @@ def test_the_process_group_starts_from_the_launcher_variables(tmp_path):
         assert s["layout"] == [r, 2, 2] and s["started"] and s["backend"] == "gloo"
         assert s["any"] == [True, False]
         assert s["initialized_after"] is False
+        # The DDP model let go of the group before it ended (else gloo may abort the
+        # process at exit); its gradients were averaged over the ranks before that.
+        assert s["ddp_released"] is True
+        assert s["grad_averaged"] == pytest.approx([sum(range(2)) * 3 / 2] * 4)
 
 
 def test_the_process_group_needs_the_launcher_variables():
