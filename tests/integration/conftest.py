@@ -166,8 +166,19 @@ class Cluster:
             self.stop(proc)
         self.stop(self.master)
 
-    def dump_logs(self) -> str:
-        return "\n".join(f"===== {p.name}\n{p.read_text()[-20000:]}" for p in self.logs if p.exists())
+    def dump_logs(self, exp_id: int | None = None) -> str:
+        """The master's and agents' log files, then (with ``exp_id``) the last lines of
+        each of that experiment's trials as the master stored them."""
+        parts = [f"===== {p.name}\n{p.read_text()[-20000:]}" for p in self.logs if p.exists()]
+        if exp_id is not None:
+            try:
+                for trial in self.api(f"/experiments/{exp_id}")["trials"]:
+                    lines = self.api(f"/trials/{trial['id']}/logs", limit=10000)["logs"]
+                    text = "\n".join(line["log"].rstrip("\n") for line in lines[-300:])
+                    parts.append(f"===== trial {trial['id']} (last 300 lines)\n{text}")
+            except (httpx.HTTPError, KeyError) as exc:
+                parts.append(f"===== trial logs of experiment {exp_id} unavailable: {exc!r}")
+        return "\n".join(parts)
 
     def wait_experiment(self, exp_id: int, timeout: float = 300) -> dict:
         terminal = {"COMPLETED", "CANCELED", "ERROR", "DELETED"}
@@ -177,7 +188,9 @@ class Cluster:
             if body["experiment"]["state"] in terminal:
                 return body
             time.sleep(0.5)
-        raise AssertionError(f"experiment {exp_id} not finished in {timeout} s:\n{self.dump_logs()}")
+        raise AssertionError(
+            f"experiment {exp_id} not finished in {timeout} s:\n{self.dump_logs(exp_id)}"
+        )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -36,7 +36,7 @@ def test_core_api_and_trainer_scripts_complete_on_the_cluster(cluster_factory, t
     print(f"\nboth experiments completed {time.time() - t0:.1f} s after creation")
 
     # ---- the Core API script
-    assert core_body["experiment"]["state"] == "COMPLETED", cluster.dump_logs()
+    assert core_body["experiment"]["state"] == "COMPLETED", cluster.dump_logs(core_id)
     (trial,) = core_body["trials"]
     assert trial["state"] == "COMPLETED" and trial["total_batches"] == 200
     training = cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
@@ -52,7 +52,7 @@ def test_core_api_and_trainer_scripts_complete_on_the_cluster(cluster_factory, t
     assert json.loads((path / "state.json").read_text()) == {"batches": 200}
 
     # ---- the Trainer API script
-    assert trainer_body["experiment"]["state"] == "COMPLETED", cluster.dump_logs()
+    assert trainer_body["experiment"]["state"] == "COMPLETED", cluster.dump_logs(trainer_id)
     (trial,) = trainer_body["trials"]
     assert trial["state"] == "COMPLETED" and trial["total_batches"] == 1438 * 3 // 32
     validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]

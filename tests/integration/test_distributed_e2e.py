@@ -80,7 +80,7 @@ def _run(
     out = cluster.det("experiment", "create", str(path), model_dir).stdout
     exp_id = int(out.split("Created experiment")[1].split()[0])
     body = cluster.wait_experiment(exp_id, timeout=120)
-    assert body["experiment"]["state"] == "COMPLETED", cluster.dump_logs()
+    assert body["experiment"]["state"] == "COMPLETED", cluster.dump_logs(exp_id)
     trial = body["trials"][0]
     assert trial["total_batches"] == 110 and trial["restarts"] == (1 if crash else 0)
     training = cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]

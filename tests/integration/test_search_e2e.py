@@ -72,7 +72,7 @@ def test_adaptive_asha_search_runs_to_completion(cluster_factory, tmp_path):
           f"in {elapsed:.1f} s")
 
     exp, trials = body["experiment"], body["trials"]
-    assert exp["state"] == "COMPLETED", cluster.dump_logs()
+    assert exp["state"] == "COMPLETED", cluster.dump_logs(exp_id)
     assert exp["progress"] == 1.0
     assert len(trials) >= 16
     bad = [t for t in trials if t["state"] != "COMPLETED"]
@@ -138,7 +138,7 @@ def test_grid_search_creates_the_cartesian_product(cluster_factory, tmp_path):
     exp_id = _created_id(out)
     body = cluster.wait_experiment(exp_id, timeout=300)
     exp, trials = body["experiment"], body["trials"]
-    assert exp["state"] == "COMPLETED" and exp["progress"] == 1.0, cluster.dump_logs()
+    assert exp["state"] == "COMPLETED" and exp["progress"] == 1.0, cluster.dump_logs(exp_id)
     bad = [t for t in trials if t["state"] != "COMPLETED"]
     assert not bad, _failed_trials_report(cluster, bad)
     got = sorted((t["hparams"]["lr"], t["hparams"]["hidden_size"]) for t in trials)
