@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import tarfile
 from typing import Any
@@ -44,10 +45,15 @@ def agent_headers(app: Any) -> dict[str, str]:
 
 def model_def_tarball(source: bytes = b"print('hello')\n") -> bytes:
     """A gzipped tar holding one file, ``model_def.py`` with ``source``: the smallest
-    context directory the master accepts (``POST /api/v1/experiments``'s ``model_definition``)."""
+    context directory the master accepts (``POST /api/v1/experiments``'s ``model_definition``).
+
+    The bytes are the same on every call (the gzip header's time stamp is fixed at 0), so a
+    test may compare what the master serves back with a fresh call; with the default time
+    stamp two calls straddling a second differ in byte 4.
+    """
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode="w") as tar:
         info = tarfile.TarInfo("model_def.py")
         info.size = len(source)
         tar.addfile(info, io.BytesIO(source))
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0)
