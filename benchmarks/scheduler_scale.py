@@ -172,6 +172,7 @@ def main() -> None:
     ), args.passes)
     run_scenario("fragmented", build_inputs(*sizes, fragmented=True), (
         ("priority", PoolSpec("default")),
+        ("priority+preemption", PoolSpec("default", preemption=True)),
         ("fair_share", PoolSpec("default", scheduler="fair_share")),
     ), args.passes)
 

@@ -12,11 +12,12 @@ theirs, gracefully, as Determined's fair-share scheduler does.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 
 from ._model import Request
-from ._preempt import choose_victims
+from ._preempt import GroupedVictims, choose_victims
 from ._state import PassState, Running
 
 
@@ -191,8 +192,18 @@ def _preempt_for(state: PassState, need: int, shares: Mapping[str, int],
         group = victim.group_id
         return (-excess[group] / weights[group], victim.slot_count, victim.id)
 
+    if state.grouped_victims is None:
+        state.grouped_victims = GroupedVictims(
+            (r for r in state.running
+             if r.preemptible and any(state.usable[agent] for agent in r.per_agent)),
+            within=lambda victim: (victim.slot_count, victim.id),
+        )
+    tier_of = {group: -excess[group] / weights[group] for group in over}
+    tiers = [list(members) for _, members in itertools.groupby(
+        sorted(over, key=lambda group: (tier_of[group], group)), key=tier_of.__getitem__)]
     # Which groups are over share changes only when a preemption is decided.
     victims = choose_victims(state, need, allowed, preference,
+                             ranked=state.grouped_victims.ranking(tiers),
                              allowed_key=("fair_share", len(state.preemptions)))
     if victims is None:
         return False

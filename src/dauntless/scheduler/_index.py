@@ -35,6 +35,9 @@ class FreeIndex:
         self._count = [len(heap) for heap in self._heaps]
         self._top = top
         self.total = sum(self.nfree)
+        # Agents whose free count changed, in order (repeats allowed): lets callers keep
+        # per-agent summaries current by re-reading only these.
+        self.changed: list[int] = []
 
     def max_free(self) -> int:
         """The largest free-slot count of any agent."""
@@ -80,6 +83,7 @@ class FreeIndex:
         del self._free[agent][:count]
         new = old - count
         self.nfree[agent] = new
+        self.changed.append(agent)
         self._count[old] -= 1
         if new:
             self._count[new] += 1

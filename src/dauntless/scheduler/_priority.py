@@ -9,11 +9,10 @@ will use are then reserved so back-fill cannot take them.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 
 from ._model import Request
-from ._preempt import choose_victims
+from ._preempt import RankedVictims, choose_victims
 from ._state import PassState, Running
 
 
@@ -32,8 +31,8 @@ def run_priority(state: PassState, requests: Sequence[Request], caps: dict[str, 
     # fewer allocations, so a request no better and no smaller fails too.
     failed: dict[tuple[bool, int], int] = {}
     # Possible victims (preemptible, on an agent that takes work), worst priority
-    # first; chosen ones leave from the front.
-    ranked = deque(sorted(
+    # first.
+    ranked = RankedVictims(sorted(
         (r for r in state.running
          if r.preemptible and any(state.usable[agent] for agent in r.per_agent)),
         key=_preference,
@@ -41,9 +40,8 @@ def run_priority(state: PassState, requests: Sequence[Request], caps: dict[str, 
     worst: int | None = None  # the worst priority among possible victims left
     for request in requests:
         if pool.preemption:
-            while ranked and ranked[0].chosen:
-                ranked.popleft()
-            worst = ranked[0].priority if ranked else None
+            first = ranked.first_unchosen()
+            worst = first.priority if first is not None else None
         if index.total == 0 and (worst is None or state.priority_of(request) >= worst):
             # Full, and requests from here on (no better priority) may preempt nothing.
             return

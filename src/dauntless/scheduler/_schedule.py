@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from ._fair_share import run_fair_share
 from ._model import AgentState, Allocation, Decision, PoolSpec, Request
@@ -70,9 +71,26 @@ def schedule(
     """
     _check_types(pool, agents, pending, running)
     state = build_state(pool, agents, running)
+    _check_request_ids(pending, running)
+    caps, weights = _group_settings(pending, state.running)
+    ordered = _priority_order(pending, pool.default_priority)
+    place_zero_slot(state, [r for r in ordered if r.slots_needed == 0])
+    slot_requests = [r for r in ordered if r.slots_needed > 0]
+    if pool.scheduler == "priority":
+        run_priority(state, slot_requests, caps)
+    else:
+        run_fair_share(state, slot_requests, caps, weights)
+    return Decision(tuple(state.assignments), tuple(state.preemptions))
+
+
+def _check_request_ids(pending: Sequence[Request], running: Sequence[Allocation]) -> None:
+    """Raise ValueError for a request id given twice or also given as running."""
+    ids = {request.id for request in pending}
     running_ids = {alloc.id for alloc in running}
+    if len(ids) == len(pending) and ids.isdisjoint(running_ids):
+        return
     seen: set[str] = set()
-    for request in pending:
+    for request in pending:  # find the first offender, in the order given
         if request.id in seen:
             raise ValueError(f"pending: request id {request.id!r} appears twice")
         if request.id in running_ids:
@@ -81,18 +99,21 @@ def schedule(
                 "pass it in one of the two only"
             )
         seen.add(request.id)
-    caps, weights = _group_settings(pending, state.running)
 
-    default = pool.default_priority
-    ordered = sorted(pending, key=lambda r: (default if r.priority is None else r.priority,
-                                             r.submitted_at, r.id))
-    place_zero_slot(state, [r for r in ordered if r.slots_needed == 0])
-    slot_requests = [r for r in ordered if r.slots_needed > 0]
-    if pool.scheduler == "priority":
-        run_priority(state, slot_requests, caps)
-    else:
-        run_fair_share(state, slot_requests, caps, weights)
-    return Decision(tuple(state.assignments), tuple(state.preemptions))
+
+def _priority_order(pending: Sequence[Request], default: int) -> list[Request]:
+    """``pending`` sorted by (priority or ``default``, submitted_at, id).
+
+    Three stable sorts on single keys (id, then submission, then priority) give the
+    same order as one sort on the tuple, about three times faster: CPython compares
+    plain strings, floats and ints with type-specialised code, but a tuple's later
+    items with generic comparisons.
+    """
+    ordered = sorted(pending, key=attrgetter("id"))
+    ordered.sort(key=attrgetter("submitted_at"))
+    priorities = [default if p is None else p for p in map(attrgetter("priority"), ordered)]
+    positions = sorted(range(len(ordered)), key=priorities.__getitem__)
+    return [ordered[i] for i in positions]
 
 
 def _check_types(pool: object, agents: object, pending: object, running: object) -> None:

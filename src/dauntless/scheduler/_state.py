@@ -10,7 +10,7 @@ from ._index import FreeIndex, Placement
 from ._model import AgentState, Allocation, Assignment, PoolSpec, Request
 
 
-@dataclass
+@dataclass(slots=True)
 class Running:
     """A running allocation of this pool, as preemption and fair share see it.
 
@@ -52,6 +52,10 @@ class PassState:
         live_cache: per agent number, None or (key of a victim filter, the allowed
             unchosen candidates there in preference order, the slots they hold there,
             those slot counts largest first); cleared when a victim there is chosen.
+        multi_options: victim-filter key -> the per-agent room summary that multi-agent
+            victim searches keep current (see ``_preempt._AgentOptions``).
+        grouped_victims: None, or the ``_preempt.GroupedVictims`` that fair share's
+            victim searches share during the pass.
         assignments, preemptions: the decision being built.
     """
 
@@ -67,6 +71,8 @@ class PassState:
     candidates: list[list[Running]]
     candidate_slots: list[int]
     live_cache: list[tuple | None]
+    multi_options: dict = field(default_factory=dict)
+    grouped_victims: object = None
     assignments: list[Assignment] = field(default_factory=list)
     preemptions: list[str] = field(default_factory=list)
 
@@ -110,6 +116,7 @@ def build_state(
     number = {agent.id: i for i, agent in enumerate(members)}
 
     held: list[set[str]] = [set(agent.busy_slots) for agent in members]
+    slot_sets = [frozenset(agent.slots) for agent in members]
     zero_slot_tasks = [0] * len(members)
     group_slots: dict[str, int] = {}
     records: list[Running] = []
@@ -126,15 +133,14 @@ def build_state(
             if i is None:
                 continue
             in_pool = True
-            agent = members[i]
-            unknown = sorted(set(slot_ids) - set(agent.slots))
-            if unknown:
+            if not slot_sets[i].issuperset(slot_ids):
+                unknown = sorted(set(slot_ids) - slot_sets[i])
                 raise ValueError(
                     f"running: allocation {alloc.id!r} holds slots {unknown} that agent "
                     f"{agent_id!r} does not have"
                 )
-            clash = sorted(held[i].intersection(slot_ids))
-            if clash:
+            if not held[i].isdisjoint(slot_ids):
+                clash = sorted(held[i].intersection(slot_ids))
                 raise ValueError(
                     f"running: allocation {alloc.id!r} holds slots {clash} of agent "
                     f"{agent_id!r} that are already held"
@@ -156,9 +162,10 @@ def build_state(
     usable: list[int] = []
     for i, agent in enumerate(members):
         if agent.accepts_work:
-            enabled = [s for s in agent.slots if s not in agent.disabled_slots]
+            disabled, busy = agent.disabled_slots, held[i]
+            enabled = [s for s in agent.slots if s not in disabled] if disabled else agent.slots
             usable.append(len(enabled))
-            free.append([s for s in enabled if s not in held[i]])
+            free.append([s for s in enabled if s not in busy] if busy else list(enabled))
         else:
             usable.append(0)
             free.append([])

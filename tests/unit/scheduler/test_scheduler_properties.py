@@ -1,15 +1,19 @@
-"""Property tests (hypothesis) and small simulations of repeated scheduling passes."""
+"""Property tests (hypothesis) and small simulations of repeated scheduling passes, and
+checks that the victim searches' shortcuts and the request order give the plain answers."""
 
 from __future__ import annotations
 
+import itertools
 import random
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dauntless.scheduler import AgentState, Allocation, PoolSpec, Request, schedule
-from dauntless.scheduler._preempt import choose_victims
-from dauntless.scheduler._state import build_state
+from dauntless.scheduler import AgentState, Allocation, PoolSpec, Request, _preempt, schedule
+from dauntless.scheduler._preempt import RankedVictims, _fewest, _min_count, choose_victims
+from dauntless.scheduler._schedule import _priority_order
+from dauntless.scheduler._state import Running, build_state
 
 SIZES = (0, 1, 1, 2, 2, 3, 4, 5, 8, 10, 12, 16)
 
@@ -152,7 +156,7 @@ def test_victim_search_shortcuts_match_the_plain_search(scenario):
     def preference(victim):
         return (-victim.priority, -victim.slot_count, victim.id)
 
-    ranked = sorted((r for r in fast.running if r.preemptible), key=preference)
+    ranked = RankedVictims(sorted((r for r in fast.running if r.preemptible), key=preference))
     for request in sorted(pending, key=lambda r: (fast.priority_of(r), r.submitted_at, r.id)):
         need, priority = request.slots_needed, fast.priority_of(request)
         if need == 0:
@@ -248,3 +252,80 @@ def test_simulated_fair_share_converges_to_weights(make_agents):
     assert usage[5] == {"light": 16}  # alone, the light group may use the whole pool
     # Once both wait, the pool settles at 1 : 3.
     assert all(tick == {"light": 4, "heavy": 12} for tick in usage[15:])
+
+
+# ------------------------------------------------ search shortcuts and request order
+
+
+def _candidate(number: int, size: int) -> Running:
+    return Running(f"v{number}", "g", 50, 1.0, True, {0: size}, size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=8), st.data())
+def test_fewest_picks_the_least_valuable_smallest_cover(sizes, data):
+    """Of the smallest sets covering ``short``, the one whose most valuable member is
+    least valuable, then the second most valuable, ... (brute force over all sets)."""
+    ordered = [_candidate(i, size) for i, size in enumerate(sizes)]  # least valuable first
+    short = data.draw(st.integers(1, sum(sizes)))
+    budget = _min_count(sorted(sizes, reverse=True), short)
+    covers = [
+        combo for combo in itertools.combinations(range(len(sizes)), budget)
+        if sum(sizes[i] for i in combo) >= short
+    ]
+    assert covers, "the budget from _min_count must be reachable"
+    assert not any(
+        sum(sizes[i] for i in combo) >= short
+        for combo in itertools.combinations(range(len(sizes)), budget - 1)
+    ), "_min_count must give the smallest count"
+    best = min(covers, key=lambda combo: sorted(combo, reverse=True))
+    picked = _fewest(ordered, short, 0, budget)
+    assert [c.id for c in picked] == [f"v{i}" for i in sorted(best)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(1, 99)),
+                          st.sampled_from([0, 1, 2.5, 3])), max_size=40),
+       st.integers(1, 99))
+def test_priority_order_is_the_tuple_order(rows, default):
+    requests = [Request(f"r{(i * 7) % 41:02d}-{i}", "g", 1, priority=priority,
+                        submitted_at=submitted)
+                for i, (priority, submitted) in enumerate(rows)]
+    expected = sorted(requests, key=lambda r: (
+        default if r.priority is None else r.priority, r.submitted_at, r.id))
+    assert _priority_order(requests, default) == expected
+
+
+def _plain_multi(original):
+    """``_multi_agent`` without its per-filter summaries: every agent read afresh."""
+    def search(state, need, allowed, preference, allowed_key):
+        return original(state, need, allowed, preference, None)
+    return search
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(crowded=True))
+def test_shortcuts_do_not_change_decisions(scenario):
+    """With the one-victim shortcuts (priority's ranked list, fair share's per-group
+    lists) and the multi-agent summaries turned off, every decision is the same."""
+    pool, agents, pending, running = scenario
+    fast = schedule(pool, agents, pending, running)
+    with mock.patch.object(_preempt, "_one_victim", lambda *args: None), \
+            mock.patch.object(_preempt, "_multi_agent", _plain_multi(_preempt._multi_agent)):
+        plain = schedule(pool, agents, pending, running)
+    assert fast == plain
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios(crowded=True))
+def test_fair_share_shortcut_matches_with_many_groups(scenario):
+    """The same as above with fair share forced, where the group order changes after
+    every preemption."""
+    pool, agents, pending, running = scenario
+    pool = PoolSpec(pool.name, scheduler="fair_share", preemption=True,
+                    fitting_policy=pool.fitting_policy,
+                    max_zero_slot_tasks_per_agent=pool.max_zero_slot_tasks_per_agent)
+    fast = schedule(pool, agents, pending, running)
+    with mock.patch.object(_preempt, "_one_victim", lambda *args: None):
+        plain = schedule(pool, agents, pending, running)
+    assert fast == plain
