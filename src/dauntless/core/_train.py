@@ -142,6 +142,29 @@ class TrainContext:
         :meth:`report_metrics`."""
         self.report_metrics("training", steps_completed, metrics, batch_metrics)
 
+    def _report_float_training_metrics(
+        self,
+        steps_completed: int,
+        metrics: Mapping[str, Any],
+        batch_metrics: Sequence[Mapping[str, float | None]],
+    ) -> None:
+        """:meth:`report_training_metrics` for the PyTorch harness, whose per-batch
+        metrics are already dicts of str -> float or None: they are copied (the report
+        is sent later, from another thread) instead of converted value by value, which
+        costs about a fifth as much for the 100 batches of a reporting period."""
+        if not isinstance(steps_completed, int) or steps_completed < 0:
+            raise ValueError(f"steps_completed must be an int >= 0, got {steps_completed!r}")
+        self._backend.report_metrics(
+            MetricReport(
+                trial_id=self.trial_id,
+                group="training",
+                steps_completed=steps_completed,
+                trial_run_id=self.trial_run_id,
+                metrics=_clean_metrics(metrics, "training metrics"),
+                batch_metrics=[dict(m) for m in batch_metrics],
+            )
+        )
+
     def report_validation_metrics(self, steps_completed: int, metrics: Mapping[str, Any]) -> None:
         """Report the metrics of one validation; see :meth:`report_metrics`."""
         self.report_metrics("validation", steps_completed, metrics)

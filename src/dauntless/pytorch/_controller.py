@@ -40,6 +40,7 @@ from ._distributed import any_rank
 from ._evaluate import evaluate_batches, reduce_outputs, validation_loader
 from ._reducer import (
     average_across_ranks,
+    batch_row,
     mean_of_batches,
     reduce_custom,
     scalar_or_none,
@@ -177,6 +178,11 @@ class _TrialController(_StateMixin):
         self._warned_cap = False
         self._best_before: float | None = None
         self._move = mover(context.device)
+        # No DDP model, no gradient synchronisation to manage: the per-batch path skips
+        # the context (models are wrapped in the trial's __init__, before this).
+        self._ddp = any(
+            isinstance(m, torch.nn.parallel.DistributedDataParallel) for m in context.models
+        )
         self._progress_sent_at = -math.inf
         self._started_up = False
 
@@ -385,7 +391,10 @@ class _TrialController(_StateMixin):
         if ctx._auto_to_device:
             batch = self._move(batch)
         ctx._current_batch = b
-        with ctx._gradient_sync(b):
+        if self._ddp:
+            with ctx._gradient_sync(b):
+                out = self.trial.train_batch(batch, epoch_idx, b)
+        else:
             out = self.trial.train_batch(batch, epoch_idx, b)
         if isinstance(out, torch.Tensor):
             out = {"loss": out}
@@ -394,12 +403,7 @@ class _TrialController(_StateMixin):
                 "train_batch must return a dict of metrics or a loss tensor, got "
                 f"{type(out).__name__}"
             )
-        self._window.append(
-            {
-                k: v.detach() if isinstance(v, torch.Tensor) and v.requires_grad else v
-                for k, v in out.items()
-            }
-        )
+        self._window.append(batch_row(out))
         if ctx._scaler_stepped:
             ctx._scaler.update()
             ctx._scaler_stepped = False
@@ -440,7 +444,9 @@ class _TrialController(_StateMixin):
         metrics.setdefault("epochs", self._epochs())
         self._window = []
         if self.context.distributed.is_chief:
-            self.core.train.report_training_metrics(self.batches_trained, metrics, per_batch)
+            self.core.train._report_float_training_metrics(
+                self.batches_trained, metrics, per_batch
+            )
             total = self._periods.max_length or target
             self._report_progress(min(1.0, self.batches_trained / total))
         self._call("on_training_workload_end", metrics, per_batch)

@@ -33,6 +33,14 @@ def mover(device: torch.device) -> Callable[[Any], Any]:
     on_cpu = device.type == "cpu"
 
     def move(data: Any) -> Any:
+        cls = type(data)
+        if on_cpu and (cls is tuple or cls is list):
+            # The common CPU batch, e.g. [images, labels]: return it without rebuilding.
+            for v in data:
+                if type(v) is not torch.Tensor or not v.is_cpu:
+                    break
+            else:
+                return data
         if isinstance(data, torch.Tensor):
             if on_cpu:
                 return data if data.is_cpu else data.to(device)

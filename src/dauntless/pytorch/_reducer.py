@@ -98,7 +98,8 @@ def mean_of_batches(batch_metrics: Sequence[Mapping[str, Any]]) -> dict[str, flo
 
     Each name's value is the plain mean of its scalar values over the batches that
     reported one (None values are skipped); a name whose values are never scalar gets
-    None.
+    None. The values are added in batch order, one after the other (no compensated
+    summation), so a period split differently by a resume sums the same way.
 
     Args:
         batch_metrics: one dict of name -> value per batch.
@@ -106,6 +107,24 @@ def mean_of_batches(batch_metrics: Sequence[Mapping[str, Any]]) -> dict[str, flo
     Returns:
         ``{name: mean or None}``, names sorted.
     """
+    if not batch_metrics:
+        return {}
+    first = batch_metrics[0]
+    keys = first.keys()
+    if all(m.keys() == keys for m in batch_metrics):
+        # The training loop's case: every batch reports the same names, so one name's
+        # values are summed in one pass over the batches.
+        out: dict[str, float | None] = {}
+        for name in sorted(keys):
+            total, count = 0.0, 0
+            for metrics in batch_metrics:
+                value = metrics[name]
+                s = value if type(value) is float else scalar_or_none(value)
+                if s is not None:
+                    total += s
+                    count += 1
+            out[name] = total / count if count else None
+        return out
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     for metrics in batch_metrics:
@@ -122,48 +141,100 @@ def mean_of_batches(batch_metrics: Sequence[Mapping[str, Any]]) -> dict[str, flo
     }
 
 
+def batch_row(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """What the training loop keeps of one batch's metrics until the next report.
+
+    A one-element real tensor on the CPU becomes its float at once: reading it costs
+    no device synchronisation there, and the tensor (and the memory of the autograd
+    output it may share) is released now instead of at the report. Other tensors are
+    kept, detached from the autograd graph, and read at the report by
+    :func:`window_scalars` (on an accelerator one copy per metric, not one per batch);
+    other values are kept as they are.
+
+    Args:
+        metrics: the dict ``train_batch`` returned.
+
+    Returns:
+        A new dict with the same names, in the same order.
+    """
+    row: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if type(value) is torch.Tensor:
+            if value.is_cpu:
+                try:
+                    x = value.item()
+                except RuntimeError:  # not one element: reduced to None at the report
+                    value = value.detach()
+                else:
+                    t = type(x)
+                    value = x if t is float else float(x) if t is int or t is bool else None
+            elif value.requires_grad:
+                value = value.detach()
+        elif isinstance(value, torch.Tensor) and value.requires_grad:
+            value = value.detach()
+        row[name] = value
+    return row
+
+
 def window_scalars(window: Sequence[Mapping[str, Any]]) -> list[dict[str, float | None]]:
     """Per-batch training metrics as floats (None where a value is not one number).
 
-    Zero-dimensional tensors of one metric are read together (one device-to-host copy
-    per metric, not one per batch).
+    Zero-dimensional real tensors of one metric become floats together: on an
+    accelerator in one device-to-host copy per metric (not one per batch); on the CPU one
+    ``item()`` each, which costs less than stacking them first (measured: 29 against
+    49 us for 100 values).
 
     Args:
         window: one dict of name -> value per batch (tensors, numbers, arrays, floats
             already converted).
 
     Returns:
-        One dict of name -> float or None per batch, in order.
+        One dict of name -> float or None per batch, in order; each dict's names in the
+        order they first appear in the window.
     """
+    if not window:
+        return []
+    first = window[0]
+    keys = first.keys()
+    if all(m.keys() == keys for m in window):
+        # The training loop's case: every batch reports the same names.
+        names = list(keys)
+        columns = [_column_floats([m[name] for m in window]) for name in names]
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
     out: list[dict[str, float | None]] = [{} for _ in window]
-    names: dict[str, None] = {}
+    seen: dict[str, None] = {}
     for metrics in window:
-        names.update(dict.fromkeys(metrics))
-    for name in names:
+        seen.update(dict.fromkeys(metrics))
+    for name in seen:
         rows = [(i, m[name]) for i, m in enumerate(window) if name in m]
-        values = _stacked_floats([v for _, v in rows])
-        if values is None:
-            values = [scalar_or_none(v) for _, v in rows]
+        values = _column_floats([v for _, v in rows])
         for (i, _), value in zip(rows, values, strict=True):
             out[i][name] = value
     return out
 
 
+def _column_floats(values: list[Any]) -> list[float | None]:
+    """One metric's values over batches as floats (None where not one real number)."""
+    stacked = _stacked_floats(values)
+    if stacked is not None:
+        return stacked
+    return [v if type(v) is float else scalar_or_none(v) for v in values]
+
+
 def _stacked_floats(values: list[Any]) -> list[float] | None:
-    """The floats of equal-typed 0-d real tensors, read in one copy; None otherwise."""
+    """The floats of equal-typed 0-d real tensors on one device; None otherwise."""
     first = values[0] if values else None
     if not isinstance(first, torch.Tensor) or first.ndim != 0 or first.is_complex():
         return None
     dtype, device = first.dtype, first.device
     for v in values:
-        if type(v) is not torch.Tensor or v.dtype != dtype:
+        if type(v) is not torch.Tensor or v.dtype != dtype or v.device != device or v.ndim:
             return None
-    try:
-        stacked = torch.stack(values)
-    except RuntimeError:  # shapes or devices differ
-        return None
-    if stacked.ndim != 1 or stacked.device != device:
-        return None
+    if device.type == "cpu":
+        if dtype.is_floating_point:
+            return [v.item() for v in values]
+        return [float(v.item()) for v in values]
+    stacked = torch.stack(values)
     if not dtype.is_floating_point:
         stacked = stacked.double()
     return stacked.detach().cpu().tolist()
