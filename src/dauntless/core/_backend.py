@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import itertools
 import logging
 import math
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +26,10 @@ API = "/api/v1"
 METRIC_GROUPS = ("training", "validation")
 #: Seconds a long-poll request may take beyond the wait it asks the master for.
 LONG_POLL_SLACK = 15.0
+#: Default seconds between two training-metrics requests of one backend.
+TRAINING_REPORT_INTERVAL = 1.0
+#: Most reports in one ``POST /trials/{id}/metrics/batch`` (the master takes 1,000).
+MAX_REPORTS_PER_REQUEST = 500
 
 logger = logging.getLogger("dauntless.core")
 
@@ -140,37 +147,103 @@ class MasterBackend(Backend):
     server), so the training loop does not wait for them; every other call first waits
     until they are delivered, and raises the error of one that failed.
 
+    Training metrics leave at most once per ``training_report_interval`` seconds: the
+    first report goes at once, and the reports made within the interval after a request
+    go together in the next one (``POST /trials/{id}/metrics/batch``). A trial that
+    reports every 100 batches of a model that trains 1,000 batches a second thus costs
+    the master one request and one transaction a second instead of ten (measured on the
+    master: about 10 ms of CPU per request, most of it per request rather than per
+    report). Reports wait at most the interval; anything that must come after them
+    (validation metrics, checkpoints, the searcher, :meth:`close`) sends them at once.
+
     Args:
         session: an open session to the master; closed by :meth:`close`.
         background_reports: send training metrics and progress from a background thread.
+        training_report_interval: seconds (>= 0) between two training-metrics requests;
+            0 sends each report on its own.
 
     Raises:
         TypeError: if ``session`` is not a Session.
+        ValueError: if ``training_report_interval`` is negative or not finite.
     """
 
     long_poll = True
 
-    def __init__(self, session: Session, *, background_reports: bool = True) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        background_reports: bool = True,
+        training_report_interval: float = TRAINING_REPORT_INTERVAL,
+    ) -> None:
         if not isinstance(session, Session):
             raise TypeError(f"session must be a Session, got {type(session).__name__}")
+        if (
+            isinstance(training_report_interval, bool)
+            or not isinstance(training_report_interval, (int, float))
+            or not math.isfinite(training_report_interval)
+            or training_report_interval < 0
+        ):
+            raise ValueError(
+                "training_report_interval must be a finite number of seconds >= 0, got "
+                f"{training_report_interval!r}"
+            )
         self.session = session
         self._poll_session: Session | None = None
         self._sender = BackgroundSender("reports") if background_reports else None
         # A session over a custom transport (tests) keeps it; a real one gets the lite path.
         self._lite = LiteClient(session) if session._transport is None else None
         self._poll_lite: LiteClient | None = None
+        self._interval = float(training_report_interval)
+        # Training reports not handed to a request yet: (trial id, body), in order.
+        self._pending: list[tuple[int, dict[str, Any]]] = []
+        self._pending_lock = threading.Lock()
+        self._last_training_post = -math.inf  # time.monotonic() of the last request
+
+    def _post_now(self, path: str, body: Any) -> Any:
+        if self._lite is not None:
+            return self._lite.post(path, body)
+        return self.session.post(path, json=body)
 
     def _post_later(self, path: str, body: Any) -> None:
         if self._sender is None:
             self.session.post(path, json=body)
-        elif self._lite is not None:
-            lite = self._lite
-            self._sender.submit(lambda: lite.post(path, body))
         else:
-            self._sender.submit(lambda: self.session.post(path, json=body))
+            self._sender.submit(lambda: self._post_now(path, body))
+
+    def _queue_training(self, trial_id: int, body: dict[str, Any]) -> None:
+        """Add a training report to the pending ones; the first of a group schedules
+        the call that sends them."""
+        assert self._sender is not None
+        with self._pending_lock:
+            self._pending.append((trial_id, body))
+            first = len(self._pending) == 1
+        if first:
+            self._sender.submit(self._send_training)
+
+    def _send_training(self) -> None:
+        """On the sender thread: wait out the interval since the last request (cut
+        short by a flush), then send every pending training report, in order, one
+        request per run of reports of one trial."""
+        assert self._sender is not None
+        self._sender.hold(self._last_training_post + self._interval - time.monotonic())
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        self._last_training_post = time.monotonic()
+        for trial_id, group in itertools.groupby(pending, key=lambda item: item[0]):
+            bodies = [body for _, body in group]
+            for i in range(0, len(bodies), MAX_REPORTS_PER_REQUEST):
+                chunk = bodies[i : i + MAX_REPORTS_PER_REQUEST]
+                if len(chunk) == 1:
+                    self._post_now(f"{API}/trials/{trial_id}/metrics", chunk[0])
+                else:
+                    self._post_now(f"{API}/trials/{trial_id}/metrics/batch", {"reports": chunk})
 
     def flush(self) -> None:
-        """Wait until the background reports are delivered.
+        """Send the pending training reports now and wait until every background
+        report is delivered.
 
         Raises:
             APIError, MasterUnreachableError: the error of a report that failed.
@@ -218,7 +291,8 @@ class MasterBackend(Backend):
         )
 
     def report_metrics(self, report: MetricReport) -> None:
-        """``POST /trials/{id}/metrics`` (training metrics in the background)."""
+        """``POST /trials/{id}/metrics`` (training metrics in the background, several
+        together through ``/metrics/batch``; see the class)."""
         path = f"{API}/trials/{report.trial_id}/metrics"
         body = {
             "group": report.group,
@@ -228,7 +302,10 @@ class MasterBackend(Backend):
             "batch_metrics": report.batch_metrics,
         }
         if report.group == "training":
-            self._post_later(path, body)
+            if self._sender is None:
+                self.session.post(path, json=body)
+            else:
+                self._queue_training(report.trial_id, body)
         else:
             self.flush()
             self.session.post(path, json=body)

@@ -3,7 +3,9 @@
 Training reports are frequent and nothing waits for their answer, so the master backend
 sends them from this thread: the training loop never waits for an HTTP round trip (or
 for the master's database) to report metrics. Anything that needs an answer, or must be
-ordered after the reports, calls :meth:`BackgroundSender.flush` first.
+ordered after the reports, calls :meth:`BackgroundSender.flush` first. A call may
+:meth:`~BackgroundSender.hold` for a while to let more reports gather into one request;
+:meth:`~BackgroundSender.flush` ends every hold at once.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class BackgroundSender:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        self._hurry = threading.Event()
 
     def _raise_error(self) -> None:
         with self._lock:
@@ -53,14 +56,27 @@ class BackgroundSender:
             self._thread.start()
         self._queue.put(call)
 
+    def hold(self, seconds: float) -> None:
+        """Wait up to ``seconds`` on the worker thread, unless a :meth:`flush` (or
+        :meth:`close`) is waiting or comes meanwhile: then return at once. Call it only
+        from a queued call."""
+        if seconds > 0:
+            self._hurry.wait(seconds)
+
     def flush(self) -> None:
-        """Wait until every queued call has run.
+        """Wait until every queued call has run, cutting short any :meth:`hold`.
+
+        Call it from one thread at a time (the thread that submits).
 
         Raises:
             Exception: the first error of a call that failed since the last check.
         """
         if self._thread is not None:
-            self._queue.join()
+            self._hurry.set()
+            try:
+                self._queue.join()
+            finally:
+                self._hurry.clear()
         self._raise_error()
 
     def close(self) -> None:

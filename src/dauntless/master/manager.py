@@ -17,8 +17,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -83,6 +83,19 @@ def finite_json(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [finite_json(v) for v in value]
     return value
+
+
+class MetricsIn(NamedTuple):
+    """One metrics report of a trial, as the harness sends it (``POST
+    /trials/{id}/metrics``): ``group`` is ``training`` or ``validation``,
+    ``steps_completed`` the batches trained when it was taken, ``batch_metrics`` the
+    per-batch values of a training report (or None)."""
+
+    group: str
+    steps_completed: int
+    trial_run_id: int
+    metrics: dict[str, Any]
+    batch_metrics: list[Any] | None
 
 
 class NotFound(LookupError):
@@ -371,46 +384,87 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
 
         Returns:
             True if stored, False if it was a duplicate.
+
+        Raises:
+            NotFound: no such trial.
         """
+        report = MetricsIn(group, steps_completed, trial_run_id, metrics, batch_metrics)
+        return self.report_metrics_batch(trial_id, [report])[0]
+
+    def report_metrics_batch(self, trial_id: int, reports: Sequence[MetricsIn]) -> list[bool]:
+        """Store several metrics reports of one trial in one transaction.
+
+        Each report is stored as :meth:`report_metrics` would store it alone: a report
+        whose ``(group, steps_completed)`` is already stored, or comes earlier in
+        ``reports``, is ignored. A trial's harness sends its training reports this way,
+        gathered over about a second, so that a trial reporting every few milliseconds
+        costs the master one request and one transaction per second, not one per report.
+
+        Args:
+            trial_id: the reporting trial.
+            reports: the reports, in the order they were made.
+
+        Returns:
+            One flag per report: True if stored, False if it was a duplicate.
+
+        Raises:
+            NotFound: no such trial.
+        """
+        if not reports:
+            return []
         with self.db.write() as s:
             trial, exp = self._get_trial(s, trial_id)
-            exists = s.scalar(
-                select(MetricRow.id).where(
-                    MetricRow.trial_id == trial_id,
-                    MetricRow.kind == group,
-                    MetricRow.total_batches == steps_completed,
+            keys = {(r.group, r.steps_completed) for r in reports}
+            stored_keys = {
+                (kind, batches)
+                for kind, batches in s.execute(
+                    select(MetricRow.kind, MetricRow.total_batches).where(
+                        MetricRow.trial_id == trial_id,
+                        MetricRow.total_batches.in_({k[1] for k in keys}),
+                    )
                 )
-            )
-            if exists is not None:
-                return False
-            metrics = finite_json(metrics)
-            batch_metrics = finite_json(batch_metrics)
-            epoch = metrics.get("epochs")
-            s.add(
-                MetricRow(
-                    trial_id=trial_id,
-                    kind=group,
-                    total_batches=steps_completed,
-                    epoch=float(epoch) if isinstance(epoch, (int, float)) else None,
-                    trial_run_id=trial_run_id,
-                    values=metrics,
-                    batch_metrics=batch_metrics,
-                    reported_at=self.clock(),
+            }
+            now = self.clock()
+            flags: list[bool] = []
+            folded: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+            for r in reports:
+                key = (r.group, r.steps_completed)
+                if key in stored_keys:
+                    flags.append(False)
+                    continue
+                stored_keys.add(key)
+                flags.append(True)
+                metrics = finite_json(r.metrics)
+                epoch = metrics.get("epochs")
+                s.add(
+                    MetricRow(
+                        trial_id=trial_id,
+                        kind=r.group,
+                        total_batches=r.steps_completed,
+                        epoch=float(epoch) if isinstance(epoch, (int, float)) else None,
+                        trial_run_id=r.trial_run_id,
+                        values=metrics,
+                        batch_metrics=finite_json(r.batch_metrics),
+                        reported_at=now,
+                    )
                 )
-            )
+                folded.setdefault(r.group, []).append((r.steps_completed, metrics))
+                trial.total_batches = max(trial.total_batches, r.steps_completed)
+                if r.group == "validation":
+                    self._note_validation(trial, exp, metrics)
             from .metric_series import fold_metric_reports  # here: it imports this module
-            fold_metric_reports(s, trial_id, group, [(steps_completed, metrics)])
-            trial.total_batches = max(trial.total_batches, steps_completed)
-            if group == "validation":
-                cfg = self.experiment_config(exp)
-                value = metrics.get(cfg.searcher.metric)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    best = trial.best_validation
-                    if best is None or (
-                        value < best if cfg.searcher.smaller_is_better else value > best
-                    ):
-                        trial.best_validation = float(value)
-            return True
+            for group, pairs in folded.items():
+                fold_metric_reports(s, trial_id, group, pairs)
+            return flags
+
+    def _note_validation(self, trial: Any, exp: Any, metrics: dict[str, Any]) -> None:
+        """Keep ``trial.best_validation`` the best searcher-metric value validated."""
+        cfg = self.experiment_config(exp)
+        value = metrics.get(cfg.searcher.metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            best = trial.best_validation
+            if best is None or (value < best if cfg.searcher.smaller_is_better else value > best):
+                trial.best_validation = float(value)
 
     def report_progress(self, trial_id: int, progress: float) -> None:
         """Trial progress is derived from the searcher; this only checks the trial exists."""

@@ -41,7 +41,7 @@ from .db import (
     TrialRow,
 )
 from .lifecycle import Conflict
-from .manager import MAX_CONTEXT_BYTES, BadRequest, ExperimentManager, NotFound
+from .manager import MAX_CONTEXT_BYTES, BadRequest, ExperimentManager, MetricsIn, NotFound
 from .schemas import (
     AgentSwitch,
     AllocationExited,
@@ -51,6 +51,7 @@ from .schemas import (
     Heartbeat,
     LogBatch,
     MetricsReport,
+    MetricsReportBatch,
     PatchExperiment,
     ProgressReport,
     RegisterAgent,
@@ -701,6 +702,21 @@ def post_trial_metrics(trial_id: int, body: MetricsReport, request: Request) -> 
     stored = _mgr(request).report_metrics(
         trial_id, body.group, body.steps_completed, body.trial_run_id, body.metrics,
         body.batch_metrics,
+    )
+    return {"stored": stored}
+
+
+@router.post("/trials/{trial_id}/metrics/batch")
+@access(users="none", trial="own", what="report metrics for trials")
+def post_trial_metrics_batch(trial_id: int, body: MetricsReportBatch, request: Request) -> dict:
+    """Several metrics reports of one trial, stored in one transaction, each as
+    ``POST /trials/{id}/metrics`` would store it (idempotent per report)."""
+    stored = _mgr(request).report_metrics_batch(
+        trial_id,
+        [
+            MetricsIn(r.group, r.steps_completed, r.trial_run_id, r.metrics, r.batch_metrics)
+            for r in body.reports
+        ],
     )
     return {"stored": stored}
 

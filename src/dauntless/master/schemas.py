@@ -66,6 +66,14 @@ class MetricsReport(_Body):
     batch_metrics: list[Any] | None = None
 
 
+MAX_METRICS_BATCH = 1000
+"""Most reports in one ``POST /trials/{id}/metrics/batch``."""
+
+
+class MetricsReportBatch(_Body):
+    reports: list[MetricsReport] = Field(min_length=1, max_length=MAX_METRICS_BATCH)
+
+
 class ProgressReport(_Body):
     progress: float = Field(ge=0.0, le=1.0)
 

@@ -66,6 +66,9 @@ class FakeMaster:
             b.complete_operation(1, body["op"]["length"], body["searcher_metric"])
         elif re.fullmatch(r"/api/v1/trials/\d+/metrics", path):
             b.report_metrics(core.MetricReport(trial_id=1, **body))
+        elif re.fullmatch(r"/api/v1/trials/\d+/metrics/batch", path):
+            for report in body["reports"]:
+                b.report_metrics(core.MetricReport(trial_id=1, **report))
         elif re.fullmatch(r"/api/v1/trials/\d+/progress", path):
             b.report_progress(1, body["progress"])
         elif re.fullmatch(r"/api/v1/trials/\d+/early_exit", path):

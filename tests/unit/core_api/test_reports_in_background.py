@@ -91,18 +91,71 @@ def _report(step: int, group: str = "training") -> MetricReport:
                         metrics={"loss": 1.0 / step})
 
 
+def _training_steps(seen: list[tuple[str, dict]]) -> list[list[int]]:
+    """The steps of each training-metrics request the server saw, in order."""
+    out = []
+    for path, body in seen:
+        if path == "/api/v1/trials/1/metrics/batch":
+            out.append([r["steps_completed"] for r in body["reports"]])
+        elif path == "/api/v1/trials/1/metrics" and body["group"] == "training":
+            out.append([body["steps_completed"]])
+    return out
+
+
+def _wait_until(predicate, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "the server did not see the expected requests"
+        time.sleep(0.01)
+
+
 def test_training_reports_do_not_wait_and_keep_their_order(server):
     backend = MasterBackend(Session(server, sleep=lambda s: None))
     for step in (1, 2, 3):
         backend.report_metrics(_report(step))
     backend.report_progress(1, 0.5)
     backend.report_metrics(_report(4, "validation"))  # waits for the ones before it
-    assert [(p, b.get("steps_completed", b.get("progress"))) for p, b in _Handler.seen] == [
-        ("/api/v1/trials/1/metrics", 1), ("/api/v1/trials/1/metrics", 2),
-        ("/api/v1/trials/1/metrics", 3), ("/api/v1/trials/1/progress", 0.5),
-        ("/api/v1/trials/1/metrics", 4),
-    ]
+    requests = [(p, b.get("steps_completed", b.get("progress"))) for p, b in _Handler.seen]
+    # The training reports, in order, in one or more requests, then the rest in order.
+    assert sum(_training_steps(_Handler.seen), []) == [1, 2, 3]
+    n = len(_training_steps(_Handler.seen))
+    assert requests[n:] == [("/api/v1/trials/1/progress", 0.5), ("/api/v1/trials/1/metrics", 4)]
     backend.close()
+
+
+def test_training_reports_made_within_the_interval_share_one_request(server):
+    backend = MasterBackend(Session(server, sleep=lambda s: None), training_report_interval=0.5)
+    backend.report_metrics(_report(1))
+    _wait_until(lambda: _training_steps(_Handler.seen) == [[1]])  # the first goes at once
+    sent_first = time.monotonic()
+    for step in (2, 3, 4):
+        backend.report_metrics(_report(step))
+    # No flush: the held reports leave by themselves once the interval has passed.
+    _wait_until(lambda: len(_training_steps(_Handler.seen)) == 2)
+    assert time.monotonic() - sent_first >= 0.4
+    assert _training_steps(_Handler.seen) == [[1], [2, 3, 4]]
+    backend.close()
+
+
+def test_a_flush_sends_held_reports_at_once(server):
+    backend = MasterBackend(Session(server, sleep=lambda s: None), training_report_interval=60)
+    backend.report_metrics(_report(1))
+    _wait_until(lambda: _training_steps(_Handler.seen) == [[1]])
+    backend.report_metrics(_report(2))
+    backend.report_metrics(_report(3))
+    start = time.monotonic()
+    backend.flush()  # cuts the 60 s hold short
+    assert time.monotonic() - start < 30
+    assert _training_steps(_Handler.seen) == [[1], [2, 3]]
+    backend.report_metrics(_report(4))
+    backend.close()  # delivers what is held, too
+    assert _training_steps(_Handler.seen) == [[1], [2, 3], [4]]
+
+
+@pytest.mark.parametrize("interval", [-1, float("inf"), float("nan"), True, "1"])
+def test_a_bad_training_report_interval_is_refused(interval):
+    with pytest.raises(ValueError, match="training_report_interval"):
+        MasterBackend(Session("http://m"), training_report_interval=interval)
 
 
 def test_a_failed_background_report_is_raised_by_the_next_call():

@@ -51,9 +51,12 @@ class FakeMaster:
             return httpx.Response(200, json={"op": op, "completed": ans.completed})
         if m := re.fullmatch(r"/api/v1/trials/(\d+)/searcher/completed_operation", path):
             b.complete_operation(int(m[1]), body["op"]["length"], body["searcher_metric"])
-        elif m := re.fullmatch(r"/api/v1/trials/(\d+)/metrics", path):
-            b.report_metrics(MetricReport(trial_id=int(m[1]), **body))
-            if self.preempt_at_steps is not None and body["steps_completed"] >= self.preempt_at_steps:
+        elif m := re.fullmatch(r"/api/v1/trials/(\d+)/metrics(/batch)?", path):
+            reports = body["reports"] if m[2] else [body]
+            for report in reports:
+                b.report_metrics(MetricReport(trial_id=int(m[1]), **report))
+            last = reports[-1]["steps_completed"]
+            if self.preempt_at_steps is not None and last >= self.preempt_at_steps:
                 with self.signal:
                     b.request_preemption()
                     self.signal.notify_all()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
+from dauntless.master.db import MetricRow
 from dauntless.master.testing import model_def_tarball, sign_in
 
 CONFIG = """
@@ -164,6 +168,58 @@ def test_single_trial_lifecycle(master):
     assert ck["storage_path"].endswith("/checkpoints/c1")
     metrics = client.get(f"/api/v1/trials/{tid}/metrics", params={"group": "training"}).json()
     assert [m["values"]["loss"] for m in metrics["metrics"]] == [0.1, 0.05]
+
+
+def test_metrics_batch_stores_each_report_once_in_order(master):
+    client, mgr = master
+    exp_id = _create(client).json()["experiment"]["id"]
+    tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
+    path = f"/api/v1/trials/{tid}/metrics"
+
+    def report(group, batches, **values):
+        return {"group": group, "steps_completed": batches, "trial_run_id": 1,
+                "metrics": {**values, "batches": batches},
+                "batch_metrics": [{"loss": v} for v in values.values()] or None}
+
+    assert client.post(path, json=report("training", 10, loss=1.0)).json()["stored"] is True
+    body = {"reports": [
+        report("training", 10, loss=9.0),  # already stored alone
+        report("training", 20, loss=0.5),
+        report("training", 20, loss=8.0),  # repeated within the batch
+        report("validation", 20, accuracy=0.9),  # the same batch count, another group
+        report("training", 30, loss=float("nan")),  # Python's json writes NaN; stored as null
+        report("validation", 30, accuracy=0.95),
+    ]}
+    r = client.post(path + "/batch", content=json.dumps(body),
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert r.json()["stored"] == [False, True, False, True, True, True]
+    training = client.get(path, params={"group": "training"}).json()["metrics"]
+    assert [(m["total_batches"], m["values"]["loss"]) for m in training] == [
+        (10, 1.0), (20, 0.5), (30, None)]
+    with mgr.db.read() as s:
+        rows = s.scalars(select(MetricRow).where(MetricRow.trial_id == tid,
+                                                 MetricRow.kind == "training")).all()
+        assert sorted((r.total_batches, r.batch_metrics) for r in rows) == [
+            (10, [{"loss": 1.0}]), (20, [{"loss": 0.5}]), (30, [{"loss": None}])]
+    validation = client.get(path, params={"group": "validation"}).json()["metrics"]
+    assert [m["values"]["accuracy"] for m in validation] == [0.9, 0.95]
+    trial = client.get(f"/api/v1/trials/{tid}").json()["trial"]
+    assert trial["total_batches"] == 30
+    assert mgr.report_metrics_batch(tid, []) == []
+
+    # Bad batches are refused whole, naming the field; nothing of them is stored.
+    for body, field in (({"reports": []}, "reports"),
+                        ({"reports": [report("training", 40, loss=1.0)] * 1001}, "reports"),
+                        ({"reports": [report("training", 50, loss=1.0),
+                                      {**report("training", 60, loss=1.0), "steps_completed": -1}]},
+                         "steps_completed")):
+        r = client.post(path + "/batch", json=body)
+        assert r.status_code == 400 and field in r.text, r.text
+    training = client.get(path, params={"group": "training"}).json()["metrics"]
+    assert [m["total_batches"] for m in training] == [10, 20, 30]
+    assert client.post(f"/api/v1/trials/{tid + 99}/metrics/batch",
+                       json={"reports": [report("training", 1)]}).status_code == 404
 
 
 def test_failed_trial_restarts_then_errors(master):

@@ -108,6 +108,7 @@ AGENT_ROUTES = {
 TRIAL_ROUTES = {
     ("POST", "/api/v1/trials/{trial_id}/searcher/completed_operation"),
     ("POST", "/api/v1/trials/{trial_id}/metrics"),
+    ("POST", "/api/v1/trials/{trial_id}/metrics/batch"),
     ("POST", "/api/v1/trials/{trial_id}/progress"),
     ("POST", "/api/v1/trials/{trial_id}/early_exit"),
     ("POST", "/api/v1/checkpoints"),
@@ -132,6 +133,9 @@ BODIES = {
     ("POST", "/api/v1/trials/{trial_id}/metrics"): {
         "group": "training", "steps_completed": 2, "trial_run_id": 1,
         "metrics": {"loss": 1.0}},
+    ("POST", "/api/v1/trials/{trial_id}/metrics/batch"): {"reports": [{
+        "group": "training", "steps_completed": 3, "trial_run_id": 1,
+        "metrics": {"loss": 1.0}}]},
     ("POST", "/api/v1/trials/{trial_id}/progress"): {"progress": 0.5},
     ("POST", "/api/v1/allocations/{allocation_id}/rendezvous"): {"addr": "1.2.3.4", "port": 9},
     ("POST", "/api/v1/preview-hp-search"): {"config": CONFIG},
