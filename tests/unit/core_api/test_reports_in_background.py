@@ -76,6 +76,18 @@ def test_lite_client_retries_5xx_and_reports_4xx(server):
     poster.close()
 
 
+def test_lite_client_sends_every_json_value_the_reports_hold(server):
+    poster = LiteClient(Session(server, sleep=lambda s: None))
+    poster.post("/api/v1/x", {"loss": 0.1, "n": 3, "none": None, "nan": float("nan"),
+                              "batches": [{"a": 1e-300}, {"a": -2.5}]})
+    poster.post("/api/v1/x", {"huge": 2**70})  # beyond orjson's 64 bits: the stdlib's turn
+    (_, first), (_, second) = _Handler.seen
+    assert first == {"loss": 0.1, "n": 3, "none": None, "nan": None,
+                     "batches": [{"a": 1e-300}, {"a": -2.5}]}
+    assert second == {"huge": 2**70}
+    poster.close()
+
+
 def test_lite_client_gives_up_on_an_unreachable_master():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
