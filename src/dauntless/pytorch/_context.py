@@ -105,6 +105,9 @@ class PyTorchTrialContext(_TrialFacts):
         self.optimizers: list[torch.optim.Optimizer] = []
         self.lr_schedulers: list[LRScheduler] = []
         self._optimizer_settings: dict[int, tuple[int, bool]] = {}
+        # id -> optimizer, for the optimizers stepped after every batch (no
+        # aggregation): step_optimizer's fast path.
+        self._every_batch: dict[int, torch.optim.Optimizer] = {}
         self._reducers: list[WrappedReducer] = []
         self._scaler: Any = None
         self._use_amp = False
@@ -213,6 +216,8 @@ class PyTorchTrialContext(_TrialFacts):
             average_aggregated_gradients
         )
         self._optimizer_settings[id(optimizer)] = (freq, average)
+        if freq == 1:
+            self._every_batch[id(optimizer)] = optimizer
         self.optimizers.append(optimizer)
         return optimizer
 
@@ -385,7 +390,12 @@ class PyTorchTrialContext(_TrialFacts):
             raise TypeError(f"backward needs a torch.Tensor, got {type(loss).__name__}")
         if self._use_amp and self._scaler is not None:
             loss = self._scaler.scale(loss)
-        loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
+        if gradient is None and not retain_graph and not create_graph:
+            loss.backward()  # the common call, without the keyword plumbing
+        else:
+            loss.backward(
+                gradient=gradient, retain_graph=retain_graph, create_graph=create_graph
+            )
 
     def step_optimizer(
         self,
@@ -417,6 +427,18 @@ class PyTorchTrialContext(_TrialFacts):
             ValueError: if ``optimizer`` was not wrapped, ``scaler`` was not wrapped, or
                 ``auto_zero_grads`` is False while aggregating gradients.
         """
+        if (
+            clip_grads is None
+            and scaler is None
+            and not self._use_amp
+            and self._every_batch.get(id(optimizer)) is optimizer
+        ):
+            # The common case, on the per-batch path: no aggregation, clipping or
+            # scaling. Every Python step here is paid once per batch.
+            optimizer.step()
+            if auto_zero_grads:
+                optimizer.zero_grad()
+            return
         settings = self._optimizer_settings.get(id(optimizer))
         if settings is None or not any(o is optimizer for o in self.optimizers):
             raise ValueError(
