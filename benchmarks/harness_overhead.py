@@ -44,7 +44,7 @@ takes under a millisecond (``digits``) shows most.
 
 Usage::
 
-    python benchmarks/harness_overhead.py [--rounds 15] [--digits-batches 1500]
+    python benchmarks/harness_overhead.py [--rounds 25] [--digits-batches 1500]
                                           [--mlp-batches 120] [--threads 1]
 """
 
@@ -405,7 +405,7 @@ def median_interval(values: list[float], confidence: float = 0.95,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--digits-batches", type=int, default=1500)
     parser.add_argument("--mlp-batches", type=int, default=120)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
