@@ -134,6 +134,14 @@ class Backend(abc.ABC):
         """
         raise NotImplementedError  # abstract
 
+    def start_background(self) -> None:
+        """Get background reporting ready before training starts (the default has none).
+
+        Called once a trial is about to train, so that starting threads and opening
+        connections happens before the first batch instead of during it. Never raises.
+        """
+        return None
+
     def close(self) -> None:
         """Release connections; the default holds none."""
         return None
@@ -240,6 +248,17 @@ class MasterBackend(Backend):
                     self._post_now(f"{API}/trials/{trial_id}/metrics", chunk[0])
                 else:
                     self._post_now(f"{API}/trials/{trial_id}/metrics/batch", {"reports": chunk})
+
+    def start_background(self) -> None:
+        """Start the report sender thread and let it open its connection to the master.
+
+        Without this both happen at the first training report, on the training loop's
+        time (the thread's start and the TCP handshake compete with the first batches
+        for the GIL). A connection that cannot be opened now is opened, with the
+        session's retries, by the first report instead.
+        """
+        if self._sender is not None and self._lite is not None:
+            self._sender.submit(self._lite.connect)
 
     def flush(self) -> None:
         """Send the pending training reports now and wait until every background

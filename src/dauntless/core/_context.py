@@ -110,6 +110,19 @@ class Context:
             raise SystemExit(0) from value
         self.close()
 
+    def start_background(self) -> None:
+        """Start the background work now rather than at its first use: the preemption
+        watcher (on the ranks that watch) and, on the chief, which is the rank that
+        reports, the backend's report sender and its connection.
+
+        The training harness calls this just before the first batch, so that starting
+        threads and opening connections does not stall the first batches. Never raises:
+        what cannot start now starts at its first use.
+        """
+        self.preempt.start()
+        if self.distributed.is_chief:
+            self.backend.start_background()
+
     def close(self) -> None:
         """Stop the preemption watcher and release the backend's resources."""
         if self._closed:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
 import socket
+import ssl
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -73,7 +75,27 @@ class LiteClient:
             except OSError:
                 pass
 
+    def connect(self) -> None:
+        """Open the connection now (before the first request needs it).
+
+        A failure is not raised: the connection is dropped and the first request opens
+        a new one, with the session's retries.
+        """
+        if self._aborted:
+            return
+        conn = self._connection()
+        if conn.sock is None:
+            try:
+                conn.connect()
+            except (OSError, http.client.HTTPException):
+                self.close()
+
     def _connection(self) -> http.client.HTTPConnection:
+        conn = self._conn
+        if conn is not None and conn.sock is not None and _dropped(conn.sock):
+            # The master closed the idle keep-alive connection (uvicorn does after 5 s):
+            # reopen it rather than fail the next request on it and spend a retry.
+            self.close()
         if self._conn is None:
             if self._https:  # verified as the session verifies (DET_MASTER_CERT_FILE)
                 self._conn = http.client.HTTPSConnection(
@@ -144,6 +166,25 @@ class LiteClient:
                     raise APIError(method, path, resp.status, _detail(data, resp.reason))
             self.session._sleep(self.session.backoff(attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """Whether an idle plain-HTTP connection's socket was closed by the peer.
+
+    An idle HTTP/1.1 connection has nothing to read: if its socket polls readable, the
+    server has closed it (end of file) or sent something unasked; either way it cannot
+    carry the next request (the check urllib3 makes before reusing a pooled
+    connection). A TLS socket is not checked (False): a TLS 1.3 server sends session
+    tickets after the handshake, which make an idle, healthy socket readable; a closed
+    one is found by the request and retried.
+    """
+    if isinstance(sock, ssl.SSLSocket):
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):  # closed or invalid descriptor
+        return True
+    return bool(readable)
 
 
 def encode_json(body: Any) -> bytes:

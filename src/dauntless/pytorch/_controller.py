@@ -269,6 +269,8 @@ class _TrialController(_StateMixin):
             self.context.device,
             self._epoch_len,
         )
+        # Threads and connections start here, not during the first batches.
+        self.core.start_background()
         self._call("on_training_start")
         if self.settings.initial_validation and self.batches_trained == 0:
             self._after_validation(self._validate())

@@ -257,6 +257,27 @@ def test_the_signal_is_watched_by_a_thread_not_asked_on_every_check():
     assert not any(t.name.startswith("preemption-") for t in threading.enumerate())
 
 
+def test_start_background_starts_the_watcher_before_any_check(tmp_path):
+    master = FakeMaster()
+    info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=0, hparams={}, config={})
+    backend = MasterBackend(master.session())
+    context = Context(info, backend=backend, storage=DirectoryStorageManager(tmp_path),
+                      allocation_id="1.1", preempt_poll_seconds=0.3)
+    with context:
+        context.start_background()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            r[1].endswith("/signals/preemption") for r in master.requests
+        ):
+            time.sleep(0.005)
+        # The watcher polls although nothing has asked should_preempt() yet.
+        assert any(r[1].endswith("/signals/preemption") for r in master.requests)
+        context.start_background()  # a second call starts nothing more
+        watchers = [t for t in threading.enumerate() if t.name == "preemption-1.1"]
+        assert len(watchers) == 1
+    assert not any(t.name == "preemption-1.1" for t in threading.enumerate())
+
+
 def test_the_watcher_survives_master_errors():
     master = FakeMaster(fail_polls=3)
     master.preempt()

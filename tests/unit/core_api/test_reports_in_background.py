@@ -20,13 +20,14 @@ from dauntless.core import (
     PreemptContext,
     Session,
 )
-from dauntless.core._lite import LiteClient
+from dauntless.core._lite import LiteClient, _dropped
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the master
     answers: list[int] = []
     seen: list[tuple[str, dict]] = []
+    close_idle = False  # close the connection after answering, without saying so
 
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -38,6 +39,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+        if type(self).close_idle:
+            self.close_connection = True  # as uvicorn closes an idle keep-alive connection
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         # A long poll that never raises the signal within the test.
@@ -55,7 +58,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    _Handler.answers, _Handler.seen = [], []
+    _Handler.answers, _Handler.seen, _Handler.close_idle = [], [], False
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -96,6 +99,50 @@ def test_lite_client_gives_up_on_an_unreachable_master():
                                 max_attempts=2, timeout=1))
     with pytest.raises(MasterUnreachableError, match="after 2 attempts"):
         poster.post("/api/v1/x", {})
+
+
+def test_lite_client_reopens_a_connection_the_master_closed_while_idle(server):
+    # One attempt only: a request sent on the dead connection would fail for good.
+    sleeps: list[float] = []
+    poster = LiteClient(Session(server, sleep=sleeps.append, max_attempts=1))
+    _Handler.close_idle = True
+    assert poster.post("/api/v1/x", {"a": 1}) == {}
+    old = poster._conn
+    assert old is not None and old.sock is not None
+    _wait_until(lambda: _dropped(old.sock))  # the server's close has arrived
+    assert poster.post("/api/v1/x", {"a": 2}) == {}
+    assert poster._conn is not old and sleeps == []
+    assert [b for _, b in _Handler.seen] == [{"a": 1}, {"a": 2}]
+    poster.close()
+
+
+def test_lite_client_connects_ahead_and_a_failed_connect_is_left_to_the_request(server):
+    poster = LiteClient(Session(server, sleep=lambda s: None))
+    poster.connect()
+    sock = poster._conn.sock if poster._conn is not None else None
+    assert sock is not None and _Handler.seen == []
+    assert poster.post("/api/v1/x", {"a": 1}) == {}
+    assert poster._conn is not None and poster._conn.sock is sock  # the same connection
+    poster.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    unreachable = LiteClient(Session(f"http://127.0.0.1:{port}", sleep=lambda s: None))
+    unreachable.connect()  # does not raise
+    assert unreachable._conn is None
+
+
+def test_start_background_opens_the_report_connection_before_any_report(server):
+    backend = MasterBackend(Session(server, sleep=lambda s: None))
+    backend.start_background()
+    lite = backend._lite
+    assert lite is not None
+    _wait_until(lambda: lite._conn is not None and lite._conn.sock is not None)
+    sock = lite._conn.sock
+    backend.report_metrics(_report(1))
+    backend.flush()
+    assert _training_steps(_Handler.seen) == [[1]] and lite._conn.sock is sock
+    backend.close()
 
 
 def _report(step: int, group: str = "training") -> MetricReport:
