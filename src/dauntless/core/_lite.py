@@ -181,6 +181,10 @@ def _dropped(sock: socket.socket) -> bool:
     if isinstance(sock, ssl.SSLSocket):
         return False
     try:
+        if hasattr(select, "poll"):  # no FD_SETSIZE limit, unlike select()
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(0))
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):  # closed or invalid descriptor
         return True
