@@ -19,7 +19,12 @@ final validation and checkpoint are not timed.
 The hand-written loop uses the same model class and initial weights, the same dataset,
 batch size and shuffling (a torch ``DataLoader``), the same forward / loss / backward /
 step / ``zero_grad`` and the same per-batch metrics, accumulated as tensors and read
-every 100 batches.
+every 100 batches. It calls ``optimizer.zero_grad()``, as hand-written loops do; the
+harness's ``step_optimizer`` drops the gradients with its own loop
+(``dauntless.pytorch._context.zero_grads``: the same effect without torch's profiler
+range when no profiler records), which saves about 9 us per ``digits`` batch on the
+2-core CI machine (``per_batch_python_cost.py``) and so offsets most of the harness's own
+per-batch cost in the ``digits`` ratio.
 
 The two take turns within each round: at the end of each of the harness's epochs the
 hand loop trains as many batches as the harness has trained since the hand loop's last

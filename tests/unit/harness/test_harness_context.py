@@ -11,6 +11,7 @@ from harness_toy_trial import toy_config, toy_info
 
 from dauntless.core import DistributedContext
 from dauntless.pytorch import LRScheduler, PyTorchTrialContext
+from dauntless.pytorch import _context as _context_module
 
 
 @pytest.fixture
@@ -84,6 +85,63 @@ def test_wrapping_and_optimizer_steps(context):
     with pytest.raises(TypeError, match="torch.Tensor"):
         context.backward(1.0)
 
+
+
+def _stepped(context, optimizer_cls=torch.optim.SGD):
+    """A wrapped model and optimizer with one gradient computed."""
+    model = context.wrap_model(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)))
+    opt = context.wrap_optimizer(optimizer_cls(model.parameters(), lr=0.1))
+    context.backward(model(torch.ones(2, 3)).sum())
+    assert all(p.grad is not None for p in model.parameters())
+    return model, opt
+
+
+def test_step_optimizer_drops_gradients_without_calling_zero_grad(context, monkeypatch):
+    calls = []
+    torch_zero_grad = torch.optim.Optimizer.zero_grad
+
+    def counting_zero_grad(self, set_to_none=True):
+        calls.append(self)
+        torch_zero_grad(self, set_to_none)
+
+    # torch's zero_grad, counted: the harness's own loop replaces it (same effect).
+    monkeypatch.setattr(torch.optim.Optimizer, "zero_grad", counting_zero_grad)
+    monkeypatch.setattr(_context_module, "_TORCH_ZERO_GRAD", counting_zero_grad)
+    model, opt = _stepped(context)
+    context.step_optimizer(opt)
+    assert calls == []
+    assert all(p.grad is None for p in model.parameters())
+    # auto_zero_grads=False keeps them.
+    context.backward(model(torch.ones(2, 3)).sum())
+    context.step_optimizer(opt, auto_zero_grads=False)
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_step_optimizer_calls_a_replaced_zero_grad(context):
+    class Zeroing(torch.optim.SGD):
+        def zero_grad(self, set_to_none=True):  # zeros instead of None
+            super().zero_grad(set_to_none=False)
+
+    model, opt = _stepped(context, Zeroing)
+    context.step_optimizer(opt)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+    calls = []
+    context2 = PyTorchTrialContext(context._trial)
+    model2, opt2 = _stepped(context2)
+    opt2.zero_grad = lambda set_to_none=True: calls.append(set_to_none)  # on the instance
+    context2.step_optimizer(opt2)
+    assert calls == [True]
+    assert all(p.grad is not None for p in model2.parameters())
+
+
+def test_step_optimizer_zero_grad_shows_in_a_profile(context):
+    model, opt = _stepped(context)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        context.step_optimizer(opt)
+    names = {event.name for event in prof.events()}
+    assert "Optimizer.zero_grad#SGD.zero_grad" in names
+    assert all(p.grad is None for p in model.parameters())
 
 def test_lr_scheduler_step_modes(context):
     model = context.wrap_model(torch.nn.Linear(1, 1))
