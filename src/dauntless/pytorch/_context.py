@@ -46,10 +46,11 @@ def zero_grads(optimizer: torch.optim.Optimizer) -> None:
     against 0.4 us for this function, and in the digits training step the swap saves
     about 9 us per batch (of about 260 us), the rest being the calls' effect on the
     processor's caches.
+
     This function runs the loop alone when neither the optimizer's class nor the
-    optimizer itself replaces torch's ``zero_grad``, no profiler is recording (the range would then be missing from its
-    trace) and torch.compile is not tracing; otherwise it calls
-    ``optimizer.zero_grad()``.
+    optimizer itself replaces torch's ``zero_grad``, no profiler is recording (the
+    range would then be missing from its trace) and torch.compile is not tracing;
+    otherwise it calls ``optimizer.zero_grad()``.
 
     Args:
         optimizer: any ``torch.optim.Optimizer``.

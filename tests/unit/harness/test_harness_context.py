@@ -86,7 +86,6 @@ def test_wrapping_and_optimizer_steps(context):
         context.backward(1.0)
 
 
-
 def _stepped(context, optimizer_cls=torch.optim.SGD):
     """A wrapped model and optimizer with one gradient computed."""
     model = context.wrap_model(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1)))
@@ -142,6 +141,7 @@ def test_step_optimizer_zero_grad_shows_in_a_profile(context):
     names = {event.name for event in prof.events()}
     assert "Optimizer.zero_grad#SGD.zero_grad" in names
     assert all(p.grad is None for p in model.parameters())
+
 
 def test_lr_scheduler_step_modes(context):
     model = context.wrap_model(torch.nn.Linear(1, 1))
