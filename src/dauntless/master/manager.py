@@ -127,6 +127,9 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         self._configs: dict[int, ExperimentConfig] = {}
         self._alloc_trial: dict[str, int] = {}
         self._gc_due: set[int] = set()
+        # Bumped when an allocation's rows change: the preemption long poll re-reads
+        # them only then (and now and then, see routes.preemption_signal).
+        self.allocation_versions = db.row_versions(AllocationRow, lambda row: row.group_id)
 
     # ------------------------------------------------------------------ experiments
 

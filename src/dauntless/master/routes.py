@@ -67,6 +67,13 @@ from .states import IllegalTransition
 
 router = APIRouter(prefix="/api/v1")
 
+PREEMPTION_CHECK_SECONDS = 0.25
+"""How often a waiting preemption long poll checks, in memory, whether its allocation's
+rows changed (and whether its caller left): the signal's latency."""
+PREEMPTION_REREAD_SECONDS = 5.0
+"""How often a waiting preemption long poll reads its allocation from the database even
+though no change was seen (changes the ORM does not report, such as a cascade delete)."""
+
 
 def _mgr(request: Request) -> ExperimentManager:
     return request.app.state.manager
@@ -314,12 +321,21 @@ async def preemption_signal(
     ``timeout_seconds`` (0: at once).
     """
     mgr = _mgr(request)
+    versions = mgr.allocation_versions
     deadline = time.monotonic() + timeout_seconds
     while True:
+        seen = versions.version(allocation_id)
         preempt = await run_in_threadpool(mgr.preemption_signal, allocation_id)
-        if preempt or time.monotonic() >= deadline or await request.is_disconnected():
-            return {"preempt": preempt}
-        await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+        read_at = time.monotonic()
+        # Until the allocation's rows change (an in-memory check), the deadline, or
+        # PREEMPTION_REREAD_SECONDS for changes the ORM does not see (a cascade delete).
+        while True:
+            now = time.monotonic()
+            if preempt or now >= deadline or await request.is_disconnected():
+                return {"preempt": preempt}
+            if versions.version(allocation_id) != seen or now - read_at >= PREEMPTION_REREAD_SECONDS:
+                break
+            await asyncio.sleep(min(PREEMPTION_CHECK_SECONDS, deadline - now))
 
 
 @router.post("/allocations/{allocation_id}/rendezvous")

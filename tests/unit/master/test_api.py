@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from dauntless.config import MasterConfig
+from dauntless.master import routes
 from dauntless.master.app import create_app
-from dauntless.master.db import MetricRow
+from dauntless.master.db import AllocationRow, MetricRow
 from dauntless.master.testing import model_def_tarball, sign_in
 
 CONFIG = """
@@ -372,3 +375,62 @@ def test_non_finite_metrics_are_stored_as_null(master):
     assert r.status_code == 200, r.text
     (m,) = client.get(f"/api/v1/trials/{tid}/metrics").json()["metrics"]
     assert m["values"] == {"loss": None, "x": None, "n": [1.0, None]}
+
+
+def _long_poll(client, alloc, timeout_seconds):
+    """Start a preemption long poll in a thread; returns (thread, result dict)."""
+    result = {}
+
+    def poll():
+        r = client.get(f"/api/v1/allocations/{alloc}/signals/preemption",
+                       params={"timeout_seconds": timeout_seconds})
+        result["body"], result["at"] = r.json(), time.monotonic()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def _running_allocation(client, mgr):
+    exp_id = _create(client).json()["experiment"]["id"]
+    _register(client)
+    assert mgr.schedule_pass() == 1
+    spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
+    return exp_id, spec["allocation_id"]
+
+
+def test_preemption_long_poll_reads_the_allocation_only_when_it_changes(master, monkeypatch):
+    client, mgr = master
+    exp_id, alloc = _running_allocation(client, mgr)
+    reads = []
+    read = mgr.preemption_signal
+
+    def counted(allocation_id):
+        reads.append(allocation_id)
+        return read(allocation_id)
+
+    monkeypatch.setattr(mgr, "preemption_signal", counted)
+    thread, result = _long_poll(client, alloc, 20)
+    time.sleep(1.5)  # six in-memory checks, no change: still the first read only
+    assert reads == [alloc] and not result
+    paused = time.monotonic()
+    assert client.post(f"/api/v1/experiments/{exp_id}/pause").status_code == 200
+    thread.join(10)
+    assert result["body"] == {"preempt": True}
+    assert result["at"] - paused < 5  # checked every 0.25 s; far below the 20 s timeout
+    assert reads == [alloc, alloc]
+
+
+def test_preemption_long_poll_rereads_for_changes_the_orm_does_not_see(master, monkeypatch):
+    client, mgr = master
+    _, alloc = _running_allocation(client, mgr)
+    monkeypatch.setattr(routes, "PREEMPTION_REREAD_SECONDS", 0.5)
+    thread, result = _long_poll(client, alloc, 20)
+    time.sleep(0.3)
+    with mgr.db.write() as s:  # a bulk UPDATE: no ORM object changes, no version bump
+        s.execute(update(AllocationRow).where(AllocationRow.group_id == alloc)
+                  .values(preempt_requested=True))
+    changed = time.monotonic()
+    thread.join(10)
+    assert result["body"] == {"preempt": True}
+    assert result["at"] - changed < 5

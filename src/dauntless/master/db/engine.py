@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -20,6 +21,8 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+
+from .changes import RowVersions
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -137,6 +140,11 @@ class Database:
             except BaseException:
                 session.rollback()
                 raise
+
+    def row_versions(self, model: type, key: Callable[[Any], Hashable]) -> RowVersions:
+        """Change counters of ``model``'s rows by ``key``, bumped when this database's
+        write sessions commit (see :class:`~dauntless.master.db.changes.RowVersions`)."""
+        return RowVersions(self._sessions, model, key)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

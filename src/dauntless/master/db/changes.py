@@ -1,0 +1,98 @@
+"""In-memory change counters of database rows, so that waiters need not re-read them."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session, sessionmaker
+
+# A version: (epoch, count). The epoch changes when the table of counts is cleared, so a
+# version read before a clear never equals one read after it.
+Version = tuple[int, int]
+
+
+class RowVersions:
+    """A change counter per key (e.g. an allocation's id) of one ORM class's rows.
+
+    Every committed session that added, changed or deleted a row of ``model`` through
+    the ORM bumps the counter of that row's key. A waiter reads :meth:`version`, reads
+    the rows from the database, and then only needs to read them again once
+    :meth:`version` differs: comparing two versions costs no database access.
+
+    Counts are bumped after the commit (SQLAlchemy's ``after_flush`` collects the keys
+    of the session's new, dirty and deleted objects, ``after_commit`` publishes them;
+    a rollback drops them), so a waiter that sees a new version reads the new rows. A
+    row marked dirty whose values did not change bumps its key too: a waiter then reads
+    the rows once for nothing, which is harmless. Changes the ORM does not see (bulk
+    ``UPDATE``/``DELETE`` statements, a foreign key's ``ON DELETE CASCADE``, another
+    process) bump nothing: waiters must still read the rows now and then.
+
+    The table of counts holds at most ``max_keys`` keys; when it would grow past that
+    it is cleared and its epoch advances, so every waiter sees a change and reads its
+    rows once.
+
+    Args:
+        sessions: the session factory whose sessions to watch.
+        model: the mapped class whose rows to count.
+        key: the key of a row (an instance of ``model``).
+        max_keys: keys kept before the table is cleared (>= 1).
+
+    Raises:
+        ValueError: if ``max_keys`` < 1.
+    """
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        model: type,
+        key: Callable[[Any], Hashable],
+        max_keys: int = 10_000,
+    ) -> None:
+        if max_keys < 1:
+            raise ValueError(f"max_keys must be >= 1, got {max_keys}")
+        self._model = model
+        self._key = key
+        self._max_keys = max_keys
+        self._info_key = f"dauntless.row_versions.{id(self)}"
+        self._lock = threading.Lock()
+        self._epoch = 0
+        self._counts: dict[Hashable, int] = {}
+        event.listen(sessions, "after_flush", self._after_flush)
+        event.listen(sessions, "after_commit", self._after_commit)
+        event.listen(sessions, "after_rollback", self._after_rollback)
+
+    def version(self, key: Hashable) -> Version:
+        """The current version of ``key``'s rows (any key: one never changed has count 0)."""
+        with self._lock:
+            return self._epoch, self._counts.get(key, 0)
+
+    def bump(self, keys: set[Hashable]) -> None:
+        """Mark ``keys``' rows changed (the watched sessions do this on commit)."""
+        if not keys:
+            return
+        with self._lock:
+            if len(self._counts) + len(keys) > self._max_keys:
+                self._counts.clear()
+                self._epoch += 1
+            for k in keys:
+                self._counts[k] = self._counts.get(k, 0) + 1
+
+    def _after_flush(self, session: Session, flush_context: Any) -> None:
+        keys = None
+        for obj in itertools.chain(session.new, session.dirty, session.deleted):
+            if isinstance(obj, self._model):
+                if keys is None:
+                    keys = session.info.setdefault(self._info_key, set())
+                keys.add(self._key(obj))
+
+    def _after_commit(self, session: Session) -> None:
+        keys = session.info.pop(self._info_key, None)
+        if keys:
+            self.bump(keys)
+
+    def _after_rollback(self, session: Session) -> None:
+        session.info.pop(self._info_key, None)

@@ -1,0 +1,84 @@
+"""RowVersions: change counters bumped by committed ORM sessions."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Integer, String, create_engine, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+from dauntless.master.db.changes import RowVersions
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class Part(_Base):
+    __tablename__ = "parts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group: Mapped[str] = mapped_column(String(16))
+    flag: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Other(_Base):
+    __tablename__ = "others"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group: Mapped[str] = mapped_column(String(16))
+
+
+@pytest.fixture()
+def sessions(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    _Base.metadata.create_all(engine)
+    yield sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
+
+
+def test_commits_bump_the_changed_rows_keys_only(sessions):
+    versions = RowVersions(sessions, Part, key=lambda row: row.group)
+    a0, b0 = versions.version("a"), versions.version("b")
+    assert a0 == b0 == (0, 0)
+    with sessions() as s:
+        s.add_all([Part(id=1, group="a"), Part(id=2, group="b"), Other(id=1, group="c")])
+        s.commit()
+    a1, b1 = versions.version("a"), versions.version("b")
+    assert a1 != a0 and b1 != b0
+    assert versions.version("c") == (0, 0)  # another class's rows are not counted
+
+    with sessions() as s:  # a change to one row: only its key
+        s.get(Part, 1).flag = 1
+        s.commit()
+    assert versions.version("a") != a1 and versions.version("b") == b1
+    a2 = versions.version("a")
+
+    with sessions() as s:  # reads, and a change rolled back (after a flush): nothing
+        assert s.get(Part, 2).flag == 0
+        s.get(Part, 1).flag = 2
+        s.flush()
+        s.rollback()
+    with sessions() as s:
+        s.get(Part, 1).flag = 3
+        # closed without a commit
+    assert versions.version("a") == a2 and versions.version("b") == b1
+
+    with sessions() as s:  # a delete
+        s.delete(s.get(Part, 2))
+        s.commit()
+    assert versions.version("b") != b1 and versions.version("a") == a2
+
+    with sessions() as s:  # a bulk UPDATE bypasses the ORM's unit of work: not seen
+        s.execute(update(Part).values(flag=9))
+        s.commit()
+    assert versions.version("a") == a2
+
+
+def test_a_full_table_is_cleared_and_every_version_changes(sessions):
+    versions = RowVersions(sessions, Part, key=lambda row: row.group, max_keys=2)
+    versions.bump({"a", "b"})
+    a, b, never = versions.version("a"), versions.version("b"), versions.version("z")
+    versions.bump({"c"})  # a third key: the table is cleared, the epoch advances
+    assert versions.version("a") != a and versions.version("b") != b
+    assert versions.version("z") != never  # even a key never bumped reads as changed
+    assert versions.version("c") == (1, 1)
+    with pytest.raises(ValueError, match="max_keys must be >= 1, got 0"):
+        RowVersions(sessions, Part, key=lambda row: row.group, max_keys=0)
