@@ -12,12 +12,16 @@ from ._cluster import (
     TokenConfig,
 )
 from ._experiment import (
+    REMOVED_SEARCHERS,
     AdaptiveASHASearcher,
+    AsyncHalvingSearcher,
+    AzureStorage,
     CheckpointStorageConfig,
     ConfigError,
     DirectoryStorage,
     EnvironmentConfig,
     ExperimentConfig,
+    GCSStorage,
     GridSearcher,
     RandomSearcher,
     ResourcesConfig,
@@ -26,7 +30,9 @@ from ._experiment import (
     SharedFSStorage,
     SingleSearcher,
     parse_experiment_config,
+    searcher_length,
 )
+from ._fields import FIELD_RULES, FieldRule, config_refusals, config_warnings
 from ._hparams import (
     CategoricalHP,
     ConstHP,
@@ -40,9 +46,30 @@ from ._hparams import (
     parse_hyperparameters,
 )
 from ._length import Length, Unit, records_to_batches
+from ._provider import (
+    AgentResourceManagerConfig,
+    AWSProviderConfig,
+    GCPProviderConfig,
+    LocalProviderConfig,
+    SlurmResourceManagerConfig,
+    parse_duration,
+)
 
 __all__ = [
+    "FIELD_RULES",
+    "REMOVED_SEARCHERS",
+    "AWSProviderConfig",
+    "AgentResourceManagerConfig",
+    "GCPProviderConfig",
+    "LocalProviderConfig",
+    "SlurmResourceManagerConfig",
+    "parse_duration",
     "AdaptiveASHASearcher",
+    "AsyncHalvingSearcher",
+    "FieldRule",
+    "config_refusals",
+    "config_warnings",
+    "searcher_length",
     "AgentConfig",
     "CategoricalHP",
     "CheckpointStorageConfig",
@@ -63,6 +90,8 @@ __all__ = [
     "ResourcePoolConfig",
     "ResourcesConfig",
     "S3Storage",
+    "GCSStorage",
+    "AzureStorage",
     "SearcherConfig",
     "SecurityConfig",
     "SharedFSStorage",

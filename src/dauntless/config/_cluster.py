@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ._experiment import CheckpointStorageConfig
+from ._provider import AgentResourceManagerConfig, ProviderConfig, ResourceManagerConfig
 
 
 class _Strict(BaseModel):
@@ -14,12 +15,18 @@ class _Strict(BaseModel):
 
 
 class ResourcePoolConfig(_Strict):
-    """One resource pool of the master config."""
+    """One resource pool of the master config.
+
+    Attributes:
+        provider: starts and stops this pool's agents on demand (``local``, ``aws``,
+            ``gcp``; :mod:`dauntless.config._provider`); None for agents started by hand.
+    """
 
     pool_name: str = Field(min_length=1)
     description: str = ""
     scheduler: dict[str, Any] = Field(default_factory=dict)
     max_cpu_containers_per_agent: int = Field(default=100, ge=0)
+    provider: ProviderConfig | None = None
 
 
 DEFAULT_TOKEN_LIFESPAN_SECONDS = 7 * 24 * 3600.0
@@ -101,6 +108,8 @@ class MasterConfig(_Strict):
         agent_timeout: seconds without a heartbeat after which an agent is lost.
         scheduler_interval: seconds between scheduling passes of the background loop.
         resource_pools: declared pools; ``default`` always exists.
+        resource_manager: where tasks run: ``agent`` (Dauntless agents, the default) or
+            ``slurm`` (Slurm jobs; its partitions are the pools).
         security: users, login tokens and the agents' cluster secret.
     """
 
@@ -114,9 +123,22 @@ class MasterConfig(_Strict):
     resource_pools: list[ResourcePoolConfig] = Field(
         default_factory=lambda: [ResourcePoolConfig(pool_name="default")]
     )
+    resource_manager: ResourceManagerConfig = Field(default_factory=AgentResourceManagerConfig)
     cluster_name: str = "dauntless"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     security: SecurityConfig = Field(default_factory=SecurityConfig)
+
+    @model_validator(mode="after")
+    def _providers_need_agents(self) -> MasterConfig:
+        if self.resource_manager.type != "agent":
+            for pool in self.resource_pools:
+                if pool.provider is not None:
+                    raise ValueError(
+                        f"resource_pools[{pool.pool_name}].provider: provisioning starts "
+                        "agents, so it needs resource_manager type agent, not "
+                        f"{self.resource_manager.type}"
+                    )
+        return self
 
 
 class AgentConfig(_Strict):
@@ -137,6 +159,11 @@ class AgentConfig(_Strict):
         master_cert_file: a PEM CA bundle that signed an HTTPS master's certificate
             (self-signed or private CA), or ``noverify``; the system's trust store when
             None. Handed on to the agent's tasks as ``DET_MASTER_CERT_FILE``.
+        runtime: how tasks run (:mod:`dauntless.agent.runtimes`): ``process``, ``docker``,
+            ``podman``, or ``auto`` (docker or podman when its engine answers, else
+            process). Tasks without ``environment.image`` run as processes either way.
+        warm_start: fork single-rank trials from a warm worker that has already imported
+            torch and Dauntless (docs/warm-start.md); False starts every task cold.
     """
 
     master_url: str = "http://127.0.0.1:8080"
@@ -150,3 +177,5 @@ class AgentConfig(_Strict):
     advertise_addr: str | None = None
     cluster_secret: SecretStr | None = None
     master_cert_file: str | None = None
+    runtime: Literal["auto", "process", "docker", "podman"] = "auto"
+    warm_start: bool = True

@@ -49,19 +49,28 @@ class _SearcherBase(_Strict):
     source_trial_id: int | None = None
     source_checkpoint_uuid: str | None = None
 
+    @field_validator("max_length", mode="before", check_fields=False)
+    @classmethod
+    def _unitless_length(cls, v: Any) -> Any:
+        # Determined accepts a bare int (``max_length: 100``, the Core API tutorials):
+        # a unitless length the script interprets; operations carry the same number.
+        if isinstance(v, int) and not isinstance(v, bool):
+            return {"batches": v}
+        return v
+
 
 class SingleSearcher(_SearcherBase):
-    """One trial, trained for ``max_length``."""
+    """One trial; ``max_length`` (deprecated in 0.38) or the trial's code sets its length."""
 
     name: Literal["single"]
-    max_length: Length
+    max_length: Length | None = None
 
 
 class RandomSearcher(_SearcherBase):
     """``max_trials`` trials with hyperparameters sampled at random."""
 
     name: Literal["random"]
-    max_length: Length
+    max_length: Length | None = None
     max_trials: int = Field(ge=1)
     max_concurrent_trials: int = Field(default=16, ge=0)
 
@@ -70,12 +79,18 @@ class GridSearcher(_SearcherBase):
     """The cartesian product of every hyperparameter's grid axis."""
 
     name: Literal["grid"]
-    max_length: Length
+    max_length: Length | None = None
     max_concurrent_trials: int = Field(default=16, ge=0)
 
 
 class AdaptiveASHASearcher(_SearcherBase):
-    """Asynchronous successive halving (Li et al., MLSys 2020) over several brackets."""
+    """Asynchronous successive halving (Li et al., MLSys 2020) over several brackets.
+
+    Two modes: with ``max_time`` + ``time_metric`` (Determined 0.38) the trials train as
+    long as their own code says and the searcher stops them from their reported validation
+    metrics; with only the deprecated ``max_length`` (≤0.37) the searcher tells each trial
+    how far to train.
+    """
 
     name: Literal["adaptive_asha"]
     max_trials: int = Field(ge=1)
@@ -98,10 +113,67 @@ class AdaptiveASHASearcher(_SearcherBase):
         return self
 
 
+class AsyncHalvingSearcher(_SearcherBase):
+    """Asynchronous successive halving in one bracket of ``num_rungs`` rungs.
+
+    Same two modes as :class:`AdaptiveASHASearcher` (``max_time`` + ``time_metric``, or the
+    deprecated ``max_length``).
+    """
+
+    name: Literal["async_halving"]
+    num_rungs: int = Field(ge=1)
+    max_trials: int = Field(ge=1)
+    max_length: Length | None = None
+    max_time: int | None = Field(default=None, ge=1)
+    time_metric: str | None = None
+    divisor: float = Field(default=4.0, gt=1)
+    max_concurrent_trials: int = Field(default=16, ge=0)
+    stop_once: bool = False
+
+    @model_validator(mode="after")
+    def _length_or_time(self) -> AsyncHalvingSearcher:
+        if self.max_length is None and self.max_time is None:
+            raise ValueError("async_halving needs max_time with time_metric (or max_length)")
+        if (self.max_time is None) != (self.time_metric is None):
+            raise ValueError("max_time and time_metric must be given together")
+        return self
+
+
 SearcherConfig = Annotated[
-    Union[SingleSearcher, RandomSearcher, GridSearcher, AdaptiveASHASearcher],
+    Union[SingleSearcher, RandomSearcher, GridSearcher, AdaptiveASHASearcher, AsyncHalvingSearcher],
     Field(discriminator="name"),
 ]
+
+REMOVED_SEARCHERS = {
+    "custom": "custom searchers were removed in Determined 0.38",
+    "adaptive": "the 'adaptive' searcher was removed in Determined 0.38; use adaptive_asha",
+    "adaptive_simple": "'adaptive_simple' was removed in Determined 0.38; use adaptive_asha",
+    "sync_halving": "'sync_halving' was removed in Determined 0.38; use adaptive_asha",
+}
+"""Searcher names Determined 0.38 rejects, with the reason given at create."""
+
+
+def searcher_length(config: ExperimentConfig) -> Length | None:
+    """The training length the searcher hands out as operations (≤0.37 mode), or None.
+
+    None means the 0.38 model: the trial's own code decides how long it trains (Trainer
+    ``fit(max_length=...)`` or the script's loop) and reports validation metrics, from
+    which ASHA decides to stop it. single/random/grid hand out ``max_length`` when it is
+    given. ASHA hands out its deprecated ``max_length`` when it has no ``max_time``; with
+    ``max_time`` and ``time_metric: batches`` it still hands out rung lengths in batches
+    to a ``module:Class`` entrypoint (or a config without entrypoint, as the pure searcher
+    tests and previews use): that legacy harness trains exactly to each rung, so the
+    length-driven mode gives the same decisions without overshooting a rung.
+    """
+    searcher = config.searcher
+    max_time = getattr(searcher, "max_time", None)
+    if max_time is not None:
+        if getattr(searcher, "time_metric", None) == "batches" and (
+            config.entrypoint is None or config.is_trial_class()
+        ):
+            return Length(batches=max_time)
+        return None
+    return getattr(searcher, "max_length", None)
 
 
 # ---------------------------------------------------------------------------- storage
@@ -139,8 +211,20 @@ class DirectoryStorage(_StorageBase):
     container_path: str = Field(min_length=1)
 
 
+def _check_prefix(v: str | None) -> str | None:
+    if v is not None and ".." in v.split("/"):
+        raise ValueError("prefix must not contain '..'")
+    return v
+
+
 class S3Storage(_StorageBase):
-    """Checkpoints in an S3 bucket (implemented by a later issue)."""
+    """Checkpoints in an S3 bucket: ``s3://<bucket>/<prefix>/<uuid>/``.
+
+    ``access_key``/``secret_key`` default to the standard AWS credential chain (the
+    ``AWS_*`` environment variables, ``~/.aws``, instance roles); ``endpoint_url`` names
+    an S3-compatible server (MinIO, SeaweedFS, Ceph) instead of AWS. Needs the ``s3``
+    extra: ``pip install 'dauntless[s3]'``.
+    """
 
     type: Literal["s3"]
     bucket: str = Field(min_length=1)
@@ -152,17 +236,133 @@ class S3Storage(_StorageBase):
     @field_validator("prefix")
     @classmethod
     def _no_dotdot(cls, v: str | None) -> str | None:
-        if v is not None and ".." in v.split("/"):
-            raise ValueError("prefix must not contain '..'")
-        return v
+        return _check_prefix(v)
+
+    @model_validator(mode="after")
+    def _both_keys(self) -> S3Storage:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ValueError("access_key and secret_key must be given together")
+        return self
+
+
+class GCSStorage(_StorageBase):
+    """Checkpoints in a Google Cloud Storage bucket: ``gs://<bucket>/<prefix>/<uuid>/``.
+
+    Credentials come from Google's default chain (``GOOGLE_APPLICATION_CREDENTIALS``, a
+    service-account key file, or the machine's metadata server);
+    ``STORAGE_EMULATOR_HOST`` points the client at an emulator. Needs the ``gcs``
+    extra: ``pip install 'dauntless[gcs]'``.
+    """
+
+    type: Literal["gcs"]
+    bucket: str = Field(min_length=1)
+    prefix: str | None = None
+
+    @field_validator("prefix")
+    @classmethod
+    def _no_dotdot(cls, v: str | None) -> str | None:
+        return _check_prefix(v)
+
+
+class AzureStorage(_StorageBase):
+    """Checkpoints in an Azure Blob Storage container: ``<container>/<uuid>/``.
+
+    Give exactly one of ``connection_string`` or ``account_url``; with ``account_url``,
+    ``credential`` is an account key or SAS token (omitted: no credential, for a
+    public or SAS-in-URL container). Needs the ``azure`` extra:
+    ``pip install 'dauntless[azure]'``.
+    """
+
+    type: Literal["azure"]
+    container: str = Field(min_length=1)
+    connection_string: str | None = None
+    account_url: str | None = None
+    credential: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> AzureStorage:
+        if (self.connection_string is None) == (self.account_url is None):
+            raise ValueError("give exactly one of connection_string or account_url")
+        if self.connection_string is not None and self.credential is not None:
+            raise ValueError("credential cannot be given with connection_string")
+        return self
 
 
 CheckpointStorageConfig = Annotated[
-    Union[SharedFSStorage, DirectoryStorage, S3Storage], Field(discriminator="type")
+    Union[SharedFSStorage, DirectoryStorage, S3Storage, GCSStorage, AzureStorage],
+    Field(discriminator="type"),
 ]
 
 
 # ---------------------------------------------------------------------------- the rest
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtKMGT]?)(i?)([bB]?)\s*$")
+
+
+def parse_size(value: int | str) -> int:
+    """A size in bytes from an int or a string such as ``"4G"``, ``"512Mi"``, ``"64m"``.
+
+    Units are binary (k = 1024), as Docker's ``--shm-size`` reads them; ``i`` and a
+    trailing ``b``/``B`` are accepted and change nothing. Written here rather than taken
+    from a library because it is one regular expression and must agree with Docker's
+    reading exactly.
+
+    Raises:
+        ValueError: a negative number, a bool, or a string in another form.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected bytes as an int or a string like '4G', got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"expected a size >= 0 bytes, got {value}")
+        return value
+    m = _SIZE_RE.match(str(value))
+    if m is None:
+        raise ValueError(
+            f"expected bytes as an int or a string like '4G', '512M', '1Gi'; got {value!r}"
+        )
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * 1024**power)
+
+
+class DeviceConfig(_Strict):
+    """One ``resources.devices`` entry: a host device made available in a container."""
+
+    host_path: str
+    container_path: str
+    mode: str = "mrw"
+
+    @field_validator("host_path", "container_path")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"expected an absolute path, got {v!r}")
+        return v
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, v: str) -> str:
+        if not v or set(v) - set("rwm"):
+            raise ValueError(f"expected a combination of r, w and m, got {v!r}")
+        return v
+
+    @classmethod
+    def from_string(cls, text: str) -> DeviceConfig:
+        """Parse ``"/host[:/container[:mode]]"`` (Docker's ``--device`` form).
+
+        Raises:
+            ValueError: not in that form.
+        """
+        parts = text.split(":")
+        if not 1 <= len(parts) <= 3 or not parts[0]:
+            raise ValueError(f"expected '/host/path[:/container/path[:mode]]', got {text!r}")
+        container = parts[1] if len(parts) > 1 and parts[1] else parts[0]
+        mode = parts[2] if len(parts) > 2 else "mrw"
+        try:
+            return cls(host_path=parts[0], container_path=container, mode=mode)
+        except ValidationError as exc:
+            raise ValueError(f"device {text!r}: {exc.errors()[0]['msg']}") from None
 
 
 class ResourcesConfig(_Strict):
@@ -174,17 +374,45 @@ class ResourcesConfig(_Strict):
     weight: float = Field(default=1.0, gt=0)
     max_slots: int | None = Field(default=None, ge=0)
     shm_size: int | str | None = None
-    devices: list[Any] = Field(default_factory=list)
+    devices: list[str | DeviceConfig] = Field(default_factory=list)
     is_single_node: bool | None = None
     agent_label: str | None = None
     native_parallel: bool = False
+    slots: int | None = None  # legacy; refused at create (see _fields.FIELD_RULES)
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm_size(cls, v: int | str | None) -> int | str | None:
+        if v is not None:
+            parse_size(v)  # ValueError names what is expected
+        return v
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[str | DeviceConfig]) -> list[str | DeviceConfig]:
+        for item in v:
+            if isinstance(item, str):
+                DeviceConfig.from_string(item)
+        return v
+
+    def shm_size_bytes(self) -> int | None:
+        """``shm_size`` in bytes, or None when not set."""
+        return None if self.shm_size is None else parse_size(self.shm_size)
+
+    def device_list(self) -> list[DeviceConfig]:
+        """``devices`` with the ``"/host:/container[:mode]"`` strings parsed."""
+        return [DeviceConfig.from_string(d) if isinstance(d, str) else d for d in self.devices]
 
 
 class EnvironmentConfig(_Strict):
     """``environment``: what a task's process sees.
 
-    ``image`` and the container fields are accepted so that Determined configs parse; the
-    plain-process runtime ignores them.
+    ``image`` and the container fields are acted on by the docker and podman runtimes
+    (:mod:`dauntless.agent.runtimes`); the master places a task that names an image
+    only on an agent that has one. ``python_requirements`` (ours, not Determined's): a
+    list of pip requirements, or the path of a requirements file in the context
+    directory, installed into a cached virtual environment layered over the agent's
+    own Python (process runtime) or with pip at the start of the container.
     """
 
     environment_variables: list[str] | dict[str, list[str]] = Field(default_factory=list)
@@ -196,6 +424,43 @@ class EnvironmentConfig(_Strict):
     add_capabilities: list[str] = Field(default_factory=list)
     drop_capabilities: list[str] = Field(default_factory=list)
     pod_spec: dict[str, Any] | None = None
+    python_requirements: list[str] | str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("expected an image name, got an empty string")
+        if isinstance(v, dict):
+            unknown = sorted(set(v) - {"cpu", "cuda", "gpu", "rocm"})
+            if unknown:
+                raise ValueError(f"unknown device types {unknown}; expected cpu, cuda or rocm")
+        return v
+
+    @field_validator("python_requirements")
+    @classmethod
+    def _requirements(cls, v: list[str] | str | None) -> list[str] | str | None:
+        if isinstance(v, str):
+            if not v.strip() or v.startswith("/") or ".." in v.split("/"):
+                raise ValueError(
+                    "expected a list of requirements, or the relative path of a "
+                    f"requirements file in the context directory; got {v!r}"
+                )
+        elif isinstance(v, list):
+            for item in v:
+                if not item.strip() or "\n" in item:
+                    raise ValueError(f"expected one pip requirement per item, got {item!r}")
+        return v
+
+    def image_for(self, device: str = "cpu") -> str | None:
+        """The image for a slot type (``cpu``, ``cuda``, ``rocm``); ``gpu`` is an old
+        name for ``cuda``. None when no image is set, or the map has none for it."""
+        v = self.image
+        if v is None or isinstance(v, str):
+            return v
+        if device == "cuda":
+            return v.get("cuda") or v.get("gpu")
+        return v.get(device)
 
     @field_validator("environment_variables")
     @classmethod
@@ -208,17 +473,42 @@ class EnvironmentConfig(_Strict):
         return v
 
     def variables_for(self, device: str = "cpu") -> dict[str, str]:
-        """The variables as a dict, for a slot type (``cpu``, ``cuda``, ``rocm``)."""
+        """The variables as a dict, for a slot type (``cpu``, ``cuda``, ``rocm``); a
+        per-device map's ``gpu`` list is an old name for ``cuda``."""
         v = self.environment_variables
-        items = v.get(device, []) if isinstance(v, dict) else v
+        if isinstance(v, dict):
+            items = v.get(device) or (v.get("gpu", []) if device == "cuda" else [])
+        else:
+            items = v
         return dict(item.split("=", 1) for item in items)
 
 
+PROPAGATIONS = ("rprivate", "private", "rshared", "shared", "rslave", "slave")
+
+
 class BindMount(_Strict):
+    """One ``bind_mounts`` entry: ``host_path`` seen by the task at ``container_path``."""
+
     host_path: str
     container_path: str
     read_only: bool = False
-    propagation: str = "rprivate"
+    propagation: Literal["rprivate", "private", "rshared", "shared", "rslave", "slave"] = "rprivate"
+
+    @field_validator("host_path")
+    @classmethod
+    def _host_absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"expected an absolute path, got {v!r}")
+        return v
+
+    @field_validator("container_path")
+    @classmethod
+    def _container(cls, v: str) -> str:
+        if v in (".", "") or not v.startswith("/") or ".." in v.split("/"):
+            raise ValueError(f"expected an absolute path without '..' (not '.'), got {v!r}")
+        if v.rstrip("/") in ("", "/proc", "/sys", "/dev"):
+            raise ValueError(f"{v!r} cannot be a mount point of a task")
+        return v
 
 
 class ReproducibilityConfig(_Strict):
@@ -227,10 +517,50 @@ class ReproducibilityConfig(_Strict):
     experiment_seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
 
 
+LOG_POLICY_ACTIONS = ("cancel_retries", "exclude_node")
+
+
 class LogPolicy(_Strict):
+    """One entry of ``log_policies`` (Determined 0.38, reference §1.5).
+
+    ``pattern`` is a Python regular expression searched in every line the trial's
+    processes print; when one matches, the policy's ``name`` labels the trial and its
+    ``action`` applies: ``cancel_retries`` (a failure of the trial is not restarted) or
+    ``exclude_node`` (its restarts avoid the agent that printed the line). The legacy form
+    ``action: {type: cancel_retries}`` is accepted. A policy with a built-in's name and no
+    pattern turns that built-in off.
+    """
+
     name: str | None = None
     pattern: str | None = None
-    action: Any = None
+    action: Literal["cancel_retries", "exclude_node"] | None = None
+
+    @field_validator("action", mode="before")
+    @classmethod
+    def _legacy_action(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            if set(v) != {"type"}:
+                raise ValueError(
+                    f"a legacy action is {{type: cancel_retries|exclude_node}}, got {v!r}"
+                )
+            return v["type"]
+        return v
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _named_or_patterned(self) -> LogPolicy:
+        if self.name is None and self.pattern is None:
+            raise ValueError("a log policy needs a name or a pattern")
+        return self
 
 
 class ExperimentConfig(_Strict):
@@ -267,6 +597,15 @@ class ExperimentConfig(_Strict):
     workspace: str = ""
     project: str = ""
     retention_policy: dict[str, Any] | None = None
+    # Accepted for Determined compatibility; see _fields.FIELD_RULES for what each does
+    # (warned about at create: Determined ignores them, or they apply to other clusters).
+    tensorboard_storage: dict[str, Any] | None = None
+    security: dict[str, Any] | None = None
+    data_layer: dict[str, Any] | None = None
+    internal: dict[str, Any] | None = None
+    integrations: dict[str, Any] | None = None
+    pbs: dict[str, Any] | None = None
+    slurm: dict[str, Any] | None = None
 
     @field_validator("hyperparameters", mode="before")
     @classmethod
@@ -314,15 +653,13 @@ class ExperimentConfig(_Strict):
             if length.unit.value == "epochs" and self.records_per_epoch <= 0:
                 raise ValueError(f"{field} in epochs needs records_per_epoch > 0")
         if isinstance(self.searcher, (SingleSearcher, RandomSearcher, GridSearcher)):
-            if self.searcher.max_length.value <= 0:
+            if max_length is not None and max_length.value <= 0:
                 raise ValueError("searcher.max_length must be greater than 0")
         return self
 
     def is_trial_class(self) -> bool:
         """True when the entrypoint names a trial class (``module:Class``)."""
-        return isinstance(self.entrypoint, str) and bool(
-            ENTRYPOINT_CLASS_RE.match(self.entrypoint)
-        )
+        return isinstance(self.entrypoint, str) and bool(ENTRYPOINT_CLASS_RE.match(self.entrypoint))
 
     def to_json(self) -> dict[str, Any]:
         """The config as JSON-ready data, defaults included."""
@@ -356,22 +693,39 @@ def _format_validation_error(exc: ValidationError) -> list[tuple[str, str]]:
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         # Drop the union tag pydantic inserts ("searcher.single.max_length").
-        if loc[:1] == ["searcher"] and len(loc) > 1 and loc[1] in (
-            "single",
-            "random",
-            "grid",
-            "adaptive_asha",
+        if (
+            loc[:1] == ["searcher"]
+            and len(loc) > 1
+            and loc[1]
+            in (
+                "single",
+                "random",
+                "grid",
+                "adaptive_asha",
+                "async_halving",
+            )
         ):
             loc.pop(1)
-        if loc[:1] == ["checkpoint_storage"] and len(loc) > 1 and loc[1] in (
-            "shared_fs",
-            "directory",
-            "s3",
+        if (
+            loc[:1] == ["checkpoint_storage"]
+            and len(loc) > 1
+            and loc[1]
+            in (
+                "shared_fs",
+                "directory",
+                "s3",
+                "gcs",
+                "azure",
+            )
         ):
             loc.pop(1)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field (not part of the experiment config schema)"
+        elif err["type"] == "union_tag_invalid" and err.get("ctx", {}).get("tag") in (
+            REMOVED_SEARCHERS
+        ):
+            msg = REMOVED_SEARCHERS[err["ctx"]["tag"]]
         elif err["type"] == "union_tag_invalid":
             ctx = err.get("ctx", {})
             msg = (

@@ -16,7 +16,7 @@ Sampling lives in :mod:`dauntless.searcher`; this module only parses and validat
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -128,9 +128,7 @@ def parse_hyperparameter(raw: Any, path: str) -> Hyperparameter:
     if not isinstance(raw, dict):
         return ConstHP(val=raw)
     if "type" not in raw:
-        return {
-            str(k): parse_hyperparameter(v, f"{path}.{k}") for k, v in sorted(raw.items())
-        }
+        return {str(k): parse_hyperparameter(v, f"{path}.{k}") for k, v in sorted(raw.items())}
     kind = raw["type"]
     cls = _BY_TYPE.get(kind) if isinstance(kind, str) else None
     if cls is None:
@@ -141,7 +139,7 @@ def parse_hyperparameter(raw: Any, path: str) -> Hyperparameter:
             "hyperparameters",
         )
     try:
-        return cls.model_validate(raw)
+        return cast(Hyperparameter, cls.model_validate(raw))
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
@@ -165,9 +163,7 @@ def dump_hyperparameters(hps: dict[str, Hyperparameter]) -> dict[str, Any]:
     """The JSON form of parsed hyperparameters (every leaf with an explicit ``type``)."""
     out: dict[str, Any] = {}
     for k, v in hps.items():
-        out[k] = dump_hyperparameters(v) if isinstance(v, dict) else v.model_dump(
-            exclude_none=True
-        )
+        out[k] = dump_hyperparameters(v) if isinstance(v, dict) else v.model_dump(exclude_none=True)
     return out
 
 

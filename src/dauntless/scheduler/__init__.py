@@ -17,6 +17,7 @@ from ._model import (
     Request,
     SchedulerType,
 )
+from ._provision import InstanceInfo, ProvisionDecision, ProvisionerSpec, provision
 from ._schedule import schedule
 
 __all__ = [
@@ -25,10 +26,14 @@ __all__ = [
     "Assignment",
     "Decision",
     "FittingPolicy",
+    "InstanceInfo",
     "PoolSpec",
+    "ProvisionDecision",
+    "ProvisionerSpec",
     "Request",
     "SchedulerType",
     "fair_shares",
     "pool_spec_from_config",
+    "provision",
     "schedule",
 ]

@@ -21,8 +21,9 @@ from ._preempt import GroupedVictims, choose_victims
 from ._state import PassState, Running
 
 
-def fair_shares(capacity: int, demand: Mapping[str, int],
-                weight: Mapping[str, float]) -> dict[str, int]:
+def fair_shares(
+    capacity: int, demand: Mapping[str, int], weight: Mapping[str, float]
+) -> dict[str, int]:
     """Integer weighted max-min fair shares of ``capacity`` slots.
 
     Exact progressive filling over rationals, then rounding: each group gets the floor
@@ -96,7 +97,9 @@ def run_fair_share(
     groups = sorted(set(queues) | set(state.group_slots))
     demand = {}
     for group in groups:
-        wanted = state.group_slots.get(group, 0) + sum(r.slots_needed for r in queues.get(group, ()))
+        wanted = state.group_slots.get(group, 0) + sum(
+            r.slots_needed for r in queues.get(group, ())
+        )
         cap = caps.get(group)
         demand[group] = wanted if cap is None else min(wanted, cap)
     capacity = state.index.total + sum(state.group_slots.values())
@@ -116,8 +119,8 @@ def run_fair_share(
         if used + need > shares[group]:
             over.setdefault(group, []).append(request)
             if used >= shares[group]:  # the group's share is used up: the rest is over it
-                over[group].extend(queue[position + 1:])
-                queue[position + 1:] = []
+                over[group].extend(queue[position + 1 :])
+                queue[position + 1 :] = []
             continue
         placement = index.place(need, state.single_cap, policy)
         if placement is not None:
@@ -148,8 +151,9 @@ def run_fair_share(
             state.assign(request, placement)
 
 
-def _neediest_first(state: PassState, queues: Mapping[str, list[Request]],
-                    weights: Mapping[str, float]) -> Iterator[tuple[str, list[Request], int]]:
+def _neediest_first(
+    state: PassState, queues: Mapping[str, list[Request]], weights: Mapping[str, float]
+) -> Iterator[tuple[str, list[Request], int]]:
     """Yield (group, its queue, position) one request at a time, always from the group
     with the fewest slots per weight (ties by group id); a queue may be cut short by
     the caller while iterating."""
@@ -168,15 +172,21 @@ def _neediest_first(state: PassState, queues: Mapping[str, list[Request]],
 def _can_preempt(state: PassState, shares: Mapping[str, int], released: Mapping[str, int]) -> bool:
     """Whether any over-share group still has a preemptible allocation not yet chosen."""
     return any(
-        not r.chosen and r.preemptible
+        not r.chosen
+        and r.preemptible
         and state.group_slots.get(r.group_id, 0) - released.get(r.group_id, 0)
         > shares.get(r.group_id, 0)
         for r in state.running
     )
 
 
-def _preempt_for(state: PassState, need: int, shares: Mapping[str, int],
-                 weights: Mapping[str, float], released: dict[str, int]) -> bool:
+def _preempt_for(
+    state: PassState,
+    need: int,
+    shares: Mapping[str, int],
+    weights: Mapping[str, float],
+    released: dict[str, int],
+) -> bool:
     """Preempt allocations of over-share groups to make room for ``need`` slots."""
 
     excess = {
@@ -194,17 +204,29 @@ def _preempt_for(state: PassState, need: int, shares: Mapping[str, int],
 
     if state.grouped_victims is None:
         state.grouped_victims = GroupedVictims(
-            (r for r in state.running
-             if r.preemptible and any(state.usable[agent] for agent in r.per_agent)),
+            (
+                r
+                for r in state.running
+                if r.preemptible and any(state.usable[agent] for agent in r.per_agent)
+            ),
             within=lambda victim: (victim.slot_count, victim.id),
         )
     tier_of = {group: -excess[group] / weights[group] for group in over}
-    tiers = [list(members) for _, members in itertools.groupby(
-        sorted(over, key=lambda group: (tier_of[group], group)), key=tier_of.__getitem__)]
+    tiers = [
+        list(members)
+        for _, members in itertools.groupby(
+            sorted(over, key=lambda group: (tier_of[group], group)), key=tier_of.__getitem__
+        )
+    ]
     # Which groups are over share changes only when a preemption is decided.
-    victims = choose_victims(state, need, allowed, preference,
-                             ranked=state.grouped_victims.ranking(tiers),
-                             allowed_key=("fair_share", len(state.preemptions)))
+    victims = choose_victims(
+        state,
+        need,
+        allowed,
+        preference,
+        ranked=state.grouped_victims.ranking(tiers),
+        allowed_key=("fair_share", len(state.preemptions)),
+    )
     if victims is None:
         return False
     for victim in victims:

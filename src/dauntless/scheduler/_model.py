@@ -94,8 +94,9 @@ class PoolSpec:
                 f"PoolSpec.fitting_policy must be one of {_FITTING_POLICIES}, "
                 f"got {self.fitting_policy!r}"
             )
-        _check_int(self.max_zero_slot_tasks_per_agent, "PoolSpec.max_zero_slot_tasks_per_agent",
-                   minimum=0)
+        _check_int(
+            self.max_zero_slot_tasks_per_agent, "PoolSpec.max_zero_slot_tasks_per_agent", minimum=0
+        )
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,9 @@ def choose_victims(
         The victims, or None (nothing changed) when no allowed set makes room.
     """
     if need <= state.single_cap:
-        found = (_one_victim(state, need, allowed, preference, ranked)
-                 if ranked is not None else None)
+        found = (
+            _one_victim(state, need, allowed, preference, ranked) if ranked is not None else None
+        )
         if found is None:
             found = _single_agent(state, need, allowed, preference, allowed_key)
     else:
@@ -121,8 +122,13 @@ def _room_alone(state: PassState, victim: Running, need: int) -> int | None:
     return None if best is None else best[1]
 
 
-def _first_alone(state: PassState, victims: list[Running], skip: dict[int, int], need: int,
-                 allowed: Allowed | None = None) -> tuple[Running, int] | None:
+def _first_alone(
+    state: PassState,
+    victims: list[Running],
+    skip: dict[int, int],
+    need: int,
+    allowed: Allowed | None = None,
+) -> tuple[Running, int] | None:
     """The first victim of ``victims`` at or after ``skip[need]`` that alone makes room
     for ``need`` slots, and the agent; stops (None) at the first unchosen victim that
     ``allowed`` refuses. Moves ``skip[need]`` past the victims that are chosen or of no
@@ -179,8 +185,9 @@ class GroupRanking:
     def __init__(self, grouped: GroupedVictims, tiers: list[list[str]]) -> None:
         self.grouped, self.tiers = grouped, tiers
 
-    def one_victim(self, state: PassState, need: int,
-                   preference: Preference) -> tuple[Running, int] | None:
+    def one_victim(
+        self, state: PassState, need: int, preference: Preference
+    ) -> tuple[Running, int] | None:
         """The first victim in this order that alone makes room for ``need`` slots, and
         the agent where it does; None if none does.
 
@@ -191,7 +198,9 @@ class GroupRanking:
         by_group, skip = self.grouped.by_group, self.grouped.skip
         for tier in self.tiers:
             found = [
-                hit for group in tier if group in by_group
+                hit
+                for group in tier
+                if group in by_group
                 for hit in [_first_alone(state, by_group[group], skip[group], need)]
                 if hit is not None
             ]
@@ -201,7 +210,10 @@ class GroupRanking:
 
 
 def _one_victim(
-    state: PassState, need: int, allowed: Allowed, preference: Preference,
+    state: PassState,
+    need: int,
+    allowed: Allowed,
+    preference: Preference,
     ranked: RankedVictims | GroupRanking,
 ) -> tuple[list[Running], list[tuple[int, int]]] | None:
     """The best single-victim answer: the first allowed victim, in preference order,
@@ -217,7 +229,10 @@ def _one_victim(
 
 
 def _single_agent(
-    state: PassState, need: int, allowed: Allowed, preference: Preference,
+    state: PassState,
+    need: int,
+    allowed: Allowed,
+    preference: Preference,
     allowed_key: Hashable | None,
 ) -> tuple[list[Running], list[tuple[int, int]]] | None:
     best: tuple | None = None
@@ -260,7 +275,10 @@ def _single_agent(
 
 
 def _live_on(
-    state: PassState, agent: int, allowed: Allowed, preference: Preference,
+    state: PassState,
+    agent: int,
+    allowed: Allowed,
+    preference: Preference,
     allowed_key: Hashable | None,
 ) -> tuple[list[Running], int, list[int]]:
     """Allowed, unchosen candidates on ``agent`` in preference order, the slots they
@@ -344,8 +362,14 @@ class _AgentOptions:
         self.total = 0
         self.seen = 0  # entries of the change log already applied
 
-    def update(self, state: PassState, agent: int, allowed: Allowed,
-               preference: Preference, allowed_key: Hashable | None) -> None:
+    def update(
+        self,
+        state: PassState,
+        agent: int,
+        allowed: Allowed,
+        preference: Preference,
+        allowed_key: Hashable | None,
+    ) -> None:
         """Recompute ``agent``'s bucket."""
         old = self.key_of.pop(agent, None)
         if old is not None:
@@ -370,7 +394,8 @@ class _AgentOptions:
     def first_of(self, key: tuple[int, int], count: int) -> list[int]:
         """The ``count`` agents of bucket ``key`` with the least valuable victims (most
         valuable first compared, then agent number)."""
-        heap, got = self.heaps[key], []
+        heap = self.heaps[key]
+        got: list[tuple[list, int, int]] = []
         while len(got) < count:
             entry = heapq.heappop(heap)
             agent = entry[1]
@@ -382,7 +407,10 @@ class _AgentOptions:
 
 
 def _multi_agent(
-    state: PassState, need: int, allowed: Allowed, preference: Preference,
+    state: PassState,
+    need: int,
+    allowed: Allowed,
+    preference: Preference,
     allowed_key: Hashable | None,
 ) -> tuple[list[Running], list[tuple[int, int]]] | None:
     log = state.index.changed
@@ -394,7 +422,7 @@ def _multi_agent(
         if allowed_key is not None:
             state.multi_options[allowed_key] = options
     else:
-        for agent in set(log[options.seen:]):
+        for agent in set(log[options.seen :]):
             options.update(state, agent, allowed, preference, allowed_key)
     options.seen = len(log)
     if options.total < need:
@@ -415,8 +443,9 @@ def _multi_agent(
         chosen.extend(options.first_of(key, wanted))
         room += per_agent * wanted
         break
-    picked = [(agent, _live_on(state, agent, allowed, preference, allowed_key)[0])
-              for agent in chosen]
+    picked = [
+        (agent, _live_on(state, agent, allowed, preference, allowed_key)[0]) for agent in chosen
+    ]
     victims: dict[str, Running] = {c.id: c for _, live in picked for c in live}
     for victim in sorted(victims.values(), key=preference, reverse=True):
         freed_here = sum(victim.per_agent.get(agent, 0) for agent in chosen)

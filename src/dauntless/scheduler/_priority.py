@@ -9,7 +9,7 @@ will use are then reserved so back-fill cannot take them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._model import Request
 from ._preempt import RankedVictims, choose_victims
@@ -32,11 +32,16 @@ def run_priority(state: PassState, requests: Sequence[Request], caps: dict[str, 
     failed: dict[tuple[bool, int], int] = {}
     # Possible victims (preemptible, on an agent that takes work), worst priority
     # first.
-    ranked = RankedVictims(sorted(
-        (r for r in state.running
-         if r.preemptible and any(state.usable[agent] for agent in r.per_agent)),
-        key=_preference,
-    ))
+    ranked = RankedVictims(
+        sorted(
+            (
+                r
+                for r in state.running
+                if r.preemptible and any(state.usable[agent] for agent in r.per_agent)
+            ),
+            key=_preference,
+        )
+    )
     worst: int | None = None  # the worst priority among possible victims left
     for request in requests:
         if pool.preemption:
@@ -62,7 +67,7 @@ def run_priority(state: PassState, requests: Sequence[Request], caps: dict[str, 
         victims = choose_victims(
             state,
             need,
-            allowed=lambda r, p=priority: r.priority > p,
+            allowed=_outranked_by(priority),
             preference=_preference,
             ranked=ranked,
             allowed_key=priority,
@@ -75,8 +80,9 @@ def run_priority(state: PassState, requests: Sequence[Request], caps: dict[str, 
             state.group_slots[request.group_id] = state.group_slots.get(request.group_id, 0) + need
 
 
-def _known_failure(failed: dict[tuple[bool, int], int], single: bool, priority: int,
-                   need: int) -> bool:
+def _known_failure(
+    failed: dict[tuple[bool, int], int], single: bool, priority: int, need: int
+) -> bool:
     return any(
         is_single == single and failed_priority <= priority and size <= need
         for (is_single, failed_priority), size in failed.items()
@@ -86,3 +92,9 @@ def _known_failure(failed: dict[tuple[bool, int], int], single: bool, priority: 
 def _preference(victim: Running) -> tuple:
     """Worst priority first, then the larger, then by id."""
     return (-victim.priority, -victim.slot_count, victim.id)
+
+
+def _outranked_by(priority: int) -> Callable[[Running], bool]:
+    """The victim filter of a request of ``priority``: running allocations of a larger
+    priority number (a lower priority)."""
+    return lambda running: running.priority > priority

@@ -5,9 +5,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ._index import FreeIndex, Placement
 from ._model import AgentState, Allocation, Assignment, PoolSpec, Request
+
+if TYPE_CHECKING:
+    from ._preempt import GroupedVictims
 
 
 @dataclass(slots=True)
@@ -72,7 +76,7 @@ class PassState:
     candidate_slots: list[int]
     live_cache: list[tuple | None]
     multi_options: dict = field(default_factory=dict)
-    grouped_victims: object = None
+    grouped_victims: GroupedVictims | None = None
     assignments: list[Assignment] = field(default_factory=list)
     preemptions: list[str] = field(default_factory=list)
 
@@ -155,8 +159,17 @@ def build_state(
         count = sum(per_agent.values())
         group_slots[alloc.group_id] = group_slots.get(alloc.group_id, 0) + count
         priority = pool.default_priority if alloc.priority is None else alloc.priority
-        records.append(Running(alloc.id, alloc.group_id, priority, alloc.weight,
-                               alloc.preemptible, per_agent, count))
+        records.append(
+            Running(
+                alloc.id,
+                alloc.group_id,
+                priority,
+                alloc.weight,
+                alloc.preemptible,
+                per_agent,
+                count,
+            )
+        )
 
     free: list[list[str]] = []
     usable: list[int] = []

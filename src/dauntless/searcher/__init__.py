@@ -1,4 +1,5 @@
-"""Pure, deterministic hyperparameter searchers: single, random, grid, adaptive ASHA.
+"""Pure, deterministic hyperparameter searchers: single, random, grid, adaptive ASHA,
+async halving.
 
 A searcher takes events (``initial_operations``, ``on_trial_created``,
 ``on_validation_completed``, ``on_trial_exited_early``, ``on_trial_closed``) and returns
@@ -8,7 +9,7 @@ comes from the experiment seed, and its state is versioned JSON (``snapshot`` /
 synthetic objective in memory.
 """
 
-from ._asha import AdaptiveASHASearch
+from ._asha import AdaptiveASHASearch, AsyncHalvingSearch
 from ._asha_math import (
     BracketPlan,
     bracket_concurrency,
@@ -46,6 +47,7 @@ __all__ = [
     "preview_document",
     "SNAPSHOT_VERSION",
     "AdaptiveASHASearch",
+    "AsyncHalvingSearch",
     "BracketPlan",
     "Close",
     "Create",

@@ -21,23 +21,40 @@ exited on its own), a new one takes its place while the bracket's budget lasts. 
 that errors or is canceled counts as the worst result at its rung; one that exits with
 ``INVALID_HP`` has its results removed and does not count against the budget.
 
-Lengths: with ``max_time`` the rungs are in batches, which requires ``time_metric:
-batches``; any other time metric is a :class:`SearcherConfigError`. The searcher tells each
-trial how far to train (``ValidateAfter`` in batches) and never sees the trial's other
-metrics, so it cannot turn "train until metric X reaches T" into a number of batches.
-``max_length`` in records or epochs gives rungs in that unit, converted to batches per
-trial through its ``global_batch_size``.
+Two modes, chosen by the config:
+
+- ``max_time`` + ``time_metric`` (Determined 0.38, reference §2.4 step 7): the trials
+  train as long as their own code says; each validation they report (the whole metrics
+  dict) is checked with :meth:`on_validation_metrics`. ``time_metric`` is any numeric
+  validation metric (``batches``, ``epochs``, ``samples``, a user metric) and the rung
+  thresholds are in its unit. From the trial's current rung, while the reported time has
+  reached the rung's threshold, its value is inserted into the rung (before equal values)
+  and the trial moves up if it is among the first ``max(int(n / divisor), 1)``; otherwise,
+  or at the top rung, it is stopped (``Close``; the master stops it through the
+  preemption path) and a replacement is created while the bracket's budget lasts. A
+  trial that exits on its own before it is stopped gets no replacement (as in 0.38).
+- only ``max_length`` (≤0.37, deprecated): the searcher tells each trial how far to
+  train (``ValidateAfter``), with the promotion rule described above; ``max_length`` in
+  records or epochs gives rungs in that unit, converted to batches per trial through its
+  ``global_batch_size``.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dauntless.config import AdaptiveASHASearcher, Length
+from dauntless.config import AdaptiveASHASearcher, AsyncHalvingSearcher, Length, searcher_length
 
-from ._asha_math import BracketPlan, insert_result, plan_brackets, promotion_quota
+from ._asha_math import (
+    BracketPlan,
+    insert_result,
+    plan_brackets,
+    promotion_quota,
+    rung_lengths,
+)
 from ._base import Searcher, TrialRecord
 from ._errors import SearcherConfigError
 from ._ops import ExitedReason, Operation, ValidateAfter
@@ -57,8 +74,12 @@ class _Bracket:
         self.values = [[] for _ in range(self.plan.rungs)]
         self.ids = [[] for _ in range(self.plan.rungs)]
 
-    def insert(self, rung: int, value: float, request_id: str) -> int:
-        index = insert_result(self.values[rung], value)
+    def insert(self, rung: int, value: float, request_id: str, before_equal: bool = False) -> int:
+        if before_equal:
+            index = bisect.bisect_left(self.values[rung], value)
+            self.values[rung].insert(index, value)
+        else:
+            index = insert_result(self.values[rung], value)
         self.ids[rung].insert(index, request_id)
         return index
 
@@ -77,29 +98,37 @@ def _float_from_json(x: float | str) -> float:
     return float(x)
 
 
-def asha_length(config: AdaptiveASHASearcher) -> tuple[str, int]:
+def asha_length(config: AdaptiveASHASearcher | AsyncHalvingSearcher) -> tuple[str, int]:
     """The full training length of an ASHA search: ``(unit, value)``.
 
-    ``max_time`` (with ``time_metric: batches``) wins over the deprecated ``max_length``.
+    With ``max_time`` the unit is the ``time_metric`` (any metric name, 0.38 mode); else
+    the deprecated ``max_length``'s unit (``batches``, ``records`` or ``epochs``).
 
     Raises:
-        SearcherConfigError: for a time metric other than ``batches``, or a length < 1.
+        SearcherConfigError: for a length < 1 or an empty time metric.
     """
     if config.max_time is not None:
-        if config.time_metric != "batches":
+        if not config.time_metric:
             raise SearcherConfigError(
-                "searcher.time_metric",
-                f"time_metric {config.time_metric!r} is not supported; use 'batches'. The "
-                "searcher tells each trial how many batches to train before it validates "
-                "and cannot convert another metric to batches (or use searcher.max_length "
-                "in batches, records or epochs)",
+                "searcher.time_metric", "name the validation metric that measures training time"
             )
-        return "batches", config.max_time
+        return str(config.time_metric), config.max_time
     if config.max_length is None or config.max_length.value < 1:
         raise SearcherConfigError(
             "searcher.max_length", "adaptive_asha needs a training length of at least 1"
         )
     return config.max_length.unit.value, config.max_length.value
+
+
+def _real(metrics: dict[str, Any], name: str, field: str) -> float:
+    value = metrics.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(
+            f"the trial's validation metrics have no numeric {name!r} ({field}); got "
+            f"{value!r}. Report it in every validation (e.g. "
+            f"core.train.report_validation_metrics(steps, {{{name!r}: ...}}))"
+        )
+    return float(value)
 
 
 class AdaptiveASHASearch(Searcher):
@@ -114,22 +143,37 @@ class AdaptiveASHASearch(Searcher):
 
     def _setup(self) -> None:
         cfg = self._config.searcher
-        if not isinstance(cfg, AdaptiveASHASearcher):
+        if not isinstance(cfg, (AdaptiveASHASearcher, AsyncHalvingSearcher)):
             raise TypeError(f"{type(self).__name__} needs an adaptive_asha searcher config")
         unit, total = asha_length(cfg)
+        self._metric_mode = searcher_length(self._config) is None
+        self._time_metric = unit
+        plans = self._plans(cfg, total)
+        self._divisor = cfg.divisor
+        lengths_unit = "batches" if self._metric_mode else unit
+        self._brackets = [
+            _Bracket(plan, [Length(**{lengths_unit: n}) for n in plan.lengths]) for plan in plans
+        ]
+
+    def _plans(self, cfg: Any, total: int) -> list[BracketPlan]:
         try:
-            plans = plan_brackets(
-                max_time=total, max_trials=cfg.max_trials, divisor=cfg.divisor,
-                mode=cfg.mode, max_rungs=cfg.max_rungs,
+            return plan_brackets(
+                max_time=total,
+                max_trials=cfg.max_trials,
+                divisor=cfg.divisor,
+                mode=cfg.mode,
+                max_rungs=cfg.max_rungs,
                 bracket_rungs_override=list(cfg.bracket_rungs),
                 max_concurrent_trials=cfg.max_concurrent_trials,
             )
         except ValueError as exc:
             raise SearcherConfigError("searcher", str(exc)) from None
-        self._divisor = cfg.divisor
-        self._brackets = [
-            _Bracket(plan, [Length(**{unit: n}) for n in plan.lengths]) for plan in plans
-        ]
+
+    @property
+    def metric_mode(self) -> bool:
+        """True in the 0.38 mode (``max_time``): trials decide their length and the
+        searcher stops them from their validation metrics."""
+        return self._metric_mode
 
     @property
     def brackets(self) -> list[BracketPlan]:
@@ -139,8 +183,40 @@ class AdaptiveASHASearch(Searcher):
     def _target(self, trial: TrialRecord, rung: int) -> int:
         return self._batches(self._brackets[trial.group].lengths[rung], trial.hparams)
 
-    def _first_target(self, trial: TrialRecord) -> int:
-        return self._target(trial, 0)
+    def _first_target(self, trial: TrialRecord) -> int | None:
+        return None if self._metric_mode else self._target(trial, 0)
+
+    def validation_times(self, request_id: str) -> list[float]:
+        trial = self._get(request_id)
+        if not self._metric_mode:
+            return []
+        return [float(x) for x in self._brackets[trial.group].plan.lengths]
+
+    def _on_metrics(self, trial: TrialRecord, metrics: dict[str, Any]) -> list[Operation]:
+        if not self._metric_mode:
+            return []
+        cfg = self._config.searcher
+        raw = _real(metrics, cfg.metric, "searcher.metric")
+        time = _real(metrics, self._time_metric, "searcher.time_metric")
+        value = raw if cfg.smaller_is_better else -raw
+        bracket = self._brackets[trial.group]
+        stop = False
+        while time >= bracket.plan.lengths[trial.rung]:
+            rung = trial.rung
+            index = bracket.insert(rung, value, trial.request_id, before_equal=True)
+            if rung == bracket.plan.rungs - 1:
+                stop = True
+                break
+            if index >= promotion_quota(len(bracket.values[rung]), self._divisor):
+                stop = True
+                break
+            trial.rung = rung + 1
+        if not stop:
+            return []
+        ops: list[Operation] = [self._close(trial)]
+        if bracket.created - bracket.invalid < bracket.plan.trials:
+            ops.append(self._create_in(trial.group))
+        return ops
 
     def _create_in(self, group: int) -> Operation:
         self._brackets[group].created += 1
@@ -167,11 +243,13 @@ class AdaptiveASHASearch(Searcher):
             if length < trial.target:
                 return [ValidateAfter(trial.request_id, trial.target)]
 
-    def _on_trial_ended(
-        self, trial: TrialRecord, reason: ExitedReason | None
-    ) -> list[Operation]:
+    def _on_trial_ended(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
         bracket = self._brackets[trial.group]
         bracket.ended += 1
+        if self._metric_mode and reason is None:
+            # Stopped by the searcher (its replacement came with the stop), or exited on
+            # its own before being stopped (no replacement, as in 0.38).
+            return []
         if reason is ExitedReason.INVALID_HP:
             bracket.invalid += 1
             bracket.remove(trial.request_id)
@@ -181,12 +259,42 @@ class AdaptiveASHASearch(Searcher):
             return [self._create_in(trial.group)]
         return []
 
+    def _reopened(self, trial: TrialRecord, reason: ExitedReason | None) -> int | None:
+        bracket = self._brackets[trial.group]
+        bracket.ended -= 1
+        if reason is ExitedReason.INVALID_HP:
+            bracket.invalid -= 1
+        elif reason is not None:
+            # Drop the +inf placeholder of its error or cancel at its current rung.
+            rung = trial.rung
+            keep = [i for i, rid in enumerate(bracket.ids[rung]) if rid != trial.request_id]
+            bracket.values[rung] = [bracket.values[rung][i] for i in keep]
+            bracket.ids[rung] = [bracket.ids[rung][i] for i in keep]
+        return None if self._metric_mode else self._target(trial, trial.rung)
+
     def _creating_done(self) -> bool:
+        if self._metric_mode:
+            # A bracket with no live trial gets no more events that could create one.
+            return all(
+                b.created - b.invalid >= b.plan.trials or b.created == b.ended
+                for b in self._brackets
+            )
         return all(b.created - b.invalid >= b.plan.trials for b in self._brackets)
 
     def progress(self) -> float:
         if self.is_shut_down:
             return 1.0
+        if self._metric_mode:
+            # 0.38 (reference §2.4 step 8): rung-0 results over 1.2 N until rung 0 holds
+            # N results, then the share of ended trials; the mean over brackets.
+            shares = []
+            for b in self._brackets:
+                n = b.plan.trials
+                if len(b.values[0]) < n:
+                    shares.append(min(len(b.values[0]) / (1.2 * n), 1.0))
+                else:
+                    shares.append(min((b.ended - b.invalid) / n, 1.0))
+            return sum(shares) / len(shares)
         shares = [min((b.ended - b.invalid) / b.plan.trials, 1.0) for b in self._brackets]
         return sum(shares) / len(shares)
 
@@ -204,8 +312,12 @@ class AdaptiveASHASearch(Searcher):
         return {
             "brackets": [
                 {
-                    "plan": [b.plan.rungs, b.plan.trials, b.plan.max_concurrent,
-                             list(b.plan.lengths)],
+                    "plan": [
+                        b.plan.rungs,
+                        b.plan.trials,
+                        b.plan.max_concurrent,
+                        list(b.plan.lengths),
+                    ],
                     "rungs": [
                         [[_float_to_json(v), rid] for v, rid in zip(vals, ids, strict=True)]
                         for vals, ids in zip(b.values, b.ids, strict=True)
@@ -217,8 +329,10 @@ class AdaptiveASHASearch(Searcher):
 
     def _load_method_state(self, state: dict[str, Any]) -> None:
         saved = state["brackets"]
-        mine = [[b.plan.rungs, b.plan.trials, b.plan.max_concurrent, list(b.plan.lengths)]
-                for b in self._brackets]
+        mine = [
+            [b.plan.rungs, b.plan.trials, b.plan.max_concurrent, list(b.plan.lengths)]
+            for b in self._brackets
+        ]
         if [s["plan"] for s in saved] != mine:
             raise ValueError(
                 "the snapshot's ASHA brackets do not match the config's "
@@ -235,3 +349,20 @@ class AdaptiveASHASearch(Searcher):
                 bracket.ended += 1
             if trial.exit is ExitedReason.INVALID_HP:
                 bracket.invalid += 1
+
+
+class AsyncHalvingSearch(AdaptiveASHASearch):
+    """``async_halving``: asynchronous successive halving in one bracket.
+
+    ``num_rungs`` rungs at ``max(int(T / D**(num_rungs-1-i)), 1)`` (T: ``max_time`` or
+    the deprecated ``max_length``), ``max_trials`` trials, at most
+    ``max_concurrent_trials`` at once (0: all of them). Decisions as in
+    :class:`AdaptiveASHASearch`, in either mode.
+    """
+
+    kind = "async_halving"
+
+    def _plans(self, cfg: Any, total: int) -> list[BracketPlan]:
+        concurrent = cfg.max_concurrent_trials or cfg.max_trials
+        lengths = tuple(rung_lengths(total, cfg.divisor, cfg.num_rungs))
+        return [BracketPlan(cfg.num_rungs, cfg.max_trials, concurrent, lengths)]

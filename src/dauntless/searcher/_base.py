@@ -58,10 +58,17 @@ class TrialRecord:
     def to_json(self) -> dict[str, Any]:
         """The record as JSON data."""
         return {
-            "request_id": self.request_id, "hparams": self.hparams, "seed": self.seed,
-            "group": self.group, "rung": self.rung, "target": self.target,
-            "completed": self.completed, "created": self.created, "closing": self.closing,
-            "ended": self.ended, "exit": None if self.exit is None else self.exit.value,
+            "request_id": self.request_id,
+            "hparams": self.hparams,
+            "seed": self.seed,
+            "group": self.group,
+            "rung": self.rung,
+            "target": self.target,
+            "completed": self.completed,
+            "created": self.created,
+            "closing": self.closing,
+            "ended": self.ended,
+            "exit": None if self.exit is None else self.exit.value,
         }
 
     @classmethod
@@ -138,9 +145,26 @@ class Searcher(abc.ABC):
         raise NotImplementedError  # abstract
 
     @abc.abstractmethod
-    def _first_target(self, trial: TrialRecord) -> int:
-        """The trial's first ``ValidateAfter`` length, in batches."""
+    def _first_target(self, trial: TrialRecord) -> int | None:
+        """The trial's first ``ValidateAfter`` length, in batches; None when the trial's
+        own code decides its length (Determined 0.38: no ``max_length``)."""
         raise NotImplementedError  # abstract
+
+    def _on_metrics(self, trial: TrialRecord, metrics: dict[str, Any]) -> list[Operation]:
+        """A running trial reported validation metrics (0.38 model); ``[]`` by default:
+        only ASHA with ``max_time`` decides from them."""
+        return []
+
+    def validation_times(self, request_id: str) -> list[float]:
+        """Where a trial's validations matter to this searcher, in ``time_metric`` units,
+        ascending (ASHA's rung thresholds); ``[]`` for searchers that ignore metrics.
+        Used by the search simulator to validate simulated trials where it matters.
+
+        Raises:
+            ValueError: for an unknown request id.
+        """
+        self._get(request_id)
+        return []
 
     @abc.abstractmethod
     def _on_validation(self, trial: TrialRecord, value: float, length: int) -> list[Operation]:
@@ -148,9 +172,7 @@ class Searcher(abc.ABC):
         raise NotImplementedError  # abstract
 
     @abc.abstractmethod
-    def _on_trial_ended(
-        self, trial: TrialRecord, reason: ExitedReason | None
-    ) -> list[Operation]:
+    def _on_trial_ended(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
         """The trial ended; ``reason`` is set for an early exit of an unclosed trial."""
         raise NotImplementedError  # abstract
 
@@ -177,8 +199,7 @@ class Searcher(abc.ABC):
 
     def _batches(self, length: Length, hparams: dict[str, Any]) -> int:
         """A config length in batches for a trial, through its ``global_batch_size``."""
-        return length.to_batches(hparams.get("global_batch_size"),
-                                 self._config.records_per_epoch)
+        return length.to_batches(hparams.get("global_batch_size"), self._config.records_per_epoch)
 
     def _create(self, group: int = 0, hparams: dict[str, Any] | None = None) -> Create:
         """Register a new trial; draws hparams (unless given), request id, trial seed."""
@@ -198,9 +219,7 @@ class Searcher(abc.ABC):
     def _get(self, request_id: str) -> TrialRecord:
         trial = self._trials.get(request_id)
         if trial is None:
-            raise ValueError(
-                f"request_id {request_id!r} is not a trial this searcher created"
-            )
+            raise ValueError(f"request_id {request_id!r} is not a trial this searcher created")
         return trial
 
     def _count_valid(self) -> int:
@@ -297,9 +316,33 @@ class Searcher(abc.ABC):
         trial.completed = int(length)
         return self._on_validation(trial, value, int(length)) + self._maybe_shutdown()
 
-    def on_trial_exited_early(
-        self, request_id: str, reason: ExitedReason | str
-    ) -> list[Operation]:
+    def on_validation_metrics(self, request_id: str, metrics: dict[str, Any]) -> list[Operation]:
+        """A trial reported validation metrics (Determined 0.38's searcher event).
+
+        Searchers that ignore metrics return ``[]``; ASHA with ``max_time`` reads
+        ``metrics[searcher.metric]`` and ``metrics[searcher.time_metric]`` and may stop
+        the trial (``Close``) and create a replacement.
+
+        Args:
+            request_id: the trial.
+            metrics: the whole validation metrics dict the trial reported.
+
+        Returns:
+            The operations; ``[]`` for a trial that is closing or ended.
+
+        Raises:
+            ValueError: for an unknown request id, or (ASHA) a metric or time metric that
+                is missing or not a real number (the message names it).
+            TypeError: if ``metrics`` is not a dict.
+        """
+        if not isinstance(metrics, dict):
+            raise TypeError(f"metrics must be a dict, got {type(metrics).__name__}")
+        trial = self._get(request_id)
+        if trial.ended or trial.closing:
+            return []
+        return self._on_metrics(trial, metrics) + self._maybe_shutdown()
+
+    def on_trial_exited_early(self, request_id: str, reason: ExitedReason | str) -> list[Operation]:
         """A trial ended without being closed by the searcher.
 
         An exit of a trial the searcher already sent ``Close`` counts as a normal close.
@@ -341,6 +384,51 @@ class Searcher(abc.ABC):
             return []
         return self._finish(trial, None)
 
+    def reopen_trial(self, request_id: str) -> list[Operation]:
+        """Make an ended trial live again (``det experiment continue``).
+
+        The trial counts as created and not ended, its early-exit reason is forgotten and
+        the search is no longer shut down. ASHA forgets the worst-value placeholder an
+        errored or canceled trial left in its rung and continues it at that rung.
+
+        Returns:
+            ``[ValidateAfter(request_id, length)]`` when the config hands out a length
+            the trial has not reached yet, ``[Close]`` when it has, ``[]`` when the
+            trial's own code decides its length or the trial had not ended.
+
+        Raises:
+            ValueError: for an unknown request id, or a searcher that cannot reopen.
+        """
+        trial = self._get(request_id)
+        if not trial.ended:
+            return []
+        if not self._can_reopen():
+            raise ValueError(f"a {self.kind} search cannot reopen a trial")
+        reason = trial.exit
+        trial.ended = False
+        self._n_ended -= 1
+        if trial.exit is not None:
+            self._n_exits[trial.exit] -= 1
+            trial.exit = None
+        trial.closing = False
+        trial.created = True
+        self._shutdown = None
+        trial.target = self._reopened(trial, reason)
+        if trial.target is None:
+            return []
+        if trial.target <= trial.completed:
+            return [self._close(trial)]
+        return [ValidateAfter(request_id, trial.target)]
+
+    def _can_reopen(self) -> bool:
+        """Whether :meth:`reopen_trial` is allowed."""
+        return True
+
+    def _reopened(self, trial: TrialRecord, reason: ExitedReason | None) -> int | None:
+        """Undo the method's bookkeeping of the trial's end; return its next
+        ``ValidateAfter`` length (None: its code decides)."""
+        return self._first_target(trial)
+
     # ------------------------------------------------------------------ queries
 
     def current_operation(self, request_id: str) -> ValidateAfter | None:
@@ -379,8 +467,9 @@ class Searcher(abc.ABC):
             "searcher": self.kind,
             "rng": rng_to_json(self._rng),
             "started": self._started,
-            "shutdown": None if self._shutdown is None else {
-                "cancel": self._shutdown.cancel, "failure": self._shutdown.failure},
+            "shutdown": None
+            if self._shutdown is None
+            else {"cancel": self._shutdown.cancel, "failure": self._shutdown.failure},
             "trials": [t.to_json() for t in self._trials.values()],
             "method": self._method_state(),
         }

@@ -1,8 +1,9 @@
 """The searchers that ignore metrics: ``single``, ``random`` and ``grid``.
 
-Each trial gets one ``ValidateAfter(max_length)`` and is closed after that validation; a
-trial that ends frees its place for the next one (Determined's rules, reference §2.2 and
-§2.3).
+With ``searcher.max_length`` (deprecated in 0.38) each trial gets one
+``ValidateAfter(max_length)`` and is closed after that validation; without it a trial
+trains as long as its own code says and is done when it exits. A trial that ends frees
+its place for the next one (Determined's rules, reference §2.2 and §2.3).
 """
 
 from __future__ import annotations
@@ -23,10 +24,15 @@ def initial_count(total: int, max_concurrent_trials: int) -> int:
 
 
 class _OneLength(Searcher):
-    """Shared by single, random and grid: one ValidateAfter of ``searcher.max_length``."""
+    """Shared by single, random and grid: one ValidateAfter of ``searcher.max_length``,
+    or none when the config has no ``max_length`` (0.38: the trial's code decides how long
+    it trains, and the trial is done when it exits)."""
 
-    def _first_target(self, trial: TrialRecord) -> int:
-        return self._batches(self._config.searcher.max_length, trial.hparams)
+    def _first_target(self, trial: TrialRecord) -> int | None:
+        length = self._config.searcher.max_length
+        if length is None:
+            return None
+        return self._batches(length, trial.hparams)
 
     def _on_validation(self, trial: TrialRecord, value: float, length: int) -> list[Operation]:
         return [self._close(trial)]
@@ -56,9 +62,7 @@ class RandomSearch(_OneLength):
         n = initial_count(self._max_trials, self._max_concurrent)
         return [self._create() for _ in range(n)]
 
-    def _on_trial_ended(
-        self, trial: TrialRecord, reason: ExitedReason | None
-    ) -> list[Operation]:
+    def _on_trial_ended(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
         if self._count_valid() < self._max_trials:
             return [self._create()]
         return []
@@ -115,9 +119,7 @@ class GridSearch(_OneLength):
         n = initial_count(self._space.size, self._max_concurrent)
         return [self._next() for _ in range(n)]
 
-    def _on_trial_ended(
-        self, trial: TrialRecord, reason: ExitedReason | None
-    ) -> list[Operation]:
+    def _on_trial_ended(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
         return [self._next()] if len(self._trials) < self._space.size else []
 
     def _creating_done(self) -> bool:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from dauntless.config import AdaptiveASHASearcher, ExperimentConfig, Length
+from dauntless.config import (
+    AdaptiveASHASearcher,
+    AsyncHalvingSearcher,
+    ExperimentConfig,
+    Length,
+    searcher_length,
+)
 
-from ._asha import AdaptiveASHASearch, asha_length
+from ._asha import AdaptiveASHASearch, AsyncHalvingSearch, asha_length
 from ._base import SNAPSHOT_VERSION, Searcher
 from ._basic import GridSearch, RandomSearch, SingleSearch
 from ._errors import SearcherConfigError
@@ -17,6 +23,7 @@ _SEARCHERS: dict[str, type[Searcher]] = {
     "random": RandomSearch,
     "grid": GridSearch,
     "adaptive_asha": AdaptiveASHASearch,
+    "async_halving": AsyncHalvingSearch,
 }
 
 
@@ -29,11 +36,15 @@ def _check_config(config: Any) -> ExperimentConfig:
             "searcher.name", f"unsupported searcher {name!r}; expected one of {sorted(_SEARCHERS)}"
         )
     cfg = config.searcher
-    if isinstance(cfg, AdaptiveASHASearcher):
+    if isinstance(cfg, (AdaptiveASHASearcher, AsyncHalvingSearcher)):
         unit, value = asha_length(cfg)
-        length = Length(**{unit: value})
+        if searcher_length(config) is None:
+            return config  # 0.38 mode: rungs are in the time metric's own unit
+        length: Length | None = Length(**{unit: value})
     else:
         length = cfg.max_length
+    if length is None:
+        return config
     if length.unit.value != "batches" and "global_batch_size" not in config.hyperparameters:
         raise SearcherConfigError(
             "hyperparameters.global_batch_size",
@@ -61,7 +72,7 @@ def make_searcher(config: ExperimentConfig, seed: int) -> Searcher:
 
     Raises:
         SearcherConfigError: if the config cannot be searched (a grid hyperparameter
-            without ``count``, an ASHA ``time_metric`` other than ``batches``, a length
+            without ``count``, a length
             unit that cannot be converted to batches); the message names the field.
         TypeError: if ``config`` is not an ``ExperimentConfig`` or ``seed`` not an int.
         ValueError: if ``seed`` is out of range.
@@ -70,7 +81,7 @@ def make_searcher(config: ExperimentConfig, seed: int) -> Searcher:
     return _SEARCHERS[config.searcher.name](config, new_rng(seed))
 
 
-def restore_searcher(config: ExperimentConfig, snapshot: dict[str, Any]) -> Searcher:
+def restore_searcher(config: ExperimentConfig, snapshot: dict[str, Any] | None) -> Searcher:
     """Rebuild a searcher from :meth:`Searcher.snapshot` output.
 
     The restored searcher returns exactly the operations the original would have for the
@@ -84,7 +95,7 @@ def restore_searcher(config: ExperimentConfig, snapshot: dict[str, Any]) -> Sear
         The searcher.
 
     Raises:
-        TypeError: if ``snapshot`` is not a dict or ``config`` not an ``ExperimentConfig``.
+        TypeError: if ``snapshot`` is not a dict (None: no snapshot was saved) or ``config`` not an ``ExperimentConfig``.
         ValueError: for an unknown snapshot version, a snapshot of another searcher or a
             config whose search space differs, or malformed data.
         SearcherConfigError: if the config cannot be searched.

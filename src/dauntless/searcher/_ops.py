@@ -126,8 +126,12 @@ def operation_to_json(op: Operation) -> dict[str, Any]:
         TypeError: if ``op`` is not an operation.
     """
     if isinstance(op, Create):
-        return {"type": "create", "request_id": op.request_id, "hparams": op.hparams,
-                "seed": op.seed}
+        return {
+            "type": "create",
+            "request_id": op.request_id,
+            "hparams": op.hparams,
+            "seed": op.seed,
+        }
     if isinstance(op, ValidateAfter):
         return {"type": "validate_after", "request_id": op.request_id, "length": op.length}
     if isinstance(op, Close):

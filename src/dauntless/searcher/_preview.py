@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from dauntless.config import AdaptiveASHASearcher, ExperimentConfig
+from dauntless.config import ExperimentConfig
 
 from ._asha import AdaptiveASHASearch
 from ._basic import GridSearch
@@ -48,6 +48,18 @@ def planned_trials(config: ExperimentConfig, searcher: Any) -> int:
     return int(getattr(config.searcher, "max_trials", 1))
 
 
+def length_unit(config: ExperimentConfig) -> str | None:
+    """The unit of a preview's lengths: ``batches`` (ValidateAfter lengths), the ASHA
+    ``time_metric`` (0.38 mode, rung thresholds reached), or None when each trial's own
+    code decides its length (no ``searcher.max_length``)."""
+    cfg = config.searcher
+    if getattr(cfg, "max_time", None) is not None:
+        return str(getattr(cfg, "time_metric", None))
+    if getattr(cfg, "max_length", None) is None:
+        return None
+    return "batches"
+
+
 def preview_document(config: ExperimentConfig, seed: int) -> dict[str, Any]:
     """Preview a validated config's search.
 
@@ -58,7 +70,7 @@ def preview_document(config: ExperimentConfig, seed: int) -> dict[str, Any]:
     Returns:
         ``{"trials": [{"hparams", "lengths"}], "summary": {"searcher", "seed",
         "num_trials", "total_batches", "final_lengths": [{"batches", "trials"}],
-        "brackets" (adaptive_asha only): [{"rungs", "unit", "trials",
+        "length_unit", "brackets" (adaptive_asha only): [{"rungs", "unit", "trials",
         "max_concurrent"}]}}``; lengths in batches (cumulative, one per validation).
 
     Raises:
@@ -78,15 +90,23 @@ def preview_document(config: ExperimentConfig, seed: int) -> dict[str, Any]:
         "num_trials": len(plan),
         "total_batches": sum(lengths[-1] for _, lengths in plan if lengths),
         "final_lengths": [{"batches": k, "trials": finals[k]} for k in sorted(finals)],
+        "length_unit": length_unit(config),
     }
     if isinstance(searcher, AdaptiveASHASearch):
         cfg = config.searcher
         unit = "batches"
-        if isinstance(cfg, AdaptiveASHASearcher) and cfg.max_time is None and cfg.max_length:
-            unit = cfg.max_length.unit.value
+        max_length = getattr(cfg, "max_length", None)
+        if getattr(cfg, "max_time", None) is not None:
+            unit = str(getattr(cfg, "time_metric", None))
+        elif max_length is not None:
+            unit = max_length.unit.value
         summary["brackets"] = [
-            {"rungs": list(b.lengths), "unit": unit, "trials": b.trials,
-             "max_concurrent": b.max_concurrent}
+            {
+                "rungs": list(b.lengths),
+                "unit": unit,
+                "trials": b.trials,
+                "max_concurrent": b.max_concurrent,
+            }
             for b in searcher.brackets
         ]
     return {

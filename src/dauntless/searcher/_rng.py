@@ -60,8 +60,13 @@ def rng_from_json(data: Any) -> np.random.RandomState:
     """
     try:
         key = np.array(data["key"], dtype=np.uint32)
-        state = ("MT19937", key, int(data["pos"]), int(data["has_gauss"]),
-                 float(data["cached_gaussian"]))
+        state = (
+            "MT19937",
+            key,
+            int(data["pos"]),
+            int(data["has_gauss"]),
+            float(data["cached_gaussian"]),
+        )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"invalid RNG state in searcher snapshot: {exc}") from None
     if key.shape != (_KEY_WORDS,) or not 0 <= state[2] <= _KEY_WORDS:

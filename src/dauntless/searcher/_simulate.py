@@ -7,6 +7,12 @@ handled in the order they were scheduled. The master's contract is followed: ope
 are applied in order, ``on_trial_created`` right after a ``Create``, ``on_trial_closed``
 once a closed trial has stopped. An objective that raises :class:`dauntless.InvalidHP`
 makes the trial exit early with ``INVALID_HP``.
+
+Trials of a 0.38-style config (no ``ValidateAfter``: the trial's code decides its length)
+train ``trial_length`` batches and then exit on their own; they report validation metrics
+(``{metric: objective(...), time_metric: batches}``) wherever the searcher's decisions
+depend on them (ASHA's rung thresholds, :meth:`Searcher.validation_times`) and at their
+end. A stopped trial (``Close``) ends at once.
 """
 
 from __future__ import annotations
@@ -83,8 +89,17 @@ class _Running:
 
 
 class _Cluster:
-    def __init__(self, searcher: Any, objective: Objective, capacity: int | None,
-                 trial_limit: int) -> None:
+    def __init__(
+        self,
+        searcher: Any,
+        objective: Objective,
+        capacity: int | None,
+        trial_limit: int,
+        trial_length: int = 0,
+        metric_names: tuple[str, str | None] = ("metric", None),
+    ) -> None:
+        self.trial_length = trial_length
+        self.metric_names = metric_names
         self.searcher = searcher
         self.objective = objective
         self.capacity = capacity
@@ -99,7 +114,8 @@ class _Cluster:
         self.shutdown: Shutdown | None = None
 
     def _schedule(self, at: int, kind: int, request_id: str, length: int = 0) -> None:
-        # kind 0: reached its ValidateAfter length; kind 1: stopped after a Close.
+        # kind 0: reached its ValidateAfter length; kind 1: stopped after a Close;
+        # kind 2: a 0.38 trial validates at ``length``; kind 3: a 0.38 trial exits.
         self.seq += 1
         heapq.heappush(self.heap, (at, self.seq, kind, request_id, length))
 
@@ -144,7 +160,44 @@ class _Cluster:
                 continue
             trial.state = "running"
             self.running += 1
-            self._schedule_validation(request_id, trial)
+            if trial.target is None:
+                self._schedule_own_length(request_id)
+            else:
+                self._schedule_validation(request_id, trial)
+
+    def _schedule_own_length(self, request_id: str) -> None:
+        """A 0.38 trial: validations where the searcher looks, then its own end."""
+        end = self.trial_length
+        for t in self.searcher.validation_times(request_id):
+            if 0 < t < end:
+                self._schedule(self.now + int(math.ceil(t)), 2, request_id, int(math.ceil(t)))
+        if end > 0:
+            self._schedule(self.now + end, 2, request_id, end)
+        self._schedule(self.now + end, 3, request_id, end)
+
+    def _own_validation(self, request_id: str, length: int) -> None:
+        trial = self.trials[request_id]
+        if trial.state != "running" or trial.closing:
+            return
+        self.total_batches += length - trial.record.batches_trained
+        trial.record.batches_trained = length
+        trial.record.lengths.append(length)
+        try:
+            metric = float(self.objective(trial.record.hparams, length, trial.record.seed))
+        except InvalidHP:
+            trial.record.exited_reason = ExitedReason.INVALID_HP
+            self._end(trial)
+            self.apply(
+                self.searcher.on_trial_exited_early(request_id, ExitedReason.INVALID_HP)
+                + self.searcher.on_trial_closed(request_id)
+            )
+            return
+        trial.record.metrics.append((length, metric))
+        name, time_metric = self.metric_names
+        metrics = {name: metric, "batches": length}
+        if time_metric is not None:
+            metrics[time_metric] = length
+        self.apply(self.searcher.on_validation_metrics(request_id, metrics))
 
     def _end(self, trial: _Running) -> None:
         if trial.state == "running":
@@ -162,8 +215,10 @@ class _Cluster:
         except InvalidHP:
             trial.record.exited_reason = ExitedReason.INVALID_HP
             self._end(trial)
-            self.apply(self.searcher.on_trial_exited_early(request_id, ExitedReason.INVALID_HP)
-                       + self.searcher.on_trial_closed(request_id))
+            self.apply(
+                self.searcher.on_trial_exited_early(request_id, ExitedReason.INVALID_HP)
+                + self.searcher.on_trial_closed(request_id)
+            )
             return
         trial.record.metrics.append((length, metric))
         self.apply(self.searcher.on_validation_completed(request_id, metric, length))
@@ -176,6 +231,15 @@ class _Cluster:
             self.now = at
             if kind == 0:
                 self._validate(request_id, length)
+            elif kind == 2:
+                self._own_validation(request_id, length)
+            elif kind == 3:
+                trial = self.trials[request_id]
+                if trial.state == "running" and not trial.closing:
+                    self.total_batches += length - trial.record.batches_trained
+                    trial.record.batches_trained = length
+                    self._end(trial)
+                    self.apply(self.searcher.on_trial_closed(request_id))
             else:
                 trial = self.trials[request_id]
                 if trial.state != "done":
@@ -197,6 +261,7 @@ def simulate(
     max_concurrent: int | None = None,
     *,
     trial_limit: int = 1_000_000,
+    trial_length: int | None = None,
 ) -> SimulationResult:
     """Run a whole search against a synthetic objective, in memory.
 
@@ -209,6 +274,9 @@ def simulate(
         max_concurrent: trials the simulated cluster runs at once; None: all that the
             searcher creates.
         trial_limit: stop with RuntimeError if the searcher creates more trials than this.
+        trial_length: batches a trial trains when its own code decides (a config without
+            ``searcher.max_length``); None: ASHA's ``max_time``, else 0 (the trial exits
+            at once, after no validation).
 
     Returns:
         The trials, their lengths and metrics, total batches, the best trial.
@@ -224,7 +292,13 @@ def simulate(
     if not isinstance(trial_limit, int) or trial_limit < 1:
         raise ValueError(f"trial_limit must be an int >= 1, got {trial_limit!r}")
     searcher = make_searcher(config, seed)
-    cluster = _Cluster(searcher, objective, max_concurrent, trial_limit)
+    time_metric = getattr(config.searcher, "time_metric", None)
+    if trial_length is None:
+        trial_length = getattr(config.searcher, "max_time", None) or 0
+    if not isinstance(trial_length, int) or trial_length < 0:
+        raise ValueError(f"trial_length must be an int >= 0 (batches), got {trial_length!r}")
+    names = (config.searcher.metric, time_metric)
+    cluster = _Cluster(searcher, objective, max_concurrent, trial_limit, trial_length, names)
     shutdown = cluster.run()
     records = [t.record for t in cluster.trials.values()]
     sign = 1.0 if config.searcher.smaller_is_better else -1.0
@@ -237,13 +311,19 @@ def simulate(
             if best_metric is None or sign * metric < sign * best_metric:
                 best, best_metric = record, metric
     return SimulationResult(
-        trials=records, total_batches=cluster.total_batches, best=best,
-        best_metric=best_metric, shutdown=shutdown, makespan=cluster.now,
+        trials=records,
+        total_batches=cluster.total_batches,
+        best=best,
+        best_metric=best_metric,
+        shutdown=shutdown,
+        makespan=cluster.now,
         progress=searcher.progress(),
     )
 
 
-def preview_search(config: ExperimentConfig, seed: int = 0) -> list[tuple[dict[str, Any], list[int]]]:
+def preview_search(
+    config: ExperimentConfig, seed: int = 0
+) -> list[tuple[dict[str, Any], list[int]]]:
     """What a search would do if every trial reported the same metric (``det
     preview-search``).
 
@@ -253,7 +333,9 @@ def preview_search(config: ExperimentConfig, seed: int = 0) -> list[tuple[dict[s
 
     Returns:
         One ``(hparams, lengths)`` per trial in creation order, ``lengths`` being the
-        ``ValidateAfter`` lengths (batches) it would be given.
+        ``ValidateAfter`` lengths (batches) it would be given; for ASHA with ``max_time``
+        (0.38) the rung thresholds (in ``time_metric`` units) it would reach; ``[]`` when
+        the trial's own code decides its length.
 
     Raises:
         SearcherConfigError: if the config cannot be searched.

@@ -1,0 +1,1 @@
+"""``determined.launch``: Dauntless's launch layers (:mod:`dauntless.launch`)."""
