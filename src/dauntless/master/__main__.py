@@ -33,9 +33,11 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--tls-cert", help="PEM certificate: serve HTTPS (security.tls.cert)")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert (security.tls.key)")
-    p.add_argument("--cluster-secret-file",
-                   help="file holding the secret agents present (security.cluster_secret; "
-                   "default: <data_dir>/cluster_secret, made when missing)")
+    p.add_argument(
+        "--cluster-secret-file",
+        help="file holding the secret agents present (security.cluster_secret; "
+        "default: <data_dir>/cluster_secret, made when missing)",
+    )
     args = p.parse_args(argv)
     raw: dict = {}
     if args.config_file:
@@ -43,9 +45,14 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
             raw = yaml.safe_load(f) or {}
         if not isinstance(raw, dict):
             p.error(f"{args.config_file}: the master config must be a mapping")
-    for flag, key in [("host", "host"), ("port", "port"), ("data_dir", "data_dir"),
-                      ("db_url", "db_url"), ("agent_timeout", "agent_timeout"),
-                      ("log_level", "log_level")]:
+    for flag, key in [
+        ("host", "host"),
+        ("port", "port"),
+        ("data_dir", "data_dir"),
+        ("db_url", "db_url"),
+        ("agent_timeout", "agent_timeout"),
+        ("log_level", "log_level"),
+    ]:
         value = getattr(args, flag)
         if value is not None:
             raw[key] = value
@@ -95,9 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(config)
     tls = config.security.tls
     # With security.tls the master serves HTTPS only (clients verify it: --cert-file).
-    uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level,
-                access_log=config.log_level == "debug", timeout_graceful_shutdown=5,
-                ssl_certfile=tls.cert, ssl_keyfile=tls.key)
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        access_log=config.log_level == "debug",
+        timeout_graceful_shutdown=5,
+        ssl_certfile=tls.cert,
+        ssl_keyfile=tls.key,
+    )
     return 0
 
 

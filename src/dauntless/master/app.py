@@ -16,13 +16,28 @@ from sqlalchemy import select
 import dauntless
 from dauntless.config import MasterConfig
 
+from .api_spec import declare_errors
 from .auth import AuthService, authenticate
 from .db import ClusterRow, Database
 from .manager import ExperimentManager
-from .routes import install_error_handlers, router
+from .provisioner import build_provisioners
+from .proxy import make_proxy_app, proxy_client
+from .routes import install_error_handlers
 from .routes_auth import router as auth_router
+from .routes_charts import router as charts_router
+from .routes_checkpoints import router as checkpoints_router
+from .routes_cluster import router as cluster_router
+from .routes_compat import router as compat_router
+from .routes_experiments import router as experiments_router
+from .routes_files import router as files_router
+from .routes_habits import router as habits_router
+from .routes_harness import router as harness_router
+from .routes_jobs import router as jobs_router
 from .routes_search import router as search_router
 from .routes_stream import router as stream_router
+from .routes_tasks import install_task_error_handlers
+from .routes_tasks import router as tasks_router
+from .routes_trials import router as trials_router
 from .webui import router as webui_router
 
 log = logging.getLogger("dauntless.master")
@@ -65,6 +80,15 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
                 s.add(ClusterRow(id=1, cluster_id=str(uuid.uuid4()), created_at=time.time()))
         auth.bootstrap()
         manager.on_start()
+        provisioners = app.state.provisioners = build_provisioners(manager)
+        if provisioners is not None:
+            manager.loop_hooks.append(provisioners.step)
+        if config.resource_manager.type == "slurm":
+            from .slurm import SlurmResourceManager
+
+            slurm = SlurmResourceManager(manager, config.resource_manager)
+            slurm.start()  # SlurmError: the master does not start without its Slurm
+            manager.loop_hooks.append(slurm.step)
         stop = threading.Event()
         thread = None
         if run_loop:
@@ -72,8 +96,13 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
                 target=manager.run_loop, args=(stop,), name="experiment-manager", daemon=True
             )
             thread.start()
-        log.info("master %s ready on %s:%s (db %s)", dauntless.__version__, config.host,
-                 config.port, db.engine.url.render_as_string(hide_password=True))
+        log.info(
+            "master %s ready on %s:%s (db %s)",
+            dauntless.__version__,
+            config.host,
+            config.port,
+            db.engine.url.render_as_string(hide_password=True),
+        )
         try:
             yield
         finally:
@@ -81,6 +110,7 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
             manager.wake.set()
             if thread is not None:
                 thread.join(timeout=10)
+            await app.state.proxy_client.aclose()
             db.dispose()
 
     app = FastAPI(
@@ -94,9 +124,25 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
     app.state.auth = auth
     app.state.config = config
     install_error_handlers(app)
+    install_task_error_handlers(app)
+    app.state.proxy_client = proxy_client()
+    app.mount("/proxy", make_proxy_app(app.state))  # task services (dauntless.master.proxy)
+    app.include_router(tasks_router)
     app.include_router(auth_router)
-    app.include_router(router)
+    app.include_router(compat_router)
+    # The routes of the old routes.py, split per aggregate; this order keeps their
+    # matching order and the OpenAPI document's operation order.
+    app.include_router(cluster_router)
+    app.include_router(experiments_router)
+    app.include_router(trials_router)
+    app.include_router(checkpoints_router)
+    app.include_router(harness_router)
     app.include_router(search_router)
+    app.include_router(habits_router)
+    app.include_router(jobs_router)  # issue 22: the job queue
+    app.include_router(files_router)  # issue 22: model definition files one by one
+    app.include_router(charts_router)  # issue 22: batch-level training metrics
     app.include_router(stream_router)
     app.include_router(webui_router)  # last: its catch-all serves the UI's pages
+    declare_errors(app)
     return app

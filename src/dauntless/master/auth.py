@@ -150,6 +150,8 @@ class Principal:
         trial_id, experiment_id, allocation_id, part_id: for a trial: its trial and
             experiment, its allocation (``DET_ALLOCATION_ID``) and the part the token
             was made for.
+        task_id: for a generic task's session token (kind ``trial``, no trial id): the
+            task (commands, notebooks ...; :mod:`dauntless.master.tasks`).
     """
 
     kind: Literal["user", "agent", "trial"]
@@ -161,6 +163,7 @@ class Principal:
     experiment_id: int | None = None
     allocation_id: str | None = None
     part_id: str | None = None
+    task_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,8 +242,15 @@ class LoginThrottle:
     is lost when the master restarts, which only grants a fresh :attr:`free` tries.
     """
 
-    def __init__(self, *, free: int = 3, base: float = 1.0, cap: float = 300.0,
-                 max_entries: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        free: int = 3,
+        base: float = 1.0,
+        cap: float = 300.0,
+        max_entries: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.free, self.base, self.cap, self.max_entries = free, base, cap, max_entries
         self.clock = clock
         self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
@@ -304,14 +314,18 @@ class AuthService:
             for name, admin in BUILTIN_USERS:
                 user = s.scalar(select(UserRow).where(UserRow.username == name))
                 if user is None:
-                    user = UserRow(username=name, admin=admin, active=True,
-                                   modified_at=self.clock())
+                    user = UserRow(
+                        username=name, admin=admin, active=True, modified_at=self.clock()
+                    )
                     s.add(user)
                 if user.password_hash is None:
                     hashed = hashed or hash_password(password)
                     user.password_hash, user.modified_at = hashed, self.clock()
-                    log.info("set the first password of built-in user %s (%s)", name,
-                             "from security.initial_user_password" if password else "empty")
+                    log.info(
+                        "set the first password of built-in user %s (%s)",
+                        name,
+                        "from security.initial_user_password" if password else "empty",
+                    )
 
     # ------------------------------------------------------------------ sessions
 
@@ -321,8 +335,14 @@ class AuthService:
         now = self.clock()
         with self.db.write() as s:
             s.execute(delete(UserSessionRow).where(UserSessionRow.expires_at <= now))
-            s.add(UserSessionRow(user_id=user_id, token_hash=hash_token(token),
-                                 created_at=now, expires_at=now + self.token_lifespan))
+            s.add(
+                UserSessionRow(
+                    user_id=user_id,
+                    token_hash=hash_token(token),
+                    created_at=now,
+                    expires_at=now + self.token_lifespan,
+                )
+            )
         return token
 
     def revoke_session(self, session_id: int) -> None:
@@ -374,8 +394,13 @@ class AuthService:
                     raise unauthorized("the token has expired; sign in again")
                 if not user.active:
                     raise unauthorized(f"user {user.username} is deactivated")
-                return Principal(kind="user", user_id=user.id, username=user.username,
-                                 admin=user.admin, session_id=session.id)
+                return Principal(
+                    kind="user",
+                    user_id=user.id,
+                    username=user.username,
+                    admin=user.admin,
+                    session_id=session.id,
+                )
             part = s.execute(
                 select(AllocationRow, TrialRow.experiment_id)
                 .join(TrialRow, TrialRow.id == AllocationRow.trial_id)
@@ -385,8 +410,27 @@ class AuthService:
                 alloc, exp_id = part
                 if alloc.state == "TERMINATED":
                     raise unauthorized(f"allocation {alloc.id} has ended; its token is void")
-                return Principal(kind="trial", trial_id=alloc.trial_id, experiment_id=exp_id,
-                                 allocation_id=alloc.group_id, part_id=alloc.id)
+                return Principal(
+                    kind="trial",
+                    trial_id=alloc.trial_id,
+                    experiment_id=exp_id,
+                    allocation_id=alloc.group_id,
+                    part_id=alloc.id,
+                )
+            task_alloc = s.scalar(
+                select(AllocationRow).where(
+                    AllocationRow.token_hash == digest, AllocationRow.task_id.is_not(None)
+                )
+            )
+            if task_alloc is not None:  # a command's, notebook's ... own token
+                if task_alloc.state == "TERMINATED":
+                    raise unauthorized(f"allocation {task_alloc.id} has ended; its token is void")
+                return Principal(
+                    kind="trial",
+                    allocation_id=task_alloc.group_id,
+                    part_id=task_alloc.id,
+                    task_id=task_alloc.task_id,
+                )
         raise unauthorized("the token is invalid, expired or revoked; sign in again")
 
     # ------------------------------------------------------------------ authorize
@@ -403,16 +447,18 @@ class AuthService:
         if who.kind == "agent":
             if rule.agent:
                 return
-            raise forbidden(f"agents (the cluster secret) may not call {target}; "
-                            "users sign in instead")
+            raise forbidden(
+                f"agents (the cluster secret) may not call {target}; users sign in instead"
+            )
         if who.kind == "trial":
             if rule.trial == "route":
                 return
             if rule.trial == "own":
                 self._check_own(who, params, target)
                 return
-            raise forbidden(f"a trial's session token may call only its own trial's routes, "
-                            f"not {target}")
+            raise forbidden(
+                f"a trial's session token may call only its own trial's routes, not {target}"
+            )
         if who.admin or rule.users == "any":
             return
         what = rule.what.format(**params) if rule.what else f"call {target}"
@@ -422,8 +468,9 @@ class AuthService:
             exp = self._experiment_of(params)
             if exp is None or exp.owner_id == who.user_id:
                 return  # no such object: the route answers 404
-            raise forbidden(f"only the owner of experiment {exp.id} ({exp.owner}) or an "
-                            f"admin may {what}")
+            raise forbidden(
+                f"only the owner of experiment {exp.id} ({exp.owner}) or an admin may {what}"
+            )
         raise forbidden(f"only agents, trials or an admin may {what}")
 
     def _experiment_of(self, params: dict[str, str]) -> ExperimentRow | None:
@@ -525,10 +572,13 @@ def require_own_trial(request: Request, trial_id: int) -> None:
     who = principal(request)
     if who.kind == "trial":
         if who.trial_id != trial_id:
-            raise forbidden(f"a trial's session token may report only for its own trial "
-                            f"({who.trial_id}), not trial {trial_id}")
+            raise forbidden(
+                f"a trial's session token may report only for its own trial "
+                f"({who.trial_id}), not trial {trial_id}"
+            )
         return
     if who.kind == "user" and who.admin:
         return
-    raise forbidden(f"only trial {trial_id}'s own task (its session token) or an admin "
-                    "may report for it")
+    raise forbidden(
+        f"only trial {trial_id}'s own task (its session token) or an admin may report for it"
+    )

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from .db import AgentRow, AllocationRow
+from .db import AgentRow, AllocationRow, InstanceRow
 
 if TYPE_CHECKING:
     from .manager import ExperimentManager
@@ -20,7 +20,7 @@ class ClusterMixin:
     """Agent and slot switches and pool summaries; see the module docstring."""
 
     def _agent(self: ExperimentManager, s, agent_id: str) -> AgentRow:
-        from .manager import NotFound
+        from .errors import NotFound
 
         agent = s.get(AgentRow, agent_id)
         if agent is None:
@@ -44,8 +44,11 @@ class ClusterMixin:
             agent.enabled = enabled
             agent.draining = (not enabled) and drain
             if not enabled and not drain:
-                for alloc in s.scalars(select(AllocationRow).where(
-                    AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED")):
+                for alloc in s.scalars(
+                    select(AllocationRow).where(
+                        AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+                    )
+                ):
                     if alloc.state == "ASSIGNED":
                         alloc.preempt_requested = True
                         self._terminate(s, alloc, 0, "its agent was disabled")
@@ -62,7 +65,7 @@ class ClusterMixin:
         Raises:
             NotFound: no such agent or slot.
         """
-        from .manager import NotFound
+        from .errors import NotFound
 
         with self.db.write() as s:
             agent = self._agent(s, agent_id)
@@ -74,13 +77,15 @@ class ClusterMixin:
                     found = True
             if not found:
                 raise NotFound(
-                    f"agent {agent_id} has no slot {slot_id!r}; slots: "
-                    f"{[sl['id'] for sl in slots]}"
+                    f"agent {agent_id} has no slot {slot_id!r}; slots: {[sl['id'] for sl in slots]}"
                 )
             agent.slots = slots
             if not enabled:
-                for alloc in s.scalars(select(AllocationRow).where(
-                    AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED")):
+                for alloc in s.scalars(
+                    select(AllocationRow).where(
+                        AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+                    )
+                ):
                     if slot_id in [str(x) for x in alloc.slot_ids]:
                         alloc.preempt_requested = True
                         if alloc.state == "ASSIGNED":
@@ -90,11 +95,19 @@ class ClusterMixin:
 
     def resource_pools(self: ExperimentManager) -> list[dict[str, Any]]:
         """Every declared pool with its scheduler and slot counts (total, used, free,
-        disabled) over its ACTIVE agents."""
+        disabled) over its ACTIVE agents; for a pool with a ``provider``, its type,
+        ``min_instances``/``max_instances`` and the live instances it launched."""
         with self.db.read() as s:
             agents = s.scalars(select(AgentRow)).all()
+            instances: dict[str, int] = {}
+            for pool_name in s.scalars(
+                select(InstanceRow.resource_pool).where(InstanceRow.state != "TERMINATED")
+            ):
+                instances[pool_name] = instances.get(pool_name, 0) + 1
             used: dict[str, set[str]] = {}
-            for alloc in s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")):
+            for alloc in s.scalars(
+                select(AllocationRow).where(AllocationRow.state != "TERMINATED")
+            ):
                 used.setdefault(alloc.agent_id, set()).update(str(x) for x in alloc.slot_ids)
         out = []
         for pool in self.config.resource_pools:
@@ -110,16 +123,22 @@ class ClusterMixin:
                         counts["disabled"] += 1
                     else:
                         counts["free"] += 1
-            out.append({
-                "name": pool.pool_name,
-                "description": pool.description,
-                "scheduler": pool.scheduler.get("type", "priority"),
-                "preemption": bool(pool.scheduler.get("preemption", False)),
-                "agents": len(live),
-                "agents_lost": len(members) - len(live),
-                "slots_total": sum(counts.values()),
-                "slots_used": counts["used"],
-                "slots_disabled": counts["disabled"],
-                "slots_free": counts["free"],
-            })
+            out.append(
+                {
+                    "name": pool.pool_name,
+                    "description": pool.description,
+                    "scheduler": pool.scheduler.get("type", "priority"),
+                    "preemption": bool(pool.scheduler.get("preemption", False)),
+                    "agents": len(live),
+                    "agents_lost": len(members) - len(live),
+                    "slots_total": sum(counts.values()),
+                    "slots_used": counts["used"],
+                    "slots_disabled": counts["disabled"],
+                    "slots_free": counts["free"],
+                    "provider": pool.provider.type if pool.provider else None,
+                    "min_instances": pool.provider.min_instances if pool.provider else None,
+                    "max_instances": pool.provider.max_instances if pool.provider else None,
+                    "instances": instances.get(pool.pool_name, 0) if pool.provider else None,
+                }
+            )
         return out

@@ -26,7 +26,9 @@ from .db import (
     TaskLogRow,
     TrialRow,
 )
+from .errors import Conflict  # re-exported: routes import it here
 from .gc import CheckpointFacts, GCPolicy, checkpoints_to_delete
+from .models import allocations
 from .states import STOPPING, State, is_terminal
 
 if TYPE_CHECKING:
@@ -35,17 +37,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("dauntless.master")
 
 
-class Conflict(Exception):
-    """The request conflicts with the object's state (the API answers 409)."""
-
-
 class LifecycleMixin:
     """Experiment and trial actions; see the module docstring."""
 
     # ------------------------------------------------------------------ helpers
 
     def _exp(self: ExperimentManager, s: Session, exp_id: int) -> ExperimentRow:
-        from .manager import NotFound
+        from .errors import NotFound
 
         exp = s.get(ExperimentRow, exp_id)
         if exp is None or exp.state == State.DELETED.value:
@@ -54,7 +52,8 @@ class LifecycleMixin:
 
     def _live_trials(self: ExperimentManager, s: Session, exp_id: int) -> list[TrialRow]:
         return [
-            t for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp_id))
+            t
+            for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp_id))
             if not is_terminal(t.state)
         ]
 
@@ -68,7 +67,7 @@ class LifecycleMixin:
         alloc = self._live_allocation(s, trial.id)
         if alloc is None:
             return False
-        live = [p for p in self._parts(s, alloc.group_id) if p.state != "TERMINATED"]
+        live = [p for p in allocations.parts(s, alloc.group_id) if p.state != "TERMINATED"]
         for part in live:
             if kill:
                 part.kill_requested = True
@@ -152,7 +151,7 @@ class LifecycleMixin:
         Raises:
             BadRequest: an empty name or a negative GC count.
         """
-        from .manager import BadRequest
+        from .errors import BadRequest
 
         if name is not None and not name.strip():
             raise BadRequest("name must not be empty", [("name", "a non-empty string")])
@@ -202,7 +201,8 @@ class LifecycleMixin:
             self._set_experiment_state(exp, State.DELETING)
             config = dict(exp.config)
             uuids = [
-                c.uuid for c in s.scalars(
+                c.uuid
+                for c in s.scalars(
                     select(CheckpointRow).where(
                         CheckpointRow.experiment_id == exp_id, CheckpointRow.state != "DELETED"
                     )
@@ -211,24 +211,26 @@ class LifecycleMixin:
         self._remove_checkpoints(config, uuids)
         try:
             with self.db.write() as s:
-                trial_ids = list(s.scalars(select(TrialRow.id).where(TrialRow.experiment_id == exp_id)))
+                trial_ids = list(
+                    s.scalars(select(TrialRow.id).where(TrialRow.experiment_id == exp_id))
+                )
                 if trial_ids:
                     s.execute(delete(TaskLogRow).where(TaskLogRow.trial_id.in_(trial_ids)))
                     s.execute(delete(MetricRow).where(MetricRow.trial_id.in_(trial_ids)))
                     s.execute(delete(AllocationRow).where(AllocationRow.trial_id.in_(trial_ids)))
                 s.execute(delete(CheckpointRow).where(CheckpointRow.experiment_id == exp_id))
                 s.execute(delete(TrialRow).where(TrialRow.experiment_id == exp_id))
-                exp = s.get(ExperimentRow, exp_id)
-                if exp is not None:
-                    s.delete(exp)
+                gone = s.get(ExperimentRow, exp_id)
+                if gone is not None:
+                    s.delete(gone)
             self._configs.pop(exp_id, None)
             log.info("deleted experiment %s", exp_id)
         except Exception:
             log.exception("deleting the rows of experiment %s failed", exp_id)
             with self.db.write() as s:
-                exp = s.get(ExperimentRow, exp_id)
-                if exp is not None:
-                    self._set_experiment_state(exp, State.DELETE_FAILED)
+                failed = s.get(ExperimentRow, exp_id)
+                if failed is not None:
+                    self._set_experiment_state(failed, State.DELETE_FAILED)
             raise
 
     # ------------------------------------------------------------------ trial actions
@@ -246,7 +248,9 @@ class LifecycleMixin:
                 self._trial_canceled(s, exp, trial)
         self.wake.set()
 
-    def _trial_canceled(self: ExperimentManager, s: Session, exp: ExperimentRow, trial: TrialRow) -> None:
+    def _trial_canceled(
+        self: ExperimentManager, s: Session, exp: ExperimentRow, trial: TrialRow
+    ) -> None:
         from dauntless.searcher import ExitedReason
 
         self._set_trial_state(trial, State.CANCELED)
@@ -261,7 +265,8 @@ class LifecycleMixin:
     # ------------------------------------------------------------------ checkpoint GC
 
     def _collect(self: ExperimentManager, s: Session, exp: ExperimentRow) -> list[str]:
-        """Mark the checkpoints the GC policy drops as DELETED; returns their uuids.
+        """Mark the checkpoints the GC policy drops, and uploads that died with their
+        trial, as DELETING; returns their uuids.
 
         Only checkpoints of finished trials are considered, so a running trial never loses
         the checkpoint it would resume from.
@@ -271,46 +276,61 @@ class LifecycleMixin:
         if storage is None:
             return []
         finished = {
-            t.id for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id))
+            t.id
+            for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id))
             if is_terminal(t.state)
         }
         if not finished:
             return []
-        ckpts = [
-            c for c in s.scalars(select(CheckpointRow).where(
-                CheckpointRow.experiment_id == exp.id, CheckpointRow.state == "COMPLETED"))
-            if c.trial_id in finished
-        ]
+        ckpts: list[CheckpointRow] = []
+        orphans: list[CheckpointRow] = []
+        for c in s.scalars(
+            select(CheckpointRow).where(
+                CheckpointRow.experiment_id == exp.id,
+                CheckpointRow.state.in_(("COMPLETED", "UPLOADING")),
+            )
+        ):
+            if c.trial_id not in finished:
+                continue
+            # An upload its trial never finished (the process died): its objects go.
+            (orphans if c.state == "UPLOADING" else ckpts).append(c)
+        for c in orphans:
+            c.state = "DELETING"
+        self.note_orphaned_uploads([c.uuid for c in orphans])
         if not ckpts:
-            return []
+            return sorted(c.uuid for c in orphans)
         metric = cfg.searcher.metric
         vals: dict[tuple[int, int], float] = {}
-        for m in s.scalars(select(MetricRow).where(
-            MetricRow.trial_id.in_(finished), MetricRow.kind == "validation")
+        for m in s.scalars(
+            select(MetricRow).where(
+                MetricRow.trial_id.in_(finished), MetricRow.kind == "validation"
+            )
         ):
             v = m.values.get(metric)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 vals[(m.trial_id, m.total_batches)] = float(v)
         facts = [
-            CheckpointFacts(c.uuid, c.trial_id, c.total_batches, vals.get((c.trial_id, c.total_batches)))
+            CheckpointFacts(
+                c.uuid, c.trial_id, c.total_batches, vals.get((c.trial_id, c.total_batches))
+            )
             for c in ckpts
         ]
-        policy = GCPolicy(storage.save_experiment_best, storage.save_trial_best,
-                          storage.save_trial_latest)
+        policy = GCPolicy(
+            storage.save_experiment_best, storage.save_trial_best, storage.save_trial_latest
+        )
         doomed = checkpoints_to_delete(facts, policy, cfg.searcher.smaller_is_better)
+        doomed -= self._warm_start_sources(s)
         for c in ckpts:
             if c.uuid in doomed:
-                c.state = "DELETED"
-        return sorted(doomed)
+                # DELETED once the files are gone (checkpoint_gc.process_deletions).
+                c.state = "DELETING"
+        return sorted(set(doomed) | {c.uuid for c in orphans})
 
     def _delete_from_storage(self: ExperimentManager, exp_id: int, uuids: list[str]) -> None:
-        if not uuids:
-            return
-        with self.db.read() as s:
-            exp = s.get(ExperimentRow, exp_id)
-            config = dict(exp.config) if exp is not None else None
-        if config is not None:
-            self._remove_checkpoints(config, uuids)
+        """Try to delete these DELETING checkpoints now; failures are retried by the
+        master's loop (checkpoint_gc)."""
+        if uuids:
+            self.process_deletions(experiment_id=exp_id)
 
     @staticmethod
     def _remove_checkpoints(config: dict[str, Any], uuids: list[str]) -> None:

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import select
@@ -27,9 +27,9 @@ from dauntless.config import (
     ConfigError,
     ExperimentConfig,
     MasterConfig,
-    S3Storage,
     SharedFSStorage,
     parse_experiment_config,
+    searcher_length,
 )
 from dauntless.searcher import (
     Close,
@@ -42,10 +42,13 @@ from dauntless.searcher import (
     make_searcher,
     restore_searcher,
 )
+from dauntless.storage import build_storage
 
 from . import scheduling
 from .auth import hash_token, new_token
+from .checkpoint_gc import CheckpointDeletionMixin
 from .cluster import ClusterMixin
+from .compat038 import Compat038Mixin, prepare_raw_config
 from .db import (
     AgentRow,
     AllocationRow,
@@ -55,18 +58,47 @@ from .db import (
     MetricRow,
     ModelDefinitionRow,
     TaskLogRow,
+    TaskRow,
     TrialRow,
     UserRow,
 )
+from .environments import check_pool_can_run, task_environment
+from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound  # re-exported: routes import them here
 from .lifecycle import LifecycleMixin
+from .models import allocations
+from .progress import experiment_progress
 from .states import STOPPING, State, check_transition, is_terminal
+from .task_policies import (
+    LogPolicyMatcher,
+    enforce_preemption_timeouts,
+    record_failure,
+    retries_canceled,
+)
+from .tasks import TaskService
 
 log = logging.getLogger("dauntless.master")
 
-MAX_CONTEXT_BYTES = 95 * 1024 * 1024
-"""Largest accepted context directory tarball (Determined's limit, seed 001)."""
-
 LOST_ALLOCATION_GRACE = 5.0
+MAINTENANCE_SECONDS = 1.0
+"""How often the loop reaps lost agents, enforces timeouts and deletes checkpoint files."""
+PLACEMENT_FALLBACK_SECONDS = 5.0
+"""A scheduling pass places pending work only when rows it depends on changed, or when
+this long has passed since it last did (changes the ORM cannot see)."""
+_PLACEMENT_IGNORES: dict[type, frozenset[str]] = {
+    AgentRow: frozenset({"last_heartbeat"}),
+    TrialRow: frozenset(
+        {
+            "total_batches",
+            "searcher_op_length",
+            "searcher_completed_length",
+            "best_validation",
+            "latest_checkpoint",
+            "progress",
+        }
+    ),
+}
+"""Attributes that a placement does not read: their changes (every heartbeat, every
+metric report) do not call for a new one."""
 """Seconds after hand-over during which an agent may not yet list a new allocation."""
 
 
@@ -98,19 +130,7 @@ class MetricsIn(NamedTuple):
     batch_metrics: list[Any] | None
 
 
-class NotFound(LookupError):
-    """The named object does not exist (the API answers 404)."""
-
-
-class BadRequest(ValueError):
-    """The request is invalid (the API answers 400); ``errors`` lists (field, message)."""
-
-    def __init__(self, message: str, errors: list[tuple[str, str]] | None = None) -> None:
-        super().__init__(message)
-        self.errors = errors or []
-
-
-class ExperimentManager(LifecycleMixin, ClusterMixin):
+class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, CheckpointDeletionMixin):
     """Drives experiments, trials, searchers and scheduling against the database.
 
     Args:
@@ -125,11 +145,22 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         self.clock = clock
         self.wake = threading.Event()
         self._configs: dict[int, ExperimentConfig] = {}
-        self._alloc_trial: dict[str, int] = {}
+        self._alloc_trial: dict[str, int | None] = {}
         self._gc_due: set[int] = set()
+        # Called after each scheduling pass (the pools' provisioners, resource managers).
+        self.loop_hooks: list[Callable[[], None]] = []
+        self.log_policies = LogPolicyMatcher(self)
         # Bumped when an allocation's rows change: the preemption long poll re-reads
-        # them only then (and now and then, see routes.preemption_signal).
+        # them only then (and now and then, see routes_cluster.preemption_signal).
         self.allocation_versions = db.row_versions(AllocationRow, lambda row: row.group_id)
+        # Set when rows a placement reads change: an idle pass skips the placement,
+        # which decodes every running trial's config (issue 19).
+        self.placement_changes = db.change_flag(
+            (AgentRow, AllocationRow, TrialRow, ExperimentRow, TaskRow), _PLACEMENT_IGNORES
+        )
+        self._placed_at = 0.0
+        #: Commands, notebooks, shells and TensorBoards (dauntless.master.tasks).
+        self.tasks = TaskService(self)
 
     # ------------------------------------------------------------------ experiments
 
@@ -142,27 +173,42 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         ).model_dump(mode="json")
 
     def create_experiment(
-        self, config_text: str, context: bytes | None, activate: bool = True,
+        self,
+        config_text: str,
+        context: bytes | None,
+        activate: bool = True,
         owner: str = "determined",
+        parent_id: int | None = None,
     ) -> int:
         """Validate a config, store the experiment and run its searcher's first operations.
 
         Args:
             config_text: the experiment config as YAML text.
-            context: the context directory as a gzipped tar (bytes), or None.
+            context: the context directory as a gzipped tar (bytes), or None (with
+                ``parent_id``: the parent's context is used).
             activate: start ACTIVE (else PAUSED).
             owner: the username of the user who owns it (may pause, kill, edit and
                 delete it); the built-in ``determined`` by default.
+            parent_id: fork: the experiment this one is forked from (its model
+                definition is copied when ``context`` is None).
 
         Returns:
             The new experiment's id.
 
         Raises:
-            BadRequest: an invalid config (``errors`` names each field), an unsupported
-                checkpoint storage, an unknown resource pool, or a context over 95 MiB.
+            BadRequest: an invalid config (``errors`` names each field), a field this
+                master cannot honour (named, with the reason), an unknown warm-start
+                source, an unsupported checkpoint storage, an unknown resource pool, or a
+                context over 95 MiB.
+            NotFound: ``parent_id`` names no experiment.
         """
+        if parent_id is not None:
+            parent_context = self._model_definition(parent_id)  # NotFound if none
+            if context is None:
+                context = parent_context
         try:
-            cfg = parse_experiment_config(config_text)
+            raw = prepare_raw_config(config_text, self.default_storage())
+            cfg = parse_experiment_config(raw)
         except ConfigError as exc:
             raise BadRequest("invalid experiment config", exc.errors) from None
         if context is not None and len(context) > MAX_CONTEXT_BYTES:
@@ -175,12 +221,6 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 "invalid experiment config",
                 [("entrypoint", "required: 'module:TrialClass' or a command to run")],
             )
-        if isinstance(cfg.checkpoint_storage, S3Storage):
-            raise BadRequest(
-                "invalid experiment config",
-                [("checkpoint_storage.type", "'s3' is not supported by this master yet; "
-                  "use shared_fs or directory")],
-            )
         pools = [p.pool_name for p in self.config.resource_pools]
         pool = cfg.resources.resource_pool or "default"
         if pool not in pools:
@@ -188,14 +228,29 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 "invalid experiment config",
                 [("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")],
             )
+        self._refuse_unsupported(raw, cfg)
+        with self.db.read() as s:  # issue 23: some agent of the pool can run it
+            known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
+        env_errors = check_pool_can_run(cfg, pool, known)
+        if env_errors:
+            raise BadRequest("invalid experiment config", env_errors)
         seed = cfg.reproducibility.experiment_seed
         if seed is None:
             seed = secrets.randbelow(2**31)
         raw = cfg.to_json()
+        self._resolve_warm_start(raw)
         raw["reproducibility"]["experiment_seed"] = seed
         if raw.get("checkpoint_storage") is None:
             raw["checkpoint_storage"] = self.default_storage()
         resolved = parse_experiment_config(raw)
+        try:
+            # The master deletes checkpoints (GC) and serves downloads: it needs the
+            # store's client library too. This does not contact the store.
+            build_storage(resolved.checkpoint_storage)
+        except (ImportError, ValueError) as exc:
+            raise BadRequest(
+                "invalid experiment config", [("checkpoint_storage.type", str(exc))]
+            ) from None
         try:
             searcher = make_searcher(resolved, seed)
         except SearcherConfigError as exc:
@@ -268,23 +323,29 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
             elif isinstance(op, Close):
                 trial = self._trial_by_request(s, exp.id, op.request_id)
                 trial.searcher_closed = True
-                if not is_terminal(trial.state) and self._live_allocation(s, trial.id) is None:
+                alloc = None if is_terminal(trial.state) else self._live_allocation(s, trial.id)
+                if not is_terminal(trial.state) and alloc is None:
                     self._set_trial_state(trial, State.COMPLETED)
                     queue.extend(searcher.on_trial_closed(op.request_id))
+                elif alloc is not None and searcher_length(self.experiment_config(exp)) is None:
+                    # 0.38: the trial is not polling searcher operations; stop it through
+                    # the preemption path (it checkpoints and exits; then COMPLETED).
+                    self._signal_stop(s, alloc)
             elif isinstance(op, Shutdown):
                 exp.searcher_shutdown = True
             else:
                 raise TypeError(f"unknown searcher operation {op!r}")
         exp.searcher_state = searcher.snapshot()
-        exp.progress = float(searcher.progress())
+        exp.progress = experiment_progress(s, exp, searcher)
         self._maybe_finish_experiment(s, exp)
 
     def _maybe_finish_experiment(self, s: Session, exp: ExperimentRow) -> None:
         stopping = State(exp.state) in STOPPING
         if is_terminal(exp.state) or not (exp.searcher_shutdown or stopping):
             return
-        states = [t.state for t in s.scalars(select(TrialRow).where(
-            TrialRow.experiment_id == exp.id))]
+        states = [
+            t.state for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id))
+        ]
         if not all(is_terminal(st) for st in states):
             return
         final = {
@@ -339,17 +400,6 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         exp = s.get(ExperimentRow, trial.experiment_id)
         assert exp is not None  # FK guarantees it
         return trial, exp
-
-    def searcher_operation(self, trial_id: int) -> dict[str, Any]:
-        """The trial's next searcher operation (protocol.md, harness routes)."""
-        with self.db.read() as s:
-            trial, _exp = self._get_trial(s, trial_id)
-            op_len, done = trial.searcher_op_length, trial.searcher_completed_length
-            if op_len is not None and (done is None or op_len > done):
-                return {"op": {"length": op_len}, "completed": False}
-            if trial.searcher_closed or trial.state != State.ACTIVE.value:
-                return {"op": None, "completed": True}
-            return {"op": None, "completed": False}
 
     def complete_operation(self, trial_id: int, length: int, metric: float) -> None:
         """Record that a trial validated at ``length`` batches with the searcher metric.
@@ -455,7 +505,9 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 trial.total_batches = max(trial.total_batches, r.steps_completed)
                 if r.group == "validation":
                     self._note_validation(trial, exp, metrics)
+                    self._searcher_sees_validation(s, trial, exp, metrics)
             from .metric_series import fold_metric_reports  # here: it imports this module
+
             for group, pairs in folded.items():
                 fold_metric_reports(s, trial_id, group, pairs)
             return flags
@@ -470,9 +522,17 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 trial.best_validation = float(value)
 
     def report_progress(self, trial_id: int, progress: float) -> None:
-        """Trial progress is derived from the searcher; this only checks the trial exists."""
-        with self.db.read() as s:
-            self._get_trial(s, trial_id)
+        """Record the fraction (0..1) of its training a running trial has done, and count
+        it into its experiment's progress (:func:`experiment_progress`).
+
+        Raises:
+            NotFound: no such trial.
+        """
+        with self.db.write() as s:
+            trial, exp = self._get_trial(s, trial_id)
+            trial.progress = min(max(float(progress), 0.0), 1.0)
+            if not is_terminal(exp.state):
+                exp.progress = experiment_progress(s, exp, self._searcher(exp))
 
     def report_early_exit(self, trial_id: int, reason: str) -> None:
         """Mark that the trial will exit early (``INVALID_HP``); applied at its exit."""
@@ -490,41 +550,46 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         steps_completed: int,
         resources: dict[str, int],
         metadata: dict[str, Any],
+        state: str = "COMPLETED",
     ) -> None:
-        """Record a completed checkpoint and make it the trial's latest."""
+        """Record a checkpoint; a COMPLETED one becomes the trial's latest.
+
+        ``state`` ``UPLOADING`` records a checkpoint whose files are going up to an
+        object store (GC deletes it if its trial ends before it is COMPLETED); a later
+        ``COMPLETED`` report of the same uuid completes it. Reports are idempotent.
+        """
         with self.db.write() as s:
             trial, exp = self._get_trial(s, trial_id)
-            if s.get(CheckpointRow, uuid_) is not None:
-                return
-            s.add(
-                CheckpointRow(
-                    uuid=uuid_,
-                    trial_id=trial_id,
-                    experiment_id=exp.id,
-                    allocation_id=allocation_id,
-                    total_batches=steps_completed,
-                    state="COMPLETED",
-                    resources=resources,
-                    meta=metadata,
-                    report_time=self.clock(),
+            row = s.get(CheckpointRow, uuid_)
+            if row is not None:
+                if row.state != "UPLOADING" or state != "COMPLETED":
+                    return
+                row.state = "COMPLETED"
+                row.resources = resources
+                row.meta = metadata
+                row.report_time = self.clock()
+            else:
+                s.add(
+                    CheckpointRow(
+                        uuid=uuid_,
+                        trial_id=trial_id,
+                        experiment_id=exp.id,
+                        allocation_id=allocation_id,
+                        total_batches=steps_completed,
+                        state=state,
+                        resources=resources,
+                        meta=metadata,
+                        report_time=self.clock(),
+                    )
                 )
+            if state != "COMPLETED":
+                return
+            latest = (
+                s.get(CheckpointRow, trial.latest_checkpoint) if trial.latest_checkpoint else None
             )
-            latest = s.get(CheckpointRow, trial.latest_checkpoint) if trial.latest_checkpoint else None
             if latest is None or steps_completed >= latest.total_batches:
                 trial.latest_checkpoint = uuid_
             trial.total_batches = max(trial.total_batches, steps_completed)
-
-    def preemption_signal(self, allocation_id: str) -> bool:
-        """True when the allocation should checkpoint and exit: a pause, preemption or
-        kill was ordered for any of its parts, or the master gave up on a part (its agent
-        was lost), so processes still running for it must stop."""
-        with self.db.read() as s:
-            parts = self._parts(s, allocation_id)
-            if not parts:
-                raise NotFound(f"allocation {allocation_id} not found")
-            return any(
-                p.preempt_requested or p.kill_requested or p.state == "TERMINATED" for p in parts
-            )
 
     def set_rendezvous(self, allocation_id: str, addr: str, port: int) -> None:
         """Record where the chief of a distributed allocation listens (torch.distributed).
@@ -538,27 +603,34 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 raise NotFound(f"allocation {allocation_id} not found")
             chief.rendezvous_addr, chief.rendezvous_port = addr, port
 
-    def rendezvous(self, allocation_id: str) -> dict[str, Any] | None:
-        """The chief's address once it is known, else None.
-
-        Raises:
-            NotFound: no such allocation.
-        """
-        with self.db.read() as s:
-            chief = s.get(AllocationRow, allocation_id)
-            if chief is None:
-                raise NotFound(f"allocation {allocation_id} not found")
-            if chief.rendezvous_port is None:
-                return None
-            return {"addr": chief.rendezvous_addr, "port": chief.rendezvous_port,
-                    "world_size": chief.world_size, "num_parts": chief.num_parts}
-
     # ------------------------------------------------------------------ agents
 
     def register_agent(
-        self, agent_id: str, resource_pool: str, hostname: str, slots: list[dict[str, Any]]
+        self,
+        agent_id: str,
+        resource_pool: str,
+        hostname: str,
+        slots: list[dict[str, Any]],
+        running: list[str] | None = None,
+        runtime: dict[str, Any] | None = None,
     ) -> AgentRow:
-        """Add or replace an agent; allocations it held before are treated as lost.
+        """Add or replace an agent and reconcile what it runs.
+
+        Allocation parts of this agent that it lists in ``running`` are adopted (they kept
+        running while the master or the connection was away); its other live parts that
+        had been started are treated as lost (the agent restarted) and end as failed.
+        Parts handed to it but not yet started stay assigned. Ids in ``running`` the
+        master does not know, or knows as ended, are killed at the next heartbeat.
+
+        Args:
+            agent_id: the agent's id.
+            resource_pool: its pool, one the master declares.
+            hostname: its host name.
+            slots: ``[{id, type, device}]``.
+            running: allocation part ids the agent still runs (None: none).
+
+        ``runtime`` is what the agent reported of its task runtime (``{name,
+        containers, mount_namespace}``; :mod:`dauntless.master.environments`).
 
         Raises:
             BadRequest: an unknown resource pool, or duplicate slot ids.
@@ -576,15 +648,26 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         with self.db.write() as s:
             agent = s.get(AgentRow, agent_id)
             clean = [
-                {"id": str(sl["id"]), "type": sl.get("type", "cpu"),
-                 "device": sl.get("device", ""), "enabled": True}
+                {
+                    "id": str(sl["id"]),
+                    "type": sl.get("type", "cpu"),
+                    "device": sl.get("device", ""),
+                    "enabled": True,
+                }
                 for sl in slots
             ]
             if agent is None:
                 agent = AgentRow(
-                    id=agent_id, resource_pool=resource_pool, hostname=hostname,
-                    state="ACTIVE", enabled=True, draining=False, slots=clean,
-                    registered_at=now, last_heartbeat=now,
+                    id=agent_id,
+                    resource_pool=resource_pool,
+                    hostname=hostname,
+                    state="ACTIVE",
+                    enabled=True,
+                    draining=False,
+                    slots=clean,
+                    registered_at=now,
+                    last_heartbeat=now,
+                    runtime=runtime,
                 )
                 s.add(agent)
             else:
@@ -592,13 +675,23 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 for sl in clean:
                     sl["enabled"] = old.get(sl["id"], True)
                 agent.resource_pool, agent.hostname, agent.slots = resource_pool, hostname, clean
+                agent.runtime = runtime
                 agent.state, agent.registered_at, agent.last_heartbeat = "ACTIVE", now, now
-                for alloc in s.scalars(select(AllocationRow).where(
-                    AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
-                )).all():
+                still = set(running or [])
+                for alloc in s.scalars(
+                    select(AllocationRow).where(
+                        AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+                    )
+                ).all():
+                    if alloc.id in still or alloc.state == "ASSIGNED":
+                        if alloc.id in still:
+                            log.info("agent %s still runs %s: adopted", agent_id, alloc.id)
+                        continue
                     self._terminate(s, alloc, None, "the agent restarted")
         self.wake.set()
-        log.info("agent %s registered with %d slots in pool %s", agent_id, len(slots), resource_pool)
+        log.info(
+            "agent %s registered with %d slots in pool %s", agent_id, len(slots), resource_pool
+        )
         return agent
 
     def heartbeat(self, agent_id: str, running: list[str]) -> dict[str, Any]:
@@ -618,8 +711,9 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 self.wake.set()
             running_set = set(running)
             start, kill = [], []
-            allocs = s.scalars(select(AllocationRow).where(
-                AllocationRow.agent_id == agent_id)).all()
+            allocs = s.scalars(
+                select(AllocationRow).where(AllocationRow.agent_id == agent_id)
+            ).all()
             by_id = {a.id: a for a in allocs}
             for alloc in allocs:
                 if alloc.state == "ASSIGNED":
@@ -640,19 +734,25 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                     ):
                         self._terminate(s, alloc, None, "the agent no longer runs this task")
             for alloc_id in running_set:
-                alloc = by_id.get(alloc_id)
-                if alloc is None or alloc.state == "TERMINATED":
+                known = by_id.get(alloc_id)
+                if known is None or known.state == "TERMINATED":
                     kill.append(alloc_id)
             return {"start": start, "kill": sorted(set(kill))}
 
     def _task_spec(self, s: Session, alloc: AllocationRow) -> dict[str, Any]:
+        if alloc.task_id is not None:
+            return self.tasks.task_spec(s, alloc)
         trial = s.get(TrialRow, alloc.trial_id)
         assert trial is not None
         exp = s.get(ExperimentRow, trial.experiment_id)
         assert exp is not None
         cfg = self.experiment_config(exp)
         latest = s.get(CheckpointRow, trial.latest_checkpoint) if trial.latest_checkpoint else None
-        env = dict(cfg.environment.variables_for("cpu"))
+        # The config's variables for the type of the part's slots (a per-device map).
+        agent = s.get(AgentRow, alloc.agent_id)
+        types = {str(sl["id"]): sl.get("type", "cpu") for sl in (agent.slots if agent else [])}
+        slot_type = types.get(str(alloc.slot_ids[0]), "cpu") if alloc.slot_ids else "cpu"
+        env = dict(cfg.environment.variables_for(slot_type))
         env.update(
             {
                 "DET_MASTER": self.public_url(),
@@ -670,11 +770,43 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 "DET_TRIAL_SEED": str(trial.seed),
                 "DET_HPARAMS": json.dumps(trial.hparams),
                 "DET_EXPERIMENT_CONFIG": json.dumps(exp.config),
-                "DET_LATEST_CHECKPOINT": latest.uuid if latest else "",
+                # Warm start: a trial without a checkpoint of its own starts from the
+                # searcher's source checkpoint (its batch counters start at 0).
+                "DET_LATEST_CHECKPOINT": latest.uuid
+                if latest
+                else (cfg.searcher.source_checkpoint_uuid or ""),
                 "DET_STEPS_COMPLETED": str(latest.total_batches if latest else 0),
                 "DET_SLOT_IDS": ",".join(str(x) for x in alloc.slot_ids),
+                "DET_CONTAINER_RANK": str(alloc.part_index),
             }
         )
+        # A port offset unique among the allocations on the chief's agent: the index of
+        # the chief part's first slot there (DistributedContext's rendezvous port).
+        chief = alloc
+        if alloc.part_index != 0:
+            chief = (
+                s.scalars(
+                    select(AllocationRow).where(
+                        AllocationRow.group_id == alloc.group_id, AllocationRow.part_index == 0
+                    )
+                ).first()
+                or alloc
+            )
+        chief_agent = s.get(AgentRow, chief.agent_id)
+        slot_order = [str(x.get("id")) for x in (chief_agent.slots if chief_agent else [])]
+        first = str(chief.slot_ids[0]) if chief.slot_ids else ""
+        env["DET_UNIQUE_PORT_OFFSET"] = str(slot_order.index(first) if first in slot_order else 0)
+        if alloc.num_parts > 1:  # every node's host, in part order (ClusterInfo)
+            parts = s.scalars(
+                select(AllocationRow)
+                .where(AllocationRow.group_id == alloc.group_id)
+                .order_by(AllocationRow.part_index)
+            ).all()
+            addrs = []
+            for part in parts:
+                agent = s.get(AgentRow, part.agent_id)
+                addrs.append(agent.hostname if agent and agent.hostname else part.agent_id)
+            env["DET_CONTAINER_ADDRS"] = ",".join(addrs)
         return {
             "allocation_id": alloc.id,
             "task_id": f"{exp.id}.{trial.id}",
@@ -684,6 +816,9 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
             "entrypoint": cfg.entrypoint,
             "env": env,
             "context_url": f"/api/v1/experiments/{exp.id}/model_def",
+            "environment": task_environment(
+                cfg.environment, cfg.bind_mounts, cfg.resources, cfg.checkpoint_storage
+            ),
         }
 
     def public_url(self) -> str:
@@ -696,8 +831,17 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
 
     port: int = 8080
 
-    def allocation_exited(self, allocation_id: str, exit_code: int | None, message: str | None) -> None:
+    def allocation_exited(
+        self,
+        allocation_id: str,
+        exit_code: int | None,
+        message: str | None,
+        fatal: bool = False,
+    ) -> None:
         """Handle a task's exit as reported by its agent (idempotent).
+
+        ``fatal``: the agent found the task cannot run in its environment (a Python
+        environment that does not build); the trial ends in ERROR without a restart.
 
         Raises:
             NotFound: no such allocation.
@@ -708,13 +852,16 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 raise NotFound(f"allocation {allocation_id} not found")
             if alloc.state == "TERMINATED":
                 return
+            alloc.exit_fatal = bool(fatal) and exit_code != 0
             self._terminate(s, alloc, exit_code, message)
+        # Place what waits on the freed slots now, before answering: the agent heartbeats
+        # right after reporting an exit and so gets the next task without waiting for the
+        # loop (the slot gap of issue 19). The loop's own pass follows as before.
+        try:
+            self.schedule_pass(maintenance=False)
+        except Exception:  # the exit is recorded; the loop's pass retries the placement
+            log.exception("scheduling pass after an exit failed")
         self.wake.set()
-
-    def _parts(self, s: Session, group_id: str) -> list[AllocationRow]:
-        """Every part of one allocation (trial run), chief first."""
-        return list(s.scalars(select(AllocationRow).where(
-            AllocationRow.group_id == group_id).order_by(AllocationRow.part_index)))
 
     def _terminate(
         self, s: Session, alloc: AllocationRow, exit_code: int | None, message: str | None
@@ -727,7 +874,10 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         """
         alloc.state, alloc.exit_code, alloc.exit_message = "TERMINATED", exit_code, message
         alloc.ended_at = self.clock()
-        parts = self._parts(s, alloc.group_id)
+        if alloc.task_id is not None:
+            self.tasks.on_exit(s, alloc)
+            return
+        parts = allocations.parts(s, alloc.group_id)
         live = [p for p in parts if p.state != "TERMINATED"]
         if live:
             if exit_code != 0 and not alloc.kill_requested:
@@ -743,11 +893,20 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         failed = [p for p in parts if p.exit_code != 0 and not p.kill_requested]
         exit_code = failed[0].exit_code if failed else 0
         message = failed[0].exit_message if failed else None
+        fatal = any(p.exit_fatal for p in failed)
         preempted = any(p.preempt_requested for p in parts)
+        assert alloc.trial_id is not None  # a task's allocation returned above
         trial, exp = self._get_trial(s, alloc.trial_id)
         if is_terminal(trial.state):
             return
+        if failed:
+            s.flush()  # the run's last log lines, if just added, are queried
+            record_failure(s, trial, failed[0], exit_code, message)
         if State(trial.state) in STOPPING:
+            if State(trial.state) is State.STOPPING_ERROR:  # e.g. a searcher error
+                self._set_trial_state(trial, State.ERROR)
+                self._maybe_finish_experiment(s, exp)
+                return
             if State(trial.state) is State.STOPPING_KILLED or exit_code == 0:
                 self._trial_canceled(s, exp, trial)
             else:
@@ -761,24 +920,42 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
             self._set_trial_state(trial, State.COMPLETED)
             ops += searcher.on_trial_exited_early(rid, ExitedReason.INVALID_HP)
             ops += searcher.on_trial_closed(rid)
-        elif exit_code == 0 and not preempted:
+        elif exit_code == 0 and (not preempted or trial.searcher_closed):
             self._set_trial_state(trial, State.COMPLETED)
             ops += searcher.on_trial_closed(rid)
         elif exit_code == 0:
             log.info("trial %s stopped for preemption; it resumes later", trial.id)
         else:
-            trial.restarts += 1
             cfg = self.experiment_config(exp)
             why = message or f"exit code {exit_code}"
-            if trial.restarts > cfg.max_restarts:
-                log.warning("trial %s failed (%s); max_restarts %d reached", trial.id, why,
-                            cfg.max_restarts)
+            if fatal:  # a restart cannot help (issue 23): not counted as one
+                log.warning("trial %s cannot run in its environment: %s", trial.id, why)
+                self._set_trial_state(trial, State.ERROR)
+                ops += searcher.on_trial_exited_early(rid, ExitedReason.ERRORED)
+                ops += searcher.on_trial_closed(rid)
+                self._apply(s, exp, searcher, ops)
+                return
+            trial.restarts += 1
+            if trial.restarts > cfg.max_restarts or retries_canceled(trial):
+                log.warning(
+                    "trial %s failed (%s); %s",
+                    trial.id,
+                    why,
+                    "a cancel_retries log policy matched"
+                    if retries_canceled(trial)
+                    else f"max_restarts {cfg.max_restarts} reached",
+                )
                 self._set_trial_state(trial, State.ERROR)
                 ops += searcher.on_trial_exited_early(rid, ExitedReason.ERRORED)
                 ops += searcher.on_trial_closed(rid)
             else:
-                log.warning("trial %s failed (%s); restart %d of %d", trial.id, why,
-                            trial.restarts, cfg.max_restarts)
+                log.warning(
+                    "trial %s failed (%s); restart %d of %d",
+                    trial.id,
+                    why,
+                    trial.restarts,
+                    cfg.max_restarts,
+                )
         self._apply(s, exp, searcher, ops)
 
     # ------------------------------------------------------------------ logs
@@ -818,11 +995,15 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                         log=str(line.get("log", "")),
                     )
                 )
-            seen: set[tuple[str, int]] = set()
+            seen: set[tuple[str, int | None]] = set()
             for alloc_id, numbers in seqs.items():
                 seen.update(
-                    (alloc_id, n) for n in s.scalars(select(TaskLogRow.seq).where(
-                        TaskLogRow.allocation_id == alloc_id, TaskLogRow.seq.in_(numbers)))
+                    (alloc_id, n)
+                    for n in s.scalars(
+                        select(TaskLogRow.seq).where(
+                            TaskLogRow.allocation_id == alloc_id, TaskLogRow.seq.in_(numbers)
+                        )
+                    )
                 )
             fresh = []
             for row in rows:
@@ -832,30 +1013,54 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
                 seen.add(key)  # type: ignore[arg-type]
                 fresh.append(row)
             s.add_all(fresh)
+            self.log_policies.apply(s, fresh)
             return len(fresh)
 
     # ------------------------------------------------------------------ scheduling
 
-    def schedule_pass(self) -> int:
-        """Reap lost agents and place pending trials on free slots.
+    def schedule_pass(self, maintenance: bool = True, lazy: bool = False) -> int:
+        """Reap lost agents, enforce timeouts and place pending trials on free slots.
+
+        Args:
+            maintenance: reap agents whose heartbeats stopped, enforce preemption
+                timeouts and idle timeouts of tasks (time-driven work the loop does
+                every :data:`MAINTENANCE_SECONDS`).
+            lazy: place only when rows a placement reads changed since the last one
+                (:attr:`placement_changes`), or :data:`PLACEMENT_FALLBACK_SECONDS`
+                passed; the loop's passes are lazy, other callers' are not.
 
         Returns:
             The number of allocations created.
         """
         now = self.clock()
         with self.db.write() as s:
-            for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")).all():
-                if now - agent.last_heartbeat > self.config.agent_timeout:
-                    log.warning("agent %s missed heartbeats for %.0f s: lost",
-                                agent.id, now - agent.last_heartbeat)
-                    agent.state = "LOST"
-                    for alloc in s.scalars(select(AllocationRow).where(
+            if maintenance:
+                self._reap_lost_agents(s, now)
+                enforce_preemption_timeouts(s, self, now)
+                self.tasks.idle_check(s, now)
+            # Under the write lock: no commit comes between take() and the reads.
+            changed = self.placement_changes.take()
+            if lazy and not changed and now - self._placed_at < PLACEMENT_FALLBACK_SECONDS:
+                return 0
+            self._placed_at = now
+            return scheduling.place_pending(s, self, now)
+
+    def _reap_lost_agents(self, s: Session, now: float) -> None:
+        for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")).all():
+            if now - agent.last_heartbeat > self.config.agent_timeout:
+                log.warning(
+                    "agent %s missed heartbeats for %.0f s: lost",
+                    agent.id,
+                    now - agent.last_heartbeat,
+                )
+                agent.state = "LOST"
+                for alloc in s.scalars(
+                    select(AllocationRow).where(
                         AllocationRow.agent_id == agent.id,
                         AllocationRow.state != "TERMINATED",
-                    )).all():
-                        self._terminate(s, alloc, None, f"agent {agent.id} was lost")
-            created = scheduling.place_pending(s, self, now)
-        return created
+                    )
+                ).all():
+                    self._terminate(s, alloc, None, f"agent {agent.id} was lost")
 
     def new_allocation(
         self, s: Session, trial: TrialRow, parts: list[tuple[str, list[str]]]
@@ -893,18 +1098,22 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
             offset += len(slot_ids)
         return group
 
-    def run_gc(self) -> None:
+    def run_gc(self, deletions: bool = True) -> None:
         """Apply the GC policy of every experiment one of whose trials ended since the
-        last call; storage is touched after the decision commits."""
+        last call (marking checkpoints DELETING), then delete the files of DELETING
+        checkpoints whose retry time has come (checkpoint_gc); storage is touched after
+        the decision commits."""
         while self._gc_due:
             exp_id = self._gc_due.pop()
             with self.db.write() as s:
                 exp = s.get(ExperimentRow, exp_id)
                 doomed = self._collect(s, exp) if exp is not None else []
             if doomed:
-                log.info("checkpoint GC of experiment %s deletes %d checkpoint(s)", exp_id,
-                         len(doomed))
-                self._delete_from_storage(exp_id, doomed)
+                log.info(
+                    "checkpoint GC of experiment %s deletes %d checkpoint(s)", exp_id, len(doomed)
+                )
+        if deletions:
+            self.process_deletions()
 
     def on_start(self) -> None:
         """At master start: give agents a fresh heartbeat deadline (they were not lost,
@@ -913,14 +1122,29 @@ class ExperimentManager(LifecycleMixin, ClusterMixin):
         with self.db.write() as s:
             for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")):
                 agent.last_heartbeat = now
+        self.schedule_gc_after_start()
 
     def run_loop(self, stop: threading.Event) -> None:
         """The background loop: a scheduling pass every ``scheduler_interval`` seconds, or
         sooner when an event sets :attr:`wake`. Returns when ``stop`` is set."""
+        maintained_at = -MAINTENANCE_SECONDS
         while not stop.is_set():
             try:
-                self.run_gc()
-                self.schedule_pass()
+                now = time.monotonic()
+                # Time-driven work (lost agents, timeouts, file deletions) once a second;
+                # placement whenever something it reads changed (issue 19: an idle
+                # master with many running trials costs little CPU).
+                maintenance = now - maintained_at >= MAINTENANCE_SECONDS
+                gc_due = bool(self._gc_due)
+                self.run_gc(deletions=False)
+                if maintenance or gc_due:
+                    # Deleting files may wait on a slow store: off the scheduling path.
+                    self.start_deletions(wait=2.0)
+                self.schedule_pass(maintenance=maintenance, lazy=True)
+                if maintenance:
+                    maintained_at = now
+                for hook in self.loop_hooks:
+                    hook()
             except Exception:  # keep the master alive; the next pass retries
                 log.exception("scheduling pass failed")
             self.wake.wait(self.config.scheduler_interval)

@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 
 from .db import Database, ExperimentRow, MetricRow, TrialRow
 from .db.models import MetricSummaryRow
-from .manager import NotFound
+from .errors import NotFound
 
 MAX_POINTS = 1024
 """The most points per series an answer may ask for (``max_points``)."""
@@ -125,6 +125,21 @@ def m4(x: np.ndarray, y: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray
     return x[keep], y[keep]
 
 
+def _one_point(x: Any, y: Any) -> tuple[int, float] | None:
+    """``(x[0], y[0])`` as int and float when ``x`` and ``y`` hold one number each (lists,
+    tuples or 1-D arrays), else None."""
+    if not isinstance(x, (list, tuple, np.ndarray)) or not isinstance(y, type(x)):
+        return None
+    if len(x) != 1 or len(y) != 1:
+        return None
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and (x.ndim, y.ndim) != (1, 1):
+        return None
+    try:
+        return int(x[0]), float(y[0])
+    except (TypeError, ValueError):
+        return None
+
+
 class M4Series:
     """An incremental M4 summary of one series (x: batches, y: a metric's values).
 
@@ -147,7 +162,11 @@ class M4Series:
 
     @classmethod
     def restore(
-        cls, width: int, raw_points: int, x: np.ndarray, y: np.ndarray,
+        cls,
+        width: int,
+        raw_points: int,
+        x: np.ndarray,
+        y: np.ndarray,
         cap_buckets: int = CAP_BUCKETS,
     ) -> M4Series:
         """A summary from its stored state (what :meth:`extend` left).
@@ -184,15 +203,25 @@ class M4Series:
         Raises:
             ValueError: ``x`` and ``y`` differ in length.
         """
-        nx = np.asarray(x, dtype=np.int64).reshape(-1)
-        ny = np.asarray(y, dtype=np.float64).reshape(-1)
-        if nx.shape != ny.shape:
-            raise ValueError(f"x and y must have one length, got {nx.size} and {ny.size}")
-        ok = np.isfinite(ny)
-        nx, ny = nx[ok], ny[ok]
-        if nx.size == 0:
-            return
-        self.raw_points += int(nx.size)
+        one = _one_point(x, y)
+        if one is not None:  # a report adds one point per metric: skip numpy for it
+            if not math.isfinite(one[1]):
+                return
+            self.raw_points += 1
+            if self.x.size and one[0] > self.x[-1] and self._append_one(*one):
+                return
+            nx = np.array([one[0]], dtype=np.int64)
+            ny = np.array([one[1]], dtype=np.float64)
+        else:
+            nx = np.asarray(x, dtype=np.int64).reshape(-1)
+            ny = np.asarray(y, dtype=np.float64).reshape(-1)
+            if nx.shape != ny.shape:
+                raise ValueError(f"x and y must have one length, got {nx.size} and {ny.size}")
+            ok = np.isfinite(ny)
+            nx, ny = nx[ok], ny[ok]
+            if nx.size == 0:
+                return
+            self.raw_points += int(nx.size)
         if self.x.size and nx.min() > self.x[-1] and self._append(nx, ny):
             return
         xs = np.concatenate((self.x, nx))
@@ -204,6 +233,28 @@ class M4Series:
         keep = m4_indices(xs, ys, self.width)
         self.x, self.y = xs[keep], ys[keep]
 
+    def _append_one(self, x: int, y: float) -> bool:
+        """:meth:`_append` for one point after the kept ones, in plain Python; the same
+        result (M4 keeps, per bucket, the first, the last and the earliest smallest and
+        largest points). False (nothing changed) when the buckets from the first kept
+        one's to the new point's are more than ``cap_buckets``: a bound on the bucket
+        count, so :meth:`_append` then decides exactly."""
+        width = self.width
+        bucket = x // width
+        if bucket - int(self.x[0]) // width + 1 > self.cap_buckets:
+            return False
+        if bucket != int(self.x[-1]) // width:  # a new bucket: the point alone
+            self.x = np.append(self.x, np.int64(x))
+            self.y = np.append(self.y, np.float64(y))
+            return True
+        start = int(np.searchsorted(self.x, bucket * width))
+        tx = [*self.x[start:].tolist(), x]
+        ty = [*self.y[start:].tolist(), y]
+        keep = sorted({0, len(tx) - 1, ty.index(min(ty)), ty.index(max(ty))})
+        self.x = np.concatenate((self.x[:start], np.array([tx[i] for i in keep], np.int64)))
+        self.y = np.concatenate((self.y[:start], np.array([ty[i] for i in keep], np.float64)))
+        return True
+
     def _append(self, nx: np.ndarray, ny: np.ndarray) -> bool:
         """Fold in points that all come after the kept ones without a wider bucket; False
         (nothing changed) when the buckets would not fit. Only buckets from the first new
@@ -213,8 +264,10 @@ class M4Series:
             nx, ny = nx[order], ny[order]
         start = int(np.searchsorted(self.x, (int(nx[0]) // self.width) * self.width))
         tx = np.concatenate((self.x[start:], nx))
-        if _bucket_count(self.x[:start], self.width) + _bucket_count(tx, self.width) \
-                > self.cap_buckets:
+        if (
+            _bucket_count(self.x[:start], self.width) + _bucket_count(tx, self.width)
+            > self.cap_buckets
+        ):
             return False
         ty = np.concatenate((self.y[start:], ny))
         keep = m4_indices(tx, ty, self.width)
@@ -252,8 +305,9 @@ def check_metric_name(name: str) -> str:
     if not isinstance(name, str) or not name:
         raise ValueError(f"metric name must be a non-empty string, got {name!r}")
     if len(name) > MAX_NAME_LENGTH:
-        raise ValueError(f"metric name must be at most {MAX_NAME_LENGTH} characters, "
-                         f"got {len(name)}")
+        raise ValueError(
+            f"metric name must be at most {MAX_NAME_LENGTH} characters, got {len(name)}"
+        )
     if '"' in name or any(ord(c) < 32 for c in name):
         raise ValueError(f"metric name {name!r} must hold no double quote or control character")
     return name
@@ -288,13 +342,20 @@ _C = _SUMMARIES.c
 # Built once: the per-report statements then skip SQL construction and compilation.
 _INSERT = insert(_SUMMARIES)
 _SELECT_NAMED = select(_C.name, _C.width, _C.raw_points, _C.batches, _C["values"]).where(
-    _C.trial_id == bindparam("tid"), _C.kind == bindparam("grp"),
+    _C.trial_id == bindparam("tid"),
+    _C.kind == bindparam("grp"),
     _C.name.in_(bindparam("names", expanding=True)),
 )
-_UPDATE_NAMED = update(_SUMMARIES).where(
-    _C.trial_id == bindparam("tid"), _C.kind == bindparam("grp"), _C.name == bindparam("nm")
-).values(width=bindparam("w"), raw_points=bindparam("r"), batches=bindparam("bx"),
-         values=bindparam("by"))
+_UPDATE_NAMED = (
+    update(_SUMMARIES)
+    .where(_C.trial_id == bindparam("tid"), _C.kind == bindparam("grp"), _C.name == bindparam("nm"))
+    .values(
+        width=bindparam("w"),
+        raw_points=bindparam("r"),
+        batches=bindparam("bx"),
+        values=bindparam("by"),
+    )
+)
 
 
 def _pack(series: M4Series) -> dict[str, Any]:
@@ -309,7 +370,8 @@ def _pack(series: M4Series) -> dict[str, Any]:
 
 def _unpack(width: int, raw_points: int, batches: bytes, values: bytes) -> M4Series:
     return M4Series.restore(
-        width, raw_points,
+        width,
+        raw_points,
         np.frombuffer(batches, dtype=_X_DTYPE).astype(np.int64),
         np.frombuffer(values, dtype=_Y_DTYPE).astype(np.float64),
     )
@@ -317,10 +379,21 @@ def _unpack(width: int, raw_points: int, batches: bytes, values: bytes) -> M4Ser
 
 def _rows(trial_id: int, group: str, series: Mapping[str, M4Series]) -> list[dict[str, Any]]:
     """Rows to insert: the (trial, group) marker and one per summary."""
-    rows = [{"trial_id": trial_id, "kind": group, "name": "", "width": 0, "raw_points": 0,
-             "batches": b"", "values": b""}]
-    rows.extend({"trial_id": trial_id, "kind": group, "name": name, **_pack(summary)}
-                for name, summary in series.items())
+    rows = [
+        {
+            "trial_id": trial_id,
+            "kind": group,
+            "name": "",
+            "width": 0,
+            "raw_points": 0,
+            "batches": b"",
+            "values": b"",
+        }
+    ]
+    rows.extend(
+        {"trial_id": trial_id, "kind": group, "name": name, **_pack(summary)}
+        for name, summary in series.items()
+    )
     return rows
 
 
@@ -338,7 +411,7 @@ def _summaries_from_metrics(
     text = cast(_METRICS.c["values"], Text)
     for i in range(0, len(trial_ids), _IN_CHUNK):
         q = select(_METRICS.c.trial_id, _METRICS.c.total_batches, text).where(
-            _METRICS.c.trial_id.in_(list(trial_ids[i:i + _IN_CHUNK])), _METRICS.c.kind == group
+            _METRICS.c.trial_id.in_(list(trial_ids[i : i + _IN_CHUNK])), _METRICS.c.kind == group
         )
         for trial_id, batches, doc in s.execute(q):
             if batches in skip_batches:
@@ -401,8 +474,7 @@ def fold_metric_reports(
     seen: set[int] = set()
     points: dict[str, tuple[list[int], list[float]]] = {}
     for batches, metrics in reports:
-        if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) \
-                or batches < 0:
+        if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) or batches < 0:
             raise ValueError(f"total_batches must be an int >= 0, got {batches!r}")
         if batches in seen:
             raise ValueError(f"total_batches {batches} is reported twice")
@@ -417,17 +489,32 @@ def fold_metric_reports(
                 ys.append(f)
     if not seen:
         return
-    stored = {row[0]: row[1:] for row in s.execute(
-        _SELECT_NAMED, {"tid": trial_id, "grp": group, "names": ["", *points]})}
+    stored = {
+        row[0]: row[1:]
+        for row in s.execute(_SELECT_NAMED, {"tid": trial_id, "grp": group, "names": ["", *points]})
+    }
     if "" not in stored:  # the group's first reports, or reports from before the table
-        earlier = [b for b in s.scalars(select(_METRICS.c.total_batches).where(
-            _METRICS.c.trial_id == trial_id, _METRICS.c.kind == group)) if b not in seen]
-        series = (_summaries_from_metrics(s, [trial_id], group, frozenset(seen))
-                  .get(trial_id, {}) if earlier else {})
+        earlier = [
+            b
+            for b in s.scalars(
+                select(_METRICS.c.total_batches).where(
+                    _METRICS.c.trial_id == trial_id, _METRICS.c.kind == group
+                )
+            )
+            if b not in seen
+        ]
+        series = (
+            _summaries_from_metrics(s, [trial_id], group, frozenset(seen)).get(trial_id, {})
+            if earlier
+            else {}
+        )
         for name, (xs, ys) in points.items():
             series.setdefault(name, M4Series()).extend(xs, ys)
-        s.execute(delete(_SUMMARIES).where(  # none, or left without a marker
-            _C.trial_id == trial_id, _C.kind == group))
+        s.execute(
+            delete(_SUMMARIES).where(  # none, or left without a marker
+                _C.trial_id == trial_id, _C.kind == group
+            )
+        )
         s.execute(_INSERT, _rows(trial_id, group, series))
         return
     updates, inserts = [], {}
@@ -436,9 +523,17 @@ def fold_metric_reports(
         summary.extend(xs, ys)
         if name in stored:
             state = _pack(summary)
-            updates.append({"tid": trial_id, "grp": group, "nm": name, "w": state["width"],
-                            "r": state["raw_points"], "bx": state["batches"],
-                            "by": state["values"]})
+            updates.append(
+                {
+                    "tid": trial_id,
+                    "grp": group,
+                    "nm": name,
+                    "w": state["width"],
+                    "r": state["raw_points"],
+                    "bx": state["batches"],
+                    "by": state["values"],
+                }
+            )
         else:
             inserts[name] = summary
     if updates:
@@ -472,18 +567,27 @@ def build_missing_summaries(db: Database, trial_ids: Iterable[int], group: str) 
     ids = sorted(set(trial_ids))
     done: list[int] = []
     for i in range(0, len(ids), _BUILD_CHUNK):
-        chunk = ids[i:i + _BUILD_CHUNK]
+        chunk = ids[i : i + _BUILD_CHUNK]
         with db.write() as s:
-            have = set(s.scalars(select(_SUMMARIES.c.trial_id).where(
-                _SUMMARIES.c.trial_id.in_(chunk), _SUMMARIES.c.kind == group,
-                _SUMMARIES.c.name == "")))
+            have = set(
+                s.scalars(
+                    select(_SUMMARIES.c.trial_id).where(
+                        _SUMMARIES.c.trial_id.in_(chunk),
+                        _SUMMARIES.c.kind == group,
+                        _SUMMARIES.c.name == "",
+                    )
+                )
+            )
             alive = set(s.scalars(select(TrialRow.id).where(TrialRow.id.in_(chunk))))
             todo = [t for t in chunk if t in alive and t not in have]
             if not todo:
                 continue
             built = _summaries_from_metrics(s, todo, group)
-            s.execute(delete(_SUMMARIES).where(
-                _SUMMARIES.c.trial_id.in_(todo), _SUMMARIES.c.kind == group))
+            s.execute(
+                delete(_SUMMARIES).where(
+                    _SUMMARIES.c.trial_id.in_(todo), _SUMMARIES.c.kind == group
+                )
+            )
             s.execute(_INSERT, [row for t in todo for row in _rows(t, group, built.get(t, {}))])
             done.extend(todo)
     return done
@@ -496,13 +600,19 @@ def _read_summaries(
     of the ``only`` ones)."""
     c = _SUMMARIES.c
     base = select(c.trial_id, c.name, c.width, c.raw_points, c.batches, c["values"]).where(
-        c.kind == group, c.name.in_(("", name)))
+        c.kind == group, c.name.in_(("", name))
+    )
     if only is None:
-        queries = [base.join(TrialRow.__table__, TrialRow.__table__.c.id == c.trial_id)
-                   .where(TrialRow.__table__.c.experiment_id == exp_id)]
+        queries = [
+            base.join(TrialRow.__table__, TrialRow.__table__.c.id == c.trial_id).where(
+                TrialRow.__table__.c.experiment_id == exp_id
+            )
+        ]
     else:
-        queries = [base.where(c.trial_id.in_(list(only[i:i + _IN_CHUNK])))
-                   for i in range(0, len(only), _IN_CHUNK)]
+        queries = [
+            base.where(c.trial_id.in_(list(only[i : i + _IN_CHUNK])))
+            for i in range(0, len(only), _IN_CHUNK)
+        ]
     marked: set[int] = set()
     found: dict[int, M4Series] = {}
     for q in queries:
@@ -554,12 +664,15 @@ def read_experiment_series(
         if name is None:
             name = exp.config.get("searcher", {}).get("metric") or "loss"
         check_metric_name(name)
-        trials = list(s.scalars(
-            select(TrialRow.id).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
-        ))
+        trials = list(
+            s.scalars(
+                select(TrialRow.id).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+            )
+        )
         chosen = trials if trial_ids is None else sorted(set(trial_ids) & set(trials))
-        marked, found = _read_summaries(s, exp_id, group, name,
-                                        None if trial_ids is None else chosen)
+        marked, found = _read_summaries(
+            s, exp_id, group, name, None if trial_ids is None else chosen
+        )
     missing = [t for t in chosen if t not in marked]
     if missing and build_missing_summaries(db, missing, group):
         with db.read() as s:
@@ -569,13 +682,15 @@ def read_experiment_series(
     out = []
     for trial_id, series in summaries:
         x, y = series.points(per_series)
-        out.append({
-            "trial_id": trial_id,
-            "batches": x.tolist(),
-            "values": y.tolist(),
-            "raw_points": series.raw_points,
-            "downsampled": int(x.size) < series.raw_points,
-        })
+        out.append(
+            {
+                "trial_id": trial_id,
+                "batches": x.tolist(),
+                "values": y.tolist(),
+                "raw_points": series.raw_points,
+                "downsampled": int(x.size) < series.raw_points,
+            }
+        )
     return {
         "experiment_id": exp_id,
         "group": group,
@@ -603,16 +718,21 @@ def read_metric_names(db: Database, exp_id: int) -> dict[str, list[str]]:
     groups = ("training", "validation")
 
     def latest(group: str) -> Any:
-        return (select(MetricRow.values)
-                .where(MetricRow.trial_id == TrialRow.id, MetricRow.kind == group)
-                .order_by(MetricRow.total_batches.desc()).limit(1)
-                .correlate(TrialRow).scalar_subquery())
+        return (
+            select(MetricRow.values)
+            .where(MetricRow.trial_id == TrialRow.id, MetricRow.kind == group)
+            .order_by(MetricRow.total_batches.desc())
+            .limit(1)
+            .correlate(TrialRow)
+            .scalar_subquery()
+        )
 
     with db.read() as s:
         if s.get(ExperimentRow, exp_id) is None:
             raise NotFound(f"experiment {exp_id} not found")
-        rows = s.execute(select(*(latest(g) for g in groups))
-                         .where(TrialRow.experiment_id == exp_id))
+        rows = s.execute(
+            select(*(latest(g) for g in groups)).where(TrialRow.experiment_id == exp_id)
+        )
         names: dict[str, set[str]] = {g: set() for g in groups}
         for reports in rows:
             for group, values in zip(groups, reports, strict=True):
@@ -620,3 +740,65 @@ def read_metric_names(db: Database, exp_id: int) -> dict[str, list[str]]:
                     if isinstance(v, (int, float)) and not isinstance(v, bool):
                         names[group].add(key)
         return {k: sorted(v) for k, v in names.items()}
+
+
+def read_trial_series(
+    db: Database,
+    trial_id: int,
+    groups: Sequence[str],
+    names: Sequence[str] | None,
+    max_points: int,
+) -> list[dict[str, Any]]:
+    """A trial's metrics, each series M4-downsampled, from the stored summaries (the
+    trial's reports from before them are summarised first, once): what ``GET
+    /trials/{id}/metrics?downsample=N`` answers, in time independent of the number of
+    reports (at most ``4 * CAP_BUCKETS`` points read per series).
+
+    Args:
+        db: the master database.
+        trial_id: the trial (the caller checked it exists).
+        groups: among ``"training"``, ``"validation"``.
+        names: only these metrics; None: every summarised metric.
+        max_points: per series, 8..:data:`MAX_POINTS`.
+
+    Returns:
+        ``[{"group", "name", "batches", "values", "raw_points", "downsampled"}]`` by
+        group and name; a series holds the finite values of one metric.
+
+    Raises:
+        ValueError: a bad group, name or ``max_points``.
+    """
+    if not 8 <= max_points <= MAX_POINTS:
+        raise ValueError(f"downsample must be within 8..{MAX_POINTS}, got {max_points}")
+    for name in names or ():
+        check_metric_name(name)
+    c = _SUMMARIES.c
+    out: list[dict[str, Any]] = []
+    for group in groups:
+        if group not in ("training", "validation"):
+            raise ValueError(f"group must be 'training' or 'validation', got {group!r}")
+        query = select(c.name, c.width, c.raw_points, c.batches, c["values"]).where(
+            c.trial_id == trial_id, c.kind == group
+        )
+        if names is not None:
+            query = query.where(c.name.in_(["", *names]))
+        with db.read() as s:
+            rows = list(s.execute(query))
+        if not any(r[0] == "" for r in rows) and build_missing_summaries(db, [trial_id], group):
+            with db.read() as s:
+                rows = list(s.execute(query))
+        for name, width, raw_points, batches, values in sorted(rows, key=lambda r: r[0]):
+            if name == "":
+                continue
+            x, y = _unpack(width, raw_points, batches, values).points(max_points)
+            out.append(
+                {
+                    "group": group,
+                    "name": name,
+                    "batches": x.tolist(),
+                    "values": y.tolist(),
+                    "raw_points": raw_points,
+                    "downsampled": int(x.size) < raw_points,
+                }
+            )
+    return out

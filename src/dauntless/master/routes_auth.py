@@ -25,6 +25,8 @@ from sqlalchemy import func, select
 
 from dauntless._auth import COOKIE_NAME
 
+from . import responses as R
+from .api_spec import DbId
 from .auth import (
     AuthService,
     access,
@@ -99,7 +101,7 @@ def _user(s: Any, user_id: int) -> UserRow:
 # ---------------------------------------------------------------------- sessions
 
 
-@router.post("/auth/login")
+@router.post("/auth/login", response_model=R.LoginOut)
 @access(open=True)
 def login(body: LoginBody, request: Request) -> JSONResponse:
     """Sign in: a bearer token (also set as the ``dauntless_token`` cookie)."""
@@ -109,9 +111,9 @@ def login(body: LoginBody, request: Request) -> JSONResponse:
     if wait > 0:
         seconds = int(wait) + 1
         return JSONResponse(
-            status_code=429, headers={"Retry-After": str(seconds)},
-            content={"detail": f"too many failed logins for {name!r}; try again in "
-                               f"{seconds} s"},
+            status_code=429,
+            headers={"Retry-After": str(seconds)},
+            content={"detail": f"too many failed logins for {name!r}; try again in {seconds} s"},
         )
     with auth.db.read() as s:
         user = s.scalar(select(UserRow).where(UserRow.username == name))
@@ -125,21 +127,31 @@ def login(body: LoginBody, request: Request) -> JSONResponse:
     token = auth.create_session(user.id)
     resp = JSONResponse({"token": token, "user": user_view(user)})
     resp.set_cookie(
-        COOKIE_NAME, token, max_age=int(auth.token_lifespan), path="/", httponly=True,
-        samesite="strict", secure=request.url.scheme == "https",
+        COOKIE_NAME,
+        token,
+        max_age=int(auth.token_lifespan),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
     )
     return resp
 
 
-@router.post("/auth/logout")
+@router.post("/auth/logout", response_model=R.Empty)
 def logout(request: Request) -> JSONResponse:
     """Revoke the presented token and clear the cookie."""
     who = principal(request)
     if who.session_id is not None:
         _auth(request).revoke_session(who.session_id)
     resp = JSONResponse({})
-    resp.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict",
-                       secure=request.url.scheme == "https")
+    resp.delete_cookie(
+        COOKIE_NAME,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return resp
 
 
@@ -149,13 +161,13 @@ def _me(request: Request) -> dict[str, Any]:
         return {"user": user_view(_user(s, who.user_id or 0))}
 
 
-@router.get("/auth/user")
+@router.get("/auth/user", response_model=R.UserBody)
 def get_auth_user(request: Request) -> dict[str, Any]:
     """The signed-in user."""
     return _me(request)
 
 
-@router.get("/me")
+@router.get("/me", response_model=R.UserBody)
 def get_me(request: Request) -> dict[str, Any]:
     """The signed-in user (Determined's ``GET /api/v1/me``)."""
     return _me(request)
@@ -164,14 +176,14 @@ def get_me(request: Request) -> dict[str, Any]:
 # ---------------------------------------------------------------------- users
 
 
-@router.get("/users")
+@router.get("/users", response_model=R.UsersOut)
 def list_users(request: Request) -> dict[str, Any]:
     """Every user, by id."""
     with _auth(request).db.read() as s:
         return {"users": [user_view(u) for u in s.scalars(select(UserRow).order_by(UserRow.id))]}
 
 
-@router.post("/users", status_code=201)
+@router.post("/users", status_code=201, response_model=R.UserBody)
 @access(users="admin", what="create users")
 def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
     """Create a user (admins only); 409 when the name is taken."""
@@ -180,8 +192,14 @@ def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
     with auth.db.write() as s:
         if s.scalar(select(UserRow.id).where(UserRow.username == body.username)) is not None:
             raise Conflict(f"user {body.username} already exists")
-        user = UserRow(username=body.username, password_hash=hashed, admin=body.admin,
-                       active=True, display_name=body.display_name, modified_at=auth.clock())
+        user = UserRow(
+            username=body.username,
+            password_hash=hashed,
+            admin=body.admin,
+            active=True,
+            display_name=body.display_name,
+            modified_at=auth.clock(),
+        )
         s.add(user)
         s.flush()
         return {"user": user_view(user)}
@@ -191,13 +209,16 @@ def _last_admin(s: Any, user: UserRow) -> bool:
     """Whether ``user`` is the only active admin."""
     if not (user.admin and user.active):
         return False
-    count = s.scalar(select(func.count()).select_from(UserRow).where(
-        UserRow.admin.is_(True), UserRow.active.is_(True)))
+    count = s.scalar(
+        select(func.count())
+        .select_from(UserRow)
+        .where(UserRow.admin.is_(True), UserRow.active.is_(True))
+    )
     return (count or 0) <= 1
 
 
-@router.patch("/users/{user_id}")
-def patch_user(user_id: int, body: PatchUserBody, request: Request) -> dict[str, Any]:
+@router.patch("/users/{user_id}", response_model=R.UserBody)
+def patch_user(user_id: DbId, body: PatchUserBody, request: Request) -> dict[str, Any]:
     """Activate, deactivate, make or unmake admin (admins), or set the display name
     (admins, or the user itself). Deactivating a user revokes its tokens; the last
     active admin cannot be deactivated or demoted (409)."""
@@ -211,8 +232,7 @@ def patch_user(user_id: int, body: PatchUserBody, request: Request) -> dict[str,
     with auth.db.write() as s:
         user = _user(s, user_id)
         if (body.active is False or body.admin is False) and _last_admin(s, user):
-            raise Conflict(f"{user.username} is the only active admin; make another admin "
-                           "first")
+            raise Conflict(f"{user.username} is the only active admin; make another admin first")
         if body.active is not None:
             user.active = body.active
             if not body.active:
@@ -225,8 +245,8 @@ def patch_user(user_id: int, body: PatchUserBody, request: Request) -> dict[str,
         return {"user": user_view(user)}
 
 
-@router.post("/users/{user_id}/password")
-def set_password(user_id: int, body: PasswordBody, request: Request) -> dict[str, Any]:
+@router.post("/users/{user_id}/password", response_model=R.UserBody)
+def set_password(user_id: DbId, body: PasswordBody, request: Request) -> dict[str, Any]:
     """Set a user's password (the user itself, or an admin for anyone) and revoke every
     token of that user (the caller signs in again).
 

@@ -71,9 +71,12 @@ def preview_hp_search(config_text: str, seed: int | None = None) -> dict[str, An
             the searcher cannot search (the field named), a seed out of range, or a
             search of more than :data:`PREVIEW_TRIAL_LIMIT` trials.
     """
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                             or not 0 <= seed <= MAX_SEED):
-        raise BadRequest("invalid seed", [("seed", f"expected an int in 0..{MAX_SEED}, got {seed!r}")])
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
+    ):
+        raise BadRequest(
+            "invalid seed", [("seed", f"expected an int in 0..{MAX_SEED}, got {seed!r}")]
+        )
     try:
         config = parse_experiment_config(config_text)
     except ConfigError as exc:

@@ -26,7 +26,7 @@ REST routes for charts and the cluster view:
 |---|---|
 | ``GET /experiments/{id}/metrics?group=validation&name=&max_points=400&trial_id=`` | ``{"experiment_id", "group", "name", "max_points", "downsampling", "series": [{"trial_id", "batches": [int], "values": [float], "raw_points", "downsampled"}]}`` |
 | ``GET /experiments/{id}/metrics/names`` | ``{"training": [name], "validation": [name]}``: the numeric metrics of each trial's latest report |
-| ``GET /allocations?trial_id=&active=`` | ``{"allocations": [Allocation]}`` with Allocation ``{id, trial_id, experiment_id, agent_id, slot_ids, state, run_id, exit_code, exit_message, created_at, started_at, ended_at}`` |
+| ``GET /allocations?trial_id=&active=`` | ``{"allocations": [Allocation]}`` with Allocation ``{id, trial_id, experiment_id, task_id, agent_id, slot_ids, state, run_id, exit_code, exit_message, created_at, started_at, ended_at}`` (a trial's: ``task_id`` null; a command's, notebook's, shell's or TensorBoard's: ``trial_id`` and ``experiment_id`` null) |
 
 Series are downsampled on the server with M4 from summaries kept in the database as
 reports arrive (:mod:`dauntless.master.metric_series`).
@@ -45,13 +45,19 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from starlette.concurrency import run_in_threadpool
 
-from .db import AllocationRow, TrialRow
+from . import responses as R
+from .api_spec import INT32_MAX, DbId
+from .auth import access, principal
+from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
 from .manager import BadRequest, NotFound
 from .metric_series import MAX_POINTS, read_experiment_series, read_metric_names
-from .routes import experiments_page, get_experiment, get_trial_logs, list_agents
+from .routes import _get_experiment
+from .routes_cluster import list_agents
+from .routes_experiments import experiments_page, get_experiment
+from .routes_trials import get_trial_logs
 
 POLL_SECONDS = 0.5
 """How often a stream reads the database (seconds)."""
@@ -238,7 +244,9 @@ def _stream(gen: AsyncIterator[bytes]) -> StreamingResponse:
 
 
 _MAX_SECONDS = Query(
-    None, gt=0, le=86_400,
+    None,
+    gt=0,
+    le=86_400,
     description="close the stream after this many seconds (default: when the client leaves)",
 )
 
@@ -250,11 +258,12 @@ _MAX_SECONDS = Query(
 async def stream_experiments(
     request: Request,
     archived: str = Query(
-        "false", pattern="^(true|false|all)$",
+        "false",
+        pattern="^(true|false|all)$",
         description="false: unarchived only; true: archived only; all: both",
     ),
     limit: int = Query(1000, ge=1, le=10_000),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=INT32_MAX),
     max_seconds: float | None = _MAX_SECONDS,
 ) -> StreamingResponse:
     """Event ``experiments`` (the body of ``GET /experiments``, newest first) whenever it
@@ -269,7 +278,7 @@ async def stream_experiments(
 
 @router.get("/stream/experiments/{exp_id}")
 async def stream_experiment(
-    exp_id: int, request: Request, max_seconds: float | None = _MAX_SECONDS
+    exp_id: DbId, request: Request, max_seconds: float | None = _MAX_SECONDS
 ) -> StreamingResponse:
     """Event ``experiment`` (the body of ``GET /experiments/{id}``) whenever it changes;
     ``gone`` and the end of the stream when the experiment is deleted.
@@ -277,7 +286,13 @@ async def stream_experiment(
     Raises:
         NotFound: no such experiment (404 before the stream starts).
     """
-    await run_in_threadpool(get_experiment, exp_id, request)
+
+    def exists() -> None:
+        # The row only (issue 22): the full body, with every trial, is the first event.
+        with request.app.state.manager.db.read() as s:
+            _get_experiment(s, exp_id)
+
+    await run_in_threadpool(exists)
 
     def read() -> tuple[str, Any] | None:
         try:
@@ -294,7 +309,7 @@ async def stream_cluster(
 ) -> StreamingResponse:
     """Event ``cluster`` whenever it changes: ``{"agents": [Agent] (without
     ``last_heartbeat``, which changes every beat), "allocations": [Allocation] (the live
-    ones), "resource_pools": [ResourcePool]}`` (the body of ``GET /resource-pools``;
+    ones: trials' and tasks', whose ``task_id`` is set), "resource_pools": [ResourcePool]}`` (the body of ``GET /resource-pools``;
     absent from masters without pool summaries)."""
     mgr = request.app.state.manager
     pools = getattr(mgr, "resource_pools", None)
@@ -303,8 +318,7 @@ async def stream_cluster(
         agents = list_agents(request)["agents"]
         for agent in agents:
             agent.pop("last_heartbeat", None)
-        body: dict[str, Any] = {"agents": agents,
-                                "allocations": _allocations(request, None, True)}
+        body: dict[str, Any] = {"agents": agents, "allocations": _allocations(request, None, True)}
         if callable(pools):
             body["resource_pools"] = pools()
         return "cluster", body
@@ -314,9 +328,9 @@ async def stream_cluster(
 
 @router.get("/stream/trials/{trial_id}/logs")
 async def stream_trial_logs(
-    trial_id: int,
+    trial_id: DbId,
     request: Request,
-    after_id: int = Query(0, ge=0, description="send lines with ids above this"),
+    after_id: int = Query(0, ge=0, le=2**63 - 1, description="send lines with ids above this"),
     max_seconds: float | None = _MAX_SECONDS,
 ) -> StreamingResponse:
     """Events ``logs`` with each batch of new lines (``id:`` the last line's id, so a
@@ -370,11 +384,21 @@ async def stream_trial_logs(
 # ---------------------------------------------------------------------- allocations
 
 
-def _allocations(request: Request, trial_id: int | None, active: bool | None) -> list[dict]:
+def _allocations(
+    request: Request, trial_id: int | None, active: bool | None, owner_id: int | None = None
+) -> list[dict]:
+    # Trials' allocations and tasks' (commands, notebooks, shells, TensorBoards), whose
+    # trial_id and experiment_id are None.
     with request.app.state.manager.db.read() as s:
         q = select(AllocationRow, TrialRow.experiment_id).join(
-            TrialRow, TrialRow.id == AllocationRow.trial_id
+            TrialRow, TrialRow.id == AllocationRow.trial_id, isouter=True
         )
+        if owner_id is not None:
+            q = (
+                q.join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id, isouter=True)
+                .join(TaskRow, TaskRow.id == AllocationRow.task_id, isouter=True)
+                .where(or_(ExperimentRow.owner_id == owner_id, TaskRow.owner_id == owner_id))
+            )
         if trial_id is not None:
             q = q.where(AllocationRow.trial_id == trial_id)
         if active is True:
@@ -387,6 +411,7 @@ def _allocations(request: Request, trial_id: int | None, active: bool | None) ->
                 "id": a.id,
                 "trial_id": a.trial_id,
                 "experiment_id": exp_id,
+                "task_id": a.task_id,
                 "agent_id": a.agent_id,
                 "slot_ids": [str(x) for x in a.slot_ids],
                 "state": a.state,
@@ -401,29 +426,51 @@ def _allocations(request: Request, trial_id: int | None, active: bool | None) ->
         ]
 
 
-@router.get("/allocations")
+@router.get("/allocations", response_model=R.AllocationsOut)
+@access(trial="route")
 def list_allocations(
     request: Request,
-    trial_id: int | None = Query(None, description="only this trial's allocations"),
+    trial_id: int | None = Query(
+        None, ge=0, le=INT32_MAX, description="only this trial's allocations"
+    ),
     active: bool | None = Query(
         None, description="true: not yet terminated; false: terminated; omit: all"
     ),
 ) -> dict[str, Any]:
     """Allocations (one per run of a trial on slots of an agent), oldest first: which
-    trial holds which slots, and how each earlier run ended (its restarts)."""
-    return {"allocations": _allocations(request, trial_id, active)}
+    trial holds which slots, and how each earlier run ended (its restarts).
+
+    Admins see every allocation; other users those of the experiments they own; a
+    trial's token only its own trial's (it may leave ``trial_id`` out)."""
+    who = principal(request)
+    owner_id = None
+    if who.kind == "trial":
+        if who.trial_id is None:  # a command's, notebook's, shell's or TensorBoard's token
+            raise HTTPException(
+                403, f"a task's session token (task {who.task_id}) may not list allocations"
+            )
+        if trial_id is not None and trial_id != who.trial_id:
+            raise HTTPException(
+                403, f"a trial's session token may read only its own trial ({who.trial_id})"
+            )
+        trial_id = who.trial_id
+    elif not who.admin:
+        owner_id = who.user_id
+    return {"allocations": _allocations(request, trial_id, active, owner_id)}
 
 
 # ---------------------------------------------------------------------- metrics for charts
 
 
-@router.get("/experiments/{exp_id}/metrics")
+@router.get("/experiments/{exp_id}/metrics", response_model=R.ExperimentSeriesOut)
 def get_experiment_metrics(
-    exp_id: int,
+    exp_id: DbId,
     request: Request,
     group: str = Query("validation", pattern="^(training|validation)$"),
     name: str | None = Query(
-        None, min_length=1, max_length=256,
+        None,
+        min_length=1,
+        max_length=256,
         description="the metric (default: the experiment's searcher metric)",
     ),
     max_points: int = Query(400, ge=8, le=MAX_POINTS, description="per trial, at most"),
@@ -444,12 +491,11 @@ def get_experiment_metrics(
         raise BadRequest(str(exc), [("name", str(exc))]) from None
 
 
-@router.get("/experiments/{exp_id}/metrics/names")
-def get_experiment_metric_names(exp_id: int, request: Request) -> dict[str, list[str]]:
+@router.get("/experiments/{exp_id}/metrics/names", response_model=R.MetricNamesOut)
+def get_experiment_metric_names(exp_id: DbId, request: Request) -> dict[str, list[str]]:
     """The numeric metric names in each trial's latest training and validation report.
 
     Raises:
         NotFound: no such experiment (404).
     """
     return read_metric_names(request.app.state.manager.db, exp_id)
-

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from dauntless.scheduler import AgentState, Allocation, Request, pool_spec_from_config, schedule
+from dauntless.scheduler import AgentState, Allocation, Request, pool_spec_from_config
 
-from .db import AgentRow, AllocationRow, ExperimentRow, TrialRow
+from .db import AgentRow, AllocationRow, ExperimentRow, TaskRow, TrialRow
+from .environments import required_features, schedule_by_features
 from .states import State
+from .task_policies import excluded_agents
+from .tasks import REQUEST_PREFIX as TASK_REQUEST_PREFIX
 
 if TYPE_CHECKING:
     from .manager import ExperimentManager
@@ -31,26 +34,40 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
         The number of allocations created.
     """
     live = s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")).all()
-    live_trials = {a.trial_id for a in live}
-    pending_rows = s.execute(
+    live_trials = {a.trial_id for a in live if a.trial_id is not None}
+    pending_tasks = mgr.tasks.pending(s)
+    task_configs = {}
+    if any(a.task_id is not None for a in live):
+        task_configs = {
+            row.id: row.config
+            for row in s.scalars(
+                select(TaskRow).where(
+                    TaskRow.id.in_({a.task_id for a in live if a.task_id is not None})
+                )
+            )
+        }
+    # Running trials are left out in SQL: their rows (JSON columns) are not decoded.
+    pending_query = (
         select(TrialRow, ExperimentRow)
         .join(ExperimentRow, TrialRow.experiment_id == ExperimentRow.id)
         .where(TrialRow.state == State.ACTIVE.value, ExperimentRow.state == State.ACTIVE.value)
         .order_by(TrialRow.id)
-    ).all()
-    pending = [(t, e) for t, e in pending_rows if t.id not in live_trials]
-    if not pending and not live:
+    )
+    if live_trials:
+        pending_query = pending_query.where(TrialRow.id.not_in(live_trials))
+    pending = [(t, e) for t, e in s.execute(pending_query).all() if t.id not in live_trials]
+    if not pending and not live and not pending_tasks:
         return 0
     agents = s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")).all()
     trials_by_id = {t.id: (t, e) for t, e in pending}
     running_meta: dict[int, ExperimentRow] = {}
     if live:
-        for t, e in s.execute(
-            select(TrialRow, ExperimentRow)
+        for trial_id, e in s.execute(
+            select(TrialRow.id, ExperimentRow)
             .join(ExperimentRow, TrialRow.experiment_id == ExperimentRow.id)
             .where(TrialRow.id.in_(live_trials))
         ).all():
-            running_meta[t.id] = e
+            running_meta[trial_id] = e
     created = 0
     for pool in mgr.config.resource_pools:
         spec = pool_spec_from_config(pool)
@@ -59,7 +76,9 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
                 id=a.id,
                 pool=a.resource_pool,
                 slots=tuple(str(sl["id"]) for sl in a.slots),
-                disabled_slots=frozenset(str(sl["id"]) for sl in a.slots if not sl.get("enabled", True)),
+                disabled_slots=frozenset(
+                    str(sl["id"]) for sl in a.slots if not sl.get("enabled", True)
+                ),
                 enabled=a.enabled,
                 draining=a.draining,
             )
@@ -67,26 +86,37 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
             if a.resource_pool == pool.pool_name
         ]
         requests = []
+        constrained: list[tuple[Request, set[str]]] = []  # exclude_node log policies
+        needs: dict[str, frozenset[str]] = {}  # issue 23: what a request needs of its agent
         for trial, exp in pending:
             cfg = mgr.experiment_config(exp)
             if (cfg.resources.resource_pool or "default") != pool.pool_name:
                 continue
-            requests.append(
-                Request(
-                    id=str(trial.id),
-                    group_id=str(exp.id),
-                    slots_needed=cfg.resources.slots_per_trial,
-                    priority=cfg.resources.priority,
-                    weight=cfg.resources.weight,
-                    max_slots=cfg.resources.max_slots,
-                    submitted_at=trial.start_time,
-                )
+            needs[str(trial.id)] = frozenset(required_features(cfg.environment, cfg.bind_mounts))
+            request = Request(
+                id=str(trial.id),
+                group_id=str(exp.id),
+                slots_needed=cfg.resources.slots_per_trial,
+                priority=cfg.resources.priority,
+                weight=cfg.resources.weight,
+                max_slots=cfg.resources.max_slots,
+                submitted_at=trial.start_time,
             )
+            avoid = excluded_agents(trial) & {a.id for a in pool_agents}
+            if avoid:
+                constrained.append((request, avoid))
+            else:
+                requests.append(request)
+        requests.extend(mgr.tasks.requests(pending_tasks, pool.pool_name))
         running = []
         pool_agent_ids = {a.id for a in pool_agents}
         for alloc in live:
             if alloc.agent_id not in pool_agent_ids:
                 continue
+            if alloc.task_id is not None:
+                running.append(mgr.tasks.running(alloc, task_configs[alloc.task_id]))
+                continue
+            assert alloc.trial_id is not None  # not a task's, so a trial's allocation
             exp = running_meta[alloc.trial_id]
             cfg = mgr.experiment_config(exp)
             running.append(
@@ -98,10 +128,35 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
                     weight=cfg.resources.weight,
                 )
             )
-        if not requests:
+        if not requests and not constrained:
             continue
-        decision = schedule(spec, pool_agents, requests, running)
-        for assignment in decision.assignments:
+        runtimes = {a.id: a.runtime for a in agents}
+        decision = schedule_by_features(spec, pool_agents, requests, running, needs, runtimes)
+        assignments = list(decision.assignments)
+        # A trial that an exclude_node log policy keeps off some agents is placed after
+        # the others, on the rest of the pool's agents and the slots still free; it
+        # preempts nobody.
+        for request, avoid in constrained:
+            taken = running + [
+                Allocation(
+                    id=a.request_id,
+                    group_id=(
+                        a.request_id
+                        if a.request_id.startswith(TASK_REQUEST_PREFIX)
+                        else str(trials_by_id[int(a.request_id)][1].id)
+                    ),
+                    slots=dict(a.slots),
+                )
+                for a in assignments
+            ]
+            allowed = [a for a in pool_agents if a.id not in avoid]
+            assignments += schedule_by_features(
+                spec, allowed, [request], taken, needs, runtimes
+            ).assignments
+        for assignment in assignments:
+            if assignment.request_id.startswith(TASK_REQUEST_PREFIX):
+                created += mgr.tasks.allocate(s, assignment.request_id, dict(assignment.slots))
+                continue
             trial, _exp = trials_by_id[int(assignment.request_id)]
             mgr.new_allocation(
                 s, trial, [(agent_id, list(slots)) for agent_id, slots in assignment.slots.items()]

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .api_spec import INT32_MAX, INT32_MIN
 from .db import AgentRow, CheckpointRow, ExperimentRow, MetricRow, TaskLogRow, TrialRow
 
 
@@ -20,11 +21,22 @@ class SlotIn(_Body):
     device: str = ""
 
 
+class AgentRuntimeIn(_Body):
+    """What an agent reports of its task runtime (:mod:`dauntless.agent.runtimes`)."""
+
+    name: Literal["process", "docker", "podman"] = "process"
+    containers: bool = False
+    mount_namespace: bool = False
+
+
 class RegisterAgent(_Body):
     id: str = Field(min_length=1, max_length=256)
     resource_pool: str = "default"
     hostname: str = ""
     slots: list[SlotIn]
+    running: list[str] = Field(default_factory=list)
+    """Allocation part ids the agent still runs (adopted by the master)."""
+    runtime: AgentRuntimeIn | None = None
 
 
 class Heartbeat(_Body):
@@ -32,16 +44,17 @@ class Heartbeat(_Body):
 
 
 class AllocationExited(_Body):
-    exit_code: int | None
+    exit_code: int | None = Field(ge=INT32_MIN, le=INT32_MAX)
     message: str | None = None
+    fatal: bool = False
 
 
 class LogLineIn(_Body):
-    allocation_id: str
-    seq: int | None = Field(default=None, ge=1)
+    allocation_id: str = Field(max_length=64)
+    seq: int | None = Field(default=None, ge=1, le=INT32_MAX)
     timestamp: float | None = None
     stdtype: Literal["stdout", "stderr"] = "stdout"
-    rank_id: int | None = None
+    rank_id: int | None = Field(default=None, ge=0, le=INT32_MAX)
     log: str
 
 
@@ -50,7 +63,7 @@ class LogBatch(_Body):
 
 
 class OpLength(_Body):
-    length: int = Field(ge=0)
+    length: int = Field(ge=0, le=INT32_MAX)
 
 
 class CompletedOperation(_Body):
@@ -60,8 +73,8 @@ class CompletedOperation(_Body):
 
 class MetricsReport(_Body):
     group: Literal["training", "validation"]
-    steps_completed: int = Field(ge=0)
-    trial_run_id: int = Field(default=0, ge=0)
+    steps_completed: int = Field(ge=0, le=INT32_MAX)
+    trial_run_id: int = Field(default=0, ge=0, le=INT32_MAX)
     metrics: dict[str, Any]
     batch_metrics: list[Any] | None = None
 
@@ -83,15 +96,15 @@ class EarlyExit(_Body):
 
 
 class GCPolicyIn(_Body):
-    save_experiment_best: int | None = Field(default=None, ge=0)
-    save_trial_best: int | None = Field(default=None, ge=0)
-    save_trial_latest: int | None = Field(default=None, ge=0)
+    save_experiment_best: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    save_trial_best: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    save_trial_latest: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
 
 class ResourcesPatch(_Body):
     priority: int | None = Field(default=None, ge=1, le=99)
     weight: float | None = Field(default=None, gt=0)
-    max_slots: int | None = Field(default=None, ge=0)
+    max_slots: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
 
 class PatchExperiment(_Body):
@@ -112,19 +125,18 @@ class AgentSwitch(_Body):
 
 class CheckpointReport(_Body):
     uuid: str = Field(min_length=1, max_length=64)
-    trial_id: int
-    allocation_id: str | None = None
-    steps_completed: int = Field(ge=0)
+    trial_id: int = Field(ge=0, le=INT32_MAX)
+    allocation_id: str | None = Field(default=None, max_length=64)
+    steps_completed: int = Field(ge=0, le=INT32_MAX)
     resources: dict[str, int] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    state: Literal["COMPLETED", "UPLOADING"] = "COMPLETED"
 
 
 # ---------------------------------------------------------------------- views
 
 
-def experiment_view(
-    exp: ExperimentRow, num_trials: int, best: float | None
-) -> dict[str, Any]:
+def experiment_view(exp: ExperimentRow, num_trials: int, best: float | None) -> dict[str, Any]:
     """The JSON of an experiment."""
     searcher = exp.config.get("searcher", {})
     return {
@@ -155,7 +167,10 @@ def trial_view(trial: TrialRow, latest_validation: dict[str, Any] | None) -> dic
     last asked the trial to train to (None before its first operation), and
     ``searcher_closed``, whether the searcher has closed the trial (it trains no further:
     done, or stopped early by an adaptive search when ``total_batches`` is below the
-    search's full length).
+    search's full length). ``log_policy_matches``: names of the log policies that
+    matched its logs; ``failure``: its latest failed run (``{run_id, allocation_id,
+    agent_id, exit_code, message, log}``, ``log`` being the last error line the run
+    printed) or None.
     """
     return {
         "id": trial.id,
@@ -174,6 +189,8 @@ def trial_view(trial: TrialRow, latest_validation: dict[str, Any] | None) -> dic
         "latest_checkpoint": trial.latest_checkpoint,
         "start_time": trial.start_time,
         "end_time": trial.end_time,
+        "log_policy_matches": list((trial.log_policy_state or {}).get("names", [])),
+        "failure": trial.failure,
     }
 
 
@@ -216,6 +233,7 @@ def agent_view(a: AgentRow, used: dict[str, str]) -> dict[str, Any]:
         "draining": a.draining,
         "registered_at": a.registered_at,
         "last_heartbeat": a.last_heartbeat,
+        "runtime": a.runtime or {"name": "process", "containers": False, "mount_namespace": False},
         "slots": [
             {
                 "id": sl["id"],

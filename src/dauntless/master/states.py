@@ -54,9 +54,7 @@ EXPERIMENT_TRANSITIONS: dict[State, frozenset[State]] = {
         {State.CANCELED, State.STOPPING_KILLED, State.STOPPING_ERROR, State.ERROR}
     ),
     State.STOPPING_KILLED: frozenset({State.CANCELED, State.STOPPING_ERROR, State.ERROR}),
-    State.STOPPING_COMPLETED: frozenset(
-        {State.COMPLETED, State.STOPPING_ERROR, State.ERROR}
-    ),
+    State.STOPPING_COMPLETED: frozenset({State.COMPLETED, State.STOPPING_ERROR, State.ERROR}),
     State.STOPPING_ERROR: frozenset({State.ACTIVE, State.ERROR}),
     State.COMPLETED: frozenset({State.DELETING}),
     State.CANCELED: frozenset({State.DELETING}),

@@ -12,8 +12,10 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+
+from .api_spec import method_not_allowed
 
 DIST_DIR = Path(__file__).resolve().parent / "webui_dist"
 """Where ``scripts/build-webui.sh`` puts the built UI."""
@@ -52,8 +54,7 @@ def make_webui_router(dist_dir: Path | str | None = None) -> APIRouter:
     def index() -> Response:
         page = root / "index.html"
         if not page.is_file():
-            return HTMLResponse(_NOT_BUILT.format(dist=html.escape(str(root))),
-                                headers=_NO_CACHE)
+            return HTMLResponse(_NOT_BUILT.format(dist=html.escape(str(root))), headers=_NO_CACHE)
         return FileResponse(page, media_type="text/html", headers=_NO_CACHE)
 
     @router.get("/")
@@ -62,9 +63,12 @@ def make_webui_router(dist_dir: Path | str | None = None) -> APIRouter:
         return index()
 
     @router.get("/{path:path}")
-    def webui_file(path: str) -> Response:
+    def webui_file(path: str, request: Request) -> Response:
         """A built file, or the UI's page for a route of the UI (e.g. /experiments/3)."""
         if path == "api" or path.startswith("api/"):
+            wrong_method = method_not_allowed(request.app, request.scope)
+            if wrong_method is not None:
+                return wrong_method
             return JSONResponse({"detail": f"no route /{path}"}, status_code=404)
         target = (root / path).resolve()
         if target.is_relative_to(root) and target.is_file():

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 # A version: (epoch, count). The epoch changes when the table of counts is cleared, so a
@@ -93,6 +93,74 @@ class RowVersions:
         keys = session.info.pop(self._info_key, None)
         if keys:
             self.bump(keys)
+
+    def _after_rollback(self, session: Session) -> None:
+        session.info.pop(self._info_key, None)
+
+
+class ChangeFlag:
+    """A flag set when a committed session changed rows of some ORM classes.
+
+    Used to skip work whose inputs did not change (the scheduler's placement, issue 19).
+    A row counts as changed when it was added or deleted, or when an attribute outside
+    ``ignore[its class]`` changed (``last_heartbeat`` of an agent, say). As with
+    :class:`RowVersions`, changes the ORM does not see (bulk statements, other
+    processes) do not set it: users must still do the work now and then.
+
+    Args:
+        sessions: the session factory whose sessions to watch.
+        models: the mapped classes whose rows count.
+        ignore: per class, attribute names whose changes do not count.
+    """
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        models: tuple[type, ...],
+        ignore: dict[type, frozenset[str]] | None = None,
+    ) -> None:
+        self._models = models
+        self._ignore = ignore or {}
+        self._info_key = f"dauntless.change_flag.{id(self)}"
+        self._set = threading.Event()
+        self._set.set()  # nothing seen yet: the first user does the work
+        event.listen(sessions, "after_flush", self._after_flush)
+        event.listen(sessions, "after_commit", self._after_commit)
+        event.listen(sessions, "after_rollback", self._after_rollback)
+
+    def take(self) -> bool:
+        """Whether the flag was set (and clear it)."""
+        if self._set.is_set():
+            self._set.clear()
+            return True
+        return False
+
+    def set(self) -> None:
+        """Set the flag (a change the ORM cannot see)."""
+        self._set.set()
+
+    def _changed(self, obj: Any) -> bool:
+        ignore = self._ignore.get(type(obj))
+        if not ignore:
+            return True
+        state = inspect(obj)
+        return any(attr.key not in ignore and attr.history.has_changes() for attr in state.attrs)
+
+    def _after_flush(self, session: Session, flush_context: Any) -> None:
+        if session.info.get(self._info_key):
+            return
+        for obj in itertools.chain(session.new, session.deleted):
+            if isinstance(obj, self._models):
+                session.info[self._info_key] = True
+                return
+        for obj in session.dirty:
+            if isinstance(obj, self._models) and self._changed(obj):
+                session.info[self._info_key] = True
+                return
+
+    def _after_commit(self, session: Session) -> None:
+        if session.info.pop(self._info_key, None):
+            self._set.set()
 
     def _after_rollback(self, session: Session) -> None:
         session.info.pop(self._info_key, None)

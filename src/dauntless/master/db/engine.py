@@ -22,7 +22,7 @@ from alembic.util import CommandError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from .changes import RowVersions
+from .changes import ChangeFlag, RowVersions
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -145,6 +145,13 @@ class Database:
         """Change counters of ``model``'s rows by ``key``, bumped when this database's
         write sessions commit (see :class:`~dauntless.master.db.changes.RowVersions`)."""
         return RowVersions(self._sessions, model, key)
+
+    def change_flag(
+        self, models: tuple[type, ...], ignore: dict[type, frozenset[str]] | None = None
+    ) -> ChangeFlag:
+        """A flag set when this database's write sessions commit changes to ``models``
+        (see :class:`~dauntless.master.db.changes.ChangeFlag`)."""
+        return ChangeFlag(self._sessions, models, ignore)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -7,7 +7,7 @@ checks that the two agree).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -18,8 +18,10 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
+    Table,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -28,6 +30,10 @@ class Base(DeclarativeBase):
     """Declarative base of every master table."""
 
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    #: Every mapped class here has a plain table (no mapping to a join or select), so
+    #: ``Row.__table__`` can be given to insert()/update()/delete() as a Table.
+    if TYPE_CHECKING:
+        __table__: ClassVar[Table]
 
 
 class ClusterRow(Base):
@@ -69,9 +75,7 @@ class UserSessionRow(Base):
     __tablename__ = "user_sessions"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    user_id: Mapped[int] = mapped_column(
-        ForeignKey("users.id", ondelete="CASCADE"), index=True
-    )
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
@@ -81,6 +85,7 @@ class ExperimentRow(Base):
     """An experiment: its resolved config, state and searcher snapshot."""
 
     __tablename__ = "experiments"
+    __table_args__ = {"sqlite_autoincrement": True}  # ids are never reused
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(512))
@@ -89,9 +94,7 @@ class ExperimentRow(Base):
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
     # The owner's username (users cannot be renamed, so it stays right) and id.
     owner: Mapped[str] = mapped_column(String(256), default="determined")
-    owner_id: Mapped[int | None] = mapped_column(
-        ForeignKey("users.id"), nullable=True, index=True
-    )
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     original_config: Mapped[str] = mapped_column(Text)
     seed: Mapped[int] = mapped_column(Integer)
@@ -119,7 +122,10 @@ class TrialRow(Base):
     """A trial: one hyperparameter configuration of an experiment."""
 
     __tablename__ = "trials"
-    __table_args__ = (UniqueConstraint("experiment_id", "request_id"),)
+    __table_args__ = (  # ids are never reused
+        UniqueConstraint("experiment_id", "request_id"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     experiment_id: Mapped[int] = mapped_column(
@@ -141,6 +147,12 @@ class TrialRow(Base):
     latest_checkpoint: Mapped[str | None] = mapped_column(String(64), nullable=True)
     start_time: Mapped[float] = mapped_column(Float)
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # {"names": [policy names matched], "cancel_retries": bool, "excluded_agents": [ids]}
+    log_policy_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The latest failed run: {run_id, allocation_id, agent_id, exit_code, message, log}.
+    failure: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The fraction of its training the trial last reported (POST /trials/{id}/progress).
+    progress: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class MetricRow(Base):
@@ -166,9 +178,7 @@ class CheckpointRow(Base):
     __tablename__ = "checkpoints"
 
     uuid: Mapped[str] = mapped_column(String(64), primary_key=True)
-    trial_id: Mapped[int] = mapped_column(
-        ForeignKey("trials.id", ondelete="CASCADE"), index=True
-    )
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
     experiment_id: Mapped[int] = mapped_column(Integer, index=True)
     allocation_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     total_batches: Mapped[int] = mapped_column(Integer)
@@ -192,6 +202,9 @@ class AgentRow(Base):
     slots: Mapped[list[Any]] = mapped_column(JSON)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
+    # What the agent reported at registration (issue 23): {name, containers,
+    # mount_namespace}; None for agents that reported nothing (plain processes).
+    runtime: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
 
 
 class AllocationRow(Base):
@@ -212,8 +225,12 @@ class AllocationRow(Base):
     num_parts: Mapped[int] = mapped_column(Integer, default=1)
     rank_offset: Mapped[int] = mapped_column(Integer, default=0)
     world_size: Mapped[int] = mapped_column(Integer, default=1)
-    trial_id: Mapped[int] = mapped_column(
-        ForeignKey("trials.id", ondelete="CASCADE"), index=True
+    # A trial's run, or (``task_id``) a generic task's run: exactly one is set.
+    trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), index=True, nullable=True
+    )
+    task_id: Mapped[str | None] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), index=True, nullable=True
     )
     agent_id: Mapped[str] = mapped_column(String(256), index=True)
     slot_ids: Mapped[list[Any]] = mapped_column(JSON)
@@ -224,8 +241,11 @@ class AllocationRow(Base):
     rendezvous_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
     kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When the master first saw the stop request: preemption_timeout counts from here.
+    preempt_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     exit_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    exit_fatal: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # SHA-256 of the part's session token (DET_SESSION_TOKEN of its processes), set when
     # the part is handed to its agent.
     token_hash: Mapped[str | None] = mapped_column(
@@ -234,6 +254,45 @@ class AllocationRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class TaskRow(Base):
+    """A generic task: a command, notebook, shell or TensorBoard (:mod:`dauntless.master.tasks`).
+
+    ``config`` is the resolved task config (JSON), ``entrypoint`` what the agent runs (a
+    string for ``sh -c`` or an argv list), ``context`` the optional context directory (a
+    gzipped tar, loaded only when asked for). ``service_addr``/``service_port`` are where
+    the task's web service listens once it said it is ready (the proxy's target),
+    ``service_token`` the secret the proxy hands the service (Jupyter's token).
+    ``user_session_id`` is the owner's login session made for the task's processes
+    (``DET_USER_TOKEN``), revoked when the task ends. ``meta`` holds type-specific facts
+    (a TensorBoard's experiment and trial ids).
+    """
+
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    type: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    owner: Mapped[str] = mapped_column(String(256))
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
+    description: Mapped[str] = mapped_column(String(512), default="")
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    entrypoint: Mapped[Any] = mapped_column(JSON)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON)
+    context: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
+    run_id: Mapped[int] = mapped_column(Integer, default=0)
+    kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    service_addr: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    service_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    service_token: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    user_session_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ready_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class TaskLogRow(Base):
@@ -281,3 +340,31 @@ class MetricSummaryRow(Base):
     raw_points: Mapped[int] = mapped_column(Integer)
     batches: Mapped[bytes] = mapped_column(LargeBinary)
     values: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class InstanceRow(Base):
+    """An instance the provisioner launched for a resource pool (a local agent process,
+    an EC2 or a Compute Engine instance), kept so that a restarted master knows what it
+    already launched.
+
+    ``id`` is the name the master gave it, which is also its agent's id; ``provider_id``
+    the provider's own id (process id, EC2 instance id, GCP instance name) once known.
+    States: LAUNCHING (row written, provider call not yet confirmed), STARTING (launched,
+    agent not registered), RUNNING (agent registered), TERMINATING (termination decided,
+    agent disabled), TERMINATED. ``idle_since`` is when its agent last became idle
+    (None while busy); ``reason`` says why it was terminated.
+    """
+
+    __tablename__ = "instances"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    resource_pool: Mapped[str] = mapped_column(String(256), index=True)
+    provider: Mapped[str] = mapped_column(String(16))
+    provider_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    launched_at: Mapped[float] = mapped_column(Float)
+    registered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    terminated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -1,0 +1,161 @@
+"""Task environments on the master's side: what a task asks of its agent's runtime, and
+which agents can give it.
+
+- :func:`task_environment` turns a config's ``environment``, ``bind_mounts``,
+  ``resources`` and ``checkpoint_storage`` into the TaskSpec's ``environment`` object
+  that the agent's runtime reads (:class:`dauntless.agent.runtimes.EnvironmentSpec`).
+  Trials use it, and so can any other task type with the same config sections.
+- :func:`required_features` names what the config needs of an agent (container
+  images, mount namespaces) and the config field that needs it;
+  :func:`agent_has` says whether an agent's registered ``runtime`` provides it. The
+  scheduler places a task only on agents that have every feature it needs, and
+  :func:`check_pool_can_run` refuses an experiment at create time when no agent of its
+  pool could ever run it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from dauntless.config import ExperimentConfig
+from dauntless.config._experiment import (
+    BindMount,
+    EnvironmentConfig,
+    ResourcesConfig,
+    SharedFSStorage,
+)
+from dauntless.scheduler import AgentState, Allocation, Decision, PoolSpec, Request, schedule
+
+CONTAINERS = "containers"
+"""Feature: runs tasks in container images (docker or podman runtime)."""
+MOUNT_NAMESPACE = "mount_namespace"
+"""Feature: makes bind mounts for tasks without an image (private mount namespace)."""
+
+
+def task_environment(
+    environment: EnvironmentConfig,
+    bind_mounts: list[BindMount],
+    resources: ResourcesConfig,
+    checkpoint_storage: Any = None,
+) -> dict[str, Any]:
+    """The TaskSpec's ``environment`` object (docs/protocol.md, "Agent channel")."""
+    storage_paths = []
+    if isinstance(checkpoint_storage, SharedFSStorage):
+        storage_paths.append(checkpoint_storage.host_path)
+    return {
+        "image": environment.image,
+        "force_pull_image": environment.force_pull_image,
+        "registry_auth": environment.registry_auth,
+        "bind_mounts": [m.model_dump(mode="json") for m in bind_mounts],
+        "shm_size": resources.shm_size_bytes(),
+        "devices": [d.model_dump(mode="json") for d in resources.device_list()],
+        "add_capabilities": list(environment.add_capabilities),
+        "drop_capabilities": list(environment.drop_capabilities),
+        "python_requirements": environment.python_requirements,
+        "storage_paths": storage_paths,
+        "pod_spec": environment.pod_spec is not None,
+    }
+
+
+def required_features(
+    environment: EnvironmentConfig, bind_mounts: list[BindMount]
+) -> dict[str, str]:
+    """What a task with this config needs of its agent: ``{feature: config field}``."""
+    if environment.image is not None:
+        return {CONTAINERS: "environment.image"}
+    if bind_mounts:
+        return {MOUNT_NAMESPACE: "bind_mounts"}
+    return {}
+
+
+def agent_has(runtime: dict[str, Any] | None, feature: str) -> bool:
+    """Whether an agent's registered ``runtime`` provides ``feature`` (an agent that
+    reported no runtime runs plain processes without mount namespaces)."""
+    return bool((runtime or {}).get(feature, False))
+
+
+def check_pool_can_run(
+    cfg: ExperimentConfig, pool: str, agents: list[tuple[str, str, dict[str, Any] | None]]
+) -> list[tuple[str, str]]:
+    """Config errors when agents are registered in ``pool`` and none can run ``cfg``.
+
+    A pool with no registered agent yet is given the benefit of the doubt (agents may
+    join later); a task then waits until one that can run it registers.
+
+    Args:
+        cfg: the experiment config.
+        pool: the experiment's resource pool.
+        agents: ``(agent id, pool, runtime)`` of every registered agent.
+
+    Returns:
+        ``[(field, message)]``, empty when the pool can run it.
+    """
+    errors = []
+    members = [(aid, rt) for aid, p, rt in agents if p == pool]
+    for feature, field in required_features(cfg.environment, cfg.bind_mounts).items():
+        if not members or any(agent_has(rt, feature) for _, rt in members):
+            continue
+        able = sorted({p for _, p, rt in agents if agent_has(rt, feature)})
+        runtimes = ", ".join(f"{aid} ({(rt or {}).get('name', 'process')})" for aid, rt in members)
+        what = (
+            "run container images (docker or podman runtime)"
+            if feature == CONTAINERS
+            else "make bind mounts (a private mount namespace: root or user namespaces)"
+        )
+        where = f"pools with such agents: {able}" if able else "no pool has such an agent"
+        errors.append(
+            (
+                field,
+                f"no agent in resource pool {pool!r} can {what}; its agents: {runtimes}; {where}",
+            )
+        )
+    return errors
+
+
+def schedule_by_features(
+    spec: PoolSpec,
+    agents: list[AgentState],
+    requests: list[Request],
+    running: list[Allocation],
+    needs: dict[str, frozenset[str]],
+    runtimes: dict[str, dict[str, Any] | None],
+) -> Decision:
+    """One scheduling pass of a pool in which some requests need agent features.
+
+    When no request needs any, this is :func:`dauntless.scheduler.schedule` itself.
+    Otherwise the requests are split by what they need, most demanding first, and each
+    class is scheduled on the agents that have every feature it needs (the others are
+    presented as taking no work), with the slots earlier classes were given held back.
+    Fair share and priority order therefore hold within a class, not across classes.
+
+    Args:
+        spec, agents, requests, running: as for :func:`~dauntless.scheduler.schedule`.
+        needs: request id -> features it needs (absent: none).
+        runtimes: agent id -> its registered ``runtime``.
+    """
+    classes = sorted(
+        {needs.get(r.id, frozenset()) for r in requests}, key=lambda n: (-len(n), sorted(n))
+    )
+    if classes in ([], [frozenset()]):
+        return schedule(spec, agents, requests, running)
+    taken: dict[str, set[str]] = {}
+    assignments: list[Any] = []
+    preemptions: list[str] = []
+    for need in classes:
+        view = [
+            replace(
+                a,
+                enabled=a.enabled and all(agent_has(runtimes.get(a.id), f) for f in need),
+                busy_slots=a.busy_slots | frozenset(taken.get(a.id, ())),
+            )
+            for a in agents
+        ]
+        part = [r for r in requests if needs.get(r.id, frozenset()) == need]
+        decision = schedule(spec, view, part, running)
+        for asg in decision.assignments:
+            for agent_id, slot_ids in asg.slots.items():
+                taken.setdefault(agent_id, set()).update(slot_ids)
+            assignments.append(asg)
+        preemptions += [p for p in decision.preemptions if p not in preemptions]
+    return Decision(tuple(assignments), tuple(preemptions))

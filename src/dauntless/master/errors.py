@@ -1,0 +1,36 @@
+"""The master's domain errors, which the app's exception handlers turn into HTTP answers.
+
+They live in this leaf module (it imports nothing of the master) so that every module of
+``master/`` can raise them without importing the experiment manager, which would close an
+import circle; ``manager`` and ``lifecycle`` re-export them under their old names.
+"""
+
+from __future__ import annotations
+
+MAX_CONTEXT_BYTES = 95 * 1024 * 1024
+"""Largest accepted context directory tarball, in bytes (Determined's limit, seed 001);
+a larger one is answered 413."""
+
+
+class NotFound(LookupError):
+    """The named object does not exist (the API answers 404)."""
+
+
+class BadRequest(ValueError):
+    """The request is invalid (the API answers 400); ``errors`` lists (field, message).
+
+    Args:
+        message: the one-line ``detail``.
+        errors: ``(field, message)`` pairs naming the offending fields; none by default.
+    """
+
+    def __init__(self, message: str, errors: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+class Conflict(Exception):
+    """The request conflicts with the object's state (the API answers 409)."""
+
+
+__all__ = ["MAX_CONTEXT_BYTES", "BadRequest", "Conflict", "NotFound"]

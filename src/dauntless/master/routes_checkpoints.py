@@ -1,0 +1,97 @@
+"""REST routes of checkpoints under ``/api/v1``: one checkpoint and its download as a
+gzipped tar (docs/protocol.md).
+
+Split out of :mod:`dauntless.master.routes`, which keeps the error handlers and the
+JSON view helpers the route modules share."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
+
+from dauntless.config import parse_experiment_config
+from dauntless.storage import StoreError, build_storage
+
+from . import responses as R
+from .auth import access
+from .db import CheckpointRow
+from .lifecycle import Conflict
+from .manager import NotFound
+from .routes import StoreUnavailable, _checkpoint_views, _get_experiment, _mgr, _storage_dir
+
+router = APIRouter(prefix="/api/v1")
+
+
+def _tar_object_checkpoint(config: dict[str, Any], uuid: str) -> str:
+    """Download a checkpoint from its object store and pack it as a gzipped tar file
+    (a temporary file the caller removes)."""
+    try:
+        storage = build_storage(parse_experiment_config(config).checkpoint_storage)
+    except (ImportError, ValueError) as exc:
+        raise Conflict(f"cannot open the checkpoint storage of checkpoint {uuid}: {exc}") from None
+    fd, tmp = tempfile.mkstemp(suffix=".tar.gz")
+    try:
+        with storage.restore_path(uuid) as path:
+            with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+                tar.add(path, arcname=".")
+    except FileNotFoundError:
+        os.remove(tmp)
+        raise NotFound(f"checkpoint {uuid} has no files in its storage") from None
+    except StoreError as exc:
+        os.remove(tmp)
+        raise StoreUnavailable(str(exc)) from None
+    except BaseException:
+        os.remove(tmp)
+        raise
+    return tmp
+
+
+@router.get("/checkpoints/{uuid}", response_model=R.CheckpointBody)
+@access(trial="own")
+def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
+    """One checkpoint."""
+    with _mgr(request).db.read() as s:
+        c = s.get(CheckpointRow, uuid)
+        if c is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        exp = _get_experiment(s, c.experiment_id)
+        return {"checkpoint": _checkpoint_views(s, exp, [c])[0]}
+
+
+@router.get("/checkpoints/{uuid}/download")
+@access(trial="own")
+def download_checkpoint(uuid: str, request: Request) -> FileResponse:
+    """The checkpoint directory as a gzipped tar (streamed from a temporary file)."""
+    with _mgr(request).db.read() as s:
+        c = s.get(CheckpointRow, uuid)
+        if c is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        exp = _get_experiment(s, c.experiment_id)
+    if c.state in ("DELETING", "DELETED"):
+        raise Conflict(f"checkpoint {uuid} was deleted by checkpoint GC")
+    if c.state != "COMPLETED":
+        raise Conflict(
+            f"checkpoint {uuid} is {c.state}, not COMPLETED: its files are not all stored"
+        )
+    storage_cfg = exp.config.get("checkpoint_storage") or {}
+    if storage_cfg.get("type") in ("s3", "gcs", "azure"):
+        tmp = _tar_object_checkpoint(exp.config, uuid)
+    else:
+        path = _storage_dir(exp.config, uuid)
+        if path is None or not os.path.isdir(path):
+            raise NotFound(f"checkpoint {uuid} is not in storage the master can read ({path})")
+        fd, tmp = tempfile.mkstemp(suffix=".tar.gz")
+        with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+            tar.add(path, arcname=".")
+    return FileResponse(
+        tmp,
+        media_type="application/gzip",
+        filename=f"{uuid}.tar.gz",
+        background=BackgroundTask(os.remove, tmp),
+    )

@@ -1,0 +1,212 @@
+"""REST routes of the cluster under ``/api/v1``: the master's identity, agents and
+their slots, resource pools, agent heartbeats, allocations (exits, the preemption
+signal, rendezvous) and task log shipping (docs/protocol.md).
+
+Split out of :mod:`dauntless.master.routes`, which keeps the error handlers and the
+JSON view helpers the route modules share."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+
+import dauntless
+
+from . import responses as R
+from .auth import access
+from .db import AgentRow, AllocationRow, ClusterRow
+from .manager import NotFound
+from .models import allocations
+from .routes import _mgr, _read
+from .schemas import (
+    AgentSwitch,
+    AllocationExited,
+    Heartbeat,
+    LogBatch,
+    RegisterAgent,
+    RendezvousIn,
+    agent_view,
+)
+
+router = APIRouter(prefix="/api/v1")
+
+PREEMPTION_CHECK_SECONDS = 0.25
+"""How often a waiting preemption long poll checks, in memory, whether its allocation's
+rows changed (and whether its caller left): the signal's latency."""
+PREEMPTION_REREAD_SECONDS = 5.0
+"""How often a waiting preemption long poll reads its allocation from the database even
+though no change was seen (changes the ORM does not report, such as a cascade delete)."""
+
+
+@router.get("/master", response_model=R.MasterInfo)
+@access(open=True)
+def get_master(request: Request) -> dict[str, Any]:
+    """Version and identity of this master."""
+    mgr = _mgr(request)
+    with mgr.db.read() as s:
+        cluster = s.scalar(select(ClusterRow))
+    return {
+        "version": dauntless.__version__,
+        "cluster_name": mgr.config.cluster_name,
+        "cluster_id": cluster.cluster_id if cluster else None,
+    }
+
+
+@router.get("/agents", response_model=R.AgentsOut)
+@access(agent=True)
+def list_agents(request: Request) -> dict[str, Any]:
+    """Every agent with its slots and which allocation holds each."""
+    with _mgr(request).db.read() as s:
+        used: dict[str, dict[str, str]] = {}
+        for alloc in s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")):
+            for sid in alloc.slot_ids:
+                used.setdefault(alloc.agent_id, {})[str(sid)] = alloc.id
+        agents = s.scalars(select(AgentRow).order_by(AgentRow.id)).all()
+        return {"agents": [agent_view(a, used.get(a.id, {})) for a in agents]}
+
+
+@router.post("/agents", response_model=R.AgentBody)
+@access(users="admin", agent=True, what="register agents")
+def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
+    """An agent announces itself and its slots."""
+    agent = _mgr(request).register_agent(
+        body.id,
+        body.resource_pool,
+        body.hostname,
+        [sl.model_dump() for sl in body.slots],
+        running=body.running,
+        runtime=body.runtime.model_dump() if body.runtime else None,
+    )
+    return {"agent": agent_view(agent, {})}
+
+
+@router.post("/agents/{agent_id}/enable", response_model=R.AgentBody)
+@access(users="admin", what="enable agents")
+def enable_agent(agent_id: str, request: Request) -> dict[str, Any]:
+    """Let the scheduler use this agent again."""
+    return _agent_json(request, _mgr(request).set_agent_enabled(agent_id, True).id)
+
+
+@router.post("/agents/{agent_id}/disable", response_model=R.AgentBody)
+@access(users="admin", what="disable agents")
+def disable_agent(agent_id: str, request: Request, body: AgentSwitch | None = None) -> dict:
+    """No new work on this agent; without ``drain`` its trials are preempted now."""
+    drain = body.drain if body else False
+    return _agent_json(request, _mgr(request).set_agent_enabled(agent_id, False, drain).id)
+
+
+@router.post("/agents/{agent_id}/slots/{slot_id}/{action}", response_model=R.AgentBody)
+@access(users="admin", what="{action} slots")
+def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> dict[str, Any]:
+    """``enable`` or ``disable`` one slot of an agent."""
+    if action not in ("enable", "disable"):
+        raise NotFound(f"no slot action {action!r}; use enable or disable")
+    _mgr(request).set_slot_enabled(agent_id, slot_id, action == "enable")
+    return _agent_json(request, agent_id)
+
+
+@router.get("/resource-pools", response_model=R.ResourcePoolsOut)
+@access(agent=True)
+def list_resource_pools(request: Request) -> dict[str, Any]:
+    """Declared pools with their schedulers and slots used and free."""
+    return {"resource_pools": _mgr(request).resource_pools()}
+
+
+def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
+    with _mgr(request).db.read() as s:
+        agent = s.get(AgentRow, agent_id)
+        if agent is None:
+            raise NotFound(f"agent {agent_id} not found")
+        used: dict[str, str] = {}
+        for alloc in s.scalars(
+            select(AllocationRow).where(
+                AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+            )
+        ):
+            for sid in alloc.slot_ids:
+                used[str(sid)] = alloc.id
+        return {"agent": agent_view(agent, used)}
+
+
+@router.post("/agents/{agent_id}/heartbeat", response_model=R.HeartbeatOut)
+@access(users="none", agent=True, what="heartbeat for agents")
+def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[str, Any]:
+    """Liveness plus work: returns tasks to start and allocations to kill."""
+    return _mgr(request).heartbeat(agent_id, body.running)
+
+
+@router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)
+@access(users="none", agent=True, what="report task exits")
+def allocation_exited(allocation_id: str, body: AllocationExited, request: Request) -> dict:
+    """The agent reports that a task's process ended."""
+    _mgr(request).allocation_exited(allocation_id, body.exit_code, body.message, body.fatal)
+    return {}
+
+
+@router.get("/allocations/{allocation_id}/signals/preemption", response_model=R.PreemptionSignal)
+@access(users="admin", trial="own", what="read a trial's preemption signal")
+async def preemption_signal(
+    allocation_id: str, request: Request, timeout_seconds: float = Query(0, ge=0, le=60)
+) -> dict[str, bool]:
+    """Whether the allocation should checkpoint and exit now.
+
+    A long poll: answers as soon as the signal is set, or ``false`` after
+    ``timeout_seconds`` (0: at once).
+    """
+    mgr = _mgr(request)
+    versions = mgr.allocation_versions
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        seen = versions.version(allocation_id)
+        preempt = await run_in_threadpool(
+            _read, request, allocations.preemption_signal, allocation_id
+        )
+        read_at = time.monotonic()
+        # Until the allocation's rows change (an in-memory check), the deadline, or
+        # PREEMPTION_REREAD_SECONDS for changes the ORM does not see (a cascade delete).
+        while True:
+            now = time.monotonic()
+            if preempt or now >= deadline or await request.is_disconnected():
+                return {"preempt": preempt}
+            if (
+                versions.version(allocation_id) != seen
+                or now - read_at >= PREEMPTION_REREAD_SECONDS
+            ):
+                break
+            await asyncio.sleep(min(PREEMPTION_CHECK_SECONDS, deadline - now))
+
+
+@router.post("/allocations/{allocation_id}/rendezvous", response_model=R.Empty)
+@access(users="none", trial="own", what="publish a rendezvous")
+def post_rendezvous(allocation_id: str, body: RendezvousIn, request: Request) -> dict:
+    """The chief launcher of a distributed allocation says where its ranks meet."""
+    _mgr(request).set_rendezvous(allocation_id, body.addr, body.port)
+    return {}
+
+
+@router.get("/allocations/{allocation_id}/rendezvous", response_model=R.RendezvousOut)
+@access(users="admin", trial="own", what="read a trial's rendezvous")
+async def get_rendezvous(
+    allocation_id: str, request: Request, timeout_seconds: float = Query(0, ge=0, le=60)
+) -> dict[str, Any]:
+    """The chief's address (long poll until it is known, up to ``timeout_seconds``);
+    ``{"rendezvous": null}`` if it is not known yet."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        info = await run_in_threadpool(_read, request, allocations.rendezvous, allocation_id)
+        if info is not None or time.monotonic() >= deadline or await request.is_disconnected():
+            return {"rendezvous": info}
+        await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+@router.post("/task/logs", response_model=R.StoredCount)
+@access(users="none", agent=True, what="ship task logs")
+def post_logs(body: LogBatch, request: Request) -> dict[str, int]:
+    """Agents ship task output here in batches."""
+    n = _mgr(request).ingest_logs([line.model_dump() for line in body.logs])
+    return {"stored": n}

@@ -1,0 +1,296 @@
+"""REST routes of experiments under ``/api/v1``: create, list, read (trials,
+checkpoints, model definition), actions, edit and delete (docs/protocol.md).
+
+Split out of :mod:`dauntless.master.routes`, which keeps the error handlers and the
+JSON view helpers the route modules share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
+from sqlalchemy import func, select
+from starlette.concurrency import run_in_threadpool
+
+from . import responses as R
+from .api_spec import INT32_MAX, DbId, method_not_allowed
+from .auth import access, principal
+from .db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
+from .manager import MAX_CONTEXT_BYTES, BadRequest, ExperimentManager, NotFound
+from .routes import _checkpoint_views, _experiment_views, _get_experiment, _mgr, _trial_views
+from .schemas import PatchExperiment
+
+router = APIRouter(prefix="/api/v1")
+
+
+_CREATE_FORM = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["config"],
+                    "properties": {
+                        "config": {
+                            "type": "string",
+                            "description": "the experiment config, YAML text",
+                        },
+                        "context": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the context directory, tar.gz",
+                        },
+                        "activate": {"type": "boolean", "default": True},
+                        "validate_only": {"type": "boolean", "default": False},
+                    },
+                }
+            }
+        },
+    }
+}
+
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def _form_bool(form: Any, name: str, default: bool) -> bool:
+    value = form.get(name)
+    if value is None:
+        return default
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise BadRequest(
+        f"invalid request: {name}: expected true or false", [(name, "expected true or false")]
+    )
+
+
+@router.post(
+    "/experiments",
+    status_code=201,
+    openapi_extra=_CREATE_FORM,
+    response_model=R.ExperimentCreated,
+)
+async def create_experiment(request: Request) -> dict[str, Any]:
+    """Submit an experiment: its config and context directory (multipart form: ``config``,
+    ``context``, ``activate``, ``validate_only``, ``parent_id``: fork, the parent's
+    context when none is sent).
+
+    The answer is ``{"experiment": ..., "warnings": [...]}``: one warning per deprecated
+    or ignored config field (``dauntless.config.config_warnings``).
+
+    The form is read here, after authentication: declared as form parameters it would be
+    parsed (a context of up to 95 MiB spooled to disk) before the caller is known.
+    """
+    async with request.form(max_files=1, max_fields=16) as form:
+        config = form.get("config")
+        if not isinstance(config, str):
+            raise BadRequest(
+                "invalid request: config: Field required", [("config", "Field required")]
+            )
+        activate = _form_bool(form, "activate", True)
+        validate_only = _form_bool(form, "validate_only", False)
+        parent_id = _form_int(form, "parent_id")
+        context = form.get("context")
+        if isinstance(context, str):
+            raise BadRequest(
+                "invalid request: context: expected a file", [("context", "expected a file")]
+            )
+        data: bytes | None = None
+        if context is not None:
+            chunks, total = [], 0
+            while chunk := await context.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_CONTEXT_BYTES:
+                    raise BadRequest(
+                        f"the context directory is over the {MAX_CONTEXT_BYTES}-byte (95 MiB) "
+                        "limit; keep data sets out of it (.detignore)"
+                    )
+                chunks.append(chunk)
+            data = b"".join(chunks)
+    mgr = _mgr(request)
+    if validate_only:
+        from dauntless.config import ConfigError, config_refusals, parse_experiment_config
+
+        from .compat038 import prepare_raw_config
+
+        try:
+            raw = prepare_raw_config(config, mgr.default_storage())
+            parse_experiment_config(raw)
+        except ConfigError as exc:
+            raise BadRequest("invalid experiment config", exc.errors) from None
+        refused = config_refusals(raw)
+        if refused:
+            raise BadRequest("invalid experiment config", refused)
+        return {"experiment": None, "warnings": _config_warnings(config)}
+    owner = principal(request)
+    exp_id = await run_in_threadpool(
+        mgr.create_experiment, config, data, activate, owner.username or "determined", parent_id
+    )
+    with mgr.db.read() as s:
+        exp = _get_experiment(s, exp_id)
+        view = _experiment_views(s, [exp])[0]
+    return {"experiment": view, "warnings": _config_warnings(config)}
+
+
+def _config_warnings(config: str) -> list[str]:
+    import yaml
+
+    from dauntless.config import config_warnings
+
+    raw = yaml.safe_load(config)  # already parsed once by create: valid YAML
+    return config_warnings(raw) if isinstance(raw, dict) else []
+
+
+def _form_int(form: Any, name: str) -> int | None:
+    value = form.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BadRequest(
+            f"invalid request: {name}: expected an integer", [(name, "expected an integer")]
+        ) from None
+
+
+@router.get("/experiments", response_model=R.ExperimentPage)
+def list_experiments(
+    request: Request,
+    archived: str = Query(
+        "false",
+        pattern="^(true|false|all)$",
+        description="false (default): hide archived; true: only archived; all: both",
+    ),
+    limit: int = Query(100, ge=1, le=10_000),
+    offset: int = Query(0, ge=0, le=INT32_MAX),
+) -> dict[str, Any]:
+    """Experiments, newest first, as ``{"experiments": [...], "total": N}``."""
+    which = {"true": True, "false": False, "all": None}[archived]
+    return experiments_page(request, which, limit, offset)
+
+
+def experiments_page(
+    request: Request, archived: bool | None, limit: int, offset: int
+) -> dict[str, Any]:
+    """The body of ``GET /experiments``.
+
+    Args:
+        archived: True: archived only; False: unarchived only; None: both.
+        limit: at most this many experiments (newest first).
+        offset: skip this many first.
+    """
+    with _mgr(request).db.read() as s:
+        q = select(ExperimentRow)
+        if archived is not None:
+            q = q.where(ExperimentRow.archived == archived)
+        total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
+        exps = s.scalars(q.order_by(ExperimentRow.id.desc()).limit(limit).offset(offset)).all()
+        return {"experiments": _experiment_views(s, list(exps)), "total": total}
+
+
+@router.get("/experiments/{exp_id}", response_model=R.ExperimentDetail)
+@access(trial="own")
+def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
+    """One experiment with its trials."""
+    with _mgr(request).db.read() as s:
+        exp = _get_experiment(s, exp_id)
+        trials = s.scalars(
+            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+        ).all()
+        return {
+            "experiment": _experiment_views(s, [exp])[0],
+            "trials": _trial_views(s, list(trials)),
+        }
+
+
+@router.get("/experiments/{exp_id}/trials", response_model=R.TrialsOut)
+@access(trial="own")
+def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
+    """The trials of an experiment."""
+    with _mgr(request).db.read() as s:
+        _get_experiment(s, exp_id)
+        trials = s.scalars(
+            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+        ).all()
+        return {"trials": _trial_views(s, list(trials))}
+
+
+@router.get("/experiments/{exp_id}/checkpoints", response_model=R.CheckpointsOut)
+@access(trial="own")
+def get_experiment_checkpoints(exp_id: DbId, request: Request) -> dict[str, Any]:
+    """The checkpoints of an experiment, oldest first."""
+    with _mgr(request).db.read() as s:
+        exp = _get_experiment(s, exp_id)
+        rows = s.scalars(
+            select(CheckpointRow)
+            .where(CheckpointRow.experiment_id == exp_id)
+            .order_by(CheckpointRow.report_time)
+        ).all()
+        return {"checkpoints": _checkpoint_views(s, exp, list(rows))}
+
+
+@router.get("/experiments/{exp_id}/model_def")
+@access(agent=True, trial="own")
+def get_model_def(exp_id: DbId, request: Request) -> Response:
+    """The experiment's context directory as a gzipped tar."""
+    with _mgr(request).db.read() as s:
+        _get_experiment(s, exp_id)
+        md = s.get(ModelDefinitionRow, exp_id)
+        if md is None:
+            raise NotFound(f"experiment {exp_id} was created without a context directory")
+        return Response(content=md.content, media_type="application/gzip")
+
+
+_ACTIONS = {
+    "pause": lambda m, i: m.pause_experiment(i),
+    "activate": lambda m, i: m.activate_experiment(i),
+    "cancel": lambda m, i: m.cancel_experiment(i),
+    "kill": lambda m, i: m.cancel_experiment(i, kill=True),
+    "archive": lambda m, i: m.archive_experiment(i, True),
+    "unarchive": lambda m, i: m.archive_experiment(i, False),
+}
+
+
+def _experiment_json(mgr: ExperimentManager, exp_id: int) -> dict[str, Any]:
+    with mgr.db.read() as s:
+        return {"experiment": _experiment_views(s, [_get_experiment(s, exp_id)])[0]}
+
+
+@router.post("/experiments/{exp_id}/{action}", response_model=R.ExperimentBody)
+@access(users="owner", what="{action} it")
+def experiment_action(exp_id: DbId, action: str, request: Request) -> dict[str, Any]:
+    """pause | activate | cancel | kill | archive | unarchive an experiment.
+
+    Illegal for the experiment's state: 409 naming the state and what is allowed.
+    """
+    fn = _ACTIONS.get(action)
+    if fn is None:
+        # e.g. POST /experiments/1/trials: a path served by GET is 405, not "no action".
+        wrong_method = method_not_allowed(request.app, request.scope, skip=experiment_action)
+        if wrong_method is not None:
+            return wrong_method  # type: ignore[return-value]
+        raise NotFound(f"no experiment action {action!r}; one of {sorted(_ACTIONS)}")
+    mgr = _mgr(request)
+    fn(mgr, exp_id)
+    return _experiment_json(mgr, exp_id)
+
+
+@router.patch("/experiments/{exp_id}", response_model=R.ExperimentBody)
+@access(users="owner", what="edit it")
+def patch_experiment(exp_id: DbId, body: PatchExperiment, request: Request) -> dict[str, Any]:
+    """Edit name or description, or set the checkpoint GC policy (collects at once)."""
+    mgr = _mgr(request)
+    gc = body.checkpoint_storage.model_dump(exclude_none=True) if body.checkpoint_storage else None
+    res = body.resources.model_dump(exclude_none=True) if body.resources else None
+    mgr.patch_experiment(exp_id, body.name, body.description, gc or None, res or None)
+    return _experiment_json(mgr, exp_id)
+
+
+@router.delete("/experiments/{exp_id}", response_model=R.Empty)
+@access(users="owner", what="delete it")
+def delete_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
+    """Delete a finished experiment: checkpoints from storage, then every row."""
+    _mgr(request).delete_experiment(exp_id)
+    return {}

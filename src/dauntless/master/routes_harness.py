@@ -1,0 +1,107 @@
+"""REST routes the trial harness reports to under ``/api/v1``: searcher operations,
+metrics, progress, early exits and checkpoints (docs/protocol.md).
+
+Split out of :mod:`dauntless.master.routes`, which keeps the error handlers and the
+JSON view helpers the route modules share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from . import responses as R
+from .api_spec import DbId
+from .auth import access, require_own_trial
+from .manager import MetricsIn
+from .models import trials
+from .routes import _mgr
+from .schemas import (
+    CheckpointReport,
+    CompletedOperation,
+    EarlyExit,
+    MetricsReport,
+    MetricsReportBatch,
+    ProgressReport,
+)
+
+router = APIRouter(prefix="/api/v1")
+
+
+@router.get("/trials/{trial_id}/searcher/operation", response_model=R.SearcherOperation)
+@access(users="admin", trial="own", what="read a trial's searcher operation")
+def get_searcher_operation(trial_id: DbId, request: Request) -> dict[str, Any]:
+    """The trial's next searcher operation."""
+    with _mgr(request).db.read() as s:
+        return trials.searcher_operation(s, trial_id)
+
+
+@router.post("/trials/{trial_id}/searcher/completed_operation", response_model=R.Empty)
+@access(users="none", trial="own", what="report for trials")
+def complete_searcher_operation(trial_id: DbId, body: CompletedOperation, request: Request) -> dict:
+    """The trial finished an operation and reports the searcher metric."""
+    _mgr(request).complete_operation(trial_id, body.op.length, body.searcher_metric)
+    return {}
+
+
+@router.post("/trials/{trial_id}/metrics", response_model=R.Stored)
+@access(users="none", trial="own", what="report metrics for trials")
+def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) -> dict:
+    """Training or validation metrics at a batch count (idempotent)."""
+    stored = _mgr(request).report_metrics(
+        trial_id,
+        body.group,
+        body.steps_completed,
+        body.trial_run_id,
+        body.metrics,
+        body.batch_metrics,
+    )
+    return {"stored": stored}
+
+
+@router.post("/trials/{trial_id}/metrics/batch", response_model=R.StoredMany)
+@access(users="none", trial="own", what="report metrics for trials")
+def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: Request) -> dict:
+    """Several metrics reports of one trial, stored in one transaction, each as
+    ``POST /trials/{id}/metrics`` would store it (idempotent per report)."""
+    stored = _mgr(request).report_metrics_batch(
+        trial_id,
+        [
+            MetricsIn(r.group, r.steps_completed, r.trial_run_id, r.metrics, r.batch_metrics)
+            for r in body.reports
+        ],
+    )
+    return {"stored": stored}
+
+
+@router.post("/trials/{trial_id}/progress", response_model=R.Empty)
+@access(users="none", trial="own", what="report progress for trials")
+def post_trial_progress(trial_id: DbId, body: ProgressReport, request: Request) -> dict:
+    """The trial's own progress estimate (0..1)."""
+    _mgr(request).report_progress(trial_id, body.progress)
+    return {}
+
+
+@router.post("/trials/{trial_id}/early_exit", response_model=R.Empty)
+@access(users="none", trial="own", what="report early exits for trials")
+def post_early_exit(trial_id: DbId, body: EarlyExit, request: Request) -> dict:
+    """The trial will exit early (invalid hyperparameters)."""
+    _mgr(request).report_early_exit(trial_id, body.reason)
+    return {}
+
+
+@router.post("/checkpoints", response_model=R.Empty)
+@access(users="none", trial="route", what="report checkpoints for trials")
+def post_checkpoint(body: CheckpointReport, request: Request) -> dict:
+    """A completed checkpoint written by a trial (a trial's token: its own trial only)."""
+    require_own_trial(request, body.trial_id)
+    _mgr(request).report_checkpoint(
+        body.uuid,
+        body.trial_id,
+        body.allocation_id,
+        body.steps_completed,
+        body.resources,
+        body.metadata,
+        body.state,
+    )
+    return {}

@@ -1,0 +1,260 @@
+"""The job queue, under ``/api/v1`` (Determined's ``GetJobs``/``UpdateJobQueue``, the
+``det job list`` / ``det job update`` commands and the WebUI's Queue page):
+
+- ``GET /job-queues?resource_pool=NAME``: every job waiting for or holding slots, per
+  resource pool, in the order that pool's scheduler considers them.
+- ``PATCH /jobs/{job_id}`` with ``{"priority": 1..99}`` or ``{"weight": > 0}``: change a
+  job's scheduling priority or fair-share weight; the next scheduling pass uses it.
+
+A job is an experiment (id ``experiment-<id>``: its trials share the experiment's
+``resources``) or a generic task (``task-<task id>``: a notebook, command, shell or
+TensorBoard). A job is listed while it is not finished: an ACTIVE experiment with trials
+that are not finished, or a task that is QUEUED, ASSIGNED or RUNNING. Paused experiments
+hold no slots and wait for nobody, so they are not in the queue (as in Determined).
+
+Queue order is the one :mod:`dauntless.scheduler` uses: under the ``priority`` scheduler
+by (priority, or the pool's ``default_priority`` when unset; submission time; id), a
+smaller priority first; under ``fair_share`` by submission time (the share itself comes
+from the weights, shown beside each job). ``queue_position`` is 1-based within the pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy import select
+
+from dauntless.scheduler import pool_spec_from_config
+
+from .api_spec import ErrorBody
+from .auth import forbidden, principal
+from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
+from .manager import BadRequest, ExperimentManager, NotFound
+from .states import State
+from .tasks import TaskState
+
+router = APIRouter(prefix="/api/v1")
+
+EXPERIMENT_PREFIX = "experiment-"
+TASK_PREFIX = "task-"
+_LIVE_TASK_STATES = (TaskState.QUEUED.value, TaskState.ASSIGNED.value, TaskState.RUNNING.value)
+
+
+class JobUpdate(BaseModel):
+    """``PATCH /jobs/{job_id}``: exactly one of ``priority`` (1..99, smaller runs first
+    under the priority scheduler) and ``weight`` (> 0, the fair-share weight)."""
+
+    model_config = ConfigDict(extra="forbid")
+    priority: int | None = Field(default=None, ge=1, le=99)
+    weight: float | None = Field(default=None, gt=0, le=1e6)
+
+    @model_validator(mode="after")
+    def _one(self) -> JobUpdate:
+        if (self.priority is None) == (self.weight is None):
+            raise ValueError("priority, weight: give exactly one of them")
+        return self
+
+
+def _mgr(request: Request) -> ExperimentManager:
+    return request.app.state.manager
+
+
+def _pools(mgr: ExperimentManager) -> dict[str, Any]:
+    return {p.pool_name: pool_spec_from_config(p) for p in mgr.config.resource_pools}
+
+
+def _experiment_jobs(mgr: ExperimentManager, s: Any) -> list[dict[str, Any]]:
+    exps = s.scalars(select(ExperimentRow).where(ExperimentRow.state == State.ACTIVE.value)).all()
+    if not exps:
+        return []
+    ids = [e.id for e in exps]
+    trials = s.execute(
+        select(TrialRow.id, TrialRow.experiment_id).where(
+            TrialRow.experiment_id.in_(ids), TrialRow.state == State.ACTIVE.value
+        )
+    ).all()
+    active: dict[int, list[int]] = {}
+    for tid, eid in trials:
+        active.setdefault(eid, []).append(tid)
+    live = s.execute(
+        select(AllocationRow.trial_id, AllocationRow.slot_ids).where(
+            AllocationRow.state != "TERMINATED", AllocationRow.trial_id.is_not(None)
+        )
+    ).all()
+    slots_of_trial: dict[int, int] = {}
+    for tid, slot_ids in live:
+        slots_of_trial[tid] = slots_of_trial.get(tid, 0) + len(slot_ids or [])
+    out = []
+    for e in exps:
+        tids = active.get(e.id, [])
+        if not tids:
+            continue
+        cfg = mgr.experiment_config(e)
+        allocated = sum(slots_of_trial.get(t, 0) for t in tids)
+        out.append(
+            {
+                "job_id": f"{EXPERIMENT_PREFIX}{e.id}",
+                "type": "EXPERIMENT",
+                "entity_id": str(e.id),
+                "name": e.name,
+                "owner": e.owner,
+                "owner_id": e.owner_id,
+                "resource_pool": cfg.resources.resource_pool or "default",
+                "priority": cfg.resources.priority,
+                "weight": cfg.resources.weight,
+                "requested_slots": cfg.resources.slots_per_trial * len(tids),
+                "allocated_slots": allocated,
+                "submission_time": e.start_time,
+                "state": "SCHEDULED" if any(t in slots_of_trial for t in tids) else "QUEUED",
+                "preemptible": True,
+            }
+        )
+    return out
+
+
+def _task_jobs(s: Any) -> list[dict[str, Any]]:
+    rows = s.scalars(select(TaskRow).where(TaskRow.state.in_(_LIVE_TASK_STATES))).all()
+    if not rows:
+        return []
+    live = s.execute(
+        select(AllocationRow.task_id, AllocationRow.slot_ids).where(
+            AllocationRow.state != "TERMINATED",
+            AllocationRow.task_id.in_([r.id for r in rows]),
+        )
+    ).all()
+    held: dict[str, int] = {}
+    for tid, slot_ids in live:
+        held[tid] = held.get(tid, 0) + len(slot_ids or [])
+    out = []
+    for r in rows:
+        res = r.config.get("resources") or {}
+        out.append(
+            {
+                "job_id": f"{TASK_PREFIX}{r.id}",
+                "type": r.type.upper(),
+                "entity_id": r.id,
+                "name": r.description or r.id,
+                "owner": r.owner,
+                "owner_id": r.owner_id,
+                "resource_pool": res.get("resource_pool") or "default",
+                "priority": res.get("priority"),
+                "weight": float(res.get("weight", 1.0)),
+                "requested_slots": int(res.get("slots", 0)),
+                "allocated_slots": held.get(r.id, 0),
+                "submission_time": r.created_at,
+                "state": "QUEUED" if r.state == TaskState.QUEUED.value else "SCHEDULED",
+                "preemptible": False,
+            }
+        )
+    return out
+
+
+def list_jobs(mgr: ExperimentManager, resource_pool: str | None = None) -> list[dict[str, Any]]:
+    """Every unfinished job, pool by pool (in the master config's pool order), each pool's
+    jobs in its scheduler's order with ``queue_position`` (1-based) set.
+
+    Args:
+        mgr: the master's experiment manager.
+        resource_pool: only this pool's jobs (None: all pools).
+
+    Raises:
+        NotFound: ``resource_pool`` is not a pool of this master (404).
+    """
+    pools = _pools(mgr)
+    if resource_pool is not None and resource_pool not in pools:
+        raise NotFound(f"no resource pool {resource_pool!r}; pools: {sorted(pools)}")
+    with mgr.db.read() as s:
+        jobs = _experiment_jobs(mgr, s) + _task_jobs(s)
+    out: list[dict[str, Any]] = []
+    for name, spec in pools.items():
+        if resource_pool is not None and name != resource_pool:
+            continue
+        mine = [j for j in jobs if j["resource_pool"] == name]
+        for j in mine:
+            j["effective_priority"] = (
+                j["priority"] if j["priority"] is not None else spec.default_priority
+            )
+            j["scheduler"] = spec.scheduler
+        if spec.scheduler == "priority":
+            mine.sort(key=lambda j: (j["effective_priority"], j["submission_time"], j["job_id"]))
+        else:
+            mine.sort(key=lambda j: (j["submission_time"], j["job_id"]))
+        for i, j in enumerate(mine, 1):
+            j["queue_position"] = i
+        out.extend(mine)
+    return out
+
+
+@router.get(
+    "/job-queues",
+    responses={404: {"model": ErrorBody, "description": "No such resource pool"}},
+)
+def get_job_queue(
+    request: Request,
+    resource_pool: str | None = Query(
+        None, min_length=1, max_length=256, description="only this pool"
+    ),
+) -> dict[str, Any]:
+    """The job queue of every pool (or of ``resource_pool``): ``{"jobs": [...]}``, each
+    with ``job_id``, ``type``, ``name``, ``owner``, ``resource_pool``, ``queue_position``,
+    ``state`` (QUEUED or SCHEDULED), ``priority`` (None: the pool's default, given as
+    ``effective_priority``), ``weight``, ``requested_slots``, ``allocated_slots``,
+    ``submission_time`` (seconds since the epoch) and ``scheduler``.
+
+    Raises:
+        NotFound: no such pool (404).
+    """
+    return {"jobs": list_jobs(_mgr(request), resource_pool)}
+
+
+@router.patch("/jobs/{job_id}")
+def update_job(job_id: str, body: JobUpdate, request: Request) -> dict[str, Any]:
+    """Set a job's priority (priority scheduler) or weight (fair-share scheduler).
+
+    Only the job's owner or an admin may. A priority in a fair-share pool, or a weight in
+    a priority pool, would change nothing there: refused with 400 naming the field.
+
+    Raises:
+        NotFound: no such unfinished job (404).
+        BadRequest: the field does not apply to the job's pool (400).
+        HTTPException: 403 for another user's job.
+    """
+    mgr = _mgr(request)
+    who = principal(request)
+    jobs = {j["job_id"]: j for j in list_jobs(mgr)}
+    job = jobs.get(job_id)
+    if job is None:
+        raise NotFound(
+            f"no queued or running job {job_id!r} (ids look like "
+            f"{EXPERIMENT_PREFIX}<experiment id> or {TASK_PREFIX}<task id>; see GET /job-queues)"
+        )
+    if who.kind != "user" or not (who.admin or who.user_id == job["owner_id"]):
+        raise forbidden(f"only the owner of job {job_id} or an admin may change its scheduling")
+    field, value = (
+        ("priority", body.priority) if body.priority is not None else ("weight", body.weight)
+    )
+    wanted = "priority" if field == "priority" else "fair_share"
+    if job["scheduler"] != wanted:
+        raise BadRequest(
+            f"{field} applies under the {wanted} scheduler",
+            [
+                (
+                    field,
+                    f"resource pool {job['resource_pool']!r} uses the {job['scheduler']} scheduler",
+                )
+            ],
+        )
+    if job["type"] == "EXPERIMENT":
+        mgr.patch_experiment(int(job["entity_id"]), None, None, None, {field: value})
+    else:
+        with mgr.db.write() as s:
+            row = s.get(TaskRow, job["entity_id"])
+            if row is None:
+                raise NotFound(f"no queued or running job {job_id!r}")
+            config = dict(row.config)
+            config["resources"] = {**(config.get("resources") or {}), field: value}
+            row.config = config
+        mgr.wake.set()
+    return {"job": {j["job_id"]: j for j in list_jobs(mgr)}.get(job_id, job)}

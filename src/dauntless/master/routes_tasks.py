@@ -1,0 +1,287 @@
+"""REST routes of generic tasks: commands, notebooks, shells and TensorBoards
+(docs/protocol.md, "Generic tasks"; Determined's ``/api/v1/commands``, ``/notebooks``,
+``/shells``, ``/tensorboards`` and ``/tasks`` families).
+
+Creating takes a multipart form (like ``POST /experiments``): ``config`` (YAML or JSON
+text, optional), ``context`` (a gzipped tar, optional, at most 95 MiB), and for commands
+``entrypoint`` (JSON: an argv list or a string for ``sh -c``), for TensorBoards
+``experiment_ids`` and ``trial_ids`` (JSON lists).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from .auth import access, forbidden, principal
+from .manager import MAX_CONTEXT_BYTES, BadRequest, ExperimentManager
+from .tasks import NotFound, TaskConflict, TaskService
+
+router = APIRouter(prefix="/api/v1")
+
+FAMILIES = {
+    "commands": "COMMAND",
+    "notebooks": "NOTEBOOK",
+    "shells": "SHELL",
+    "tensorboards": "TENSORBOARD",
+}
+"""REST family -> task type."""
+
+
+def _tasks(request: Request) -> TaskService:
+    mgr: ExperimentManager = request.app.state.manager
+    return mgr.tasks
+
+
+def install_task_error_handlers(app: FastAPI) -> None:
+    """Answer an unknown task with 404 and a forbidden state change with 409."""
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_req: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(TaskConflict)
+    async def _conflict(_req: Request, exc: TaskConflict) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": str(exc)})
+
+
+def _json_field(form: Any, name: str, default: Any) -> Any:
+    raw = form.get(name)
+    if raw is None:
+        return default
+    if not isinstance(raw, str):
+        raise BadRequest(f"invalid request: {name}: expected JSON text", [(name, "expected JSON")])
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise BadRequest(
+            f"invalid request: {name}: not valid JSON", [(name, "not valid JSON")]
+        ) from None
+
+
+def _ids(value: Any, name: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value
+    ):
+        raise BadRequest(
+            f"invalid request: {name}: expected a list of positive ids", [(name, "list of ids")]
+        )
+    return list(value)
+
+
+async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, bytes | None]:
+    async with request.form(max_part_size=MAX_CONTEXT_BYTES + 1) as form:
+        config: dict[str, Any] | None = None
+        text = form.get("config")
+        if text is not None:
+            if not isinstance(text, str):
+                raise BadRequest("invalid request: config: expected text", [("config", "text")])
+            try:
+                config = yaml.safe_load(text) if text.strip() else None
+            except yaml.YAMLError as exc:
+                raise BadRequest(
+                    f"invalid task config: not YAML: {exc}", [("config", "not YAML")]
+                ) from None
+            if config is not None and not isinstance(config, dict):
+                raise BadRequest(
+                    "invalid task config: expected a mapping", [("config", "a mapping")]
+                )
+        context = form.get("context")
+        data: bytes | None = None
+        if context is not None:
+            if isinstance(context, str):
+                raise BadRequest(
+                    "invalid request: context: expected a file", [("context", "expected a file")]
+                )
+            chunks, total = [], 0
+            while chunk := await context.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_CONTEXT_BYTES:
+                    raise BadRequest(
+                        f"the context directory is over the {MAX_CONTEXT_BYTES}-byte (95 MiB) "
+                        "limit; keep data sets out of it (.detignore)",
+                        [("context", "at most 95 MiB")],
+                    )
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        fields = {k: form.get(k) for k in ("entrypoint", "experiment_ids", "trial_ids")}
+    return fields, config, data
+
+
+def _make_create(family: str, task_type: str):
+    async def create(request: Request) -> Any:
+        fields, config, context = await _read_form(request)
+        who = principal(request)
+        svc = _tasks(request)
+        owner = who.username or "determined"
+        entrypoint = None
+        meta: dict[str, Any] = {}
+        if task_type == "COMMAND":
+            entrypoint = _json_field(fields, "entrypoint", None)
+            if entrypoint is None:
+                raise BadRequest(
+                    "invalid task: entrypoint: a command to run",
+                    [("entrypoint", "required: an argv list or a string")],
+                )
+        if task_type == "TENSORBOARD":
+            exp_ids = _ids(_json_field(fields, "experiment_ids", []), "experiment_ids")
+            trial_ids = _ids(_json_field(fields, "trial_ids", []), "trial_ids")
+            exp_ids, trial_ids, logdirs = await run_in_threadpool(
+                svc.tensorboard_logdirs, exp_ids, trial_ids
+            )
+            found = await run_in_threadpool(svc.find_tensorboard, owner, exp_ids, trial_ids)
+            if found is not None:
+                return JSONResponse({"task": found, "warnings": [], "reused": True})
+            meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids, "logdirs": logdirs}
+        answer = await run_in_threadpool(
+            svc.create, task_type, owner, config, entrypoint, context, meta
+        )
+        answer["reused"] = False
+        return JSONResponse(answer, status_code=201)
+
+    create.__name__ = f"create_{family}"
+    create.__doc__ = (
+        f"Start a {task_type.lower()} (multipart form, see the module); 201 "
+        '``{"task": Task, "warnings": [str], "reused": false}``'
+        + (
+            "; an existing TensorBoard of the same set answers 200 with reused true"
+            if task_type == "TENSORBOARD"
+            else ""
+        )
+        + "."
+    )
+    return create
+
+
+def _make_list(task_type: str):
+    def list_family(request: Request) -> dict[str, Any]:
+        return {"tasks": _tasks(request).list(task_type)}
+
+    list_family.__name__ = f"list_{task_type.lower()}s"
+    list_family.__doc__ = f"Every {task_type.lower()} task, oldest first."
+    return list_family
+
+
+for _family, _type in FAMILIES.items():
+    router.add_api_route(
+        f"/{_family}",
+        _make_create(_family, _type),
+        methods=["POST"],
+        status_code=201,
+        responses=(
+            {200: {"description": "an existing TensorBoard of the same set, reused"}}
+            if _type == "TENSORBOARD"
+            else None
+        ),
+    )
+    router.add_api_route(f"/{_family}", _make_list(_type), methods=["GET"])
+
+
+@router.get("/tasks")
+def list_tasks(
+    request: Request,
+    type: str | None = Query(None, description="COMMAND, NOTEBOOK, SHELL or TENSORBOARD"),
+    owner: str | None = Query(None, description="only this user's tasks"),
+) -> dict[str, Any]:
+    """Every generic task, oldest first."""
+    return {"tasks": _tasks(request).list(type.upper() if type else None, owner)}
+
+
+@router.get("/tasks/{task_id}")
+def get_task(task_id: str, request: Request) -> dict[str, Any]:
+    """One task."""
+    return {"task": _tasks(request).get(task_id)}
+
+
+def _owner_or_admin(request: Request, task_id: str, what: str) -> None:
+    who = principal(request)
+    svc = _tasks(request)
+    task = svc.get(task_id)  # NotFound first: 404 beats 403 for an unknown id
+    if who.kind == "trial":
+        if who.task_id == task_id:
+            return
+        raise forbidden(f"a task's session token may {what} only its own task, not {task_id}")
+    if who.kind == "user" and (who.admin or who.user_id == task["user_id"]):
+        return
+    raise forbidden(f"only the owner of task {task_id} ({task['owner']}) or an admin may {what}")
+
+
+class _Kill(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(default="killed", max_length=500)
+
+
+@router.post("/tasks/{task_id}/kill")
+@access(trial="route")
+def kill_task(task_id: str, request: Request, body: _Kill | None = None) -> dict[str, Any]:
+    """Kill a task (its owner, an admin, or the task itself, e.g. when idle)."""
+    _owner_or_admin(request, task_id, "kill")
+    return {"task": _tasks(request).kill(task_id, (body or _Kill()).reason)}
+
+
+def _make_kill(family: str):
+    def kill_family(task_id: str, request: Request) -> dict[str, Any]:
+        _owner_or_admin(request, task_id, "kill")
+        return {"task": _tasks(request).kill(task_id)}
+
+    kill_family.__name__ = f"kill_{family}"
+    kill_family.__doc__ = f"Kill a task (the ``/{family}`` spelling of ``/tasks/{{id}}/kill``)."
+    return kill_family
+
+
+for _family in FAMILIES:
+    router.add_api_route(f"/{_family}/{{task_id}}/kill", _make_kill(_family), methods=["POST"])
+
+
+@router.get("/tasks/{task_id}/logs")
+def task_logs(
+    task_id: str,
+    request: Request,
+    after_id: int = Query(0, ge=0, le=2**63 - 1),
+    limit: int = Query(1000, ge=1, le=10_000),
+) -> dict[str, Any]:
+    """A task's log lines with ids above ``after_id``; poll with the last id to follow."""
+    return _tasks(request).logs(task_id, after_id, limit)
+
+
+@router.get("/tasks/{task_id}/context")
+@access(agent=True)
+def task_context(task_id: str, request: Request) -> Response:
+    """The task's context directory (gzipped tar) for its agent, its owner or an admin;
+    404 when it has none."""
+    who = principal(request)
+    if who.kind != "agent":
+        _owner_or_admin(request, task_id, "download the context of")
+    data = _tasks(request).context(task_id)
+    if data is None:
+        raise NotFound(f"task {task_id} has no context directory")
+    return Response(data, media_type="application/gzip")
+
+
+class _Service(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    addr: str | None = Field(default=None, max_length=256)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    error: str | None = Field(default=None, max_length=4000)
+
+
+@router.post("/tasks/{task_id}/service")
+@access(trial="route")
+def task_service(task_id: str, body: _Service, request: Request) -> dict[str, Any]:
+    """The task's own process reports where its service listens, or why it could not
+    start it (only with the task's session token)."""
+    who = principal(request)
+    if who.kind != "trial" or who.task_id != task_id or who.allocation_id is None:
+        raise forbidden(f"only task {task_id}'s own session token may report its service")
+    if body.error is None and (body.addr is None or body.port is None):
+        raise BadRequest(
+            "invalid request: give addr and port, or error", [("port", "required with addr")]
+        )
+    _tasks(request).service_ready(task_id, who.allocation_id, body.addr, body.port, body.error)
+    return {}

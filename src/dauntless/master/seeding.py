@@ -1,0 +1,262 @@
+"""Synthetic finished experiments written straight into a master's database, for the
+WebUI's browser tests and ``benchmarks/webui_load.py``: an experiment of 1,000 trials
+with 1,000 validations each would take hours to train for real, and the pages only read
+rows.
+
+The rows are the ones a real search leaves behind: the experiment (COMPLETED, a
+``random`` search over a log-uniform ``lr``, a uniform ``dropout`` and a categorical
+``optimizer``), its model definition, its trials with hyperparameters and best
+validation, their training and validation reports (with the chart summaries
+:func:`dauntless.master.metric_series.fold_metric_reports` keeps), one checkpoint per
+trial with its files on ``shared_fs`` storage, and a few log lines per trial.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import random
+import tarfile
+import time
+import uuid
+from typing import Any
+
+import yaml
+from sqlalchemy import insert, select
+
+from .db import (
+    CheckpointRow,
+    Database,
+    ExperimentRow,
+    MetricRow,
+    ModelDefinitionRow,
+    TaskLogRow,
+    TrialRow,
+    UserRow,
+)
+from .metric_series import fold_metric_reports
+
+MODEL_DEF = b"# a synthetic model definition\nprint('hello from model_def.py')\n"
+
+
+def _context() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in (("model_def.py", MODEL_DEF), ("README.md", b"# seeded\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _config(name: str, trials: int, points: int, every: int, storage: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "entrypoint": "model_def:Trial",
+        "hyperparameters": {
+            "global_batch_size": 32,
+            "lr": {"type": "log", "base": 10, "minval": -4.0, "maxval": -1.0},
+            "dropout": {"type": "double", "minval": 0.0, "maxval": 0.5},
+            "optimizer": {"type": "categorical", "vals": ["adam", "sgd"]},
+        },
+        "searcher": {
+            "name": "single" if trials == 1 else "random",
+            "metric": "validation_loss",
+            "smaller_is_better": True,
+            **({} if trials == 1 else {"max_trials": trials}),
+            "max_length": {"batches": max(1, points) * every},
+        },
+        "checkpoint_storage": {"type": "shared_fs", "host_path": storage},
+        "labels": ["seeded"],
+    }
+
+
+def seed_experiment(
+    db_url: str,
+    *,
+    name: str,
+    trials: int,
+    points: int,
+    storage_dir: str,
+    owner: str = "determined",
+    every: int = 100,
+    training: bool = True,
+    log_lines: int = 0,
+    batch_metrics: bool = False,
+    seed: int = 0,
+) -> int:
+    """Write one finished experiment into the database at ``db_url`` (migrated first).
+
+    Args:
+        db_url: the master's database URL (the master may be running: SQLite and
+            PostgreSQL both take the concurrent writes).
+        name: the experiment's name.
+        trials: how many trials (>= 1; one trial makes a ``single`` search).
+        points: validation reports per trial (>= 0), one every ``every`` batches; the
+            same count of training reports when ``training``.
+        storage_dir: the ``shared_fs`` directory its checkpoints' files are written to.
+        owner: the owning user's name (an existing user, else no owner id).
+        every: batches between reports.
+        training: also write training reports (``loss``).
+        log_lines: log lines per trial (INFO lines and one ERROR line in ten).
+        batch_metrics: give each training report its per-batch ``loss`` values (one
+            dict per batch of the ``every`` it covers).
+        seed: the random seed of the hyperparameters and curves.
+
+    Returns:
+        The experiment's id.
+
+    Raises:
+        ValueError: ``trials`` < 1 or ``points`` < 0.
+    """
+    if trials < 1 or points < 0:
+        raise ValueError(f"trials must be >= 1 and points >= 0, got {trials} and {points}")
+    rng = random.Random(seed)
+    db = Database(db_url)
+    db.migrate()
+    now = time.time()
+    config = _config(name, trials, points, every, storage_dir)
+    try:
+        with db.write() as s:
+            owner_id = s.scalar(select(UserRow.id).where(UserRow.username == owner))
+            exp = ExperimentRow(
+                name=name,
+                description=f"seeded: {trials} trials x {points} validations",
+                state="COMPLETED",
+                archived=False,
+                owner=owner,
+                owner_id=owner_id,
+                config=config,
+                original_config=yaml.safe_dump(config),
+                seed=seed,
+                progress=1.0,
+                start_time=now - 3600,
+                end_time=now,
+            )
+            s.add(exp)
+            s.flush()
+            ctx = _context()
+            s.add(ModelDefinitionRow(experiment_id=exp.id, content=ctx, size=len(ctx)))
+            exp_id = exp.id
+            rows: list[TrialRow] = []
+            for i in range(trials):
+                hp = {
+                    "global_batch_size": 32,
+                    "lr": 10 ** rng.uniform(-4, -1),
+                    "dropout": rng.uniform(0, 0.5),
+                    "optimizer": rng.choice(["adam", "sgd"]),
+                }
+                rows.append(
+                    TrialRow(
+                        experiment_id=exp_id,
+                        request_id=str(uuid.UUID(int=rng.getrandbits(128))),
+                        state="COMPLETED",
+                        hparams=hp,
+                        seed=i,
+                        total_batches=points * every,
+                        searcher_op_length=points * every,
+                        searcher_completed_length=points * every,
+                        searcher_closed=True,
+                        start_time=now - 3600 + i,
+                        end_time=now - 60,
+                    )
+                )
+            s.add_all(rows)
+            s.flush()
+            for t in rows:
+                _seed_trial(
+                    s, t, points, every, training, log_lines, batch_metrics, storage_dir, rng, now
+                )
+        return exp_id
+    finally:
+        db.dispose()
+
+
+def _seed_trial(
+    s: Any,
+    t: TrialRow,
+    points: int,
+    every: int,
+    training: bool,
+    log_lines: int,
+    batch_metrics: bool,
+    storage_dir: str,
+    rng: random.Random,
+    now: float,
+) -> None:
+    hp = t.hparams
+    floor = 0.05 + abs(math.log10(hp["lr"]) + 2.5) * 0.2 + hp["dropout"] * 0.3
+    floor += 0.1 if hp["optimizer"] == "sgd" else 0.0
+    val = []
+    train = []
+    for k in range(1, points + 1):
+        b = k * every
+        v = floor + 2.0 / (1 + k * 0.05) + rng.uniform(0, 0.02)
+        val.append((b, {"validation_loss": v, "accuracy": max(0.0, 1 - v / 3)}))
+        if training:
+            train.append((b, {"loss": v * 1.1 + rng.uniform(0, 0.05)}))
+    for group, reports in (("validation", val), ("training", train)):
+        if not reports:
+            continue
+        s.execute(
+            insert(MetricRow),
+            [
+                {
+                    "trial_id": t.id,
+                    "kind": group,
+                    "total_batches": b,
+                    "epoch": None,
+                    "trial_run_id": 1,
+                    "values": values,
+                    "batch_metrics": (
+                        [{"loss": values["loss"] + 0.01 * (every - i)} for i in range(every)]
+                        if batch_metrics and group == "training"
+                        else None
+                    ),
+                    "reported_at": now,
+                }
+                for b, values in reports
+            ],
+        )
+        fold_metric_reports(s, t.id, group, reports)
+    if val:
+        t.best_validation = min(v["validation_loss"] for _, v in val)
+        ckpt = str(uuid.UUID(int=rng.getrandbits(128)))
+        path = os.path.join(storage_dir, ckpt)
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "state.txt"), "w") as f:
+            f.write(f"trial {t.id} at batch {val[-1][0]}\n")
+        s.add(
+            CheckpointRow(
+                uuid=ckpt,
+                trial_id=t.id,
+                experiment_id=t.experiment_id,
+                total_batches=val[-1][0],
+                state="COMPLETED",
+                resources={"state.txt": os.path.getsize(os.path.join(path, "state.txt"))},
+                meta={"framework": "torch", "steps_completed": val[-1][0], "format": "seeded"},
+                report_time=now - 60,
+            )
+        )
+        t.latest_checkpoint = ckpt
+    if log_lines:
+        s.execute(
+            insert(TaskLogRow),
+            [
+                {
+                    "trial_id": t.id,
+                    "allocation_id": f"seeded-{t.id}",
+                    "seq": i,
+                    "timestamp": now - 60 + i * 0.01,
+                    "stdtype": "stderr" if i % 10 == 9 else "stdout",
+                    "rank_id": 0,
+                    "log": (
+                        f"ERROR trial {t.id}: synthetic failure line {i}"
+                        if i % 10 == 9
+                        else f"INFO trial {t.id}: step {i} done"
+                    ),
+                }
+                for i in range(log_lines)
+            ],
+        )

@@ -1,0 +1,719 @@
+"""Generic tasks: commands, notebooks, shells and TensorBoards (Determined's NTSC tasks).
+
+A task is a row of ``tasks`` (:class:`~dauntless.master.db.TaskRow`): an id, a type, an
+owner, a config (:class:`~dauntless.config._task.TaskConfig`), what to run and a state.
+It runs like a trial: the scheduler of its resource pool places it (one request of
+``resources.slots`` slots, 0 allowed, never preempted), an allocation row
+(``allocations.task_id``) hands it to an agent in a heartbeat, its output is stored as
+task logs and its exit ends it. Everything is in the database, so a master restart
+finds every task as it was (queued tasks are placed again, running ones keep their
+allocation).
+
+States (declarative, :data:`TASK_TRANSITIONS`)::
+
+    QUEUED -> ASSIGNED -> RUNNING -> COMPLETED | ERROR | CANCELED
+                 \\-----------\\-> TERMINATING (a kill was ordered) -> CANCELED | ...
+
+A kill of a queued task cancels it at once; of a running one it asks the agent to
+stop the process (SIGTERM, then SIGKILL). An exit after a kill is CANCELED, exit code 0
+COMPLETED, anything else (an unknown exit: the agent was lost) ERROR with the code and
+message.
+
+Notebooks, shells and TensorBoards are web services: their process
+(:mod:`dauntless.exec.task_service`) starts the service on a free port of the agent
+and reports its address to ``POST /tasks/{id}/service`` with the task's session token;
+the master's proxy (:mod:`dauntless.master.proxy`) then forwards
+``/proxy/<task id>/...`` to it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import secrets
+from collections.abc import Sequence
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from dauntless.config import ConfigError
+from dauntless.config._task import TASK_TYPES, TaskConfig, parse_task_config
+from dauntless.scheduler import Allocation, Request
+
+from .auth import hash_token, new_token
+from .db import (
+    AllocationRow,
+    ExperimentRow,
+    TaskLogRow,
+    TaskRow,
+    TrialRow,
+    UserRow,
+    UserSessionRow,
+)
+
+if TYPE_CHECKING:
+    from .manager import ExperimentManager
+
+log = logging.getLogger("dauntless.master.tasks")
+
+
+class TaskState(str, Enum):
+    """States of a generic task."""
+
+    QUEUED = "QUEUED"
+    ASSIGNED = "ASSIGNED"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+    CANCELED = "CANCELED"
+
+
+TASK_TERMINAL = frozenset({TaskState.COMPLETED, TaskState.ERROR, TaskState.CANCELED})
+
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.QUEUED: frozenset({TaskState.ASSIGNED, TaskState.CANCELED, TaskState.ERROR}),
+    TaskState.ASSIGNED: frozenset(
+        {TaskState.RUNNING, TaskState.TERMINATING, TaskState.CANCELED, TaskState.ERROR}
+    ),
+    TaskState.RUNNING: frozenset(
+        {TaskState.TERMINATING, TaskState.COMPLETED, TaskState.ERROR, TaskState.CANCELED}
+    ),
+    TaskState.TERMINATING: frozenset({TaskState.CANCELED, TaskState.ERROR, TaskState.COMPLETED}),
+    TaskState.COMPLETED: frozenset(),
+    TaskState.ERROR: frozenset(),
+    TaskState.CANCELED: frozenset(),
+}
+
+SERVICE_TYPES = frozenset({"NOTEBOOK", "SHELL", "TENSORBOARD"})
+"""Task types that serve HTTP/WebSocket through the proxy."""
+
+DEFAULT_SLOTS = {"COMMAND": 1, "NOTEBOOK": 1, "SHELL": 1, "TENSORBOARD": 0}
+"""``resources.slots`` when the config names none (Determined: TensorBoards take none)."""
+
+REQUEST_PREFIX = "task:"
+"""Scheduler request ids of tasks are ``task:<id>`` (trials' are their ids)."""
+
+EXTRAS = {"NOTEBOOK": "notebook", "TENSORBOARD": "tensorboard"}
+"""The optional extra of ``dauntless`` each service needs in the agent's environment."""
+
+
+class NotFound(LookupError):
+    """No such task (404)."""
+
+
+class TaskConflict(Exception):
+    """A state change the task's state forbids (409)."""
+
+
+def check_task_transition(current: str, requested: TaskState) -> None:
+    """Accept a task state change or raise :class:`TaskConflict` naming what is allowed."""
+    cur = TaskState(current)
+    if cur == requested:
+        return
+    allowed = TASK_TRANSITIONS[cur]
+    if requested not in allowed:
+        names = ", ".join(sorted(s.value for s in allowed)) or "none (final state)"
+        raise TaskConflict(
+            f"task is {cur.value}; it cannot become {requested.value} (allowed: {names})"
+        )
+
+
+def _bad(field: str, message: str):
+    from .errors import BadRequest
+
+    return BadRequest(f"invalid task: {field}: {message}", [(field, message)])
+
+
+class TaskService:
+    """Creates, lists, kills and runs generic tasks (one per master; see the module).
+
+    Args:
+        mgr: the experiment manager, whose database, config, clock, scheduler wake-up
+            and allocation hand-over tasks share.
+    """
+
+    def __init__(self, mgr: ExperimentManager) -> None:
+        self.mgr = mgr
+        #: task id -> last time (seconds since the epoch) the proxy forwarded a request
+        #: to it: a TensorBoard's activity (memory only; a restart counts as activity).
+        self.proxy_activity: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ create
+
+    def create(
+        self,
+        task_type: str,
+        owner: str,
+        config: dict[str, Any] | None,
+        entrypoint: str | list[str] | None = None,
+        context: bytes | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Validate and queue a task.
+
+        Args:
+            task_type: COMMAND, NOTEBOOK, SHELL or TENSORBOARD.
+            owner: the username of the caller (owns the task).
+            config: the task config (mapping) or None for the defaults.
+            entrypoint: for a COMMAND, what to run: an argv list, or a string run by
+                ``sh -c``; for the services None (they run
+                :mod:`dauntless.exec.task_service`).
+            context: the context directory as a gzipped tar (bytes, at most 95 MiB), or
+                None.
+            meta: type-specific facts (a TensorBoard's ``experiment_ids``,
+                ``trial_ids`` and ``logdirs``).
+
+        Returns:
+            The task's view (:meth:`view`) and ``warnings`` (list of str).
+
+        Raises:
+            BadRequest: an unknown type, an invalid config (naming the field), an empty
+                command, an unknown resource pool or a context over 95 MiB.
+        """
+        from .errors import MAX_CONTEXT_BYTES
+
+        if task_type not in TASK_TYPES:
+            raise _bad("type", f"one of {list(TASK_TYPES)}, got {task_type!r}")
+        raw = dict(config or {})
+        resources = dict(raw.get("resources") or {})
+        resources.setdefault("slots", DEFAULT_SLOTS[task_type])
+        raw["resources"] = resources
+        try:
+            cfg = parse_task_config(raw, task_type)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            from .errors import BadRequest
+
+            raise BadRequest("invalid task config", exc.errors) from None
+        pools = [p.pool_name for p in self.mgr.config.resource_pools]
+        pool = cfg.resources.resource_pool or "default"
+        if pool not in pools:
+            raise _bad("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")
+        if context is not None and len(context) > MAX_CONTEXT_BYTES:
+            raise _bad(
+                "context",
+                f"{len(context)} bytes compressed; the limit is {MAX_CONTEXT_BYTES} bytes (95 MiB)",
+            )
+        if task_type == "COMMAND":
+            if entrypoint is None or (isinstance(entrypoint, str) and not entrypoint.strip()):
+                raise _bad("entrypoint", "a command to run (an argv list or a string)")
+            if isinstance(entrypoint, list) and (
+                not entrypoint or not all(isinstance(x, str) for x in entrypoint)
+            ):
+                raise _bad("entrypoint", "a non-empty list of strings")
+        else:
+            kind = {"NOTEBOOK": "notebook", "SHELL": "shell", "TENSORBOARD": "tensorboard"}
+            entrypoint = ["python", "-m", "dauntless.exec.task_service", kind[task_type]]
+        warnings = []
+        if cfg.bind_mounts:
+            warnings.append(
+                "bind_mounts are mounted by container runtimes; an agent running tasks as "
+                "plain processes sees the host's paths as they are"
+            )
+        if cfg.environment.image is not None:
+            warnings.append(
+                "environment.image is used by container runtimes; an agent running tasks "
+                "as plain processes uses its own Python environment"
+            )
+        now = self.mgr.clock()
+        with self.mgr.db.write() as s:
+            task_id = secrets.token_hex(4)
+            while s.get(TaskRow, task_id) is not None:
+                task_id = secrets.token_hex(4)
+            desc = cfg.description or _default_description(task_type, task_id, entrypoint)
+            row = TaskRow(
+                id=task_id,
+                type=task_type,
+                state=TaskState.QUEUED.value,
+                owner=owner,
+                owner_id=s.scalar(select(UserRow.id).where(UserRow.username == owner)),
+                description=desc[:512],
+                config=cfg.to_json(),
+                entrypoint=entrypoint,
+                meta=dict(meta or {}),
+                context=context,
+                run_id=0,
+                kill_requested=False,
+                service_token=secrets.token_urlsafe(24) if task_type in SERVICE_TYPES else None,
+                created_at=now,
+            )
+            s.add(row)
+            s.flush()
+            view = self.view(s, row)
+        self.mgr.wake.set()
+        log.info("created %s task %s for %s", task_type, task_id, owner)
+        return {"task": view, "warnings": warnings}
+
+    # ------------------------------------------------------------------ read
+
+    def view(self, s: Session, row: TaskRow) -> dict[str, Any]:
+        """The JSON view of a task (docs/protocol.md, "Generic tasks")."""
+        alloc = self._latest_allocation(s, row.id)
+        cfg = row.config
+        return {
+            "id": row.id,
+            "type": row.type,
+            "state": row.state,
+            "owner": row.owner,
+            "user_id": row.owner_id,
+            "description": row.description,
+            "config": cfg,
+            "entrypoint": row.entrypoint,
+            "resource_pool": cfg["resources"]["resource_pool"] or "default",
+            "slots": cfg["resources"]["slots"],
+            "agent_id": alloc.agent_id if alloc is not None else None,
+            "allocation_id": alloc.id if alloc is not None else None,
+            "ready": row.ready_time is not None and row.state == TaskState.RUNNING.value,
+            "service_url": f"/proxy/{row.id}/" if row.type in SERVICE_TYPES else None,
+            "experiment_ids": row.meta.get("experiment_ids", []),
+            "trial_ids": row.meta.get("trial_ids", []),
+            "exit_code": row.exit_code,
+            "exit_message": row.exit_message,
+            "created_at": row.created_at,
+            "start_time": row.start_time,
+            "end_time": row.end_time,
+        }
+
+    @staticmethod
+    def _latest_allocation(s: Session, task_id: str) -> AllocationRow | None:
+        return s.scalar(
+            select(AllocationRow)
+            .where(AllocationRow.task_id == task_id)
+            .order_by(AllocationRow.created_at.desc())
+            .limit(1)
+        )
+
+    def get_row(self, s: Session, task_id: str) -> TaskRow:
+        """The task's row.
+
+        Raises:
+            NotFound: no such task.
+        """
+        row = s.get(TaskRow, task_id)
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        return row
+
+    def get(self, task_id: str) -> dict[str, Any]:
+        """The view of one task. Raises NotFound for an unknown id."""
+        with self.mgr.db.read() as s:
+            return self.view(s, self.get_row(s, task_id))
+
+    def list(self, task_type: str | None = None, owner: str | None = None) -> list[dict[str, Any]]:
+        """Every task, oldest first, optionally of one type and/or one owner.
+
+        Raises:
+            BadRequest: an unknown type.
+        """
+        if task_type is not None and task_type not in TASK_TYPES:
+            raise _bad("type", f"one of {list(TASK_TYPES)}, got {task_type!r}")
+        with self.mgr.db.read() as s:
+            q = select(TaskRow).order_by(TaskRow.created_at, TaskRow.id)
+            if task_type is not None:
+                q = q.where(TaskRow.type == task_type)
+            if owner is not None:
+                q = q.where(TaskRow.owner == owner)
+            return [self.view(s, r) for r in s.scalars(q).all()]
+
+    def context(self, task_id: str) -> bytes | None:
+        """The task's context tarball, or None. Raises NotFound for an unknown id."""
+        with self.mgr.db.read() as s:
+            return self.get_row(s, task_id).context
+
+    def logs(self, task_id: str, after_id: int = 0, limit: int = 1000) -> dict[str, Any]:
+        """Log lines of every run of a task with ids above ``after_id``.
+
+        Returns:
+            ``{"logs": [LogLine], "task_state": str}`` (LogLine as for trials, with
+            ``task_id`` in place of ``trial_id``).
+
+        Raises:
+            NotFound: no such task.
+        """
+        with self.mgr.db.read() as s:
+            row = self.get_row(s, task_id)
+            alloc_ids = list(
+                s.scalars(select(AllocationRow.id).where(AllocationRow.task_id == task_id))
+            )
+            lines: Sequence[TaskLogRow] = []
+            if alloc_ids:
+                lines = s.scalars(
+                    select(TaskLogRow)
+                    .where(TaskLogRow.allocation_id.in_(alloc_ids), TaskLogRow.id > after_id)
+                    .order_by(TaskLogRow.id)
+                    .limit(limit)
+                ).all()
+            return {
+                "logs": [
+                    {
+                        "id": ln.id,
+                        "task_id": task_id,
+                        "allocation_id": ln.allocation_id,
+                        "timestamp": ln.timestamp,
+                        "stdtype": ln.stdtype,
+                        "rank_id": ln.rank_id,
+                        "log": ln.log,
+                    }
+                    for ln in lines
+                ],
+                "task_state": row.state,
+            }
+
+    # ------------------------------------------------------------------ actions
+
+    def kill(self, task_id: str, reason: str = "killed") -> dict[str, Any]:
+        """Stop a task: a queued or not yet started one is CANCELED at once, a running one
+        becomes TERMINATING until its agent reports the exit. Killing an ended task
+        changes nothing.
+
+        Raises:
+            NotFound: no such task.
+        """
+        with self.mgr.db.write() as s:
+            row = self.get_row(s, task_id)
+            state = TaskState(row.state)
+            if state not in TASK_TERMINAL:
+                row.kill_requested = True
+                if row.exit_message is None:
+                    row.exit_message = reason
+                live = s.scalars(
+                    select(AllocationRow).where(
+                        AllocationRow.task_id == task_id, AllocationRow.state != "TERMINATED"
+                    )
+                ).all()
+                if state is TaskState.QUEUED or all(a.state == "ASSIGNED" for a in live):
+                    for a in live:
+                        a.state, a.exit_message, a.ended_at = "TERMINATED", reason, self.mgr.clock()
+                    self._end(s, row, TaskState.CANCELED, None, reason)
+                else:
+                    check_task_transition(row.state, TaskState.TERMINATING)
+                    row.state = TaskState.TERMINATING.value
+                    for a in live:
+                        a.kill_requested = True
+            view = self.view(s, row)
+        self.mgr.wake.set()
+        return view
+
+    def service_ready(
+        self,
+        task_id: str,
+        allocation_id: str,
+        addr: str | None,
+        port: int | None,
+        error: str | None,
+    ) -> None:
+        """Record where a task's service listens (or why it could not start).
+
+        Args:
+            task_id: the task.
+            allocation_id: the reporting run (a report of an older run is ignored).
+            addr, port: the service's address on its agent.
+            error: the reason the service could not start (kept as the task's exit
+                message; its process exits next).
+
+        Raises:
+            NotFound: no such task.
+        """
+        with self.mgr.db.write() as s:
+            row = self.get_row(s, task_id)
+            alloc = s.get(AllocationRow, allocation_id)
+            if alloc is None or alloc.task_id != task_id or alloc.state == "TERMINATED":
+                return
+            if error:
+                row.exit_message = error
+                return
+            row.service_addr, row.service_port = addr, port
+            row.ready_time = self.mgr.clock()
+        log.info("task %s serves on %s:%s", task_id, addr, port)
+
+    def target(self, task_id: str) -> tuple[TaskRow, str | None]:
+        """For the proxy: the task (detached) and its service's base URL, None while it
+        is not ready.
+
+        Raises:
+            NotFound: no such task.
+        """
+        with self.mgr.db.read() as s:
+            row = self.get_row(s, task_id)
+            s.expunge(row)
+        url = None
+        if (
+            row.state == TaskState.RUNNING.value
+            and row.service_port is not None
+            and row.service_addr is not None
+        ):
+            url = f"http://{row.service_addr}:{row.service_port}"
+        return row, url
+
+    def find_tensorboard(
+        self, owner: str, experiment_ids: builtins.list[int], trial_ids: builtins.list[int]
+    ) -> dict[str, Any] | None:
+        """A live TensorBoard of ``owner`` over exactly these experiments and trials."""
+        want = (sorted(experiment_ids), sorted(trial_ids))
+        with self.mgr.db.read() as s:
+            for row in s.scalars(
+                select(TaskRow).where(TaskRow.type == "TENSORBOARD", TaskRow.owner == owner)
+            ):
+                if TaskState(row.state) in TASK_TERMINAL or row.kill_requested:
+                    continue
+                have = (
+                    sorted(row.meta.get("experiment_ids", [])),
+                    sorted(row.meta.get("trial_ids", [])),
+                )
+                if have == want:
+                    return self.view(s, row)
+        return None
+
+    def tensorboard_logdirs(
+        self, experiment_ids: builtins.list[int], trial_ids: builtins.list[int]
+    ) -> tuple[builtins.list[int], builtins.list[int], dict[str, str]]:
+        """The TensorBoard log directories of experiments and trials.
+
+        Returns:
+            ``(experiment_ids, trial_ids, {run name: directory})``; run names are
+            ``exp<E>-trial<T>``.
+
+        Raises:
+            NotFound: an unknown experiment or trial.
+            BadRequest: neither given, or a checkpoint storage the master cannot read
+                event files from (only file-system storages so far).
+        """
+        from .tensorboard_storage import trial_logdir
+
+        if not experiment_ids and not trial_ids:
+            raise _bad("experiment_ids", "name at least one experiment or trial")
+        logdirs: dict[str, str] = {}
+        with self.mgr.db.read() as s:
+            trials: builtins.list[tuple[TrialRow, ExperimentRow]] = []
+            for eid in experiment_ids:
+                exp = s.get(ExperimentRow, eid)
+                if exp is None:
+                    raise NotFound(f"experiment {eid} not found")
+                for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == eid)):
+                    trials.append((t, exp))
+            for tid in trial_ids:
+                trial = s.get(TrialRow, tid)
+                if trial is None:
+                    raise NotFound(f"trial {tid} not found")
+                exp = s.get(ExperimentRow, trial.experiment_id)
+                assert exp is not None
+                trials.append((trial, exp))
+            for t, exp in trials:
+                try:
+                    path = trial_logdir(exp.config.get("checkpoint_storage") or {}, exp.id, t.id)
+                except ValueError as exc:
+                    raise _bad("checkpoint_storage", str(exc)) from None
+                logdirs[f"exp{exp.id}-trial{t.id}"] = path
+        return sorted(set(experiment_ids)), sorted(set(trial_ids)), logdirs
+
+    # ------------------------------------------------------------------ scheduler hooks
+
+    def pending(self, s: Session) -> builtins.list[TaskRow]:
+        """Queued tasks (oldest first) without a live allocation."""
+        return list(
+            s.scalars(
+                select(TaskRow)
+                .where(TaskRow.state == TaskState.QUEUED.value)
+                .order_by(TaskRow.created_at, TaskRow.id)
+            )
+        )
+
+    @staticmethod
+    def requests(pending: builtins.list[TaskRow], pool_name: str) -> builtins.list[Request]:
+        """Scheduler requests of the queued tasks of one pool (never preemptible: a
+        notebook or command cannot checkpoint)."""
+        out = []
+        for row in pending:
+            res = row.config["resources"]
+            if (res.get("resource_pool") or "default") != pool_name:
+                continue
+            out.append(
+                Request(
+                    id=REQUEST_PREFIX + row.id,
+                    group_id=REQUEST_PREFIX + row.id,
+                    slots_needed=int(res["slots"]),
+                    priority=res.get("priority"),
+                    weight=float(res.get("weight", 1.0)),
+                    submitted_at=row.created_at,
+                    preemptible=False,
+                )
+            )
+        return out
+
+    @staticmethod
+    def running(alloc: AllocationRow, config: dict[str, Any]) -> Allocation:
+        """The scheduler's view of a live task allocation."""
+        return Allocation(
+            id=REQUEST_PREFIX + str(alloc.task_id),
+            group_id=REQUEST_PREFIX + str(alloc.task_id),
+            slots={alloc.agent_id: tuple(str(x) for x in alloc.slot_ids)},
+            priority=config["resources"].get("priority"),
+            weight=float(config["resources"].get("weight", 1.0)),
+            preemptible=False,
+        )
+
+    def allocate(self, s: Session, request_id: str, parts: dict[str, tuple[str, ...]]) -> bool:
+        """Create the allocation of a placed task. A task runs on one agent: a placement
+        over several agents is declined (the task stays queued).
+
+        Returns:
+            Whether an allocation was made.
+        """
+        row = s.get(TaskRow, request_id[len(REQUEST_PREFIX) :])
+        if row is None or row.state != TaskState.QUEUED.value:
+            return False
+        if len(parts) != 1:
+            log.info("task %s needs its %d slots on one agent; it waits", row.id, len(parts))
+            return False
+        ((agent_id, slot_ids),) = parts.items()
+        row.run_id += 1
+        check_task_transition(row.state, TaskState.ASSIGNED)
+        row.state = TaskState.ASSIGNED.value
+        s.add(
+            AllocationRow(
+                id=f"{row.id}.{row.run_id}",
+                group_id=f"{row.id}.{row.run_id}",
+                part_index=0,
+                num_parts=1,
+                rank_offset=0,
+                world_size=1,
+                trial_id=None,
+                task_id=row.id,
+                agent_id=agent_id,
+                slot_ids=list(slot_ids),
+                state="ASSIGNED",
+                run_id=row.run_id,
+                kill_requested=False,
+                preempt_requested=False,
+                created_at=self.mgr.clock(),
+            )
+        )
+        return True
+
+    def task_spec(self, s: Session, alloc: AllocationRow) -> dict[str, Any]:
+        """The TaskSpec handing a task's allocation to its agent (docs/protocol.md); the
+        task becomes RUNNING. The owner gets a login session for the task's processes
+        (``DET_USER_TOKEN``), revoked when the task ends."""
+        row = s.get(TaskRow, alloc.task_id)
+        assert row is not None
+        cfg = TaskConfig.model_validate(row.config)
+        now = self.mgr.clock()
+        env = dict(cfg.environment.variables_for("cpu"))
+        env.update(
+            {
+                "DET_MASTER": self.mgr.public_url(),
+                "DET_TASK_ID": row.id,
+                "DET_TASK_TYPE": row.type,
+                "DET_ALLOCATION_ID": alloc.id,
+                "DET_AGENT_ID": alloc.agent_id,
+                "DET_SLOT_IDS": ",".join(str(x) for x in alloc.slot_ids),
+                "DET_USER": row.owner,
+                "DAUNTLESS_PROXY_PREFIX": f"/proxy/{row.id}/",
+            }
+        )
+        if row.owner_id is not None:
+            token = new_token()
+            session = UserSessionRow(
+                user_id=row.owner_id,
+                token_hash=hash_token(token),
+                created_at=now,
+                expires_at=now + self.mgr.config.security.token.max_lifespan,
+            )
+            s.add(session)
+            s.flush()
+            row.user_session_id = session.id
+            env["DET_USER_TOKEN"] = token
+        if row.service_token:
+            env["DAUNTLESS_SERVICE_TOKEN"] = row.service_token
+        if cfg.idle_timeout is not None:
+            env["DAUNTLESS_IDLE_TIMEOUT"] = str(cfg.idle_timeout)
+        if cfg.debug:
+            env["DAUNTLESS_DEBUG"] = "1"
+        if row.type == "TENSORBOARD":
+            env["DAUNTLESS_TENSORBOARD_LOGDIRS"] = ",".join(
+                f"{k}:{v}" for k, v in sorted(row.meta.get("logdirs", {}).items())
+            )
+        check_task_transition(row.state, TaskState.RUNNING)
+        row.state = TaskState.RUNNING.value
+        row.start_time = now
+        has_context = s.scalar(
+            select(TaskRow.id).where(TaskRow.id == row.id, TaskRow.context.is_not(None))
+        )
+        return {
+            "allocation_id": alloc.id,
+            "task_id": row.id,
+            "task_type": row.type,
+            "trial_id": None,
+            "experiment_id": None,
+            "slot_ids": list(alloc.slot_ids),
+            "entrypoint": row.entrypoint,
+            "env": env,
+            "context_url": f"/api/v1/tasks/{row.id}/context" if has_context else None,
+            "work_dir": cfg.work_dir,
+            "bind_mounts": [b.model_dump(mode="json") for b in cfg.bind_mounts],
+        }
+
+    def on_exit(self, s: Session, alloc: AllocationRow) -> None:
+        """A task's allocation ended (exit reported, kill, or its agent lost)."""
+        row = s.get(TaskRow, alloc.task_id)
+        if row is None or TaskState(row.state) in TASK_TERMINAL:
+            return
+        code, message = alloc.exit_code, alloc.exit_message
+        if row.kill_requested:
+            self._end(s, row, TaskState.CANCELED, code, row.exit_message or "killed")
+        elif code == 0:
+            self._end(s, row, TaskState.COMPLETED, 0, None)
+        else:
+            # A service's own reason (e.g. a missing extra) beats "exit code 3".
+            why = row.exit_message or message or f"exit code {code}"
+            self._end(s, row, TaskState.ERROR, code, why)
+
+    def _end(
+        self, s: Session, row: TaskRow, state: TaskState, code: int | None, message: str | None
+    ) -> None:
+        check_task_transition(row.state, state)
+        row.state = state.value
+        row.exit_code = code
+        row.exit_message = message
+        row.end_time = self.mgr.clock()
+        row.service_addr = row.service_port = None
+        if row.user_session_id is not None:
+            s.execute(delete(UserSessionRow).where(UserSessionRow.id == row.user_session_id))
+            row.user_session_id = None
+        self.proxy_activity.pop(row.id, None)
+        log.info("task %s is %s (%s)", row.id, state.value, message or f"exit code {code}")
+
+    def idle_check(self, s: Session, now: float) -> None:
+        """Kill TensorBoards nobody reached through the proxy for their ``idle_timeout``
+        (notebooks and shells watch their own activity, see
+        :mod:`dauntless.exec.task_service`)."""
+        for row in s.scalars(
+            select(TaskRow).where(
+                TaskRow.type == "TENSORBOARD", TaskRow.state == TaskState.RUNNING.value
+            )
+        ):
+            timeout = row.config.get("idle_timeout")
+            if timeout is None or row.ready_time is None:
+                continue
+            last = max(self.proxy_activity.get(row.id, 0.0), row.ready_time)
+            if now - last > timeout:
+                row.kill_requested = True
+                row.exit_message = f"idle for {now - last:.0f} s (idle_timeout {timeout:g} s)"
+                row.state = TaskState.TERMINATING.value
+                for a in s.scalars(
+                    select(AllocationRow).where(
+                        AllocationRow.task_id == row.id, AllocationRow.state != "TERMINATED"
+                    )
+                ):
+                    a.kill_requested = True
+
+
+def _default_description(task_type: str, task_id: str, entrypoint: Any) -> str:
+    if task_type == "COMMAND":
+        text = entrypoint if isinstance(entrypoint, str) else " ".join(entrypoint)
+        return f"Command ({text})"
+    return {"NOTEBOOK": "JupyterLab", "SHELL": "Shell", "TENSORBOARD": "TensorBoard"}[
+        task_type
+    ] + f" ({task_id})"
