@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from dauntless._auth import CLUSTER_SECRET_ENV, read_secret_file
 from dauntless._tls import CERT_FILE_ENV, cert_file_from_env
@@ -30,6 +30,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", required=True)
     p.add_argument("--heartbeat-interval", type=float, default=0.5)
     p.add_argument("--advertise-addr", help="address other agents reach this host at")
+    p.add_argument(
+        "--no-warm-start",
+        dest="warm_start",
+        action="store_false",
+        help="start every trial as fresh interpreters instead of forking single-rank trials "
+        "from a warm worker that has imported torch and Dauntless (docs/warm-start.md)",
+    )
+    p.add_argument(
+        "--runtime",
+        default="auto",
+        choices=["auto", "process", "docker", "podman"],
+        help="how tasks run: as processes, or (tasks naming environment.image) in docker or "
+        "podman containers; auto: docker or podman when its engine answers, else process",
+    )
     p.add_argument(
         "--master-cert-file",
         default=cert_file_from_env(),
@@ -53,28 +67,48 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             p.error(str(exc))
     if secret is None:
-        p.error(f"no cluster secret: give --cluster-secret-file (the master keeps one in "
-                f"<data_dir>/cluster_secret) or set {CLUSTER_SECRET_ENV}")
+        p.error(
+            f"no cluster secret: give --cluster-secret-file (the master keeps one in "
+            f"<data_dir>/cluster_secret) or set {CLUSTER_SECRET_ENV}"
+        )
     url = args.master_url if "://" in args.master_url else "http://" + args.master_url
     try:
         config = AgentConfig(
-            master_url=url, agent_id=args.agent_id, resource_pool=args.resource_pool,
-            slot_type=args.slot_type, artificial_slots=args.artificial_slots,
-            visible_gpus=args.visible_gpus, work_dir=args.work_dir,
-            heartbeat_interval=args.heartbeat_interval, advertise_addr=args.advertise_addr,
-            master_cert_file=args.master_cert_file, cluster_secret=secret,
+            master_url=url,
+            agent_id=args.agent_id,
+            resource_pool=args.resource_pool,
+            slot_type=args.slot_type,
+            artificial_slots=args.artificial_slots,
+            visible_gpus=args.visible_gpus,
+            work_dir=args.work_dir,
+            heartbeat_interval=args.heartbeat_interval,
+            advertise_addr=args.advertise_addr,
+            master_cert_file=args.master_cert_file,
+            cluster_secret=SecretStr(secret),
+            runtime=args.runtime,
+            warm_start=args.warm_start,
         )
     except ValidationError as exc:
         p.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
         agent = Agent(config)
-    except ValueError as exc:  # a missing CA bundle
+    except (ValueError, RuntimeError) as exc:  # a missing CA bundle; no container engine
         p.error(str(exc))
+
+    def _stop(*_: object) -> None:
+        stop.set()
+        agent.wake.set()  # the loop waits on it between heartbeats
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
     agent.run(stop)
     return 0
 

@@ -1,9 +1,12 @@
 """The agent: registers with the master, heartbeats, runs tasks as processes, ships their
 output as logs and reports their exit codes.
 
-The agent is stateless (ARCHITECTURE.md): everything it runs was handed to it by the
-master in a heartbeat answer, and after a restart it registers anew; the master then
-treats what it ran before as lost.
+The agent keeps no state on disk (ARCHITECTURE.md): everything it runs was handed to it
+by the master in a heartbeat answer. When the master goes away the agent keeps its tasks
+running and retries; when the master answers again (re-)registering lists the tasks it
+still runs, and the master adopts those it knows and orders the others killed. An agent
+process that restarts has no tasks (they die with it), so the master treats what it ran
+before as lost.
 """
 
 from __future__ import annotations
@@ -11,11 +14,9 @@ from __future__ import annotations
 import io
 import logging
 import os
-import random
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tarfile
 import threading
@@ -26,6 +27,7 @@ from typing import Any
 import httpx
 
 from dauntless._auth import CLUSTER_SECRET_ENV, CLUSTER_SECRET_HEADER
+from dauntless._http import RetryPolicy
 from dauntless._tls import (
     CERT_FILE_ENV,
     NO_VERIFY,
@@ -33,11 +35,15 @@ from dauntless._tls import (
     is_cert_verify_error,
     make_verify,
 )
+from dauntless.compat import SHIM_PATH as COMPAT_SHIM_PATH
 from dauntless.config import AgentConfig
 from dauntless.config._experiment import ENTRYPOINT_CLASS_RE
 
 from ._logs import LogShipper
 from ._slots import Slot, discover_slots
+from ._warm import WarmStarter
+from .runtimes import EnvironmentSpec, PrepareError, RuntimeSet, TaskLaunch, select_runtimes
+from .runtimes.base import Runtime, TaskHandle
 
 log = logging.getLogger("dauntless.agent")
 
@@ -48,10 +54,14 @@ KILL_GRACE_SECONDS = 10.0
 @dataclass
 class _Task:
     allocation_id: str
-    proc: subprocess.Popen
+    proc: TaskHandle | None  # None while the runtime prepares it
     work_dir: str
     readers: list[threading.Thread] = field(default_factory=list)
     kill_sent_at: float | None = None
+    # --- runtimes (issue 23): set by the preparing thread
+    runtime: Runtime | None = None
+    term_sent: bool = False
+    prepare_exit: tuple[int | None, str | None, bool] | None = None
 
 
 def task_command(entrypoint: str | list[str]) -> list[str]:
@@ -75,10 +85,18 @@ def task_command(entrypoint: str | list[str]) -> list[str]:
 
 
 def launched_command(entrypoint: str | list[str]) -> list[str]:
-    """The argv the agent starts: :func:`task_command` under the rank launcher
-    (:mod:`dauntless.launch.torch_distributed`), which execs it directly for one rank."""
-    return [sys.executable, "-m", "dauntless.launch.torch_distributed", "--",
-            *task_command(entrypoint)]
+    """The argv the agent starts, once per node (agent) of an allocation.
+
+    As in Determined 0.38, a ``module:Class`` entrypoint runs under the rank launcher
+    (:mod:`dauntless.launch.torch_distributed`, which starts one harness per slot, or
+    execs it directly for one rank); any other entrypoint runs once per node as it is,
+    and a script that wants one process per slot names the launcher itself
+    (``python3 -m dauntless.launch.torch_distributed -- python3 train.py``).
+    """
+    command = task_command(entrypoint)
+    if isinstance(entrypoint, str) and ENTRYPOINT_CLASS_RE.match(entrypoint):
+        return [sys.executable, "-m", "dauntless.launch.torch_distributed", "--", *command]
+    return command
 
 
 def advertise_address(master_url: str) -> str:
@@ -127,12 +145,25 @@ class Agent:
         self.slots: list[Slot] = discover_slots(
             config.slot_type, config.artificial_slots, config.visible_gpus
         )
+        os.makedirs(config.work_dir, exist_ok=True)
+        # How tasks run (issue 23); RuntimeError: an asked-for engine does not answer.
+        self.runtimes: RuntimeSet = select_runtimes(config.runtime, config.work_dir, self.agent_id)
+        self._task_lock = threading.Lock()
         self.tasks: dict[str, _Task] = {}
-        self.pending_exits: dict[str, tuple[int | None, str | None]] = {}
+        # allocation id -> (exit code, message, fatal: not worth a restart)
+        self.pending_exits: dict[str, tuple[int | None, str | None, bool]] = {}
         self.shipper = LogShipper(self.client)
         self.registered = False
         self.advertise_addr = config.advertise_addr or advertise_address(config.master_url)
         os.makedirs(config.work_dir, exist_ok=True)
+        # Set when a task exits: the loop reports it and fetches new work at once.
+        self.wake = threading.Event()
+        self.warm: WarmStarter | None = None
+        if config.warm_start:
+            self.warm = WarmStarter(
+                os.path.join(config.work_dir, "forkserver.sock"), self._base_env(), os.getpid()
+            )
+            self.runtimes.process.warm = self.warm
 
     # ------------------------------------------------------------------ master calls
 
@@ -147,6 +178,9 @@ class Agent:
             "resource_pool": self.config.resource_pool,
             "hostname": socket.gethostname(),
             "slots": [s.to_json() for s in self.slots],
+            # What still runs here: the master adopts the allocations it knows.
+            "running": sorted(self.tasks),
+            "runtime": self.runtimes.describe(),
         }
         r = self.client.post("/api/v1/agents", json=body)
         if r.status_code == 400:
@@ -163,6 +197,8 @@ class Agent:
         """
         self._reap()
         self._flush_exits()
+        if self.warm is not None:
+            self.warm.restart_if_dead()
         if not self.registered:
             self.register()
         r = self.client.post(
@@ -183,28 +219,42 @@ class Agent:
     def run(self, stop: threading.Event) -> None:
         """Loop :meth:`run_once` until ``stop`` is set.
 
-        Connection failures back off exponentially (0.5 s doubling to 10 s, with jitter)
-        and never end the loop: the master may be restarting. This loop is the agent's
-        fault tolerance, so it is written here rather than taken from a retry library.
+        Connection failures back off by the clients' one retry policy
+        (:class:`dauntless._http.RetryPolicy`: 0.5 s doubling to 10 s, with jitter) and
+        never end the loop: the master may be restarting.
         """
         self.shipper.start()
-        backoff = 0.5
+        if self.warm is not None:  # from this thread: the server dies when it ends
+            self.warm.start()
+        for rt in self.runtimes.all():  # containers an earlier run of this agent left
+            for cid in rt.cleanup_orphans(self.agent_id):
+                log.info("removed container %s left by an earlier run of this agent", cid)
+        policy = RetryPolicy(attempts=None, backoff=0.5, max_backoff=10.0)
+        failures = 0
         try:
             while not stop.is_set():
                 try:
                     self.run_once()
-                    backoff = 0.5
-                    stop.wait(self.config.heartbeat_interval)
+                    failures = 0
+                    self.wake.wait(self.config.heartbeat_interval)
+                    self.wake.clear()
                 except (httpx.HTTPError, OSError) as exc:
+                    failures += 1
+                    backoff = policy.delay(failures)
                     if is_cert_verify_error(exc):
-                        log.error("%s; retrying in %.1f s",
-                                  describe_cert_error(self.config.master_url, exc,
-                                                      "--master-cert-file PATH"), backoff)
+                        log.error(
+                            "%s; retrying in %.1f s",
+                            describe_cert_error(
+                                self.config.master_url, exc, "--master-cert-file PATH"
+                            ),
+                            backoff,
+                        )
                     else:
                         log.warning("master unreachable (%s); retrying in %.1f s", exc, backoff)
-                    stop.wait(backoff * (0.8 + 0.4 * random.random()))
-                    backoff = min(backoff * 2, 10.0)
-                    self.registered = self.registered and not isinstance(exc, httpx.ConnectError)
+                    stop.wait(backoff)
+                    # Still registered: a master that restarted knows this agent from its
+                    # database, and one that does not answers the heartbeat 404, upon
+                    # which register() reports the running tasks for adoption.
         finally:
             self.shutdown()
 
@@ -221,14 +271,34 @@ class Agent:
         except (httpx.HTTPError, OSError):
             log.warning("could not report %d task exit(s) at shutdown", len(self.pending_exits))
         self.shipper.stop()
+        if self.warm is not None:
+            self.warm.stop()
 
     # ------------------------------------------------------------------ tasks
 
     def _start(self, spec: dict[str, Any]) -> None:
+        """Take a TaskSpec: the context download, the runtime's prepare (an image pull,
+        a Python environment build) and the start run in a thread, so heartbeats go on;
+        the task counts as running meanwhile."""
         alloc_id = spec["allocation_id"]
         if alloc_id in self.tasks:
             return
         work_dir = os.path.join(self.config.work_dir, alloc_id)
+        task = _Task(alloc_id, None, work_dir)
+        self.tasks[alloc_id] = task
+        threading.Thread(
+            target=self._prepare_and_start,
+            args=(spec, task),
+            daemon=True,
+            name=f"prepare-{alloc_id[:8]}",
+        ).start()
+
+    def _prepare_and_start(self, spec: dict[str, Any], task: _Task) -> None:
+        alloc_id, work_dir = task.allocation_id, task.work_dir
+
+        def task_log(stdtype: str, line: str) -> None:
+            self.shipper.add(alloc_id, stdtype, line)
+
         try:
             shutil.rmtree(work_dir, ignore_errors=True)
             os.makedirs(work_dir)
@@ -237,13 +307,81 @@ class Agent:
                 if r.status_code != 404:
                     r.raise_for_status()
                     _safe_extract(r.content, work_dir)
-            argv = launched_command(spec["entrypoint"])
+            if spec.get("task_type", "TRIAL") == "TRIAL":
+                argv = launched_command(spec["entrypoint"])
+            else:  # a command, notebook, shell or TensorBoard: no rank launcher
+                argv = task_command(spec["entrypoint"])
+            cwd = spec.get("work_dir") or work_dir
+            if not os.path.isdir(cwd):
+                raise ValueError(f"work_dir {cwd!r} is not a directory on agent {self.agent_id}")
+            launch = self._task_launch(spec, argv, work_dir)
+            launch.cwd = cwd
+            runtime = self.runtimes.for_task(launch.environment)
+            task.runtime = runtime
+            runtime.prepare(launch, task_log)
+        except PrepareError as exc:
+            log.error("task %s cannot start: %s", alloc_id, exc.message.splitlines()[0])
+            for line in exc.message.splitlines():
+                task_log("stderr", line)
+            task.prepare_exit = (exc.exit_code, exc.message, exc.fatal)
+            return
         except (httpx.HTTPError, OSError, tarfile.TarError, ValueError) as exc:
             msg = f"could not prepare task {alloc_id}: {exc}"
             log.error(msg)
-            self.shipper.add(alloc_id, "stderr", msg)
-            self.pending_exits[alloc_id] = (None, msg)
+            task_log("stderr", msg)
+            task.prepare_exit = (None, msg, False)
             return
+        except Exception as exc:  # a bug must end the task, not leave it "running"
+            log.exception("preparing task %s failed", alloc_id)
+            task.prepare_exit = (None, f"could not prepare task {alloc_id}: {exc!r}", False)
+            return
+        with self._task_lock:
+            if task.kill_sent_at is not None:
+                task.prepare_exit = (None, "killed before it started", False)
+                return
+            try:
+                handle = runtime.start(launch)
+            except OSError as exc:
+                msg = f"could not start {argv}: {exc}"
+                task_log("stderr", msg)
+                task.prepare_exit = (None, msg, False)
+                return
+            for name, stream in runtime.logs(handle):
+                t = threading.Thread(
+                    target=self.shipper.pump,
+                    args=(alloc_id, name, stream),
+                    daemon=True,
+                    name=f"logs-{alloc_id[:8]}-{name}",
+                )
+                t.start()
+                task.readers.append(t)
+            task.proc = handle
+        log.info(
+            "started task %s (%s %s, %s runtime%s): %s",
+            alloc_id,
+            spec.get("task_type", "TRIAL").lower(),
+            spec.get("trial_id") or spec.get("task_id"),
+            runtime.name,
+            ", warm" if getattr(handle, "warm", False) else "",
+            " ".join(argv),
+        )
+        # This thread forked the task: PR_SET_PDEATHSIG fires when the forking *thread*
+        # ends (prctl(2)), so it stays until the task exits; _reap collects the exit.
+        runtime.wait(handle, None)
+        self.wake.set()
+
+    @staticmethod
+    def _base_env() -> dict[str, str]:
+        """The agent's variables as its tasks (and its warm worker) start with them."""
+        env = dict(os.environ)
+        env.pop(CLUSTER_SECRET_ENV, None)  # the agent's credential never reaches a task
+        bin_dir = os.path.dirname(sys.executable)
+        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _task_launch(self, spec: dict[str, Any], argv: list[str], work_dir: str) -> TaskLaunch:
+        """The :class:`TaskLaunch` of a TaskSpec: its variables on top of the agent's."""
         env = dict(os.environ)
         env.pop(CLUSTER_SECRET_ENV, None)  # the agent's credential never reaches a task
         env.update({k: str(v) for k, v in spec.get("env", {}).items()})
@@ -255,68 +393,80 @@ class Agent:
             cert = self.config.master_cert_file
             env[CERT_FILE_ENV] = cert if cert == NO_VERIFY else os.path.abspath(cert)
         slot_types = {sl.id: sl.type for sl in self.slots}
-        cuda = [sid for sid in spec.get("slot_ids", []) if slot_types.get(str(sid)) == "cuda"]
+        slot_ids = [str(x) for x in spec.get("slot_ids", [])]
+        cuda = [sid for sid in slot_ids if slot_types.get(sid) == "cuda"]
         if cuda:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(x) for x in cuda)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(cuda)
         elif any(sl.type == "cuda" for sl in self.slots):
             env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU task on a GPU agent sees no GPU
-        env["PYTHONPATH"] = work_dir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        try:
-            launch = [sys.executable, "-m", "dauntless.agent._launch", str(os.getpid()), "--"]
-            proc = subprocess.Popen(
-                launch + argv, cwd=work_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        except OSError as exc:
-            msg = f"could not start {argv}: {exc}"
-            self.shipper.add(alloc_id, "stderr", msg)
-            self.pending_exits[alloc_id] = (None, msg)
-            return
-        task = _Task(alloc_id, proc, work_dir)
-        for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-            t = threading.Thread(
-                target=self.shipper.pump, args=(alloc_id, name, stream), daemon=True,
-                name=f"logs-{alloc_id[:8]}-{name}",
-            )
-            t.start()
-            task.readers.append(t)
-        self.tasks[alloc_id] = task
-        log.info("started task %s (trial %s): %s", alloc_id, spec.get("trial_id"), " ".join(argv))
+        # The work dir, then the `determined` compatibility package (never installed in
+        # site-packages: dauntless.compat). Trials need it for Determined model code; a
+        # command's or notebook's Python gets it too, as Determined's have `determined`,
+        # and its import has no side effects, so services (TensorBoard) are unaffected.
+        env["PYTHONPATH"] = os.pathsep.join([work_dir, COMPAT_SHIM_PATH]) + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        types = {slot_types.get(sid, "cpu") for sid in slot_ids}
+        return TaskLaunch(
+            allocation_id=spec["allocation_id"],
+            argv=argv,
+            work_dir=work_dir,
+            env=env,
+            slot_ids=slot_ids,
+            slot_type=types.pop() if len(types) == 1 else "cpu",
+            environment=EnvironmentSpec.from_json(spec.get("environment")),
+            agent_id=self.agent_id,
+        )
 
     def _kill(self, alloc_id: str, grace: float = KILL_GRACE_SECONDS) -> None:
         task = self.tasks.get(alloc_id)
         if task is None:
             return
         now = time.time()
-        try:
+        with self._task_lock:
             if task.kill_sent_at is None:
-                os.killpg(task.proc.pid, signal.SIGTERM)
                 task.kill_sent_at = now
-            elif now - task.kill_sent_at > grace:
-                os.killpg(task.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            handle, runtime = task.proc, task.runtime
+        if handle is None or runtime is None:
+            return  # still preparing: it will not start
+        if not task.term_sent:
+            runtime.signal(handle, signal.SIGTERM)
+            task.term_sent = True
+        elif now - task.kill_sent_at > grace:
+            runtime.signal(handle, signal.SIGKILL)
 
     def _reap(self) -> None:
         for alloc_id, task in list(self.tasks.items()):
-            code = task.proc.poll()
+            if task.proc is None or task.runtime is None:
+                if task.prepare_exit is not None:
+                    del self.tasks[alloc_id]
+                    self.pending_exits[alloc_id] = task.prepare_exit
+                    log.info("task %s ended before it started", alloc_id)
+                continue
+            code = task.runtime.wait(task.proc, 0)
             if code is None:
                 if task.kill_sent_at is not None:
                     self._kill(alloc_id)
                 continue
             for t in task.readers:
                 t.join(timeout=5)
+            task.runtime.cleanup(task.proc)
             del self.tasks[alloc_id]
-            self.pending_exits[alloc_id] = (code, None if code == 0 else f"exit code {code}")
+            self.pending_exits[alloc_id] = (
+                code,
+                None if code == 0 else f"exit code {code}",
+                False,
+            )
             log.info("task %s exited with %s", alloc_id, code)
 
     def _flush_exits(self) -> None:
         if self.pending_exits:
             self.shipper.flush()
-        for alloc_id, (code, msg) in list(self.pending_exits.items()):
-            r = self.client.post(
-                f"/api/v1/allocations/{alloc_id}/exited", json={"exit_code": code, "message": msg}
-            )
+        for alloc_id, (code, msg, fatal) in list(self.pending_exits.items()):
+            body: dict[str, Any] = {"exit_code": code, "message": msg}
+            if fatal:
+                body["fatal"] = True
+            r = self.client.post(f"/api/v1/allocations/{alloc_id}/exited", json=body)
             if r.status_code not in (200, 404):
                 r.raise_for_status()
             del self.pending_exits[alloc_id]

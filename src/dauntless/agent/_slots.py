@@ -51,7 +51,10 @@ def _smi_gpus() -> list[Slot] | None:
     try:
         res = subprocess.run(
             [exe, "--query-gpu=index,name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -83,7 +86,9 @@ def discover_slots(
     if slot_type not in ("auto", "cuda", "gpu", "cpu", "none"):
         raise ValueError(f"slot_type must be auto, cuda, gpu, cpu or none; got {slot_type!r}")
     if artificial_slots > 0:
-        return [Slot(id=f"cpu{i}", type="cpu", device="artificial") for i in range(artificial_slots)]
+        return [
+            Slot(id=f"cpu{i}", type="cpu", device="artificial") for i in range(artificial_slots)
+        ]
     if slot_type == "none":
         return []
     if slot_type in ("auto", "cuda", "gpu"):

@@ -18,6 +18,7 @@ whole trial from its latest checkpoint.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -27,12 +28,12 @@ from collections.abc import Mapping
 import torch
 
 import dauntless
-from dauntless.config import parse_experiment_config
+from dauntless.config import ConfigError, parse_experiment_config
 from dauntless.core import ClusterInfo, Context, EarlyExitReason, Session
 from dauntless.pytorch import PyTorchTrialContext
 from dauntless.pytorch._controller import _TrialController
 from dauntless.pytorch._distributed import destroy_process_group, init_process_group_from_env
-from dauntless.pytorch._import import load_trial_class
+from dauntless.pytorch._import import EntrypointError, load_trial_class
 from dauntless.pytorch._state import seed_all
 
 LOG_FORMAT = dauntless.LOG_FORMAT
@@ -46,6 +47,7 @@ def run_trial(
     *,
     session: Session | None = None,
     preempt_poll_seconds: float = 60.0,
+    trial_spec: str | None = None,
 ) -> int:
     """Run one trial task to its end.
 
@@ -56,6 +58,8 @@ def run_trial(
         info: the task's cluster info (must describe a trial).
         session: the master session; a new one to ``info.master_url`` when None.
         preempt_poll_seconds: seconds each long poll of the preemption signal waits.
+        trial_spec: the trial class as ``module:Class`` (the launcher's ``--trial``);
+            the experiment's ``entrypoint`` when None.
 
     Returns:
         The process exit code: 0 when the trial finished, was preempted or reported
@@ -71,6 +75,8 @@ def run_trial(
     if trial_info is None:
         raise ValueError(f"DET_TASK_TYPE is {info.task_type!r}; the harness runs TRIAL tasks")
     config = parse_experiment_config(trial_info.config)
+    if trial_spec is not None:
+        config = config.model_copy(update={"entrypoint": trial_spec})
     if not config.is_trial_class():
         raise ValueError(
             f"the experiment entrypoint {config.entrypoint!r} does not name a trial class "
@@ -120,6 +126,7 @@ def main(
     *,
     session: Session | None = None,
     preempt_poll_seconds: float = 60.0,
+    trial_spec: str | None = None,
 ) -> int:
     """Run the harness; returns the exit code (0 done or preempted, 1 on error).
 
@@ -127,6 +134,7 @@ def main(
         environ: the environment to read ``DET_*`` from; ``os.environ`` when None.
         session: the master session; one to ``DET_MASTER`` when None.
         preempt_poll_seconds: seconds each long poll of the preemption signal waits.
+        trial_spec: ``module:Class`` to train instead of the config's entrypoint.
     """
     try:
         info = ClusterInfo.from_env(environ)
@@ -135,11 +143,50 @@ def main(
                 "DET_MASTER is not set: the harness runs inside a trial task started by a "
                 "Dauntless agent"
             )
-        return run_trial(info, session=session, preempt_poll_seconds=preempt_poll_seconds)
+        return run_trial(
+            info,
+            session=session,
+            preempt_poll_seconds=preempt_poll_seconds,
+            trial_spec=trial_spec,
+        )
     except Exception as exc:  # the process boundary: report any error and exit non-zero
-        traceback.print_exc(file=sys.stderr)
-        print(f"harness error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        report_error(exc)
         return 1
+
+
+def report_error(exc: BaseException) -> None:
+    """Print why the harness fails to stderr: the one-line cause first; then, unless it
+    is a config mistake (:class:`EntrypointError`, ``ConfigError``), the traceback
+    without the frames of Dauntless's own code and of the import machinery, so that
+    what remains points into the model definition."""
+    print(f"harness error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    if isinstance(exc, (EntrypointError, ConfigError)):
+        return
+    ours = (
+        os.path.dirname(os.path.abspath(dauntless.__file__)) + os.sep,
+        os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep,
+    )
+    te = traceback.TracebackException.from_exception(exc)
+    for part in (te, *_causes(te)):
+        part.stack = traceback.StackSummary.from_list(
+            [
+                f
+                for f in part.stack
+                if not os.path.abspath(f.filename).startswith(ours)
+                and not f.filename.startswith("<frozen importlib")
+            ]
+        )
+    print("".join(te.format()), end="", file=sys.stderr, flush=True)
+
+
+def _causes(te: traceback.TracebackException) -> list[traceback.TracebackException]:
+    out: list[traceback.TracebackException] = []
+    while True:
+        nxt = te.__cause__ or (None if te.__suppress_context__ else te.__context__)
+        if nxt is None:
+            return out
+        out.append(nxt)
+        te = nxt
 
 
 if __name__ == "__main__":
@@ -152,4 +199,10 @@ if __name__ == "__main__":
     # One line per HTTP request would drown the trial's own log lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
-    sys.exit(main())
+    spec = None
+    if sys.argv[1:2] == ["--trial"] and len(sys.argv) == 3:
+        spec = sys.argv[2]
+    elif len(sys.argv) > 1:
+        print("usage: python -m dauntless.exec.harness [--trial module:Class]", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(trial_spec=spec))

@@ -1,22 +1,37 @@
-"""``python -m dauntless.launch.torch_distributed [--] CMD ...``: start the local ranks of
-one part of a trial's allocation, the way ``torchrun`` does.
+"""``python -m dauntless.launch.torch_distributed [OVERRIDES... --] (--trial SPEC | CMD...)``:
+start the per-slot workers of one node (container) of a trial's allocation, the way
+Determined's launcher of the same name does (with ``torchrun``).
 
-The agent runs every task through this launcher. It reads the allocation's shape from the
+The agent runs an experiment's entrypoint once per node. A ``module:Class`` entrypoint
+runs under this launcher (as ``--trial module:Class``); a script that wants one process
+per slot names the launcher itself, as Determined 0.38 scripts do::
+
+    entrypoint: python3 -m dauntless.launch.torch_distributed -- python3 train.py
+
+(``determined.launch.torch_distributed`` is the same module under the compatibility
+package, see :mod:`dauntless.compat`.) The launcher reads the allocation's shape from the
 environment the master gave the task (docs/protocol.md):
 
-- ``DET_WORLD_SIZE``: ranks in the whole allocation; ``DET_RANK_OFFSET``: this part's first
-  rank; ``DET_SLOT_IDS``: this part's slots (one local rank each);
-- ``DET_PART_INDEX`` / ``DET_NUM_PARTS``: which part this is (0 is the chief);
+- ``DET_WORLD_SIZE``: ranks in the whole allocation; ``DET_RANK_OFFSET``: this node's first
+  rank; ``DET_SLOT_IDS``: this node's slots (one local rank each);
+- ``DET_PART_INDEX`` / ``DET_NUM_PARTS``: which node this is (0 is the chief);
 - ``DET_ALLOCATION_ID`` and ``DET_MASTER``: to publish or look up the rendezvous point.
+
+``OVERRIDES`` are torchrun options placed before ``--``; ``--nproc_per_node N`` (or
+``--nproc-per-node``) is honoured when it does not exceed the node's slots (fewer
+workers, each rank still numbered densely); any other option is refused with a message
+naming it, because the launcher sets the layout itself.
 
 With one rank in all it simply ``exec``s ``CMD``. Otherwise the chief picks a free TCP port
 on its host and publishes ``addr:port`` to the master (``POST
-/allocations/{id}/rendezvous``); the other parts long-poll for it. Each local rank then runs
+/allocations/{id}/rendezvous``); the other nodes long-poll for it. Each local rank then runs
 ``CMD`` with torch.distributed's ``env://`` variables (``RANK``, ``LOCAL_RANK``,
-``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), its
-output prefixed ``[rank=N]``. If any rank exits non-zero the others are stopped (SIGTERM,
-then SIGKILL after a grace period) and the launcher exits with that code, so the master
-restarts the whole trial; SIGTERM/SIGINT to the launcher are forwarded to every rank.
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) and
+Determined's ``DET_CHIEF_IP`` and ``USE_TORCH_DISTRIBUTED``, its output prefixed
+``[rank=N]`` (:mod:`dauntless.launch.wrap_rank`). If any rank exits non-zero the others are
+stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits with that code,
+so the master restarts the whole trial; SIGTERM/SIGINT to the launcher are forwarded to
+every rank.
 
 The rendezvous wait is written here (not taken from a library) because it goes through the
 master, which is the only party every agent can reach.
@@ -31,10 +46,12 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import httpx
 
 from dauntless._auth import session_token_headers
+from dauntless._http import RetryPolicy
 from dauntless._tls import cert_file_from_env, make_verify
 
 KILL_GRACE_SECONDS = 10.0
@@ -66,34 +83,58 @@ def _rendezvous(world: int, part: int) -> tuple[str, int]:
     addr = os.environ.get("DET_ADVERTISE_ADDR", "127.0.0.1")
     if not master or not alloc:
         if os.environ.get("DET_NUM_PARTS", "1") not in ("", "1"):
-            raise SystemExit("launcher: DET_MASTER and DET_ALLOCATION_ID are needed to "
-                             "meet ranks on other agents")
+            raise SystemExit(
+                "launcher: DET_MASTER and DET_ALLOCATION_ID are needed to "
+                "meet ranks on other agents"
+            )
         return "127.0.0.1", _free_port("127.0.0.1")
     url = f"{master}/api/v1/allocations/{alloc}/rendezvous"
     deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_SECONDS
     verify = make_verify(cert_file_from_env())  # an HTTPS master's CA bundle, if any
-    with httpx.Client(timeout=httpx.Timeout(90.0, connect=10.0), verify=verify,
-                      headers=session_token_headers()) as client:
+    # The clients' one retry policy, until the deadline: publishing and reading the
+    # rendezvous may be repeated. Error answers are retried too, as a part may ask before
+    # the master has assigned the allocation's other parts; a failed certificate
+    # verification is not.
+    policy = RetryPolicy(attempts=None, backoff=0.5, max_backoff=4.0, repeatable=True)
+
+    def retry(exc: Exception) -> bool:
+        if isinstance(exc, httpx.HTTPStatusError):
+            return True
+        return isinstance(exc, httpx.HTTPError) and policy.retryable_error("GET", exc, sent=True)
+
+    def past_deadline() -> bool:
+        return time.monotonic() > deadline
+
+    with httpx.Client(
+        timeout=httpx.Timeout(90.0, connect=10.0), verify=verify, headers=session_token_headers()
+    ) as client:
         if part == 0:
             port = _free_port(addr)
-            while True:
-                try:
-                    client.post(url, json={"addr": addr, "port": port}).raise_for_status()
-                    return addr, port
-                except httpx.HTTPError as exc:
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"launcher: could not publish the rendezvous: {exc}") from None
-                    time.sleep(1.0)
-        while time.monotonic() < deadline:
+
+            def publish() -> None:
+                client.post(url, json={"addr": addr, "port": port}).raise_for_status()
+
             try:
-                r = client.get(url, params={"timeout_seconds": 30})
-                r.raise_for_status()
-                info = r.json().get("rendezvous")
-                if info:
-                    return str(info["addr"]), int(info["port"])
-            except httpx.HTTPError:
-                time.sleep(1.0)
-    raise SystemExit(f"launcher: no rendezvous from the chief within {RENDEZVOUS_TIMEOUT_SECONDS} s")
+                policy.call(publish, retry_error=retry, stopped=past_deadline)
+            except httpx.HTTPError as exc:
+                raise SystemExit(f"launcher: could not publish the rendezvous: {exc}") from None
+            return addr, port
+
+        def poll() -> Any:
+            r = client.get(url, params={"timeout_seconds": 30})
+            r.raise_for_status()
+            return r.json().get("rendezvous")
+
+        while not past_deadline():
+            try:
+                info = policy.call(poll, retry_error=retry, stopped=past_deadline)
+            except httpx.HTTPError as exc:
+                raise SystemExit(f"launcher: could not read the rendezvous: {exc}") from None
+            if info:
+                return str(info["addr"]), int(info["port"])
+    raise SystemExit(
+        f"launcher: no rendezvous from the chief within {RENDEZVOUS_TIMEOUT_SECONDS} s"
+    )
 
 
 def _pump(stream, prefix: bytes) -> None:
@@ -104,15 +145,92 @@ def _pump(stream, prefix: bytes) -> None:
             out.flush()
 
 
-def launch(cmd: list[str]) -> int:
-    """Run ``cmd`` as this part's local ranks; returns the exit code for the launcher.
+USAGE = (
+    "usage: python -m dauntless.launch.torch_distributed "
+    "[[TORCH_OVERRIDES...] --] (--trial module:Class | CMD...)"
+)
+
+
+def parse_args(args: list[str]) -> tuple[int | None, list[str]]:
+    """Split the launcher's command line into the worker count override and the command.
+
+    Args:
+        args: the arguments after the module name: ``[OVERRIDES... --] (--trial SPEC |
+            CMD...)``. Without ``--`` everything is the command (Determined's rule).
+
+    Returns:
+        ``(nproc_per_node, cmd)``: the ``--nproc_per_node`` override (None when not
+        given) and the argv each worker runs (``--trial SPEC`` becomes the PyTorchTrial
+        harness with that class).
 
     Raises:
-        SystemExit: a malformed environment or a failed rendezvous.
+        SystemExit: an empty command, extra arguments after ``--trial SPEC``, or an
+            override other than ``--nproc_per_node``/``--nproc-per-node`` (named).
+    """
+    overrides: list[str] = []
+    if "--" in args:
+        split = args.index("--")
+        overrides, args = args[:split], args[split + 1 :]
+    nproc: int | None = None
+    i = 0
+    while i < len(overrides):
+        opt = overrides[i]
+        name, eq, value = opt.partition("=")
+        if name in ("--nproc_per_node", "--nproc-per-node"):
+            if not eq:
+                if i + 1 >= len(overrides):
+                    raise SystemExit(f"launcher: {name} needs a value\n{USAGE}")
+                value = overrides[i + 1]
+                i += 1
+            try:
+                nproc = int(value)
+            except ValueError:
+                raise SystemExit(f"launcher: {name} must be an integer, got {value!r}") from None
+            if nproc < 1:
+                raise SystemExit(f"launcher: {name} must be at least 1, got {nproc}")
+        else:
+            raise SystemExit(
+                f"launcher: torchrun option {opt!r} is not supported: the launcher sets the "
+                "node count, ranks and rendezvous from the allocation; only "
+                "--nproc_per_node may be overridden"
+            )
+        i += 1
+    if args[:1] == ["--trial"]:
+        if len(args) != 2:
+            raise SystemExit(f"launcher: --trial takes exactly one module:Class\n{USAGE}")
+        return nproc, [sys.executable, "-m", "dauntless.exec.harness", "--trial", args[1]]
+    if not args:
+        raise SystemExit(f"launcher: empty command\n{USAGE}")
+    return nproc, list(args)
+
+
+def launch(cmd: list[str], nproc_per_node: int | None = None) -> int:
+    """Run ``cmd`` as this node's local ranks; returns the exit code for the launcher.
+
+    Args:
+        cmd: the worker argv.
+        nproc_per_node: run this many workers instead of one per slot (single-node
+            allocations only; at most the node's slot count).
+
+    Raises:
+        SystemExit: a malformed environment, a bad override or a failed rendezvous.
     """
     if not cmd:
-        raise SystemExit("usage: python -m dauntless.launch.torch_distributed [--] CMD ...")
+        raise SystemExit(USAGE)
     world = _env_int("DET_WORLD_SIZE", 1)
+    slot_count = len([x for x in os.environ.get("DET_SLOT_IDS", "").split(",") if x])
+    if nproc_per_node is not None and "RANK" not in os.environ:
+        if _env_int("DET_NUM_PARTS", 1) > 1:
+            raise SystemExit(
+                "launcher: --nproc_per_node cannot be overridden for an allocation that "
+                "spans several agents"
+            )
+        if nproc_per_node > max(slot_count, 1):
+            raise SystemExit(
+                f"launcher: --nproc_per_node {nproc_per_node} exceeds the node's "
+                f"{max(slot_count, 1)} slot(s)"
+            )
+        world = nproc_per_node
     if world <= 1 or "RANK" in os.environ:
         # One rank in all, or already launched (a user entrypoint that names the launcher).
         os.environ.setdefault("RANK", "0")
@@ -122,25 +240,40 @@ def launch(cmd: list[str]) -> int:
         os.execvp(cmd[0], cmd)
     offset = _env_int("DET_RANK_OFFSET", 0)
     part = _env_int("DET_PART_INDEX", 0)
-    slots = [x for x in os.environ.get("DET_SLOT_IDS", "").split(",") if x]
-    local = max(len(slots), 1)
+    local = nproc_per_node or max(slot_count, 1)
     addr, port = _rendezvous(world, part)
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     for local_rank in range(local):
         rank = offset + local_rank
         env = dict(os.environ)
-        env.update({
-            "RANK": str(rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(local), "GROUP_RANK": str(part),
-            "MASTER_ADDR": addr, "MASTER_PORT": str(port),
-        })
+        env.update(
+            {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(local_rank),
+                "WORLD_SIZE": str(world),
+                "LOCAL_WORLD_SIZE": str(local),
+                "GROUP_RANK": str(part),
+                "MASTER_ADDR": addr,
+                "MASTER_PORT": str(port),
+                "DET_CHIEF_IP": addr,
+                "USE_TORCH_DISTRIBUTED": "True",
+            }
+        )
+        if nproc_per_node is not None:
+            env["DET_WORLD_SIZE"] = str(world)
         argv = [sys.executable, "-m", "dauntless.agent._launch", str(os.getpid()), "--", *cmd]
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         procs.append(proc)
-        t = threading.Thread(target=_pump, args=(proc.stdout, f"[rank={rank}] ".encode()),
-                             daemon=True)
+        t = threading.Thread(
+            target=_pump, args=(proc.stdout, f"[rank={rank}] ".encode()), daemon=True
+        )
         t.start()
         pumps.append(t)
 
@@ -182,11 +315,9 @@ def launch(cmd: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``[--] CMD ...`` from the command line."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--"]:
-        args = args[1:]
-    raise SystemExit(launch(args))
+    """Entry point: ``[OVERRIDES... --] (--trial SPEC | CMD...)`` from the command line."""
+    nproc, cmd = parse_args(list(sys.argv[1:] if argv is None else argv))
+    raise SystemExit(launch(cmd, nproc))
 
 
 if __name__ == "__main__":

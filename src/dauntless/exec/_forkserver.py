@@ -1,0 +1,327 @@
+"""``python -m dauntless.exec._forkserver SOCKET PARENT_PID``: the agent's warm worker.
+
+A fork server that has already imported ``torch`` and Dauntless (the trial harness, the
+Core API) and forks one fresh process per trial, so a trial's first line of user code
+runs a few milliseconds after the agent asks instead of after three interpreter starts
+and their imports (docs/warm-start.md). The agent (:mod:`dauntless.agent._warm`) starts
+one per agent and talks to it over a Unix stream socket, one connection per trial:
+
+1. the agent sends one request: a JSON line (``kind``, ``target``, ``args``, ``env``,
+   ``cwd``) and, as ``SCM_RIGHTS`` ancillary data on the same message, the trial's
+   stdout and stderr (write ends of pipes the agent reads);
+2. the server forks; it answers ``{"pid": N}`` and, when the child has exited,
+   ``{"exit": CODE}`` (a negative code: killed by that signal, as ``Popen.returncode``).
+
+The child is a new session (its pid is its process group, so the agent's
+``killpg(SIGTERM/SIGKILL)`` reaches it and whatever it starts), gets
+``PR_SET_PDEATHSIG(SIGKILL)`` on the fork server (which has it on the agent: a killed agent
+leaves no worker behind), its own working directory, environment (``os.environ`` is
+replaced, ``PYTHONPATH`` entries go on ``sys.path``), stdio, and fresh seeds of
+``random``, ``numpy`` and ``torch`` drawn from ``os.urandom`` (the harness then seeds
+them with the trial seed, so exact resume is unchanged). A crash or ``os._exit`` in one
+child touches neither the server nor other trials.
+
+``kind`` is ``script`` (``python FILE ARGS...``: :func:`runpy.run_path` as
+``__main__``), ``module`` (``python -m MODULE ARGS...``) or ``harness`` (the PyTorchTrial
+harness with ``--trial module:Class``). The server stays single-threaded: forking a
+process with threads could copy a held lock into the child.
+
+The protocol is small and local, so it is written here rather than taken from
+:mod:`multiprocessing.forkserver`, which cannot hand a child a different environment,
+working directory and stdio per request, nor report its exit status to another process.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+MAX_REQUEST_BYTES = 4 << 20
+"""The largest request (its environment holds the experiment config) the server reads."""
+
+
+def preload() -> None:
+    """Import what trials use, once, in the server (``torch``, the harness, the Core API).
+
+    Nothing here may start a thread or initialise CUDA: both would be inherited by every
+    child in a broken state.
+    """
+    import httpx
+
+    import dauntless.config  # noqa: F401  (core.init() parses the experiment config)
+    import dauntless.core  # noqa: F401
+    import dauntless.exec.harness  # noqa: F401  (torch, dauntless.pytorch, configs)
+    from dauntless._tls import default_ssl_context
+
+    # httpx imports its transport (httpcore, h11) when the first client is made, and the
+    # default TLS context loads a CA bundle (~80 ms): both once, here.
+    httpx.Client(verify=default_ssl_context()).close()
+
+
+def _set_pdeathsig() -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _reseed() -> None:
+    """Give the child random streams of its own (the server's were copied by fork)."""
+    import random
+
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+
+
+def _child(request: dict[str, Any], fds: list[int], server_pid: int) -> None:
+    """Become the trial: runs in the forked process and never returns."""
+    code = 1
+    try:
+        os.setsid()
+        _set_pdeathsig()
+        if os.getppid() != server_pid:  # the server died before the signal was armed
+            os._exit(1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for fd in (devnull, *fds):
+            if fd > 2:
+                os.close(fd)
+        code = _run(request)
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException:
+        import traceback
+
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    try:
+        print(exc.code, file=sys.stderr)
+    except BaseException:
+        pass
+    return 1
+
+
+def _run(request: dict[str, Any]) -> int:
+    """Run the request's code as ``__main__`` would run it; returns the exit code."""
+    import io
+    import logging
+    import runpy
+    import threading
+
+    env: dict[str, str] = request["env"]
+    os.environ.clear()
+    os.environ.update(env)
+    cwd = request["cwd"]
+    os.chdir(cwd)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), line_buffering=True, write_through=True
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False),
+        line_buffering=True,
+        write_through=True,
+        errors="backslashreplace",
+    )
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    _reseed()
+    kind, target, args = request["kind"], request["target"], list(request.get("args", []))
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    base = [p for p in sys.path[1:] if p not in extra]
+    code = 0
+    try:
+        if kind == "script":
+            path = os.path.abspath(target)
+            sys.path[:] = [os.path.dirname(path), *extra, *base]
+            sys.argv = [target, *args]
+            runpy.run_path(path, run_name="__main__")
+        elif kind == "module":
+            sys.path[:] = [cwd, *extra, *base]
+            sys.argv = [target, *args]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        elif kind == "harness":
+            from dauntless.exec import harness
+
+            sys.path[:] = [cwd, *extra, *base]
+            sys.argv = ["harness", "--trial", target]
+            logging.basicConfig(stream=sys.stdout, level=logging.INFO, format=harness.LOG_FORMAT)
+            logging.getLogger("httpx").setLevel(logging.WARNING)
+            logging.getLogger("httpcore").setLevel(logging.WARNING)
+            code = harness.main(trial_spec=target)
+        else:
+            print(f"fork server: unknown kind {kind!r}", file=sys.stderr)
+            code = 2
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    # What the interpreter does at exit: wait for non-daemon threads, run atexit.
+    threading._shutdown()  # type: ignore[attr-defined]
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    return code
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """Read one request: a JSON line; the two fds ride on its first message.
+
+    Raises:
+        ValueError: a malformed request (no fds, no newline within the size limit).
+    """
+    fds: list[int] = []
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk, anc, _flags, _addr = conn.recvmsg(1 << 16, socket.CMSG_SPACE(2 * 4))
+        for level, typ, payload in anc:
+            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(payload[: len(payload) - len(payload) % a.itemsize])
+                fds.extend(a)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST_BYTES:
+            break
+    if len(fds) != 2 or not data.endswith(b"\n"):
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("malformed fork request")
+    return json.loads(data), fds
+
+
+def serve(path: str) -> None:
+    """Listen on ``path`` and fork a child per request until the agent goes away."""
+    server_pid = os.getpid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    children: dict[int, socket.socket] = {}
+    print("ready", flush=True)
+    while True:
+        for key, _ in sel.select():
+            if key.data == "accept":
+                conn, _ = listener.accept()
+                try:
+                    request, fds = _recv_request(conn)
+                except (ValueError, OSError):
+                    conn.close()
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    sel.close()
+                    listener.close()
+                    for c in children.values():
+                        c.close()
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    conn.close()
+                    _child(request, fds, server_pid)
+                for fd in fds:
+                    os.close(fd)
+                children[pid] = conn
+                try:
+                    conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                except OSError:
+                    pass
+            else:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            ended = children.pop(pid, None)
+            if ended is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            try:
+                ended.sendall(json.dumps({"exit": code}).encode() + b"\n")
+            except OSError:
+                pass
+            ended.close()
+
+
+def main(argv: list[str]) -> None:
+    """Entry point: ``SOCKET PARENT_PID``; dies with its parent (the agent).
+
+    Raises:
+        SystemExit: 2 on a malformed command line, 1 if the parent is already gone.
+    """
+    if len(argv) != 2 or not argv[1].isdigit():
+        sys.stderr.write("usage: python -m dauntless.exec._forkserver SOCKET PARENT_PID\n")
+        raise SystemExit(2)
+    parent = int(argv[1])
+    _set_pdeathsig()
+    if os.getppid() != parent:
+        raise SystemExit(1)
+    preload()
+    # Objects the server made stay out of every child's garbage collections: a
+    # collection would otherwise touch (and so copy) every page the server filled.
+    gc.collect()
+    gc.freeze()
+    serve(argv[0])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
