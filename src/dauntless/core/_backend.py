@@ -70,6 +70,9 @@ class CheckpointReport:
     steps_completed: int
     resources: dict[str, int]
     metadata: dict[str, Any]
+    #: ``COMPLETED``; or ``UPLOADING``: its files are going up to an object store now
+    #: (a later report with the same uuid says ``COMPLETED``).
+    state: str = "COMPLETED"
 
 
 class Backend(abc.ABC):
@@ -431,8 +434,7 @@ class LocalBackend(Backend):
         for cur in lengths:
             if not isinstance(cur, int) or isinstance(cur, bool) or cur <= prev:
                 raise ValueError(
-                    "operation_lengths must be positive ints in increasing order, got "
-                    f"{lengths}"
+                    f"operation_lengths must be positive ints in increasing order, got {lengths}"
                 )
             prev = cur
         self.operation_lengths = lengths
@@ -504,7 +506,9 @@ class LocalBackend(Backend):
         self.early_exits.append(reason)
 
     def report_checkpoint(self, report: CheckpointReport) -> None:
-        """Record the checkpoint."""
+        """Record the checkpoint (``checkpoints`` lists completed ones only)."""
+        if report.state != "COMPLETED":
+            return
         self.checkpoints.append(report)
         if self.log_reports:
             logger.info(

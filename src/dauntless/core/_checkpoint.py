@@ -5,22 +5,33 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
+import logging
 import os
 import shutil
 import tempfile
+import threading
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import dauntless
-from dauntless.storage import FileSystemStorageManager, StorageManager, check_storage_id
+from dauntless.storage import (
+    FileSystemStorageManager,
+    ObjectStorageManager,
+    StorageManager,
+    check_storage_id,
+    directory_resources,
+    full_disk_error,
+)
 
 from ._backend import Backend, CheckpointReport
 from ._distributed import DistributedContext
 from ._train import to_json_value
 
 METADATA_FILE = "metadata.json"
+
+logger = logging.getLogger("dauntless.core")
 
 Selector = Callable[[str], bool]
 """A filter on a checkpoint file's relative path (``/`` separators): keep it if True."""
@@ -71,12 +82,19 @@ class CheckpointContext:
         self.trial_id = trial_id
         self.allocation_id = allocation_id
         self._dist = distributed or DistributedContext()
+        # The background upload in flight (at most one): its thread and its outcome.
+        self._upload_thread: threading.Thread | None = None
+        self._upload_error: BaseException | None = None
 
     # ------------------------------------------------------------------ writing
 
     @contextlib.contextmanager
     def store_path(
-        self, metadata: Mapping[str, Any] | None = None, *, shard: bool = False
+        self,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        shard: bool = False,
+        background: bool = False,
     ) -> Iterator[tuple[Path, str]]:
         """Write a new checkpoint.
 
@@ -92,9 +110,20 @@ class CheckpointContext:
         file system they share), their metadata dicts are merged (the chief's wins on a
         conflict) and the chief publishes and reports.
 
+        With an object store (``s3``, ``gcs``, ``azure``) the files are written to a
+        local staging directory and uploaded when the block ends; the checkpoint is
+        reported as ``UPLOADING`` before the first byte goes up (so that checkpoint GC
+        knows of the objects if the process dies) and as ``COMPLETED`` once every file
+        is in the store. With ``background=True`` the upload runs on a background
+        thread and the block returns at once; at most one upload is in flight (the next
+        checkpoint, :meth:`wait_for_uploads` and closing the context wait for it, and
+        raise its error). On a file system ``background`` changes nothing (the rename
+        that publishes a checkpoint is instant).
+
         Args:
             metadata: JSON-ready data; must hold ``steps_completed`` (batches, int >= 0).
             shard: whether every process writes part of the checkpoint.
+            background: upload on a background thread (chief-only, non-sharded).
 
         Yields:
             ``(path, storage_id)``: the directory to write into and the new uuid.
@@ -104,8 +133,12 @@ class CheckpointContext:
                 checkpoint is asked of a storage that is not a file system.
             TypeError: if ``metadata`` is not a mapping or has no JSON form.
             RuntimeError: if a non-chief process calls it without ``shard``.
+            StoreError: the object store refused the upload or could not be reached
+                (with ``background``, raised by the next call that waits for it).
+            OSError: ``no space left on device at PATH`` when the disk is full.
         """
         meta = _check_metadata({} if metadata is None else metadata)
+        self.wait_for_uploads()
         if self._dist.size > 1 and shard:
             with self._store_sharded(meta) as out:
                 yield out
@@ -116,17 +149,92 @@ class CheckpointContext:
                 "rank 0, or pass shard=True on every rank"
             )
         storage_id = str(uuidlib.uuid4())
+        if isinstance(self.storage, ObjectStorageManager):
+            with self._store_object(storage_id, meta, background) as path:
+                yield path, storage_id
+            return
         with self.storage.store_path(storage_id) as path:
             yield path, storage_id
             _write_metadata(path, meta)
         self._report(storage_id, meta)
 
     @contextlib.contextmanager
+    def _store_object(
+        self, storage_id: str, meta: dict[str, Any], background: bool
+    ) -> Iterator[Path]:
+        storage = self.storage
+        assert isinstance(storage, ObjectStorageManager)
+        staging = Path(tempfile.mkdtemp(prefix=f"dauntless-{storage_id}-", dir=storage.staging_dir))
+        try:
+            try:
+                yield staging
+                _write_metadata(staging, meta)
+            except (OSError, RuntimeError) as exc:
+                full = full_disk_error(exc, staging)
+                if full is None:
+                    raise
+                raise full from exc
+            self._report(storage_id, meta, directory_resources(staging), state="UPLOADING")
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if not background:
+            try:
+                self._upload(storage, staging, storage_id, meta)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return
+
+        def run() -> None:
+            try:
+                self._upload(storage, staging, storage_id, meta)
+            except BaseException as exc:
+                self._upload_error = exc
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+
+        self._upload_thread = threading.Thread(
+            target=run, name=f"checkpoint-upload-{storage_id[:8]}", daemon=True
+        )
+        self._upload_thread.start()
+
+    def _upload(
+        self, storage: ObjectStorageManager, src: Path, storage_id: str, meta: dict[str, Any]
+    ) -> None:
+        resources = storage.upload_checkpoint(src, storage_id)
+        self._report(storage_id, meta, resources)
+        logger.info("checkpoint %s uploaded to %s", storage_id, storage.url(storage_id))
+
+    def wait_for_uploads(self) -> None:
+        """Wait until the background upload in flight (if any) is in the store and
+        reported.
+
+        Raises:
+            StoreError, OSError: the error that ended that upload (the checkpoint was not
+                reported as completed; its objects are removed).
+        """
+        thread, self._upload_thread = self._upload_thread, None
+        if thread is not None:
+            thread.join()
+        error, self._upload_error = self._upload_error, None
+        if error is not None:
+            raise error
+
+    @property
+    def upload_in_flight(self) -> bool:
+        """Whether a background upload is still running."""
+        return self._upload_thread is not None and self._upload_thread.is_alive()
+
+    @contextlib.contextmanager
     def _store_sharded(self, meta: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+        if isinstance(self.storage, ObjectStorageManager):
+            with self._store_sharded_object(meta) as out:
+                yield out
+            return
         if not isinstance(self.storage, FileSystemStorageManager):
             raise ValueError(
-                "a sharded checkpoint over several processes needs a file-system storage "
-                f"(shared_fs or directory), got {type(self.storage).__name__}"
+                "a sharded checkpoint over several processes needs a file-system or object "
+                f"storage, got {type(self.storage).__name__}"
             )
         if not self._dist.is_chief:
             path, storage_id = self._dist.broadcast(None)
@@ -154,15 +262,71 @@ class CheckpointContext:
             _write_metadata(path, merged)
         self._report(storage_id, merged)
 
-    def _report(self, storage_id: str, meta: dict[str, Any]) -> None:
+    @contextlib.contextmanager
+    def _store_sharded_object(self, meta: dict[str, Any]) -> Iterator[tuple[Path, str]]:
+        """Every rank writes its part into a staging directory of its own and uploads it;
+        the chief then uploads the merged ``metadata.json`` last and reports."""
+        storage = self.storage
+        assert isinstance(storage, ObjectStorageManager)
+        if self._dist.is_chief:
+            storage_id = str(uuidlib.uuid4())
+            self._report(storage_id, meta, {}, state="UPLOADING")
+            self._dist.broadcast(storage_id)
+        else:
+            storage_id = str(self._dist.broadcast(None))
+        staging = Path(tempfile.mkdtemp(prefix=f"dauntless-{storage_id}-", dir=storage.staging_dir))
+        failed: BaseException | None = None
+        files: dict[str, int] = {}
+        try:
+            try:
+                yield staging, storage_id
+                (staging / METADATA_FILE).unlink(missing_ok=True)
+                files = storage.upload_prefix(staging, storage_id)
+            except (OSError, RuntimeError) as exc:
+                failed = full_disk_error(exc, staging) or exc
+            except BaseException as exc:
+                failed = exc
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            parts = self._dist.gather((failed is not None, meta, files))
+        if failed is not None:
+            if self._dist.is_chief:
+                with contextlib.suppress(Exception):
+                    storage.delete(storage_id)
+            raise failed
+        if not self._dist.is_chief:
+            return
+        assert parts is not None
+        if any(bad for bad, _, _ in parts):
+            with contextlib.suppress(Exception):
+                storage.delete(storage_id)
+            raise RuntimeError(f"another process failed to write its part of {storage_id}")
+        merged: dict[str, Any] = {}
+        resources: dict[str, int] = {}
+        for _, part, part_files in reversed(parts):
+            merged.update(part)
+            resources.update(part_files)
+        with _temp_dir(f"dauntless-{storage_id}-meta-") as tmp:
+            _write_metadata(tmp, merged)
+            resources.update(storage.upload_checkpoint(tmp, storage_id))
+        self._report(storage_id, merged, dict(sorted(resources.items())))
+
+    def _report(
+        self,
+        storage_id: str,
+        meta: dict[str, Any],
+        resources: dict[str, int] | None = None,
+        state: str = "COMPLETED",
+    ) -> None:
         self._backend.report_checkpoint(
             CheckpointReport(
                 uuid=storage_id,
                 trial_id=self.trial_id,
                 allocation_id=self.allocation_id,
                 steps_completed=meta["steps_completed"],
-                resources=self.storage.resources(storage_id),
+                resources=self.storage.resources(storage_id) if resources is None else resources,
                 metadata=meta,
+                state=state,
             )
         )
 

@@ -74,8 +74,11 @@ class ClusterInfo:
         cluster_id: the cluster's id (``DET_CLUSTER_ID``; empty when not given).
         agent_id: the agent running the task (``DET_AGENT_ID``; empty when not given).
         session_token: the task's API token (``DET_SESSION_TOKEN``; empty when none).
-        container_rank: this container's index among the task's containers (0).
-        container_addrs: the addresses of the task's containers (empty: one machine).
+        container_rank: this node's index among the allocation's nodes (agents), 0 being
+            the chief (``DET_CONTAINER_RANK``, else ``DET_PART_INDEX``).
+        container_addrs: the address of every node of the allocation, in rank order
+            (``DET_CONTAINER_ADDRS``; for a one-node allocation without it, the agent's
+            ``DET_ADVERTISE_ADDR``, else ``127.0.0.1``).
         gpu_uuids: the GPUs given to the task (empty on CPU slots).
     """
 
@@ -128,8 +131,10 @@ class ClusterInfo:
             cluster_id=env.get("DET_CLUSTER_ID", "").strip(),
             agent_id=env.get("DET_AGENT_ID", "").strip(),
             session_token=env.get("DET_SESSION_TOKEN", "").strip(),
-            container_rank=_int_var(env, "DET_CONTAINER_RANK", default=0),
-            container_addrs=_list_var(env, "DET_CONTAINER_ADDRS"),
+            container_rank=_int_var(
+                env, "DET_CONTAINER_RANK", default=_int_var(env, "DET_PART_INDEX", default=0)
+            ),
+            container_addrs=_container_addrs(env),
             gpu_uuids=_list_var(env, "DET_GPU_UUIDS"),
         )
 
@@ -139,6 +144,15 @@ def _required(env: Mapping[str, str], name: str) -> str:
     if not value:
         raise ValueError(f"environment variable {name} is required on a cluster task")
     return value
+
+
+def _container_addrs(env: Mapping[str, str]) -> tuple[str, ...]:
+    addrs = _list_var(env, "DET_CONTAINER_ADDRS")
+    if addrs:
+        return addrs
+    if _int_var(env, "DET_NUM_PARTS", default=1) <= 1:
+        return (env.get("DET_ADVERTISE_ADDR", "").strip() or "127.0.0.1",)
+    return ()
 
 
 def _list_var(env: Mapping[str, str], name: str) -> tuple[str, ...]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import types
+from typing import Any
 
 import dauntless
-from dauntless.config import parse_experiment_config
 from dauntless.storage import StorageManager, build_storage
 
 from ._backend import Backend, MasterBackend
@@ -19,6 +19,36 @@ from ._session import Session
 from ._train import EarlyExitReason, TrainContext
 
 logger = logging.getLogger("dauntless.core")
+
+TRIAL_MASTER_ATTEMPTS = 30
+"""Attempts per request of a trial on a cluster. With the session's backoff (full jitter,
+caps doubling from 0.5 s to 20 s) 30 attempts wait about 250 s in all (rarely under
+150 s): a trial keeps training through a master restart or outage of that length, its
+reports held and retried, instead of failing and spending one of its restarts."""
+
+
+def _own_length(config: dict[str, Any]) -> int | None | bool:
+    """For :class:`SearcherContext`: ``False`` when the master hands out searcher
+    operations (≤0.37: ``searcher.max_length`` drives the search); else the one
+    operation's length in batches from a deprecated ``max_length`` (0.38's shim), or None
+    when the config has no length at all."""
+    from dauntless.config import parse_experiment_config, searcher_length
+
+    try:
+        cfg = parse_experiment_config(config)
+    except ValueError:
+        return False  # not a full config (tests build partial ones): ask the master
+    if searcher_length(cfg) is not None:
+        return False
+    length = getattr(cfg.searcher, "max_length", None)
+    if length is None:
+        return None
+    gbs = cfg.hyperparameters.get("global_batch_size")
+    value = getattr(gbs, "val", None)
+    try:
+        return length.to_batches(value, cfg.records_per_epoch)
+    except (TypeError, ValueError):
+        return length.value
 
 
 class Context:
@@ -75,14 +105,26 @@ class Context:
         self.backend = backend
         self.distributed = distributed or DistributedContext()
         self.train = TrainContext(
-            backend, trial.trial_id, trial.trial_run_id, experiment_id=trial.experiment_id
+            backend,
+            trial.trial_id,
+            trial.trial_run_id,
+            experiment_id=trial.experiment_id,
+            storage=storage,
+            rank=self.distributed.rank,
         )
         self.checkpoint = CheckpointContext(
             storage, backend, trial.trial_id, allocation_id, self.distributed
         )
+        if trial.config.get("debug") is True:
+            # The experiment's ``debug: true``: Dauntless's own loggers in the task log
+            # at DEBUG level (Determined: debug logs for the trial).
+            logging.getLogger("dauntless").setLevel(logging.DEBUG)
         self.searcher = SearcherContext(
-            backend, trial.trial_id, poll_interval=searcher_poll_interval,
+            backend,
+            trial.trial_id,
+            poll_interval=searcher_poll_interval,
             distributed=self.distributed,
+            own_length=_own_length(trial.config),
         )
         self.preempt = PreemptContext(
             backend,
@@ -108,6 +150,12 @@ class Context:
                 self.train.report_early_exit(EarlyExitReason.INVALID_HP)
             self.close()
             raise SystemExit(0) from value
+        if value is not None:
+            try:
+                self.close()
+            except Exception as exc:  # do not mask the error that ended the block
+                logger.error("closing the context after an error: %s", exc)
+            return
         self.close()
 
     def start_background(self) -> None:
@@ -124,13 +172,30 @@ class Context:
             self.backend.start_background()
 
     def close(self) -> None:
-        """Stop the preemption watcher and release the backend's resources."""
+        """Wait for a background checkpoint upload in flight, stop the preemption
+        watcher and release the backend's resources.
+
+        Raises:
+            StoreError, OSError: the error of a background checkpoint upload (raised
+                after everything is released).
+        """
         if self._closed:
             return
         self._closed = True
+        error: BaseException | None = None
+        try:
+            self.checkpoint.wait_for_uploads()
+        except Exception as exc:
+            error = exc
         self.preempt.stop()
         self.backend.close()  # also ends the watcher's long poll in flight
         self.preempt.close()
+        if getattr(self.distributed, "_started_group", False):
+            # A process group the context started itself (a hand-built or launcher
+            # context): end it here, as gloo aborts a process that exits with it alive.
+            self.distributed.close()
+        if error is not None:
+            raise error
 
     @classmethod
     def from_cluster_info(
@@ -161,6 +226,8 @@ class Context:
         if info.trial is None:
             raise ValueError(f"task type {info.task_type} is not a trial: no trial info")
         if storage is None:
+            from dauntless.config import parse_experiment_config
+
             config = parse_experiment_config(info.trial.config)
             if config.checkpoint_storage is None:
                 raise ValueError(
@@ -168,7 +235,9 @@ class Context:
                     "in, so DET_EXPERIMENT_CONFIG should hold the resolved config"
                 )
             storage = build_storage(config.checkpoint_storage)
-        backend = MasterBackend(session or Session(info.master_url))
+        backend = MasterBackend(
+            session or Session(info.master_url, max_attempts=TRIAL_MASTER_ATTEMPTS)
+        )
         return cls(
             info.trial,
             backend=backend,

@@ -2,12 +2,14 @@
 
 Collectives between processes go through ``torch.distributed`` object collectives
 (``all_gather_object``, ``gather_object``, ``broadcast_object_list``), the way
-ARCHITECTURE.md asks ("torch.distributed, nothing home-made"). With one process they
-are answered locally and torch is not imported.
+ARCHITECTURE.md asks ("torch.distributed, nothing home-made"); a context built by hand
+(no process group yet) starts one itself at ``chief_ip``. With one process they are
+answered locally and torch is not imported.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any
 
@@ -28,9 +30,17 @@ class DistributedContext:
         local_size: processes on this machine.
         cross_rank: this machine's index among machines, < cross_size.
         cross_size: number of machines.
-        chief_ip, pub_port, pull_port, port_offset, force_tcp: accepted for
-            compatibility with Determined's signature; collectives use the
-            ``torch.distributed`` process group instead of sockets of their own.
+        chief_ip: the chief's address (Determined's ``ClusterInfo.container_addrs[0]``).
+            When several processes have no ``torch.distributed`` process group yet (a
+            context built by hand, as Determined's Core API tutorials do), the first
+            collective starts the default process group (gloo) with its TCP rendezvous
+            at ``chief_ip:pub_port+port_offset``; default ``DET_CHIEF_IP``, else
+            ``MASTER_ADDR``, else ``127.0.0.1`` on one machine.
+        pub_port: the rendezvous port before the offset (Determined's default 12360).
+        pull_port, force_tcp: accepted for compatibility with Determined's signature
+            (its ZMQ sockets); unused.
+        port_offset: added to ``pub_port``; default ``DET_UNIQUE_PORT_OFFSET`` (the
+            master gives each allocation on an agent its own), else 0.
 
     Raises:
         ValueError: if a rank is out of range or a size < 1.
@@ -48,7 +58,7 @@ class DistributedContext:
         chief_ip: str | None = None,
         pub_port: int = 12360,
         pull_port: int = 12376,
-        port_offset: int = 0,
+        port_offset: int | None = None,
         force_tcp: bool = False,
     ) -> None:
         for r, s, rn, sn in (
@@ -69,46 +79,66 @@ class DistributedContext:
         self.chief_ip = chief_ip
         self.pub_port = pub_port
         self.pull_port = pull_port
+        if port_offset is None:
+            raw = os.environ.get("DET_UNIQUE_PORT_OFFSET", "").strip()
+            port_offset = int(raw) if raw.isdigit() else 0
         self.port_offset = port_offset
         self.force_tcp = force_tcp
         self._local_group: tuple[Any, list[int]] | None = None
+        self._started_group = False
+        self._launcher_port: int | None = None
 
     def __repr__(self) -> str:
         return f"DistributedContext(rank={self.rank}, size={self.size})"
 
     @classmethod
     def from_torch_distributed(cls) -> DistributedContext:
-        """The layout of an initialized ``torch.distributed`` process group.
+        """The layout of a process started by a torch.distributed launcher.
 
-        Rank and size come from the process group; the local and cross numbers from the
-        torchrun environment (``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``),
-        defaulting to one machine.
+        Rank and size come from the initialized process group when there is one, else
+        from the launcher's environment (``RANK``, ``WORLD_SIZE``, as torchrun and
+        :mod:`dauntless.launch.torch_distributed` set them); the local and cross
+        numbers from ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``, defaulting
+        to one machine. Without a process group, the first collective starts one
+        (gloo) at ``MASTER_ADDR:MASTER_PORT``, as Determined's context works without
+        the user initializing torch.distributed.
 
         Raises:
-            RuntimeError: if no default process group is initialized.
+            RuntimeError: if there is neither a process group nor ``RANK``/``WORLD_SIZE``.
             ValueError: if the environment gives inconsistent numbers.
         """
         import torch.distributed as dist
 
-        if not dist.is_available() or not dist.is_initialized():
+        port: int | None = None
+        if dist.is_available() and dist.is_initialized():
+            size = dist.get_world_size()
+            rank = dist.get_rank()
+        elif "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            size = int(os.environ["WORLD_SIZE"])
+            rank = int(os.environ["RANK"])
+            if os.environ.get("MASTER_PORT", "").isdigit():
+                port = int(os.environ["MASTER_PORT"])
+        else:
             raise RuntimeError(
-                "torch.distributed is not initialized: call "
-                "torch.distributed.init_process_group() first (torchrun sets the env)"
+                "torch.distributed is not initialized and RANK/WORLD_SIZE are not set: start "
+                "the script through a launcher (python3 -m dauntless.launch.torch_distributed"
+                " or torchrun)"
             )
-        size = dist.get_world_size()
-        rank = dist.get_rank()
         local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
         local_rank = int(os.environ.get("LOCAL_RANK", rank % local_size))
         cross_size = max(size // local_size, 1)
         cross_rank = int(os.environ.get("GROUP_RANK", rank // local_size))
-        return cls(
+        ctx = cls(
             rank=rank,
             size=size,
             local_rank=local_rank,
             local_size=local_size,
             cross_rank=cross_rank,
             cross_size=cross_size,
+            chief_ip=os.environ.get("MASTER_ADDR") or os.environ.get("DET_CHIEF_IP"),
         )
+        ctx._launcher_port = port
+        return ctx
 
     # ------------------------------------------------------------------ getters
 
@@ -155,17 +185,42 @@ class DistributedContext:
     def _dist(self) -> Any:
         import torch.distributed as dist
 
-        if not dist.is_available() or not dist.is_initialized():
+        if not dist.is_available():
             raise RuntimeError(
-                f"a collective over {self.size} processes needs an initialized "
-                "torch.distributed process group (torch.distributed.init_process_group)"
+                f"a collective over {self.size} processes needs torch.distributed, "
+                "which this torch build lacks"
             )
+        if not dist.is_initialized():
+            self._start_process_group(dist)
         if dist.get_world_size() != self.size:
             raise RuntimeError(
                 f"this DistributedContext has size {self.size} but the torch.distributed "
                 f"process group has {dist.get_world_size()} processes"
             )
         return dist
+
+    def _start_process_group(self, dist: Any) -> None:
+        """Start the default process group (gloo) for a hand-built context."""
+        import datetime
+
+        host = self.chief_ip or os.environ.get("DET_CHIEF_IP") or os.environ.get("MASTER_ADDR")
+        if not host:
+            if self.cross_size > 1:
+                raise RuntimeError(
+                    "a DistributedContext over several machines needs chief_ip (e.g. "
+                    "ClusterInfo.container_addrs[0]) to reach the chief"
+                )
+            host = "127.0.0.1"
+        port = self._launcher_port or self.pub_port + self.port_offset
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{host}:{port}",
+            rank=self.rank,
+            world_size=self.size,
+            timeout=datetime.timedelta(hours=1),
+        )
+        self._started_group = True
+        atexit.register(self.close)  # a context left open: still end the group cleanly
 
     def allgather(self, stuff: Any) -> list[Any]:
         """Every process's ``stuff``, in rank order, on every process.
@@ -258,3 +313,9 @@ class DistributedContext:
             if dist.is_initialized():
                 dist.destroy_process_group(self._local_group[0])
             self._local_group = None
+        if self._started_group:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self._started_group = False

@@ -8,9 +8,6 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
-from dauntless.config import CheckpointStorageConfig, parse_experiment_config
 from dauntless.storage import DirectoryStorageManager, StorageManager, build_storage
 
 from ._backend import LocalBackend
@@ -36,7 +33,8 @@ def storage_from(checkpoint_storage: Any) -> StorageManager:
 
     Args:
         checkpoint_storage: a :class:`~dauntless.storage.StorageManager`; a directory
-            path (str or path-like, made absolute); a ``checkpoint_storage`` config
+            path (str or path-like, made absolute; ``file:///p`` too); ``s3://bucket/prefix``
+            or ``gs://bucket/prefix`` (default credentials); a ``checkpoint_storage`` config
             mapping (``{"type": "shared_fs", "host_path": ...}``; a relative
             ``directory`` path is taken from the working directory); or None for
             :data:`DEFAULT_LOCAL_CHECKPOINT_DIR`.
@@ -52,6 +50,14 @@ def storage_from(checkpoint_storage: Any) -> StorageManager:
         return DirectoryStorageManager(DEFAULT_LOCAL_CHECKPOINT_DIR)
     if isinstance(checkpoint_storage, StorageManager):
         return checkpoint_storage
+    if isinstance(checkpoint_storage, str) and checkpoint_storage.startswith(("s3://", "gs://")):
+        scheme, rest = checkpoint_storage.split("://", 1)
+        bucket, _, prefix = rest.partition("/")
+        return storage_from(
+            {"type": "s3" if scheme == "s3" else "gcs", "bucket": bucket, "prefix": prefix or None}
+        )
+    if isinstance(checkpoint_storage, str) and checkpoint_storage.startswith("file://"):
+        checkpoint_storage = checkpoint_storage[len("file://") :]
     if isinstance(checkpoint_storage, (str, os.PathLike)):
         return DirectoryStorageManager(os.path.abspath(os.fspath(checkpoint_storage)))
     if isinstance(checkpoint_storage, Mapping):
@@ -59,10 +65,16 @@ def storage_from(checkpoint_storage: Any) -> StorageManager:
         path = raw.get("container_path")
         if raw.get("type") == "directory" and isinstance(path, str) and path:
             raw["container_path"] = os.path.abspath(path)  # relative to the working dir
+        from pydantic import TypeAdapter, ValidationError
+
+        from dauntless.config import CheckpointStorageConfig
+
         try:
             config = TypeAdapter(CheckpointStorageConfig).validate_python(raw)
         except ValidationError as exc:
-            raise ValueError(f"invalid checkpoint_storage {dict(checkpoint_storage)}: {exc}") from None
+            raise ValueError(
+                f"invalid checkpoint_storage {dict(checkpoint_storage)}: {exc}"
+            ) from None
         return build_storage(config)
     raise TypeError(
         "checkpoint_storage must be a StorageManager, a directory path or a "
@@ -110,6 +122,8 @@ def init(
     info = ClusterInfo.from_env()
     if info is None or info.task_type != TASK_TYPE_TRIAL or info.trial is None:
         return _local_context(distributed, checkpoint_storage, preempt_mode)
+    from dauntless.config import parse_experiment_config
+
     config = parse_experiment_config(info.trial.config)
     slots = config.resources.slots_per_trial
     if distributed is None and slots > 1:

@@ -5,8 +5,8 @@ Two requests of a trial run beside its training: the background reports (docs/pr
 /allocations/{id}/signals/preemption?timeout_seconds=N``). ``http.client`` spends about a
 third of the client-side CPU time httpx does on a metrics report (measured: 0.4 ms
 against 1.1 ms), and its socket can be shut down from another thread, which ends a long
-poll at once when the trial closes. Retries follow the :class:`~dauntless.core.Session`
-it is made from.
+poll at once when the trial closes. Retries follow the policy of the
+:class:`~dauntless.core.Session` it is made from (:class:`dauntless._http.RetryPolicy`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 
 import orjson
 
-from dauntless._tls import CERT_FILE_ENV, describe_cert_error, is_cert_verify_error
+from dauntless._http import APIError, MasterUnreachableError
 
-from ._session import RETRY_STATUSES, APIError, MasterUnreachableError, Session
+from ._session import Session, _unreachable
 
 
 class LiteClient:
@@ -99,11 +99,12 @@ class LiteClient:
         if self._conn is None:
             if self._https:  # verified as the session verifies (DET_MASTER_CERT_FILE)
                 self._conn = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=self.timeout,
-                    context=self.session.ssl_context())
+                    self._host, self._port, timeout=self.timeout, context=self.session.ssl_context()
+                )
             else:
-                self._conn = http.client.HTTPConnection(self._host, self._port,
-                                                        timeout=self.timeout)
+                self._conn = http.client.HTTPConnection(
+                    self._host, self._port, timeout=self.timeout
+                )
         return self._conn
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -136,36 +137,46 @@ class LiteClient:
         headers = {"Accept": "application/json", **self.session.auth_headers}
         if payload is not None:
             headers["Content-Type"] = "application/json"
-        attempts = self.session.max_attempts
-        for attempt in range(1, attempts + 1):
+
+        def send() -> tuple[int, str, bytes]:
             if self._aborted:
-                raise MasterUnreachableError(f"{method} {path}: the client was closed")
-            last = attempt == attempts
+                raise _Aborted()
             try:
                 conn = self._connection()
                 conn.request(method, self._prefix + path, body=payload, headers=headers)
                 resp = conn.getresponse()
-                data = resp.read()
-            except (OSError, http.client.HTTPException) as exc:
+                return resp.status, resp.reason, resp.read()
+            except (OSError, http.client.HTTPException):
                 self.close()
-                if is_cert_verify_error(exc):  # not transient: do not retry
-                    raise MasterUnreachableError(
-                        f"{method} {path}: "
-                        + describe_cert_error(self.session.master_url, exc,
-                                              f"the agent's --master-cert-file ({CERT_FILE_ENV})")
-                    ) from exc
-                if last or self._aborted:
-                    raise MasterUnreachableError(
-                        f"{method} {path}: master {self.session.master_url} unreachable "
-                        f"after {attempt} attempts: {exc!r}"
-                    ) from exc
-            else:
-                if resp.status < 400:
-                    return _decode(method, path, resp.status, data)
-                if resp.status not in RETRY_STATUSES or last:
-                    raise APIError(method, path, resp.status, _detail(data, resp.reason))
-            self.session._sleep(self.session.backoff(attempt))
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                raise
+
+        try:
+            status, reason, data = self.session.policy.call(
+                send,
+                retry_error=lambda exc: (
+                    isinstance(exc, (OSError, http.client.HTTPException))
+                    and self.session.policy.retryable_error(method, exc, sent=True)
+                ),
+                retry_result=lambda answer: self.session.policy.retryable_status(method, answer[0]),
+                stopped=lambda: self._aborted,
+            )
+        except _Aborted:
+            raise MasterUnreachableError(
+                self.session.master_url,
+                "the client was closed",
+                message=f"{method} {path}: the client was closed",
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise _unreachable(
+                self.session.master_url, method, path, self.session.max_attempts, exc
+            ) from exc
+        if status >= 400:
+            raise APIError(status, _detail(data, reason), method=method, path=path)
+        return _decode(method, path, status, data)
+
+
+class _Aborted(Exception):
+    """The client was aborted before an attempt (not retried)."""
 
 
 def _dropped(sock: socket.socket) -> bool:
@@ -216,7 +227,9 @@ def _decode(method: str, path: str, status: int, data: bytes) -> Any:
     try:
         return json.loads(data)
     except ValueError:
-        raise APIError(method, path, status, f"the answer is not JSON: {data[:200]!r}") from None
+        raise APIError(
+            status, f"the answer is not JSON: {data[:200]!r}", method=method, path=path
+        ) from None
 
 
 def _detail(data: bytes, reason: str) -> str:

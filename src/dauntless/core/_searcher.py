@@ -26,7 +26,7 @@ class SearcherMode(enum.Enum):
 
 
 class SearcherOperation:
-    """"Train until ``total_batches == length``, validate, and report the searcher metric."
+    """ "Train until ``total_batches == length``, validate, and report the searcher metric."
 
     Attributes:
         length: the absolute target, in batches.
@@ -54,8 +54,10 @@ class SearcherOperation:
         """
         if not self._is_chief:
             raise RuntimeError("report_progress() is chief-only")
-        if isinstance(length, bool) or not isinstance(length, (int, float)) or not (
-            math.isfinite(length) and length >= 0
+        if (
+            isinstance(length, bool)
+            or not isinstance(length, (int, float))
+            or not (math.isfinite(length) and length >= 0)
         ):
             raise ValueError(f"length must be a finite number >= 0 (batches), got {length!r}")
         self._context._progress(min(1.0, length / self.length) if self.length else 1.0)
@@ -91,6 +93,11 @@ class SearcherContext:
         poll_interval: seconds between asks while the searcher has no operation ready.
         sleep: the function used to wait (seconds).
         distributed: the process layout; one process when None.
+        own_length: ``False`` (default): the master hands out the operations (≤0.37
+            configs with ``searcher.max_length``). Otherwise the trial's code decides its
+            length (Determined 0.38) and :meth:`operations` is 0.38's deprecated shim:
+            one operation of this many batches (from a deprecated ``max_length``), whose
+            completion the master does not need; None: no length configured at all.
     """
 
     def __init__(
@@ -101,6 +108,7 @@ class SearcherContext:
         poll_interval: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
         distributed: DistributedContext | None = None,
+        own_length: int | None | bool = False,
     ) -> None:
         if poll_interval < 0:
             raise ValueError(f"poll_interval must be >= 0 seconds, got {poll_interval}")
@@ -110,6 +118,7 @@ class SearcherContext:
         self._sleep = sleep
         self._dist = distributed or DistributedContext()
         self._last_completed: int | None = None
+        self._own_length = own_length
 
     def poll(self) -> SearcherAnswer:
         """Ask once: the current operation's length (or None) and whether closed."""
@@ -141,16 +150,25 @@ class SearcherContext:
         Yields:
             :class:`SearcherOperation` objects.
 
+        When the experiment config has no searcher-driven length (Determined 0.38: no
+        ``searcher.max_length``, or ASHA with ``max_time``), this is 0.38's deprecated
+        shim: one operation of the configured ``max_length``, or a RuntimeError when
+        none is configured.
+
         Raises:
             TypeError: if ``searcher_mode`` is not a :class:`SearcherMode`.
             RuntimeError: if an operation was not completed before the next iteration,
-                or a non-chief rank iterates in ``ChiefOnly`` mode.
+                a non-chief rank iterates in ``ChiefOnly`` mode, or (0.38) the config
+                sets no training length.
         """
         if not isinstance(searcher_mode, SearcherMode):
             raise TypeError(f"searcher_mode must be a SearcherMode, got {searcher_mode!r}")
         chief = self._dist.is_chief
         if searcher_mode is SearcherMode.ChiefOnly and not chief:
             raise RuntimeError("operations() is chief-only in SearcherMode.ChiefOnly")
+        if self._own_length is not False:
+            yield from self._shim_operations(chief)
+            return
         shared = searcher_mode is SearcherMode.WorkersAskChief and self._dist.size > 1
         while True:
             length = self._next_length(should_stop) if chief else None
@@ -168,6 +186,23 @@ class SearcherContext:
             if not chief:
                 self._last_completed = length
 
+    def _shim_operations(self, chief: bool) -> Iterator[SearcherOperation]:
+        length = self._own_length
+        if length is None:
+            raise RuntimeError(
+                "core.searcher.operations() has no operation to give: the experiment config "
+                "sets no searcher.max_length (deprecated since Determined 0.38). Decide the "
+                "training length in your own code (loop for as many batches as you want, "
+                "then exit), or set searcher.max_length in the experiment config"
+            )
+        op = SearcherOperation(self, int(length), is_chief=chief)
+        yield op
+        if chief and not op.completed:
+            raise RuntimeError(
+                f"searcher operation of length {op.length} was not completed: call "
+                "op.report_completed(metric)"
+            )
+
     def _next_length(self, should_stop: Callable[[], bool] | None) -> int | None:
         """The next operation's length; None when the trial is closed or must stop."""
         while True:
@@ -184,5 +219,9 @@ class SearcherContext:
         self._backend.report_progress(self.trial_id, progress)
 
     def _complete(self, length: int, metric: float) -> None:
+        if self._own_length is not False:
+            logger.info("searcher operation of %d batches completed (metric %s)", length, metric)
+            self._last_completed = length
+            return
         self._backend.complete_operation(self.trial_id, length, metric)
         self._last_completed = length

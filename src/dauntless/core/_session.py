@@ -11,54 +11,26 @@ from typing import Any
 import httpx
 
 from dauntless._auth import session_token_headers
+from dauntless._http import APIError, MasterUnreachableError, RetryPolicy
 from dauntless._tls import (
     CERT_FILE_ENV,
     cert_file_from_env,
+    default_ssl_context,
     describe_cert_error,
     is_cert_verify_error,
     make_verify,
 )
 
-RETRY_STATUSES = frozenset({500, 502, 503, 504})
-
-
-class APIError(Exception):
-    """The master answered a request with an error status.
-
-    Attributes:
-        status_code: the HTTP status (4xx, or a 5xx that outlived the retries).
-        detail: the ``detail`` of the master's error body, or the raw text.
-        method, path: the request that failed.
-    """
-
-    def __init__(self, method: str, path: str, status_code: int, detail: str) -> None:
-        super().__init__(f"{method} {path} answered {status_code}: {detail}")
-        self.method = method
-        self.path = path
-        self.status_code = status_code
-        self.detail = detail
-
-
-class MasterUnreachableError(ConnectionError):
-    """The master could not be reached (connection refused, reset or timed out) after
-    every retry."""
-
 
 class Session:
-    """JSON requests to the master's REST API, retried with exponential backoff.
+    """JSON requests to the master's REST API, retried by the clients' one policy.
 
-    Connection errors, timeouts and 5xx answers are retried up to ``max_attempts`` times
-    in all, sleeping a "full jitter" exponential backoff between attempts: before retry
-    ``k`` (1-based) it sleeps ``uniform(0, min(backoff_max, backoff_initial * 2**(k-1)))``
-    seconds (M. Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015).
-    4xx answers are not retried.
-
-    The loop is written here rather than taken from a retry library because the project
-    depends on none (httpx's own transport ``retries`` covers only failed connects, not
-    read errors or 5xx answers), and because the policy needs to see both exceptions and
-    answers. Every harness route of docs/protocol.md is safe to repeat (metrics are
-    idempotent on ``(trial, group, steps_completed)``, the others set state), so POSTs are
-    retried too.
+    Connection errors, timeouts and the answers of :data:`~dauntless._http.RETRY_STATUSES`
+    are retried up to ``max_attempts`` times in all, with the exponential backoff of
+    :class:`~dauntless._http.RetryPolicy` (delay caps ``backoff_initial * 2**(k-1)``,
+    at most ``backoff_max``). Other 4xx answers are not retried. Every harness route of
+    docs/protocol.md is safe to repeat (metrics are idempotent on ``(trial, group,
+    steps_completed)``, the others set state), so POSTs are retried too.
 
     Args:
         master_url: base URL, e.g. ``http://127.0.0.1:8080``; paths are appended to it.
@@ -89,9 +61,7 @@ class Session:
         rng: random.Random | None = None,
     ) -> None:
         if not isinstance(master_url, str) or not master_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"master_url must be an http:// or https:// URL, got {master_url!r}"
-            )
+            raise ValueError(f"master_url must be an http:// or https:// URL, got {master_url!r}")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if not isinstance(max_attempts, int) or max_attempts < 1:
@@ -108,6 +78,15 @@ class Session:
         self.backoff_max = backoff_max
         self._sleep = sleep
         self._rng = rng or random.Random()
+        #: The retry policy of this session (and of the lite clients made from it).
+        self.policy = RetryPolicy(
+            attempts=max_attempts,
+            backoff=backoff_initial,
+            max_backoff=backoff_max,
+            repeatable=True,
+            sleep=sleep,
+            rng=self._rng,
+        )
         self._transport = transport
         # An HTTPS master's certificate is checked against DET_MASTER_CERT_FILE (the CA
         # bundle the agent hands its tasks), else the system's trust store.
@@ -116,8 +95,12 @@ class Session:
         self.auth_headers: dict[str, str] = session_token_headers()
         self._verify = make_verify(cert_file_from_env())
         self._client = httpx.Client(
-            base_url=self.master_url, timeout=timeout, transport=transport,
-            verify=self._verify, headers=self.auth_headers,
+            base_url=self.master_url,
+            timeout=timeout,
+            transport=transport,
+            # The defaults are built once per process (default_ssl_context).
+            verify=default_ssl_context() if self._verify is True else self._verify,
+            headers=self.auth_headers,
         )
 
     def clone(self, *, timeout: float | None = None, max_attempts: int | None = None) -> Session:
@@ -170,9 +153,8 @@ class Session:
         self._client.close()
 
     def backoff(self, retry: int) -> float:
-        """Seconds to sleep before retry number ``retry`` (1-based), with full jitter."""
-        cap = min(self.backoff_max, self.backoff_initial * 2 ** (retry - 1))
-        return self._rng.uniform(0, cap)
+        """Seconds to sleep before retry number ``retry`` (1-based); see the policy."""
+        return self.policy.delay(retry)
 
     def get(
         self, path: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
@@ -211,34 +193,43 @@ class Session:
                 answer whose body is not JSON.
             MasterUnreachableError: if the last attempt failed to connect or timed out.
         """
-        for attempt in range(1, self.max_attempts + 1):
-            last = attempt == self.max_attempts
-            try:
-                if timeout is None:
-                    resp = self._client.request(method, path, params=params, json=json)
-                else:
-                    resp = self._client.request(
-                        method, path, params=params, json=json, timeout=timeout
-                    )
-            except httpx.TransportError as exc:
-                if is_cert_verify_error(exc):  # not transient: do not retry
-                    raise MasterUnreachableError(
-                        f"{method} {path}: "
-                        + describe_cert_error(self.master_url, exc,
-                                              f"the agent's --master-cert-file ({CERT_FILE_ENV})")
-                    ) from exc
-                if last:
-                    raise MasterUnreachableError(
-                        f"{method} {path}: master {self.master_url} unreachable after "
-                        f"{self.max_attempts} attempts: {exc!r}"
-                    ) from exc
-            else:
-                if resp.status_code < 400:
-                    return _json_body(method, path, resp)
-                if resp.status_code not in RETRY_STATUSES or last:
-                    raise APIError(method, path, resp.status_code, _detail(resp))
-            self._sleep(self.backoff(attempt))
-        raise AssertionError("unreachable: the last attempt returns or raises")
+
+        def send() -> httpx.Response:
+            if timeout is None:
+                return self._client.request(method, path, params=params, json=json)
+            return self._client.request(method, path, params=params, json=json, timeout=timeout)
+
+        try:
+            resp = self.policy.call(
+                send,
+                retry_error=lambda exc: (
+                    isinstance(exc, httpx.TransportError)
+                    and self.policy.retryable_error(method, exc, sent=True)
+                ),
+                retry_result=lambda r: self.policy.retryable_status(method, r.status_code),
+            )
+        except httpx.TransportError as exc:
+            raise _unreachable(self.master_url, method, path, self.max_attempts, exc) from exc
+        if resp.status_code >= 400:
+            raise APIError(resp.status_code, _detail(resp), method=method, path=path)
+        return _json_body(method, path, resp)
+
+
+def _unreachable(
+    master_url: str, method: str, path: str, attempts: int, exc: BaseException
+) -> MasterUnreachableError:
+    """The error for a request that got no answer (``exc``, after ``attempts``)."""
+    if is_cert_verify_error(exc):
+        reason = describe_cert_error(
+            master_url, exc, f"the agent's --master-cert-file ({CERT_FILE_ENV})"
+        )
+        return MasterUnreachableError(master_url, reason, message=f"{method} {path}: {reason}")
+    return MasterUnreachableError(
+        master_url,
+        repr(exc),
+        message=f"{method} {path}: master {master_url} unreachable after {attempts} "
+        f"attempts: {exc!r}",
+    )
 
 
 def _json_body(method: str, path: str, resp: httpx.Response) -> Any:
@@ -248,7 +239,10 @@ def _json_body(method: str, path: str, resp: httpx.Response) -> Any:
         return resp.json()
     except ValueError:
         raise APIError(
-            method, path, resp.status_code, f"the answer is not JSON: {resp.text[:200]!r}"
+            resp.status_code,
+            f"the answer is not JSON: {resp.text[:200]!r}",
+            method=method,
+            path=path,
         ) from None
 
 

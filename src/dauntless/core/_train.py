@@ -6,7 +6,11 @@ import enum
 import logging
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ._backend import METRIC_GROUPS, Backend, MetricReport
@@ -84,15 +88,93 @@ class TrainContext:
         trial_run_id: the current run of the trial (counts from 1).
         experiment_id: the trial's experiment (for
             :meth:`get_experiment_best_validation`).
+        storage: the checkpoint storage TensorBoard files are uploaded to (None: no
+            upload, see :meth:`upload_tensorboard_files`).
+        rank: this process's rank (passed to the mangler of uploaded files).
     """
 
     def __init__(
-        self, backend: Backend, trial_id: int, trial_run_id: int = 1, experiment_id: int = 0
+        self,
+        backend: Backend,
+        trial_id: int,
+        trial_run_id: int = 1,
+        experiment_id: int = 0,
+        *,
+        storage: Any = None,
+        rank: int = 0,
     ) -> None:
         self._backend = backend
         self.trial_id = trial_id
         self.trial_run_id = trial_run_id
         self.experiment_id = experiment_id
+        self._storage = storage
+        self._rank = rank
+
+    # ------------------------------------------------------------------ TensorBoard
+
+    def _tensorboard_rel(self) -> Path:
+        return Path("experiment", str(self.experiment_id), "trial", str(self.trial_id))
+
+    def get_tensorboard_path(self) -> Path:
+        """A local directory (created) for this trial's TensorBoard event files; they
+        reach the cluster's TensorBoards through :meth:`upload_tensorboard_files`.
+
+        It is ``<temp dir>/dauntless-tensorboard-<uid>/experiment/<E>/trial/<T>/``.
+        """
+        path = Path(
+            tempfile.gettempdir(), f"dauntless-tensorboard-{os.getuid()}", self._tensorboard_rel()
+        )
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def upload_tensorboard_files(
+        self,
+        selector: Callable[[Path], bool] = lambda _p: True,
+        mangler: Callable[[Path, int], Path] = lambda p, _rank: p,
+    ) -> list[Path]:
+        """Copy files under :meth:`get_tensorboard_path` into the checkpoint storage's
+        ``tensorboard/experiment/<E>/trial/<T>/``, where ``det tensorboard start`` reads
+        them (Determined's Core API call). Files already uploaded with the same size and
+        modification time are skipped.
+
+        Args:
+            selector: gets each file's path relative to the TensorBoard directory;
+                True uploads it.
+            mangler: maps a relative path and this process's rank to the name it is
+                stored under (e.g. to keep ranks apart).
+
+        Returns:
+            The stored relative paths that were copied now.
+
+        Raises:
+            RuntimeError: the context has no file-system checkpoint storage (object
+                stores are not supported by this call yet), naming the storage.
+        """
+        from dauntless.storage import FileSystemStorageManager
+
+        if not isinstance(self._storage, FileSystemStorageManager):
+            raise RuntimeError(
+                "upload_tensorboard_files needs a file-system checkpoint storage (shared_fs "
+                f"or directory); this context has {type(self._storage).__name__}"
+            )
+        src = self.get_tensorboard_path()
+        dest_root = Path(self._storage.base_path, "tensorboard", self._tensorboard_rel())
+        copied = []
+        for path in sorted(p for p in src.rglob("*") if p.is_file()):
+            rel = path.relative_to(src)
+            if not selector(rel):
+                continue
+            target_rel = Path(mangler(rel, self._rank))
+            target = dest_root / target_rel
+            st = path.stat()
+            if target.exists():
+                tt = target.stat()
+                if tt.st_size == st.st_size and int(tt.st_mtime) == int(st.st_mtime):
+                    continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied.append(target_rel)
+        return copied
 
     def report_metrics(
         self,

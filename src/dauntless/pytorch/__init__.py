@@ -9,7 +9,8 @@ the class as the experiment's ``entrypoint`` (``module:Class``; the harness
 
 from . import samplers
 from ._callback import PyTorchCallback
-from ._checkpoint import load_trial_from_checkpoint_path
+from ._checkpoint import CheckpointLoadContext, load_trial_from_checkpoint_path
+from ._compat_helpers import data_length, to_device
 from ._context import PyTorchTrialContext
 from ._controller import RunResult
 from ._data import DataLoader
@@ -22,6 +23,7 @@ from ._trial import PyTorchTrial, TorchData
 
 __all__ = [
     "Batch",
+    "CheckpointLoadContext",
     "DataLoader",
     "Epoch",
     "FunctionReducer",
@@ -36,7 +38,9 @@ __all__ = [
     "TorchData",
     "TrainUnit",
     "Trainer",
+    "data_length",
     "init",
     "load_trial_from_checkpoint_path",
     "samplers",
+    "to_device",
 ]

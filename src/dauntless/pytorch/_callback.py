@@ -14,6 +14,8 @@ Order within one run::
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from typing import Any
 
 
@@ -127,3 +129,54 @@ class PyTorchCallback:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the state returned by :meth:`state_dict` (default: ignore it)."""
+
+
+def legacy_arities(callback: PyTorchCallback) -> dict[str, int]:
+    """Hooks a callback overrides with an older, shorter signature, and how many
+    arguments each takes.
+
+    Determined's earlier releases called some hooks with fewer arguments (for example
+    ``on_training_epoch_start(self)`` before ``epoch_idx`` was added). Such overrides
+    still run, given the leading arguments they accept, with a ``FutureWarning`` (once
+    per class and hook) asking for the current signature.
+
+    Args:
+        callback: the callback.
+
+    Returns:
+        ``{hook: number_of_positional_arguments}`` for each hook overridden with fewer
+        parameters than :class:`PyTorchCallback` declares; hooks that take ``*args`` or
+        the full signature are not listed.
+    """
+    out: dict[str, int] = {}
+    for name, base in vars(PyTorchCallback).items():
+        if not name.startswith("on_") or not callable(base):
+            continue
+        impl = getattr(type(callback), name, None)
+        if impl is None or impl is base:
+            continue
+        try:
+            params = list(inspect.signature(impl).parameters.values())[1:]
+            expected = len(inspect.signature(base).parameters) - 1
+        except (TypeError, ValueError):
+            continue
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            continue
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) < expected:
+            out[name] = len(positional)
+            key = (type(callback), name)
+            if key not in _WARNED:
+                _WARNED.add(key)
+                base_params = ", ".join(list(inspect.signature(base).parameters)[1:])
+                warnings.warn(
+                    f"{type(callback).__name__}.{name} takes {len(positional)} argument(s); "
+                    f"the signature {name}(self, {base_params}) is current and the old one "
+                    "is deprecated",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+    return out
+
+
+_WARNED: set[tuple[type, str]] = set()

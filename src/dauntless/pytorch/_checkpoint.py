@@ -9,6 +9,7 @@ Layout (docs/protocol.md "Checkpoint layout"; reference §3.10): ``state-dict.pt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -194,6 +195,30 @@ def _loadable_config(config: Any, hparams: dict[str, Any]) -> dict[str, Any]:
     return minimal
 
 
+class CheckpointLoadContext(PyTorchTrialContext):
+    """The context a trial gets when :func:`load_trial_from_checkpoint_path` rebuilds it
+    (Determined's ``pytorch.CheckpointLoadContext``): the checkpoint's hyperparameters
+    and experiment config, one process, no master; ``get_initial_batch()`` is the batch
+    count the checkpoint records (0 when it records none).
+
+    Args:
+        hparams: the checkpoint's hyperparameter values.
+        exp_conf: its experiment config (one that parses here, see
+            :func:`load_trial_from_checkpoint_path`).
+        batches_trained: batches trained at the checkpoint.
+    """
+
+    def __init__(
+        self, hparams: dict[str, Any], exp_conf: dict[str, Any], batches_trained: int = 0
+    ) -> None:
+        info = TrialInfo(
+            trial_id=0, experiment_id=0, trial_seed=0, hparams=hparams, config=exp_conf
+        )
+        super().__init__(info)
+        self._current_batch = batches_trained
+        self._initial_batch = batches_trained
+
+
 def load_trial_from_checkpoint_path(
     path: str | os.PathLike[str],
     trial_class: type[PyTorchTrial] | None = None,
@@ -202,53 +227,65 @@ def load_trial_from_checkpoint_path(
 ) -> PyTorchTrial:
     """Rebuild a trial from a checkpoint directory, with its models' weights loaded.
 
-    The trial is built with a :class:`PyTorchTrialContext` holding the checkpoint's
-    hyperparameters and experiment config (from ``load_data.json``), then each wrapped
-    model gets its saved weights. Optimizers and schedulers are not restored (use the
-    harness to resume training). Checkpoints written by Determined (``state_dict.pth``,
-    legacy keys, ``module.`` prefixes) load too.
+    Reads every layout Determined wrote from 0.13 on, and ours (see
+    :mod:`dauntless.pytorch._ckpt_facts`): the trial class from ``load_data.json``'s
+    ``trial_cls_spec``, else from ``metadata.json``'s ``experiment_config.entrypoint``;
+    the hyperparameters and config from the same files; the weights from
+    ``state-dict.pth`` / ``state_dict.pth`` (or older names; legacy keys and DDP
+    ``module.`` prefixes handled); the batch count from the state file,
+    ``trial_state.pkl``, ``workload_sequencer.pkl`` or ``metadata.json`` (pickles read
+    without running any code they name). The trial class is imported from the
+    checkpoint's ``code/`` with :func:`dauntless.import_from_path`, so checkpoints of
+    different code load side by side in one process, each with its own classes.
+    Optimizers and schedulers are not restored (resume training through the harness).
 
     Args:
         path: the checkpoint directory (e.g. from ``det checkpoint download``).
-        trial_class: the trial class; imported from the checkpoint's ``code/`` by the
-            ``trial_cls_spec`` of ``load_data.json`` when None.
+        trial_class: the trial class; imported from the checkpoint when None.
         trial_kwargs: extra keyword arguments for the trial's constructor.
         torch_load_kwargs: extra arguments for ``torch.load`` (default
             ``map_location`` is the context's device; see :func:`load_state`).
 
     Returns:
-        The trial, its models in ``context.models``.
+        The trial; its context is a :class:`CheckpointLoadContext` (models in
+        ``context.models``, ``context.get_initial_batch()`` the recorded batch count).
 
     Raises:
         FileNotFoundError: if ``path`` holds no state file.
-        ValueError: if no trial class is given and ``load_data.json`` names none, or the
+        ValueError: if no trial class is given and the checkpoint names none, or the
             checkpoint holds a different number of models than the trial wraps.
         TypeError: if ``trial_class`` is not a PyTorchTrial subclass.
     """
+    from dauntless._import_path import import_from_path
+
+    from ._ckpt_facts import read_checkpoint_facts
+
     root = Path(path)
     state_file = find_state_file(root)
-    load_data: dict[str, Any] = {}
-    if (root / LOAD_DATA_FILE).is_file():
-        load_data = json.loads((root / LOAD_DATA_FILE).read_text())
-    if trial_class is None:
-        spec = load_data.get("trial_cls_spec")
-        if not spec:
-            raise ValueError(
-                f"{root} has no {LOAD_DATA_FILE} naming the trial class: pass "
-                "trial_class=YourTrial"
+    facts = read_checkpoint_facts(root, load_data_file=LOAD_DATA_FILE)
+    code = root / CODE_DIR
+    with contextlib.ExitStack() as stack:
+        if trial_class is None:
+            if not facts.trial_cls_spec:
+                raise ValueError(
+                    f"{root} names no trial class (no {LOAD_DATA_FILE} trial_cls_spec, no "
+                    "module:Class entrypoint in metadata.json): pass trial_class=YourTrial"
+                )
+            if code.is_dir():
+                stack.enter_context(import_from_path(code))
+            trial_class = load_trial_class(
+                facts.trial_cls_spec, str(code) if code.is_dir() else None
             )
-        code = root / CODE_DIR
-        trial_class = load_trial_class(spec, str(code) if code.is_dir() else None)
-    if not isinstance(trial_class, type) or not issubclass(trial_class, PyTorchTrial):
-        raise TypeError(f"trial_class must be a PyTorchTrial subclass, got {trial_class!r}")
-    hparams = load_data.get("hparams")
-    hparams = dict(hparams) if isinstance(hparams, dict) else {}
-    config = _loadable_config(load_data.get("experiment_config"), hparams)
-    info = TrialInfo(trial_id=0, experiment_id=0, trial_seed=0, hparams=hparams, config=config)
-    context = PyTorchTrialContext(info)
-    trial = trial_class(context, **dict(trial_kwargs or {}))  # type: ignore[call-arg]
+        if not isinstance(trial_class, type) or not issubclass(trial_class, PyTorchTrial):
+            raise TypeError(f"trial_class must be a PyTorchTrial subclass, got {trial_class!r}")
+        hparams = dict(facts.hparams)
+        config = _loadable_config(facts.experiment_config, hparams)
+        context = CheckpointLoadContext(hparams, config)
+        trial = trial_class(context, **dict(trial_kwargs or {}))  # type: ignore[call-arg]
     kwargs = {"map_location": context.device, **dict(torch_load_kwargs or {})}
     state = load_state(state_file, **kwargs)
+    batches = read_checkpoint_facts(root, state, LOAD_DATA_FILE).batches_trained
+    context._current_batch = context._initial_batch = batches or 0
     saved = model_states(state)
     if len(saved) != len(context.models):
         raise ValueError(

@@ -28,9 +28,7 @@ logger = logging.getLogger("dauntless.pytorch")
 _TORCH_ZERO_GRAD = torch.optim.Optimizer.zero_grad
 # Whether a torch profiler is recording. A private torch function (no public one
 # exists); where a torch release lacks it, every call takes optimizer.zero_grad().
-_profiler_enabled: Callable[[], bool] = getattr(
-    torch.autograd, "_profiler_enabled", lambda: True
-)
+_profiler_enabled: Callable[[], bool] = getattr(torch.autograd, "_profiler_enabled", lambda: True)
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 
 
@@ -253,9 +251,15 @@ class PyTorchTrialContext(_TrialFacts):
                 "fp16_compression is a Horovod option; Dauntless reduces gradients with "
                 "torch.distributed: leave it None"
             )
-        freq = backward_passes_per_step if backward_passes_per_step > 1 else self._aggregation_frequency
-        average = self._average_aggregated if average_aggregated_gradients is None else bool(
-            average_aggregated_gradients
+        freq = (
+            backward_passes_per_step
+            if backward_passes_per_step > 1
+            else self._aggregation_frequency
+        )
+        average = (
+            self._average_aggregated
+            if average_aggregated_gradients is None
+            else bool(average_aggregated_gradients)
         )
         self._optimizer_settings[id(optimizer)] = (freq, average)
         if freq == 1:
@@ -396,9 +400,7 @@ class PyTorchTrialContext(_TrialFacts):
         backward passes run under every DDP model's ``no_sync()`` (gradients add up
         locally) and only the pass before a step averages them across processes.
         """
-        ddp = [
-            m for m in self.models if isinstance(m, torch.nn.parallel.DistributedDataParallel)
-        ]
+        ddp = [m for m in self.models if isinstance(m, torch.nn.parallel.DistributedDataParallel)]
         if not ddp or not self._optimizer_settings:
             return contextlib.nullcontext()
         if any((batch_idx + 1) % freq == 0 for freq, _ in self._optimizer_settings.values()):
@@ -435,9 +437,7 @@ class PyTorchTrialContext(_TrialFacts):
         if gradient is None and not retain_graph and not create_graph:
             loss.backward()  # the common call, without the keyword plumbing
         else:
-            loss.backward(
-                gradient=gradient, retain_graph=retain_graph, create_graph=create_graph
-            )
+            loss.backward(gradient=gradient, retain_graph=retain_graph, create_graph=create_graph)
 
     def step_optimizer(
         self,

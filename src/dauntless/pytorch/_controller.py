@@ -31,7 +31,7 @@ import torch
 import dauntless
 from dauntless.core import Context, EarlyExitReason
 
-from ._callback import PyTorchCallback
+from ._callback import PyTorchCallback, legacy_arities
 from ._code import CodeSnapshot
 from ._context import PyTorchTrialContext
 from ._data import DataLoader, repeat_torch_loader
@@ -131,6 +131,8 @@ class _TrialController(_StateMixin):
                 "the trial must wrap at least one model (context.wrap_model) and one "
                 "optimizer (context.wrap_optimizer) in __init__"
             )
+        # Local training writes TensorBoard files only when the user made a writer.
+        self._tensorboard_unavailable = local
         self._full_dataset = overrides(trial, "evaluate_full_dataset")
         by_batch = overrides(trial, "evaluate_batch")
         if self._full_dataset == by_batch:
@@ -142,7 +144,9 @@ class _TrialController(_StateMixin):
             gbs = context.get_global_batch_size()
             settings = LoopSettings.from_config(context.experiment_config, gbs)
         if local and settings.max_length is None:
-            raise ValueError("local training needs a max_length: fit(max_length=Batch(n)) or Epoch(n)")
+            raise ValueError(
+                "local training needs a max_length: fit(max_length=Batch(n)) or Epoch(n)"
+            )
         callbacks = trial.build_callbacks()
         if not isinstance(callbacks, dict) or not all(
             isinstance(k, str) and isinstance(v, PyTorchCallback) for k, v in callbacks.items()
@@ -162,6 +166,12 @@ class _TrialController(_StateMixin):
         self.is_trainer = is_trainer
         self.callbacks = callbacks
         self._callback_list = list(callbacks.values())
+        # Overrides with Determined's older, shorter hook signatures (a FutureWarning each).
+        self._legacy_arity = {
+            (i, hook): n
+            for i, cb in enumerate(self._callback_list)
+            for hook, n in legacy_arities(cb).items()
+        }
         self._code_dir = Path(code_dir) if code_dir is not None else Path.cwd()
         self._code: CodeSnapshot | None = None
         self.batches_trained = 0
@@ -214,6 +224,8 @@ class _TrialController(_StateMixin):
                 # The chief may have stopped while waiting for the searcher.
                 self._stop_seen = bool(dist.broadcast(self._stop_seen))
             self._flush_and_checkpoint()
+            # A pause or preemption must not exit before the last checkpoint is stored.
+            self.core.checkpoint.wait_for_uploads()
             if self._stop_seen:
                 logger.info("stopping at batch %d to be resumed later", self.batches_trained)
                 return RunResult.PREEMPTED
@@ -232,10 +244,17 @@ class _TrialController(_StateMixin):
             writer = self.context._tensorboard_writer
             if writer is not None:
                 writer.close()
+            self.context._sync_tensorboard()
 
     def _operations(self) -> Iterator[Any]:
-        if self.local:
-            yield _LocalOperation(self._periods.max_length or 0)
+        if self.local or self.core.searcher._own_length is not False:
+            # Local training, or Determined 0.38: the trial's own max_length decides.
+            if self._periods.max_length is None:
+                raise ValueError(
+                    "the training length is not set: pass Trainer.fit(max_length=Batch(n) "
+                    "or Epoch(n)), or set searcher.max_length in the experiment config"
+                )
+            yield _LocalOperation(self._periods.max_length)
             return
         dist = self.context.distributed
         # With several ranks only the chief waits for the searcher (the others wait in
@@ -376,8 +395,10 @@ class _TrialController(_StateMixin):
     # ------------------------------------------------------------------ training
 
     def _call(self, hook: str, *args: Any) -> None:
-        for callback in self._callback_list:
-            getattr(callback, hook)(*args)
+        legacy = self._legacy_arity
+        for i, callback in enumerate(self._callback_list):
+            n = legacy.get((i, hook)) if legacy else None
+            getattr(callback, hook)(*(args if n is None else args[:n]))
 
     def _train_one_batch(self) -> None:
         ctx = self.context
@@ -446,9 +467,7 @@ class _TrialController(_StateMixin):
         metrics.setdefault("epochs", self._epochs())
         self._window = []
         if self.context.distributed.is_chief:
-            self.core.train._report_float_training_metrics(
-                self.batches_trained, metrics, per_batch
-            )
+            self.core.train._report_float_training_metrics(self.batches_trained, metrics, per_batch)
             total = self._periods.max_length or target
             self._report_progress(min(1.0, self.batches_trained / total))
         self._call("on_training_workload_end", metrics, per_batch)
@@ -465,7 +484,7 @@ class _TrialController(_StateMixin):
 
     def _reset_reducers(self, *, training: bool) -> None:
         for w in self.context._reducers:
-            if (w.for_training if training else w.for_validation):
+            if w.for_training if training else w.for_validation:
                 w.reducer.reset()
 
     def _epochs(self) -> float:
@@ -496,9 +515,22 @@ class _TrialController(_StateMixin):
         return stop
 
     def _tensorboard(self, group: str, metrics: dict[str, Any]) -> None:
-        writer = self.context._tensorboard_writer
-        if writer is None or not self.context._tensorboard_logging:
+        """Write reported metrics as TensorBoard scalars (``training/<name>``,
+        ``validation/<name>``), as Determined's harness does by default; the chief
+        writes, under ``get_tensorboard_path()``. Without the ``tensorboard`` package
+        it says so once and writes nothing."""
+        if not self.context._tensorboard_logging or not self.context.distributed.is_chief:
             return
+        writer = self.context._tensorboard_writer
+        if writer is None:
+            if self._tensorboard_unavailable:
+                return  # no tensorboard package, or local training
+            try:
+                writer = self.context.get_tensorboard_writer()
+            except ImportError as exc:
+                logger.info("metrics are not written for TensorBoard: %s", exc)
+                self._tensorboard_unavailable = True
+                return
         for name, value in metrics.items():
             if isinstance(value, float) and math.isfinite(value):
                 writer.add_scalar(f"{group}/{name}", value, self.batches_trained)
@@ -530,10 +562,11 @@ class _TrialController(_StateMixin):
                     # the other ranks receive its metrics.
                     full: Any = None
                     if ctx.distributed.is_chief:
-                        loader = validation_loader(
+                        # A torch DataLoader, or the user's own loader as they built it.
+                        whole: Any = validation_loader(
                             self._val_loader, ctx.distributed, sharded=False
                         )
-                        full = self.trial.evaluate_full_dataset(loader)
+                        full = self.trial.evaluate_full_dataset(whole)
                     if ctx.distributed.size > 1:
                         full = ctx.distributed.broadcast(full)
                     metrics = full

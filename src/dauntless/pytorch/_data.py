@@ -131,6 +131,7 @@ class DataLoader:
             sampler = torch_data.SequentialSampler(self.dataset)
             if self.shuffle:
                 sampler = samplers.ReproducibleShuffleSampler(sampler, self._shuffle_seed(seed))
+        assert self.batch_size is not None  # None only with a batch_sampler (returned above)
         return torch_data.BatchSampler(sampler, self.batch_size, self.drop_last)
 
     def _shuffle_seed(self, seed: int | None) -> int:

@@ -87,7 +87,9 @@ def init_process_group_from_env(
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise RuntimeError("this torch build has no torch.distributed: cannot train on several slots")
+        raise RuntimeError(
+            "this torch build has no torch.distributed: cannot train on several slots"
+        )
     if dist.is_initialized():
         return DistributedContext.from_torch_distributed(), False
     missing = [name for name in _ENV if env.get(name) in (None, "")]
@@ -107,7 +109,12 @@ def init_process_group_from_env(
         backend = "gloo"
     logger.info(
         "rank %d of %d (local rank %d): joining the %s process group at %s:%s",
-        rank, world, local_rank, backend, env.get("MASTER_ADDR"), env.get("MASTER_PORT"),
+        rank,
+        world,
+        local_rank,
+        backend,
+        env.get("MASTER_ADDR"),
+        env.get("MASTER_PORT"),
     )
     dist.init_process_group(
         backend,

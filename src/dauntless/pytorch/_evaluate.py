@@ -24,9 +24,7 @@ from ._trial import PyTorchTrial
 def takes_batch_idx(trial: PyTorchTrial) -> bool:
     """Whether the trial's ``evaluate_batch`` accepts a ``batch_idx`` argument."""
     params = inspect.signature(trial.evaluate_batch).parameters.values()
-    positional = [
-        p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 

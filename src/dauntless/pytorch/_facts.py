@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -198,10 +199,13 @@ class _TrialFacts:
         With a file-system checkpoint storage it is
         ``<storage>/tensorboard/experiment/<experiment id>/trial/<trial id>/`` (beside
         the checkpoints, visible to every agent); otherwise a directory under the
-        system's temporary directory.
+        system's temporary directory, whose files are uploaded to the same relative path
+        of the object store after each checkpoint and when training ends.
         """
         if self._tensorboard_path is None:
-            rel = Path("experiment", str(self.get_experiment_id()), "trial", str(self.get_trial_id()))
+            rel = Path(
+                "experiment", str(self.get_experiment_id()), "trial", str(self.get_trial_id())
+            )
             storage = self._core.checkpoint.storage if self._core is not None else None
             if isinstance(storage, FileSystemStorageManager):
                 base = storage.base_path / "tensorboard"
@@ -210,6 +214,34 @@ class _TrialFacts:
             self._tensorboard_path = base / rel
         self._tensorboard_path.mkdir(parents=True, exist_ok=True)
         return self._tensorboard_path
+
+    def _tensorboard_rel(self) -> str:
+        return f"tensorboard/experiment/{self.get_experiment_id()}/trial/{self.get_trial_id()}"
+
+    def _sync_tensorboard(self) -> None:
+        """Upload this trial's TensorBoard files to an object store (chief only; a file
+        system storage needs nothing). A failure is logged: event files must not end a
+        trial."""
+        storage = self._core.checkpoint.storage if self._core is not None else None
+        path = self._tensorboard_path
+        if (
+            storage is None
+            or self._core is None
+            or isinstance(storage, FileSystemStorageManager)
+            or path is None
+            or not path.is_dir()
+            or not self._core.distributed.is_chief
+        ):
+            return
+        writer = self._tensorboard_writer
+        if writer is not None:
+            writer.flush()
+        try:
+            storage.upload_prefix(path, self._tensorboard_rel())
+        except Exception as exc:
+            logging.getLogger("dauntless.pytorch").warning(
+                "uploading TensorBoard files to checkpoint storage failed: %s", exc
+            )
 
     def get_tensorboard_writer(self) -> SummaryWriter:
         """A ``torch.utils.tensorboard.SummaryWriter`` writing under

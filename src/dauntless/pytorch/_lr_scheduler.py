@@ -64,7 +64,10 @@ class LRScheduler:
                 )
         if not isinstance(step_mode, LRScheduler.StepMode):
             raise TypeError(f"step_mode must be an LRScheduler.StepMode, got {step_mode!r}")
-        for name, value in (("frequency", frequency), ("aggregation_frequency", aggregation_frequency)):
+        for name, value in (
+            ("frequency", frequency),
+            ("aggregation_frequency", aggregation_frequency),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.scheduler = scheduler

@@ -13,7 +13,7 @@ import enum
 import itertools
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -136,9 +136,7 @@ def mean_of_batches(batch_metrics: Sequence[Mapping[str, Any]]) -> dict[str, flo
             if s is not None:
                 sums[name] += s
                 counts[name] += 1
-    return {
-        name: (sums[name] / counts[name] if counts[name] else None) for name in sorted(sums)
-    }
+    return {name: (sums[name] / counts[name] if counts[name] else None) for name in sorted(sums)}
 
 
 def batch_row(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -217,7 +215,7 @@ def _column_floats(values: list[Any]) -> list[float | None]:
     """One metric's values over batches as floats (None where not one real number)."""
     stacked = _stacked_floats(values)
     if stacked is not None:
-        return stacked
+        return cast("list[float | None]", stacked)  # no copy: read-only to callers
     return [v if type(v) is float else scalar_or_none(v) for v in values]
 
 

@@ -18,6 +18,7 @@ number, every rank takes the chief's RNG state).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,7 @@ class _StateMixin:
         ctx = self.context
         with self.core.checkpoint.restore_path(uuid) as path:
             state = load_state(find_state_file(path), map_location=ctx.device)
+        logger.info("restored checkpoint %s from %s", uuid, self.core.checkpoint.storage)
         _check_counts("models", len(model_states(state)), len(ctx.models))
         trial_state = state.get("trial_state")
         same = (
@@ -98,7 +100,7 @@ class _StateMixin:
             and isinstance(trial_state.get("batches_trained"), int)
         )
         state["_same_trial"] = same
-        if same:
+        if same and isinstance(trial_state, dict):
             self.batches_trained = int(trial_state["batches_trained"])
             self.best_validation = trial_state.get("best_validation")
             self._last_checkpoint_batches = self.batches_trained
@@ -121,10 +123,11 @@ class _StateMixin:
         ctx = self.context
         for model, sd in zip(ctx.models, model_states(state), strict=True):
             load_model_weights(model, sd)
-        for what, saved, objects in (
+        groups: tuple[tuple[str, list[Any], Sequence[Any]], ...] = (
             ("optimizers", optimizer_states(state), ctx.optimizers),
             ("LR schedulers", scheduler_states(state), ctx.lr_schedulers),
-        ):
+        )
+        for what, saved, objects in groups:
             if not saved and not same:
                 continue
             _check_counts(what, len(saved), len(objects))
@@ -224,7 +227,9 @@ class _StateMixin:
             "trial_id": info.trial_id,
             "hparams": info.hparams,
         }
-        with self.core.checkpoint.store_path(metadata) as (path, uuid):
+        # With an object store the upload runs in the background while training goes on
+        # (one at a time); the run waits for it before it ends (_controller.run).
+        with self.core.checkpoint.store_path(metadata, background=True) as (path, uuid):
             torch.save(state, path / STATE_FILE)
             write_load_data(path, ctx, self.trial, self.is_trainer)
             if self._code is not None and self._code.files:
@@ -237,6 +242,7 @@ class _StateMixin:
             dist.broadcast(uuid)
         self._last_checkpoint_batches = self.batches_trained
         self._call("on_checkpoint_upload_end", uuid)
+        ctx._sync_tensorboard()
         logger.info("checkpoint %s saved at batch %d", uuid, self.batches_trained)
         return uuid
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import sys
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from dauntless.config import ExperimentConfig, Length
 
@@ -81,9 +81,7 @@ def _check_period(name: str, value: Period | None, allow_none: bool) -> None:
         return
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return
-    raise ValueError(
-        f"{name} must be Batch(n), Epoch(n) or an int >= 0 (batches), got {value!r}"
-    )
+    raise ValueError(f"{name} must be Batch(n), Epoch(n) or an int >= 0 (batches), got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +137,7 @@ class LoopSettings:
         _check_period("max_length", self.max_length, allow_none=True)
         if self.checkpoint_policy not in ("best", "all", "none"):
             raise ValueError(
-                "checkpoint_policy must be 'best', 'all' or 'none', got "
-                f"{self.checkpoint_policy!r}"
+                f"checkpoint_policy must be 'best', 'all' or 'none', got {self.checkpoint_policy!r}"
             )
         if self.searcher_metric is not None and (
             not isinstance(self.searcher_metric, str) or not self.searcher_metric
@@ -195,10 +192,23 @@ class LoopSettings:
                 return None
             return length.to_batches(global_batch_size, config.records_per_epoch)
 
-        max_length = batches(getattr(config.searcher, "max_length", None))
+        max_length: Period | None = batches(getattr(config.searcher, "max_length", None))
+        validation_period: Period = batches(config.min_validation_period) or 0
+        time_metric = getattr(config.searcher, "time_metric", None)
+        max_time = getattr(config.searcher, "max_time", None)
+        if not max_length and max_time is not None and time_metric == "epochs":
+            # ASHA on epochs (0.38 mode) and no searcher.max_length: the legacy harness
+            # trains to max_time epochs and, unless told otherwise, validates every lowest
+            # rung threshold so that the searcher can stop the trial there (a Dauntless
+            # extension: Determined's legacy harness needs searcher.max_length). With
+            # time_metric batches the searcher hands out rung lengths instead (see
+            # dauntless.config.searcher_length).
+            max_length = Epoch(max_time)
+            if not validation_period:
+                validation_period = Epoch(_lowest_rung(config.searcher))
         return cls(
             reporting_period=config.scheduling_unit,
-            validation_period=batches(config.min_validation_period) or 0,
+            validation_period=validation_period,
             checkpoint_period=batches(config.min_checkpoint_period) or 0,
             checkpoint_policy=config.checkpoint_policy,
             searcher_metric=config.searcher.metric,
@@ -206,3 +216,30 @@ class LoopSettings:
             initial_validation=config.perform_initial_validation,
             max_length=max_length or None,
         )
+
+
+def _lowest_rung(searcher: Any) -> int:
+    """The smallest rung threshold of an ASHA config (``max_time`` units): rung 0 of the
+    deepest possible bracket, ``max(int(T / D**(R-1)), 1)`` (reference §2.4 step 5)."""
+    divisor = float(getattr(searcher, "divisor", 4.0))
+    max_time = int(searcher.max_time)
+
+    def rungs_within(x: float) -> int:  # floor(log_D(x)) + 1, exactly
+        k = 0
+        while divisor ** (k + 1) <= x:
+            k += 1
+        return k + 1
+
+    rungs = getattr(searcher, "num_rungs", None)
+    if rungs is None:
+        explicit = list(getattr(searcher, "bracket_rungs", []) or [])
+        rungs = (
+            max(explicit)
+            if explicit
+            else min(
+                int(getattr(searcher, "max_rungs", 5)),
+                rungs_within(max_time),
+                rungs_within(int(getattr(searcher, "max_trials", 1))),
+            )
+        )
+    return max(int(max_time / divisor ** (int(rungs) - 1)), 1)

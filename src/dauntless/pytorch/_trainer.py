@@ -45,7 +45,9 @@ _LOCAL_SEARCHER = {"name": "single", "metric": "validation_loss", "max_length": 
 def _local_config(hparams: Mapping[str, Any] | None, exp_conf: Mapping[str, Any] | None) -> dict:
     """A valid experiment config for local training from what the user gave."""
     if exp_conf is not None and not isinstance(exp_conf, Mapping):
-        raise TypeError(f"exp_conf must be a dict (an experiment config), got {type(exp_conf).__name__}")
+        raise TypeError(
+            f"exp_conf must be a dict (an experiment config), got {type(exp_conf).__name__}"
+        )
     if hparams is not None and not isinstance(hparams, Mapping):
         raise TypeError(f"hparams must be a dict, got {type(hparams).__name__}")
     raw = dict(exp_conf or {})
@@ -112,8 +114,10 @@ def init(
     started = False  # whether this call started a torch.distributed process group
     if info is not None and cluster_trial is not None:
         if hparams is not None or exp_conf is not None:
-            logger.warning("on a cluster the trial's hparams and config come from the master; "
-                           "the hparams/exp_conf arguments are ignored")
+            logger.warning(
+                "on a cluster the trial's hparams and config come from the master; "
+                "the hparams/exp_conf arguments are ignored"
+            )
         trial_info = cluster_trial
         slots = parse_experiment_config(trial_info.config).resources.slots_per_trial
         if distributed is None:
@@ -125,14 +129,20 @@ def init(
     else:
         config = _local_config(hparams, exp_conf)
         parsed = parse_experiment_config(config)
-        values = dict(hparams) if hparams is not None else (const_values(parsed.hyperparameters) or {})
+        values = (
+            dict(hparams) if hparams is not None else (const_values(parsed.hyperparameters) or {})
+        )
         seed = parsed.reproducibility.experiment_seed
         if seed is None:
             seed = secrets.randbelow(2**31)
-            logger.info("local training with seed %d (set reproducibility.experiment_seed "
-                        "in exp_conf to choose one)", seed)
-        trial_info = TrialInfo(trial_id=0, experiment_id=0, trial_seed=seed, hparams=values,
-                               config=config)
+            logger.info(
+                "local training with seed %d (set reproducibility.experiment_seed "
+                "in exp_conf to choose one)",
+                seed,
+            )
+        trial_info = TrialInfo(
+            trial_id=0, experiment_id=0, trial_seed=seed, hparams=values, config=config
+        )
         seed_all(seed)
         storage_config = config.get("checkpoint_storage")
         storage = storage_from(storage_config)
@@ -265,6 +275,7 @@ class Trainer:
                 "fit() needs max_length=dauntless.pytorch.Batch(n) or Epoch(n)"
                 + ("" if local else " (or a searcher.max_length in the experiment config)")
             )
+        _warn_if_not_max_time(config, max_length, local)
         if test_mode and not local:
             raise ValueError("test_mode is for local training; it cannot run on a cluster")
         if not local and latest_checkpoint is None and core.trial.latest_checkpoint:
@@ -298,6 +309,27 @@ class Trainer:
         result = controller.run()
         logger.info("fit() ends: %s at batch %d", result.value, controller.batches_trained)
         return result
+
+
+def _warn_if_not_max_time(config: Any, max_length: Any, local: bool) -> None:
+    """Warn (as Determined 0.38 does) when an ASHA search measures time in batches or
+    epochs and ``fit(max_length=...)`` trains for a different length than its
+    ``max_time``: the top rung is then never reached, or reached early."""
+    searcher = config.searcher
+    time_metric = getattr(searcher, "time_metric", None)
+    max_time = getattr(searcher, "max_time", None)
+    if local or max_time is None or time_metric not in ("batches", "epochs"):
+        return
+    expected = Batch(max_time) if time_metric == "batches" else Epoch(max_time)
+    if max_length != expected:
+        logger.warning(
+            "fit(max_length=%r) differs from the searcher's max_time (%r): ASHA's top rung "
+            "is at %d %s",
+            max_length,
+            expected,
+            max_time,
+            time_metric,
+        )
 
 
 __all__ = ["Batch", "Epoch", "Period", "Trainer", "init"]

@@ -4,10 +4,29 @@ Layout (docs/protocol.md, "Checkpoint layout"): one directory per checkpoint uui
 written to ``<uuid>.tmp-<random>`` beside its final place and renamed when complete.
 """
 
-from ._base import FileSystemStorageManager, StorageManager, check_storage_id, directory_resources
+from ._base import (
+    FileSystemStorageManager,
+    StorageManager,
+    check_storage_id,
+    directory_resources,
+    full_disk_error,
+)
 from ._fs import DirectoryStorageManager, SharedFSStorageManager, build_storage
+from ._object import (
+    AzureStorageManager,
+    GCSStorageManager,
+    ObjectStorageManager,
+    S3StorageManager,
+    StoreError,
+)
 
 __all__ = [
+    "AzureStorageManager",
+    "GCSStorageManager",
+    "ObjectStorageManager",
+    "S3StorageManager",
+    "StoreError",
+    "full_disk_error",
     "DirectoryStorageManager",
     "FileSystemStorageManager",
     "SharedFSStorageManager",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -70,6 +71,36 @@ def directory_resources(path: str | os.PathLike[str]) -> dict[str, int]:
             if full.is_file():
                 out[full.relative_to(root).as_posix()] = full.stat().st_size
     return dict(sorted(out.items()))
+
+
+#: Below this many free bytes a failed write is taken to be a full disk.
+_FULL_DISK_BYTES = 1 << 20
+
+
+def full_disk_error(exc: BaseException, path: Path) -> OSError | None:
+    """Say "no space left on device at PATH" when a checkpoint write failed on a full disk.
+
+    A full disk surfaces from ``torch.save`` as a serialisation ``RuntimeError`` and from
+    file writes as ``OSError(ENOSPC)``; for either, when the disk of ``path`` is full
+    (ENOSPC, or under 1 MiB free), this returns ``OSError(ENOSPC, "no space left on
+    device at PATH")`` to raise in its place (``raise err from exc``).
+
+    Args:
+        exc: the error a write under ``path`` raised.
+        path: the directory being written.
+
+    Returns:
+        The error to raise instead, or None when the disk is not full (raise ``exc``).
+    """
+    full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    if not full and isinstance(exc, (OSError, RuntimeError)):
+        try:
+            full = shutil.disk_usage(path if path.exists() else path.parent).free < _FULL_DISK_BYTES
+        except OSError:
+            full = False
+    if not full:
+        return None
+    return OSError(errno.ENOSPC, f"no space left on device at {path}")
 
 
 class StorageManager(abc.ABC):
@@ -139,6 +170,36 @@ class StorageManager(abc.ABC):
         """
         raise NotImplementedError  # abstract
 
+    # Paths below the storage root that are not checkpoints (TensorBoard event files).
+
+    @abc.abstractmethod
+    def list_prefix(self, rel: str) -> dict[str, int]:
+        """The files under ``rel``, a ``/``-separated path relative to the storage root
+        (for example ``"tensorboard/experiment/3/trial/7"``).
+
+        Returns:
+            ``{path relative to rel: size_in_bytes}``, sorted; empty when none.
+        """
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def download_prefix(self, rel: str, dst: str | os.PathLike[str]) -> dict[str, int]:
+        """Copy the files under ``rel`` into the local directory ``dst`` (created).
+
+        Returns:
+            ``{relative path: size_in_bytes}`` of the files copied.
+        """
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def upload_prefix(self, src: str | os.PathLike[str], rel: str) -> dict[str, int]:
+        """Copy the files under the local directory ``src`` to ``rel`` (overwriting).
+
+        Returns:
+            ``{relative path: size_in_bytes}`` of the files copied.
+        """
+        raise NotImplementedError  # abstract
+
 
 class FileSystemStorageManager(StorageManager):
     """Checkpoints as directories ``<base_path>/<uuid>/`` on a (local or shared) file system.
@@ -181,6 +242,12 @@ class FileSystemStorageManager(StorageManager):
             yield tmp
             _fsync_tree(tmp)
             os.rename(tmp, final)
+        except (OSError, RuntimeError) as exc:
+            _remove_tree(tmp)
+            full = full_disk_error(exc, tmp)
+            if full is None:
+                raise
+            raise full from exc
         except BaseException:
             _remove_tree(tmp)
             raise
@@ -209,6 +276,36 @@ class FileSystemStorageManager(StorageManager):
         if not final.is_dir():
             raise FileNotFoundError(f"no checkpoint {storage_id} under {self.base_path}")
         return directory_resources(final)
+
+    def _under(self, rel: str) -> Path:
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise ValueError(f"path {rel!r} must not contain '..'")
+        return self.base_path.joinpath(*parts)
+
+    def list_prefix(self, rel: str) -> dict[str, int]:
+        root = self._under(rel)
+        return directory_resources(root) if root.is_dir() else {}
+
+    def download_prefix(self, rel: str, dst: str | os.PathLike[str]) -> dict[str, int]:
+        files = self.list_prefix(rel)
+        src = self._under(rel)
+        for name in files:
+            target = Path(dst, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, target)
+        Path(dst).mkdir(parents=True, exist_ok=True)
+        return files
+
+    def upload_prefix(self, src: str | os.PathLike[str], rel: str) -> dict[str, int]:
+        files = directory_resources(src)
+        root = self._under(rel)
+        for name in files:
+            target = root / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if Path(src, name).resolve() != target.resolve():
+                shutil.copy2(Path(src, name), target)
+        return files
 
 
 def _make_temp_dir(parent: Path, prefix: str) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from dauntless.config import DirectoryStorage, S3Storage, SharedFSStorage
+if TYPE_CHECKING:  # the pydantic config models load only when a store is built
+    from dauntless.config import DirectoryStorage, SharedFSStorage
 
 from ._base import FileSystemStorageManager, StorageManager
+from ._object import AzureStorageManager, GCSStorageManager, S3StorageManager
 
 
 class SharedFSStorageManager(FileSystemStorageManager):
@@ -71,27 +74,45 @@ class DirectoryStorageManager(FileSystemStorageManager):
         return cls(config.container_path)
 
 
-def build_storage(config: SharedFSStorage | DirectoryStorage | S3Storage) -> StorageManager:
+def build_storage(config: Any) -> StorageManager:
     """Build the storage manager an experiment's ``checkpoint_storage`` asks for.
+
+    Building one checks that the store's client library is installed but does not
+    contact the store.
 
     Args:
         config: a validated ``checkpoint_storage`` model (``dauntless.config``).
 
     Returns:
-        A :class:`SharedFSStorageManager` or :class:`DirectoryStorageManager`.
+        A :class:`SharedFSStorageManager`, :class:`DirectoryStorageManager`,
+        :class:`S3StorageManager`, :class:`GCSStorageManager` or
+        :class:`AzureStorageManager`.
 
     Raises:
-        ValueError: for ``type: s3`` (not supported yet), or a path rule broken (see the
-            managers).
+        ImportError: the store's client library is missing; the message names the extra
+            that installs it (``pip install 'dauntless[s3]'``).
+        ValueError: a path rule is broken (see the managers).
         TypeError: if ``config`` is not a checkpoint storage config.
     """
+    from dauntless.config import (
+        AzureStorage,
+        DirectoryStorage,
+        GCSStorage,
+        S3Storage,
+        SharedFSStorage,
+    )
+
     if isinstance(config, SharedFSStorage):
         return SharedFSStorageManager.from_config(config)
     if isinstance(config, DirectoryStorage):
         return DirectoryStorageManager.from_config(config)
     if isinstance(config, S3Storage):
-        raise ValueError("checkpoint_storage.type 's3' is not supported yet")
+        return S3StorageManager.from_config(config)
+    if isinstance(config, GCSStorage):
+        return GCSStorageManager.from_config(config)
+    if isinstance(config, AzureStorage):
+        return AzureStorageManager.from_config(config)
     raise TypeError(
-        "config must be a checkpoint storage config (SharedFSStorage, DirectoryStorage or "
-        f"S3Storage), got {type(config).__name__}"
+        "config must be a checkpoint storage config (SharedFSStorage, DirectoryStorage, "
+        f"S3Storage, GCSStorage or AzureStorage), got {type(config).__name__}"
     )
