@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 #: The log line format of the trial harness (Determined's ``det.LOG_FORMAT``).
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 
-_SUBPACKAGES = ("core", "pytorch")
+_SUBPACKAGES = ("core", "pytorch", "errors", "experimental", "compat")
 
 
 class InvalidHP(Exception):
@@ -43,10 +43,21 @@ def get_cluster_info() -> ClusterInfo | None:
     return ClusterInfo.from_env()
 
 
+def import_from_path(path: Any) -> Any:
+    """Import modules from ``path`` without the module cache mixing them up (a context
+    manager; Determined's ``det.import_from_path``).
+
+    See :func:`dauntless._import_path.import_from_path`.
+    """
+    from dauntless._import_path import import_from_path as _impl
+
+    return _impl(path)
+
+
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         return importlib.import_module(f"dauntless.{name}")
     raise AttributeError(f"module 'dauntless' has no attribute {name!r}")
 
 
-__all__ = ["LOG_FORMAT", "InvalidHP", "__version__", "get_cluster_info"]
+__all__ = ["LOG_FORMAT", "InvalidHP", "__version__", "get_cluster_info", "import_from_path"]

@@ -8,6 +8,7 @@ the system's trust store is used. The special value ``noverify`` turns verificat
 
 from __future__ import annotations
 
+import functools
 import os
 import ssl
 from collections.abc import Mapping
@@ -54,6 +55,20 @@ def make_verify(cert_file: str | None) -> ssl.SSLContext | bool:
         return ssl.create_default_context(cafile=path)
     except (ssl.SSLError, OSError) as exc:
         raise ValueError(f"cannot load the CA bundle {cert_file!r}: {exc}") from None
+
+
+@functools.cache
+def default_ssl_context() -> ssl.SSLContext:
+    """httpx's default client context (certifi's CA bundle), built once per process.
+
+    Loading the bundle costs about 80 ms of CPU; a trial forked from the agent's warm
+    worker (docs/warm-start.md) inherits the one the worker built, and a process that
+    makes several clients builds it once. Safe to share: an :class:`ssl.SSLContext` is
+    only read when connections are made.
+    """
+    import httpx  # here: importing this module must stay cheap (the CLI's start)
+
+    return httpx.create_ssl_context()
 
 
 def is_cert_verify_error(exc: BaseException) -> bool:

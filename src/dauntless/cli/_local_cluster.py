@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import platformdirs
@@ -82,8 +83,9 @@ class ClusterState:
         Raises:
             KeyError, TypeError: for malformed data.
         """
-        master = ProcessRecord(**data["master"])  # type: ignore[arg-type]
-        agents = [ProcessRecord(**a) for a in data.get("agents") or []]  # type: ignore[union-attr]
+        master = ProcessRecord(**cast("dict[str, Any]", data["master"]))
+        agents_raw = cast("list[dict[str, Any]]", data.get("agents") or [])
+        agents = [ProcessRecord(**a) for a in agents_raw]
         return cls(
             data_dir=str(data["data_dir"]),
             master_url=str(data["master_url"]),
@@ -281,8 +283,17 @@ def start_local_cluster(
     logs = root / "logs"
     master_log = logs / "master.log"
     secret = _write_secrets(root, initial_user_password)
-    master_cmd = [python, "-m", master_module, "--port", str(master_port), "--data-dir",
-                  str(root), "--config-file", str(root / MASTER_CONFIG_FILE)]
+    master_cmd = [
+        python,
+        "-m",
+        master_module,
+        "--port",
+        str(master_port),
+        "--data-dir",
+        str(root),
+        "--config-file",
+        str(root / MASTER_CONFIG_FILE),
+    ]
     master = ProcessRecord(
         "master", _spawn(master_cmd, master_log, root, env), master_module, str(master_log)
     )
@@ -378,8 +389,11 @@ def _wait_agents(state: ClusterState, secret: str, deadline: float, poll: float)
             if not is_alive(record.pid):
                 raise _failure(state, record, f"{record.name} exited during startup")
         try:
-            r = httpx.get(f"{state.master_url}/api/v1/agents", timeout=2.0,
-                          headers={CLUSTER_SECRET_HEADER: secret})
+            r = httpx.get(
+                f"{state.master_url}/api/v1/agents",
+                timeout=2.0,
+                headers={CLUSTER_SECRET_HEADER: secret},
+            )
             r.raise_for_status()
             seen = {str(a.get("id")) for a in r.json().get("agents", [])}
         except (httpx.HTTPError, ValueError, AttributeError):

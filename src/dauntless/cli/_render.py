@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dauntless.client import Checkpoint, Experiment, LogLine, Metric, Trial
+from dauntless.client import Checkpoint, Experiment, Metric, Trial
 from dauntless.config import Length
 
 from ._util import (
@@ -238,7 +238,7 @@ def print_metrics(metrics: Sequence[Metric], group: str) -> None:
     print_table(["Batches", "Epoch", *names], rows, title=f"{group.capitalize()} metrics")
 
 
-def format_log_line(line: LogLine) -> str:
+def format_log_line(line: Mapping[str, Any]) -> str:
     """A log line as printed by ``logs`` and ``--follow``: ``[rank=N] text`` or text."""
     rank = line.get("rank_id")
     text = str(line.get("log", ""))

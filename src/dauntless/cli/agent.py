@@ -12,6 +12,7 @@ AGENT_COLUMNS = (
     "Hostname",
     "Resource pool",
     "State",
+    "Runtime",
     "Slots",
     "Used",
     "Last heartbeat",
@@ -27,6 +28,7 @@ def agent_row(agent: dict[str, Any]) -> list[str]:
         str(agent.get("hostname", "")),
         str(agent.get("resource_pool", "")),
         str(agent.get("state", "")),
+        str((agent.get("runtime") or {}).get("name", "process")),
         str(len(slots)),
         str(used),
         fmt_time(agent.get("last_heartbeat")),
@@ -46,7 +48,9 @@ def _list(args: argparse.Namespace) -> int:
 def _switch(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         agent = session.set_agent_enabled(args.agent_id, args.enabled, args.drain)
-    state = "enabled" if agent.get("enabled") else ("draining" if agent.get("draining") else "disabled")
+    state = (
+        "enabled" if agent.get("enabled") else ("draining" if agent.get("draining") else "disabled")
+    )
     write_line(f"Agent {agent['id']} {state}")
     return 0
 
@@ -63,8 +67,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_switch, enabled=True, drain=False)
     p = sub.add_parser("disable", help="give an agent no new work", parents=[common])
     p.add_argument("agent_id", metavar="AGENT_ID")
-    p.add_argument("--drain", action="store_true",
-                   help="let running trials finish (default: preempt them now)")
+    p.add_argument(
+        "--drain", action="store_true", help="let running trials finish (default: preempt them now)"
+    )
     p.set_defaults(func=_switch, enabled=False)
 
 

@@ -65,12 +65,16 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     from .experiment import _list_checkpoints
     from .lifecycle import register_checkpoint_commands
 
-    p = sub.add_parser("list", aliases=["ls"], help="list an experiment's checkpoints",
-                       parents=[common])
+    p = sub.add_parser(
+        "list", aliases=["ls"], help="list an experiment's checkpoints", parents=[common]
+    )
     p.add_argument("experiment_id", metavar="ID", type=positive_int, help="experiment ID")
     add_json_flag(p)
     p.set_defaults(func=_list_checkpoints)
     register_checkpoint_commands(sub, common)
+    from .compat_cmds import register_checkpoint_extras
+
+    register_checkpoint_extras(sub, common)
 
 
 __all__ = ["register"]

@@ -19,6 +19,7 @@ from dauntless.client import (
 from dauntless.config import ConfigError, parse_experiment_config
 
 from . import _util
+from ._failure import failure_text
 from ._render import (
     EXPERIMENT_COLUMNS,
     TRIAL_COLUMNS,
@@ -150,15 +151,54 @@ def _follow(session: Session, experiment_id: int) -> int:
     return 0 if state == "COMPLETED" else 1
 
 
+def print_warnings(warnings: list[str]) -> None:
+    """Print the master's config warnings (see :mod:`.experiment_compat`)."""
+    from .experiment_compat import print_warnings as _print
+
+    _print(warnings)
+
+
 def _create(args: argparse.Namespace) -> int:
-    text, raw = _load_config(args.config_file, args.config or [])
+    if args.template is not None:
+        exit_with_error(
+            f"--template {args.template}: this master has no config templates; merge the "
+            "template's fields into the config file (or use --config KEY=VALUE)"
+        )
+    overrides = list(args.config or [])
+    if args.test_mode:
+        overrides += test_mode_overrides()
+    text, raw = _load_config(args.config_file, overrides)
+    if args.test_mode and isinstance(raw, dict):
+        searcher = raw.get("searcher")
+        if not isinstance(searcher, dict):
+            searcher = {}
+        raw["searcher"] = {
+            "name": "single",
+            "metric": searcher.get("metric"),
+            "smaller_is_better": searcher.get("smaller_is_better", True),
+            "max_length": {"batches": 1},
+        }
+        raw["name"] = f"{raw.get('name') or 'experiment'} (test mode)"
+        text = yaml.safe_dump(raw, sort_keys=False)
     try:
         parse_experiment_config(raw)
     except ConfigError as exc:
         exit_with_error(f"the experiment config {args.config_file} is invalid", exc.errors)
-    context = build_context_tarball(args.context) if args.context is not None else None
+    if args.include and args.context is None:
+        exit_with_error("-i/--include needs a context directory (the model_def argument)")
+    context = None
+    if args.context is not None:
+        context = (
+            build_context_with_includes(args.context, args.include)
+            if args.include
+            else build_context_tarball(args.context)
+        )
+    if args.test_mode:
+        args.follow = True
+        note("Test mode: one batch of training, a validation and a checkpoint, no restarts")
     with open_session(args) as session:
         exp = session.create_experiment(text, context, activate=not args.paused)
+        print_warnings(list(exp.get("warnings", [])))
         write_line(f"Created experiment {exp['id']}")
         if args.follow:
             return follow_experiment(session, int(exp["id"]))
@@ -175,6 +215,54 @@ def _list(args: argparse.Namespace) -> int:
     rows = [experiment_row(e) + ([str(bool(e.get("archived")))] if args.all else []) for e in exps]
     print_table(columns, rows)
     return 0
+
+
+def test_mode_overrides() -> list[str]:
+    """``--config`` overrides of ``det experiment create -t/--test-mode`` (Determined's
+    deprecated test mode): with the searcher replaced by ``single`` of one batch (same
+    metric), the experiment trains one batch, validates and checkpoints once, with one
+    trial and no restarts."""
+    return [
+        "min_validation_period={batches: 1}",
+        "min_checkpoint_period={batches: 1}",
+        "scheduling_unit=1",
+        "max_restarts=0",
+    ]
+
+
+def build_context_with_includes(context: str, includes: list[str]) -> bytes:
+    """The context tarball of ``context`` plus each ``-i/--include`` path, put under its
+    base name (as Determined does); a file or directory whose name is already taken in
+    the context is refused.
+
+    Raises:
+        SystemExit: (via :func:`exit_with_error`) a missing path or a name clash.
+    """
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="dauntless-context-") as tmp:
+        staged = Path(tmp) / "context"
+        shutil.copytree(context, staged, symlinks=True)
+        for inc in includes:
+            src = Path(inc).expanduser()
+            if not src.exists():
+                exit_with_error(f"-i/--include {inc}: no such file or directory")
+            dest = staged / src.resolve().name
+            if dest.exists():
+                exit_with_error(
+                    f"-i/--include {inc}: {dest.name} already exists in the context directory"
+                )
+            if src.is_dir():
+                shutil.copytree(src, dest, symlinks=True)
+            else:
+                shutil.copy2(src, dest)
+        return build_context_tarball(staged)
+
+
+def describe_one(args: argparse.Namespace) -> int:
+    """``det experiment describe ID`` for one experiment (the plain report)."""
+    return _describe(args)
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -211,6 +299,13 @@ def _describe(args: argparse.Namespace) -> int:
     )
     print_table(TRIAL_COLUMNS, [trial_row(t, config) for t in trials], title="Trials")
     print_latest_validations(trials)
+    errors = [(t, failure_text(t)) for t in trials if t.get("state") == "ERROR"]
+    if errors:
+        print_table(
+            ["Trial", "Why it failed"],
+            [[str(t.get("id")), text or "no failure recorded"] for t, text in errors],
+            title="Errors",
+        )
     return 0
 
 
@@ -229,9 +324,7 @@ def _search_fields(config: dict[str, Any], trials: list[Any]) -> list[tuple[str,
             ((k, v) for k, v in searcher["max_length"].items() if v is not None), ("", "")
         )
         fields.append(("Trial length", f"{value} {unit}".strip()))
-    early = sum(
-        stopped_early(t, full_length_batches(config, t.get("hparams"))) for t in trials
-    )
+    early = sum(stopped_early(t, full_length_batches(config, t.get("hparams"))) for t in trials)
     if early or searcher.get("name") == "adaptive_asha":
         fields.append(("Stopped early", f"{early} of {len(trials)} trials"))
     return fields
@@ -297,6 +390,20 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--paused", action="store_true", help="create the experiment paused")
     p.add_argument(
+        "-i",
+        "--include",
+        action="append",
+        metavar="PATH",
+        help="also upload this file or directory, under its base name (repeatable)",
+    )
+    p.add_argument("--template", metavar="NAME", help="config template (none exist here: error)")
+    p.add_argument(
+        "-t",
+        "--test-mode",
+        action="store_true",
+        help="run one batch of training, one validation and one checkpoint, then report",
+    )
+    p.add_argument(
         "--config",
         action="append",
         metavar="KEY=VALUE",
@@ -310,7 +417,6 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_list)
 
     for name, aliases, func, help_text in (
-        ("describe", [], _describe, "show an experiment, its trials and their latest metrics"),
         ("list-trials", ["lt"], _list_trials, "list an experiment's trials"),
         ("list-checkpoints", ["lc"], _list_checkpoints, "list an experiment's checkpoints"),
         ("config", [], _config, "print an experiment's resolved config (YAML)"),
@@ -320,9 +426,13 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         add_json_flag(p)
         p.set_defaults(func=func)
 
+    from .compat_cmds import register_experiment_extras
+    from .experiment_compat import register_compat_commands
     from .lifecycle import register_experiment_commands
 
+    register_experiment_extras(sub, common)
     register_experiment_commands(sub, common)
+    register_compat_commands(sub, common)
 
 
 __all__ = ["apply_overrides", "follow_experiment", "register"]

@@ -13,6 +13,7 @@ import os
 import sys
 import tarfile
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from dauntless.client import follow_trial_logs
@@ -25,6 +26,7 @@ from ._util import (
     print_json,
     write_line,
 )
+from .compat_cmds import add_log_filters, filter_lines, print_log_line
 
 TERMINAL = {"COMPLETED", "CANCELED", "ERROR", "DELETED"}
 
@@ -35,8 +37,10 @@ def _action(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print_json({"experiment": exp})
     else:
-        write_line(f"Experiment {exp['id']}: {args.action} -> {exp['state']}"
-                   + (" (archived)" if exp.get("archived") else ""))
+        write_line(
+            f"Experiment {exp['id']}: {args.action} -> {exp['state']}"
+            + (" (archived)" if exp.get("archived") else "")
+        )
     return 0
 
 
@@ -122,8 +126,9 @@ def _experiment_logs(args: argparse.Namespace) -> int:
                     for t in exp["trials"]
                 ):
                     continue
-                for line in follow_trial_logs(session, trial["id"], follow=follow):
-                    write_line(f"[trial {trial['id']}] {line['log']}")
+                lines = follow_trial_logs(session, trial["id"], follow=follow)
+                for line in filter_lines(lines, args):
+                    print_log_line(line, args.json, prefix=f"[trial {trial['id']}] ")
                 seen.add(trial["id"])
             if not args.follow or (
                 exp["experiment"]["state"] in TERMINAL
@@ -158,12 +163,13 @@ def _download_experiment(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         exp = session.get_experiment(args.experiment_id)["experiment"]
         ckpts = [
-            c for c in session.get_experiment_checkpoints(args.experiment_id)
+            c
+            for c in session.get_experiment_checkpoints(args.experiment_id)
             if c["state"] == "COMPLETED"
         ]
         smaller = exp.get("smaller_is_better", True)
 
-        def key(c: dict[str, Any]) -> tuple[int, float, int]:
+        def key(c: Mapping[str, Any]) -> tuple[int, float, int]:
             m = c.get("searcher_metric")
             if not isinstance(m, (int, float)) or not math.isfinite(m):
                 return (1, 0.0, -c["total_batches"])
@@ -175,9 +181,11 @@ def _download_experiment(args: argparse.Namespace) -> int:
         for c in best:
             dest = os.path.join(args.output, c["uuid"])
             _unpack(session.download_checkpoint(c["uuid"]), dest)
-            write_line(f"Checkpoint {c['uuid']} (trial {c['trial_id']}, batches "
-                       f"{c['total_batches']}, {exp.get('searcher_metric')}="
-                       f"{c.get('searcher_metric')}) -> {dest}")
+            write_line(
+                f"Checkpoint {c['uuid']} (trial {c['trial_id']}, batches "
+                f"{c['total_batches']}, {exp.get('searcher_metric')}="
+                f"{c.get('searcher_metric')}) -> {dest}"
+            )
     return 0
 
 
@@ -196,14 +204,16 @@ def register_experiment_commands(sub: Any, common: argparse.ArgumentParser) -> N
         add_json_flag(p)
         p.set_defaults(func=_action, action=action)
 
-    p = sub.add_parser("delete", help="delete a finished experiment and its checkpoints",
-                       parents=[common])
+    p = sub.add_parser(
+        "delete", help="delete a finished experiment and its checkpoints", parents=[common]
+    )
     p.add_argument("experiment_id", metavar="ID", type=positive_int)
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(func=_delete)
 
-    p = sub.add_parser("wait", help="wait until the experiment ends; exit 0 if COMPLETED",
-                       parents=[common])
+    p = sub.add_parser(
+        "wait", help="wait until the experiment ends; exit 0 if COMPLETED", parents=[common]
+    )
     p.add_argument("experiment_id", metavar="ID", type=positive_int)
     p.add_argument("--polling-interval", type=float, default=5.0, metavar="SECONDS")
     p.set_defaults(func=_wait)
@@ -211,24 +221,34 @@ def register_experiment_commands(sub: Any, common: argparse.ArgumentParser) -> N
     p = sub.add_parser("logs", help="print the logs of every trial", parents=[common])
     p.add_argument("experiment_id", metavar="ID", type=positive_int)
     p.add_argument("-f", "--follow", action="store_true", help="follow until the experiment ends")
+    p.add_argument("--json", action="store_true", help="print each line as one JSON object")
+    add_log_filters(p)  # --head/--tail/--rank-id/--level apply per trial
     p.set_defaults(func=_experiment_logs)
 
     p = sub.add_parser("download", help="download the best checkpoints", parents=[common])
     p.add_argument("experiment_id", metavar="ID", type=positive_int)
     p.add_argument("--top-n", type=positive_int, default=1, help="how many (by searcher metric)")
-    p.add_argument("-o", "--output", default="checkpoints", help="directory (default checkpoints)")
+    p.add_argument(
+        "-o",
+        "--output",
+        "--output-dir",
+        default="checkpoints",
+        help="directory (default checkpoints)",
+    )
     p.set_defaults(func=_download_experiment)
 
-    setp = sub.add_parser("set", help="change an experiment's name, description or GC policy",
-                          parents=[common])
+    setp = sub.add_parser(
+        "set", help="change an experiment's name, description or GC policy", parents=[common]
+    )
     setsub = setp.add_subparsers(dest="set_command", metavar="FIELD", required=True)
     for field in ("name", "description", "priority", "weight", "max-slots"):
         p = setsub.add_parser(field, help=f"set the {field}", parents=[common])
         p.add_argument("experiment_id", metavar="ID", type=positive_int)
         p.add_argument("value", metavar="VALUE")
         p.set_defaults(func=_set, field=field)
-    p = setsub.add_parser("gc-policy", help="set the checkpoint GC policy and collect now",
-                          parents=[common])
+    p = setsub.add_parser(
+        "gc-policy", help="set the checkpoint GC policy and collect now", parents=[common]
+    )
     p.add_argument("experiment_id", metavar="ID", type=positive_int)
     for flag in ("--save-experiment-best", "--save-trial-best", "--save-trial-latest"):
         p.add_argument(flag, type=int, default=None, metavar="N")
@@ -247,5 +267,7 @@ def register_checkpoint_commands(sub: Any, common: argparse.ArgumentParser) -> N
     """Add ``det checkpoint download`` and ``det checkpoint list``."""
     p = sub.add_parser("download", help="download a checkpoint directory", parents=[common])
     p.add_argument("uuid", metavar="UUID")
-    p.add_argument("-o", "--output", default=None, help="directory (default checkpoints/UUID)")
+    p.add_argument(
+        "-o", "--output", "--output-dir", default=None, help="directory (default checkpoints/UUID)"
+    )
     p.set_defaults(func=_download_checkpoint)

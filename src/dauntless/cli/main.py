@@ -3,39 +3,68 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from dauntless import __version__
-from dauntless.client import (
-    APIError,
-    ContextError,
-    MasterUnreachableError,
+
+# One row per command group: (module under dauntless.cli, name, aliases, help). The
+# module is imported only when its group is the command being run, so `det -h` and
+# `det <other group> ...` never import rich, httpx, numpy or the config models of
+# groups they do not use. The name, aliases and help here must match the module's own
+# ``register`` (tests/unit/cli/test_cli_lazy_import.py compares the two parsers' help).
+_GROUPS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("experiment", "experiment", ("e",), "create and inspect experiments"),
+    ("trial", "trial", ("t",), "inspect trials"),
+    ("checkpoint", "checkpoint", ("c",), "inspect checkpoints"),
+    ("agent", "agent", ("a",), "inspect agents"),
+    ("slot", "slot", ("s",), "inspect slots"),
+    ("resource_pool", "resource-pool", ("rp",), "inspect resource pools"),
+    ("job", "job", ("j",), "inspect and reorder the job queue"),
+    ("master", "master", (), "inspect the master"),
+    (
+        "preview",
+        "preview-search",
+        (),
+        "print the trials and lengths a config's searcher would create, running nothing",
+    ),
+    ("user", "user", ("u",), "sign in and out; manage users"),
+    ("command", "command", ("cmd",), "run commands on the cluster"),
+    ("notebook", "notebook", (), "JupyterLab notebooks"),
+    ("shell", "shell", (), "shells on agents"),
+    ("tensorboard", "tensorboard", (), "TensorBoards"),
+    ("task", "task", (), "list every command, notebook, shell and TensorBoard"),
+    ("deploy", "deploy", (), "run a cluster"),
+    ("version", "version", (), "show client and master versions"),
 )
 
-from . import (
-    agent,
-    checkpoint,
-    deploy,
-    experiment,
-    master,
-    preview,
-    resource_pool,
-    slot,
-    trial,
-    user,
-    version,
-)
-from ._util import exit_unreachable, exit_with_api_error, exit_with_error
-
-_GROUPS = (
-    experiment, trial, checkpoint, agent, slot, resource_pool, master, preview, user, deploy,
-    version,
-)
+_LAZY_REST = "_lazy_rest"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (every command group registered)."""
+def _group_module(command: str) -> str | None:
+    """The module name of the group called ``command`` (its name or an alias)."""
+    for module, name, aliases, _help in _GROUPS:
+        if command == name or command in aliases:
+            return module
+    return None
+
+
+def build_parser(only: str | None = None, *, all_groups: bool = True) -> argparse.ArgumentParser:
+    """The argument parser.
+
+    Args:
+        only: the module name (see ``_GROUPS``) of the one group to register in full
+            when ``all_groups`` is False.
+        all_groups: register every group in full (imports every CLI module). When
+            False, the groups other than ``only`` get a placeholder parser with the same
+            name, aliases and help that takes the rest of the command line unparsed, so
+            the top-level help and errors are unchanged.
+
+    Returns:
+        The parser; ``parse_args`` sets ``func`` for a fully registered group, or
+        ``_lazy_rest`` for a placeholder.
+    """
     parser = argparse.ArgumentParser(
         prog="det",
         description="Dauntless: submit and inspect deep learning experiments.",
@@ -77,13 +106,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--cert-file", default=argparse.SUPPRESS, metavar="PATH", help=argparse.SUPPRESS
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in _GROUPS:
-        module.register(sub, common)
+    for module, name, aliases, help_text in _GROUPS:
+        if all_groups or module == only:
+            importlib.import_module(f"{__package__}.{module}").register(sub, common)
+            continue
+        placeholder = sub.add_parser(name, aliases=list(aliases), help=help_text, add_help=False)
+        placeholder.add_argument(_LAZY_REST, nargs=argparse.REMAINDER)
     return parser
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse with only the chosen group's module imported.
+
+    A first pass with placeholders for every group handles the top-level options,
+    ``-h`` and ``--version``, and finds the group (what it cannot place, such as a
+    group's own ``-h``, is left to the second pass); a second pass registers that group
+    in full and parses the command line again.
+    """
+    args, _unknown = build_parser(all_groups=False).parse_known_args(argv)
+    module = _group_module(args.command)
+    return build_parser(module, all_groups=False).parse_args(argv)
+
+
 def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
+    from dauntless.client import APIError, ContextError, MasterUnreachableError
+
+    from ._util import exit_unreachable, exit_with_api_error, exit_with_error
+
     try:
         return int(args.func(args) or 0)
     except APIError as exc:

@@ -48,14 +48,31 @@ def print_preview(doc: dict[str, Any], source: str) -> None:
         print_table(
             ["Bracket", "Rung lengths", "Trials", "Max concurrent"],
             [
-                [str(i + 1), ", ".join(str(n) for n in b["rungs"]) + f" {b['unit']}",
-                 str(b["trials"]), str(b["max_concurrent"])]
+                [
+                    str(i + 1),
+                    ", ".join(str(n) for n in b["rungs"]) + f" {b['unit']}",
+                    str(b["trials"]),
+                    str(b["max_concurrent"]),
+                ]
                 for i, b in enumerate(summary["brackets"])
             ],
             title="Brackets",
         )
+    unit = summary.get("length_unit", "batches")
+    if unit is None:
+        print_table(
+            ["Trial", "H-Params"],
+            [[str(i + 1), fmt_hparams(t["hparams"])] for i, t in enumerate(doc["trials"])],
+            title="Trials",
+        )
+        write_line(
+            f"Total: {summary['num_trials']} trials; each trains as long as its own code "
+            "says (no searcher.max_length)"
+        )
+        return
+    heading = "Lengths (batches)" if unit == "batches" else f"Stopped at ({unit})"
     print_table(
-        ["Trial", "H-Params", "Lengths (batches)"],
+        ["Trial", "H-Params", heading],
         [
             [str(i + 1), fmt_hparams(t["hparams"]), ", ".join(str(n) for n in t["lengths"])]
             for i, t in enumerate(doc["trials"])
@@ -63,11 +80,11 @@ def print_preview(doc: dict[str, Any], source: str) -> None:
         title="Trials",
     )
     print_table(
-        ["Trials", "Train for (batches)"],
+        ["Trials", f"Train for ({unit})"],
         [[str(row["trials"]), str(row["batches"])] for row in summary["final_lengths"]],
         title="Summary",
     )
-    write_line(f"Total: {summary['num_trials']} trials, {summary['total_batches']} batches")
+    write_line(f"Total: {summary['num_trials']} trials, {summary['total_batches']} {unit}")
 
 
 def _preview(args: argparse.Namespace) -> int:

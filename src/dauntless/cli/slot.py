@@ -49,8 +49,9 @@ def _list(args: argparse.Namespace) -> int:
 def _switch(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         session.set_slot_enabled(args.agent_id, args.slot_id, args.enabled)
-    write_line(f"Slot {args.slot_id} of agent {args.agent_id} "
-               f"{'enabled' if args.enabled else 'disabled'}")
+    write_line(
+        f"Slot {args.slot_id} of agent {args.agent_id} {'enabled' if args.enabled else 'disabled'}"
+    )
     return 0
 
 

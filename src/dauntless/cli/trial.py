@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from dauntless.client import follow_trial_logs
 
 from . import _util
+from ._failure import failure_fields
 from ._render import (
-    format_log_line,
     latest_validation,
     print_metrics,
     show_checkpoints,
@@ -27,7 +26,6 @@ from ._util import (
     print_fields,
     print_json,
     print_table,
-    write_line,
 )
 
 
@@ -53,6 +51,7 @@ def _describe(args: argparse.Namespace) -> int:
             ("Start time", fmt_time(trial.get("start_time"))),
             ("End time", fmt_time(trial.get("end_time"))),
             ("Duration", fmt_duration(trial.get("start_time"), trial.get("end_time"))),
+            *failure_fields(trial),
         ]
     )
     batches, values = latest_validation(trial)
@@ -69,20 +68,21 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
+    from .compat_cmds import filter_lines, print_log_line
+
+    follow = args.follow and args.head is None and args.tail is None
     with open_session(args) as session:
-        for line in follow_trial_logs(
+        lines = follow_trial_logs(
             session,
             args.trial_id,
-            follow=args.follow,
+            follow=follow,
             poll_interval=_util.POLL_INTERVAL,
             on_connection_lost=lambda exc: note(
                 f"Lost the connection to the master ({exc}); retrying..."
             ),
-        ):
-            if args.json:
-                write_line(json.dumps(line))
-            else:
-                write_line(format_log_line(line))
+        )
+        for line in filter_lines(lines, args):
+            print_log_line(line, args.json)
     return 0
 
 
@@ -113,6 +113,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json", action="store_true", help="print each line as one JSON object (JSON Lines)"
     )
+    from .compat_cmds import add_log_filters, register_trial_extras
+
+    add_log_filters(p)
     p.set_defaults(func=_logs)
 
     p = sub.add_parser(
@@ -125,6 +128,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     from .lifecycle import register_trial_commands
 
     register_trial_commands(sub, common)
+    register_trial_extras(sub, common)
 
 
 __all__ = ["register"]

@@ -86,8 +86,10 @@ def _whoami(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"user": user})
         return 0
-    write_line(f"You are signed in as user '{user.get('username')}'" +
-               (" (administrator)." if user.get("admin") else "."))
+    write_line(
+        f"You are signed in as user '{user.get('username')}'"
+        + (" (administrator)." if user.get("admin") else ".")
+    )
     return 0
 
 
@@ -163,13 +165,18 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="sign in (asks for the password) and save the token for later commands",
         parents=[common],
     )
-    p.add_argument("username", nargs="?", metavar="USERNAME",
-                   help="default: -u, else $DET_USER, else determined")
+    p.add_argument(
+        "username",
+        nargs="?",
+        metavar="USERNAME",
+        help="default: -u, else $DET_USER, else determined",
+    )
     p.set_defaults(func=_login)
 
     p = sub.add_parser("logout", help="revoke the saved token and forget it", parents=[common])
-    p.add_argument("--all", action="store_true",
-                   help="sign out every user with a saved token on this master")
+    p.add_argument(
+        "--all", action="store_true", help="sign out every user with a saved token on this master"
+    )
     p.set_defaults(func=_logout)
 
     p = sub.add_parser("whoami", help="show the signed-in user", parents=[common])
@@ -206,4 +213,3 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 
 __all__ = ["read_password", "register"]
-

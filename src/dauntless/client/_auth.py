@@ -101,7 +101,9 @@ class TokenStore:
 
     # -- writing -------------------------------------------------------------------------
 
-    def set_token(self, master_url: str, username: str, token: str, *, activate: bool = True) -> None:
+    def set_token(
+        self, master_url: str, username: str, token: str, *, activate: bool = True
+    ) -> None:
         """Save ``token`` for ``username`` on ``master_url`` (replacing an older one).
 
         Args:

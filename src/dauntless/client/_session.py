@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
+from dauntless._http import RetryPolicy
 from dauntless._tls import (
     cert_file_from_env,
     describe_cert_error,
@@ -26,6 +27,7 @@ from ._errors import APIError, AuthenticationError, MasterUnreachableError
 from ._types import (
     Agent,
     Checkpoint,
+    CreatedExperiment,
     Experiment,
     ExperimentDetail,
     ExperimentPage,
@@ -38,18 +40,20 @@ from ._types import (
 from ._url import resolve_master_url
 
 API_PREFIX = "/api/v1"
-#: Statuses a GET is retried on: a proxy in front of a master that is (re)starting.
-_RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+METRICS_PAGE = 5000
+"""Batch counts per page when :meth:`Session.get_trial_metrics` reads a trial's reports."""
 
 
 class Session:
     """A connection to one master, with retries for a master that is (re)starting.
 
-    GET requests are idempotent and are retried on any network error or timeout and on
-    502/503/504 answers; other methods are retried only when the connection could not be
-    opened at all (nothing was sent). The delay before retry ``k`` (from 0) is drawn from
-    ``[d/2, d]`` with ``d = min(max_backoff, backoff * 2**k)`` seconds ("equal jitter",
-    from M. Brooker, "Exponential Backoff And Jitter", AWS Architecture Blog, 2015).
+    Retries follow the clients' one policy (:class:`dauntless._http.RetryPolicy`):
+    idempotent requests (GET) are retried on any network error or timeout and on
+    500/502/503/504 answers; other methods are retried only when the connection could
+    not be opened at all (nothing was sent). The delay before retry ``k`` (from 0) is
+    drawn from ``[d/2, d]`` with ``d = min(max_backoff, backoff * 2**k)`` seconds.
 
     Args:
         master_url: the master's address (``http://host:port`` or ``host:port``); when
@@ -127,6 +131,13 @@ class Session:
         self.upload_timeout = float(upload_timeout)
         self._sleep = sleep
         self._rng = random.Random()
+        self.policy = RetryPolicy(
+            attempts=retries + 1,
+            backoff=self.backoff,
+            max_backoff=max(self.backoff, self.max_backoff),
+            sleep=sleep,
+            rng=self._rng,
+        )
         self.cert_file = cert_file if cert_file is not None else cert_file_from_env()
         verify = make_verify(self.cert_file)
         self._client = httpx.Client(timeout=self.timeout, transport=transport, verify=verify)
@@ -197,13 +208,13 @@ class Session:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         if auth and self._token_source is None:
             self._initial_token()
-        attempt = 0
         reauthenticated = False
         while True:
             sent_token = self._token if auth else None
             headers = {"Authorization": f"Bearer {sent_token}"} if sent_token else None
-            try:
-                response = self._client.request(
+
+            def send(headers: dict[str, str] | None = headers) -> httpx.Response:
+                return self._client.request(
                     method,
                     url,
                     params=query or None,
@@ -212,24 +223,22 @@ class Session:
                     headers=headers,
                     timeout=self.timeout if timeout is None else timeout,
                 )
+
+            try:
+                response = self.policy.call(
+                    send,
+                    retry_error=lambda exc: (
+                        isinstance(exc, httpx.TransportError)
+                        and self.policy.retryable_error(method, exc, sent=_sent(exc))
+                    ),
+                    retry_result=lambda r: self.policy.retryable_status(method, r.status_code),
+                )
             except httpx.TransportError as exc:
                 if is_cert_verify_error(exc):
                     raise MasterUnreachableError(
                         self.master_url, describe_cert_error(self.master_url, exc)
                     ) from None
-                if attempt < self.retries and _retryable(method, exc):
-                    self._sleep(self._delay(attempt))
-                    attempt += 1
-                    continue
                 raise MasterUnreachableError(self.master_url, _describe(exc)) from None
-            if (
-                method == "GET"
-                and response.status_code in _RETRY_STATUSES
-                and attempt < self.retries
-            ):
-                self._sleep(self._delay(attempt))
-                attempt += 1
-                continue
             if response.status_code == 401 and auth:
                 if reauthenticated:
                     raise AuthenticationError(
@@ -249,10 +258,6 @@ class Session:
     def post_json(self, path: str, body: Any = None) -> Any:
         """POST a JSON body to ``/api/v1{path}`` and decode the answer (see :meth:`request`)."""
         return _decode(self.request("POST", path, json=body if body is not None else {}))
-
-    def _delay(self, attempt: int) -> float:
-        ceiling = min(self.max_backoff, self.backoff * (2**attempt))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
 
     # -- credentials -------------------------------------------------------------------
 
@@ -457,7 +462,8 @@ class Session:
         context: bytes | None = None,
         *,
         activate: bool = True,
-    ) -> Experiment:
+        parent_id: int | None = None,
+    ) -> CreatedExperiment:
         """``POST /experiments``: submit an experiment.
 
         Args:
@@ -465,23 +471,56 @@ class Session:
             context: the context directory as gzipped tar bytes (see
                 :func:`build_context_tarball`), or None to upload no code.
             activate: False to create the experiment paused.
+            parent_id: fork: the experiment this one is forked from (its context is
+                reused when ``context`` is None).
 
         Returns:
-            The created experiment (its ``id`` names it from now on).
+            The created experiment (its ``id`` names it from now on); the master's
+            warnings about deprecated or ignored config fields are under ``warnings``
+            (a list of strings, often empty).
 
         Raises:
             TypeError: when ``config`` or ``context`` has the wrong type.
             APIError: 400 with field ``errors`` for a config the master rejects, 413 for a
                 context over the master's limit.
         """
+        form = self._experiment_form(config, context, activate, validate_only=False)
+        if parent_id is not None:
+            form["parent_id"] = (None, str(int(parent_id)))
         answer = _decode(
             self.request(
                 "POST",
                 "/experiments",
-                files=self._experiment_form(config, context, activate, validate_only=False),
+                files=form,
                 timeout=httpx.Timeout(self.timeout, write=self.upload_timeout),
             )
         )
+        exp = dict(answer["experiment"])
+        exp["warnings"] = list(answer.get("warnings") or [])
+        return cast(CreatedExperiment, exp)
+
+    def continue_experiment(
+        self, experiment_id: int, override_config: str | Mapping[str, Any] | None = None
+    ) -> Experiment:
+        """``POST /experiments/continue``: continue a finished experiment.
+
+        Args:
+            experiment_id: the experiment.
+            override_config: config fields to deep-merge in (YAML text or a mapping).
+
+        Returns:
+            The experiment.
+
+        Raises:
+            APIError: 404 unknown; 409 not finished or nothing to continue; 400 invalid
+                overrides.
+        """
+        if isinstance(override_config, Mapping):
+            override_config = yaml.safe_dump(dict(override_config), sort_keys=False)
+        body: dict[str, Any] = {"id": int(experiment_id)}
+        if override_config is not None:
+            body["overrideConfig"] = override_config
+        answer = _decode(self.request("POST", "/experiments/continue", json=body))
         return cast(Experiment, answer["experiment"])
 
     def validate_experiment(
@@ -625,8 +664,18 @@ class Session:
         _check_id("trial_id", trial_id)
         if group not in (None, "training", "validation"):
             raise ValueError(f"group must be 'training', 'validation' or None, got {group!r}")
-        answer = self.get_json(f"/trials/{trial_id}/metrics", {"group": group})
-        return cast(list[Metric], answer["metrics"])
+        # In pages of METRICS_PAGE batch counts (the cursor is ``total_batches``), so no
+        # one answer holds a long trial's every report.
+        out: list[Metric] = []
+        cursor: int | None = -1
+        while cursor is not None:
+            answer = self.get_json(
+                f"/trials/{trial_id}/metrics",
+                {"group": group, "after_batches": cursor, "limit": METRICS_PAGE},
+            )
+            out += cast(list[Metric], answer["metrics"])
+            cursor = answer.get("next_after_batches")
+        return out
 
     def get_trial_logs(self, trial_id: int, after_id: int = 0, limit: int = 1000) -> TrialLogs:
         """``GET /trials/{id}/logs``: log lines with ``id > after_id``.
@@ -677,8 +726,11 @@ class Session:
         """
         if not isinstance(uuid, str) or not uuid.strip():
             raise ValueError(f"uuid must be a non-empty string, got {uuid!r}")
-        r = self.request("GET", f"/checkpoints/{quote(uuid.strip(), safe='')}/download",
-                         timeout=self.upload_timeout)
+        r = self.request(
+            "GET",
+            f"/checkpoints/{quote(uuid.strip(), safe='')}/download",
+            timeout=self.upload_timeout,
+        )
         return r.content
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -709,15 +761,19 @@ class Session:
         _check_id("experiment_id", experiment_id)
         self.request("DELETE", f"/experiments/{experiment_id}")
 
-    def set_agent_enabled(self, agent_id: str, enabled: bool, drain: bool = False) -> dict[str, Any]:
+    def set_agent_enabled(
+        self, agent_id: str, enabled: bool, drain: bool = False
+    ) -> dict[str, Any]:
         """``POST /agents/{id}/enable|disable``; ``drain`` lets running trials finish."""
         path = f"/agents/{quote(agent_id, safe='')}/{'enable' if enabled else 'disable'}"
         return self.post_json(path, None if enabled else {"drain": drain})["agent"]
 
     def set_slot_enabled(self, agent_id: str, slot_id: str, enabled: bool) -> dict[str, Any]:
         """``POST /agents/{id}/slots/{slot}/enable|disable``."""
-        path = (f"/agents/{quote(agent_id, safe='')}/slots/{quote(slot_id, safe='')}/"
-                f"{'enable' if enabled else 'disable'}")
+        path = (
+            f"/agents/{quote(agent_id, safe='')}/slots/{quote(slot_id, safe='')}/"
+            f"{'enable' if enabled else 'disable'}"
+        )
         return self.post_json(path)["agent"]
 
     def list_resource_pools(self) -> list[dict[str, Any]]:
@@ -753,12 +809,10 @@ def _stdin_is_tty() -> bool:
         return False
 
 
-def _retryable(method: str, exc: httpx.TransportError) -> bool:
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-        return True  # nothing reached the master: safe for any method
-    if method != "GET":
-        return False
-    return isinstance(exc, (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError))
+def _sent(exc: httpx.TransportError) -> bool:
+    """Whether a request that failed with ``exc`` may have reached the master (False
+    when the connection could not be opened)."""
+    return not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
 
 def _describe(exc: httpx.TransportError) -> str:

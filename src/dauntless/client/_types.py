@@ -55,6 +55,13 @@ class Experiment(TypedDict):
     smaller_is_better: bool
 
 
+class CreatedExperiment(Experiment):
+    """A new experiment, with the master's warnings about its config (one
+    ``"<field>: <why>"`` per deprecated or ignored field)."""
+
+    warnings: list[str]
+
+
 class Trial(TypedDict):
     """A trial; ``total_batches`` counts the batches trained so far."""
 
@@ -124,8 +131,17 @@ class Slot(TypedDict):
     allocation_id: str | None
 
 
+class AgentRuntime(TypedDict):
+    """How an agent runs tasks: ``name`` (process, docker or podman), whether it runs
+    container images, and whether it can make bind mounts for tasks without one."""
+
+    name: str
+    containers: bool
+    mount_namespace: bool
+
+
 class Agent(TypedDict):
-    """An agent and its slots."""
+    """An agent, its slots and its task runtime."""
 
     id: str
     resource_pool: str
@@ -134,6 +150,7 @@ class Agent(TypedDict):
     registered_at: float
     last_heartbeat: float
     slots: list[Slot]
+    runtime: AgentRuntime
 
 
 class LogLine(TypedDict):
