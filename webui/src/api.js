@@ -40,6 +40,25 @@ async function request(method, path, body) {
 export const get = (path) => request("GET", path);
 /** POST to a path under /api/v1 (JSON body optional). */
 export const post = (path, body) => request("POST", path, body);
+/** PATCH a path under /api/v1 with a JSON body. */
+export const patch = (path, body) => request("PATCH", path, body);
+/** DELETE a path under /api/v1. */
+export const del = (path) => request("DELETE", path);
+
+/**
+ * GET a path under /api/v1 as text (a file, not JSON).
+ * @throws {ApiError} for an error status, with the master's detail
+ */
+export async function getText(path) {
+  const resp = await fetch(BASE + path, { credentials: "same-origin" });
+  const text = await resp.text();
+  if (!resp.ok) {
+    let detail = `${resp.status} ${resp.statusText}`;
+    try { detail = JSON.parse(text).detail || detail; } catch { /* not JSON */ }
+    throw new ApiError(resp.status, detail);
+  }
+  return text;
+}
 
 /**
  * Sign in; the master sets the session cookie.

@@ -10,7 +10,7 @@ import { fmtNum, h, palette, setChildren } from "./util.js";
 
 
 function widthOf(el) {
-  return Math.max(320, Math.floor(el.getBoundingClientRect().width || el.parentElement?.clientWidth || 640));
+  return Math.max(260, Math.floor(el.getBoundingClientRect().width || el.parentElement?.clientWidth || 640));
 }
 
 const axis = (label) => ({
@@ -35,8 +35,9 @@ function padRange(lo, hi, log) {
 }
 
 function legend(items) {
-  return h("div.chart-legend", null, items.map(([label, color]) =>
-    h("span", null, h("i", { style: { background: color } }), label)));
+  return h("div.chart-legend", null, items.map(([label, color, idx]) =>
+    h("span", { dataset: idx ? { idx } : null, title: idx ? "click to highlight" : null },
+      h("i", { style: { background: color } }), label)));
 }
 
 /**
@@ -87,22 +88,48 @@ class Chart {
   }
 }
 
+/** The y values of a series are all > 0 (a log scale can draw them). */
+const allPositive = (series) => series.every((s) => s.y.every((v) => v > 0));
+
 /**
  * Lines of several series, each with its own x values (uPlot mode 2).
- * Call `draw({series: [{label, x: number[], y: number[]}], xLabel, yLabel})`.
+ *
+ * Call `draw({series: [{label, id, x: number[], y: number[]}], xLabel, yLabel, log})`.
+ * Hovering shows the nearest point's series label, batches and value (also left in the
+ * container's data-hover for tests); clicking a point or a legend entry highlights that
+ * series (others dimmed) and calls `onSelect(id or null)`; clicking it again clears.
+ * `log: true` draws y on a log-10 scale when every value is > 0 (else linear, and
+ * data-log says which scale was used).
  */
 export class MultiLineChart extends Chart {
-  draw({ series, xLabel = "batches", yLabel = "", emptyText = "No data yet." }) {
+  constructor(el, opts = {}) {
+    super(el, opts);
+    this.onSelect = opts.onSelect || null;
+    this.highlighted = null;
+  }
+
+  draw({ series, xLabel = "batches", yLabel = "", emptyText = "No data yet.", log = false }) {
     const drawn = series.filter((s) => s.x.length);
     if (!drawn.length) return this._empty(emptyText);
     const colors = palette(drawn.length);
     const points = drawn.reduce((n, s) => n + s.x.length, 0);
+    const useLog = log && allPositive(drawn);
+    // Explicit ranges: uPlot's automatic range for a scale whose values are all equal
+    // (every trial validated at the same single batch count) has zero width, and its tick
+    // generator then loops until the tab runs out of memory (RangeError: Invalid array
+    // length). padRange widens such a range; a spread range keeps uPlot's own.
     const opts = {
       mode: 2,
-      scales: { x: { time: false }, y: {} },
+      scales: {
+        x: { time: false, range: (u, lo, hi) => (lo === hi ? padRange(lo, hi, false) : [lo, hi]) },
+        y: useLog
+          ? { distr: 3, log: 10, range: (u, lo, hi) => padRange(lo, hi, true) }
+          : { range: (u, lo, hi) => (lo === hi ? padRange(lo, hi, false) : uPlot.rangeNum(lo, hi, 0.1, true)) },
+      },
       axes: [axis(xLabel), axis(yLabel)],
       legend: { show: false },
-      cursor: { drag: { x: true, y: false } },
+      focus: { alpha: 0.15 },
+      cursor: { drag: { x: true, y: false }, points: { show: false } },
       series: [
         {},
         ...drawn.map((s, i) => ({
@@ -110,13 +137,99 @@ export class MultiLineChart extends Chart {
           stroke: colors[i],
           width: 1.5,
           paths: uPlot.paths.linear(),
-          points: { show: false },
+          // A line needs two points: a series with one is drawn as a point instead.
+          points: s.x.length === 1 ? { show: true, size: 7, fill: colors[i] } : { show: false },
           facets: [{ scale: "x", auto: true }, { scale: "y", auto: true }],
         })),
       ],
     };
     const data = [null, ...drawn.map((s) => [s.x, s.y])];
-    this._mount(opts, data, drawn.length, points, drawn.map((s, i) => [s.label, colors[i]]));
+    this.series = drawn;
+    this._mount(opts, data, drawn.length, points, drawn.map((s, i) => [s.label, colors[i], i + 1]));
+    this.el.dataset.log = useLog ? "1" : "0";
+    this._hover();
+    if (this.highlighted != null) {
+      const i = drawn.findIndex((s) => (s.id ?? s.label) === this.highlighted);
+      if (i >= 0) this._focus(i + 1); else this.highlighted = null;
+    }
+  }
+
+  /** Highlight the series with this id (or label); null clears. */
+  highlight(id) {
+    this.highlighted = id;
+    const i = id == null ? -1 : (this.series || []).findIndex((s) => (s.id ?? s.label) === id);
+    this._focus(i >= 0 ? i + 1 : null);
+  }
+
+  _focus(idx) {
+    if (!this.plot) return;
+    // uPlot's focus dims every other series to focus.alpha; null restores all.
+    this.plot.setSeries(idx, { focus: true }, false);
+    if (idx == null) for (let i = 1; i < this.plot.series.length; i++) this.plot.series[i].alpha = 1;
+    if (idx == null) this.plot.redraw(false, false);
+    this.el.dataset.highlight = idx == null ? "" : this.series[idx - 1].label;
+    for (const item of this.el.querySelectorAll(".chart-legend [data-idx]")) {
+      item.classList.toggle("on", Number(item.dataset.idx) === idx);
+    }
+  }
+
+  _select(idx) {
+    const s = idx == null ? null : this.series[idx - 1];
+    const id = s ? (s.id ?? s.label) : null;
+    const next = id === this.highlighted ? null : id;
+    this.highlight(next);
+    if (this.onSelect) this.onSelect(next);
+  }
+
+  _nearest(px, py) {
+    const u = this.plot;
+    let best = null;
+    let bestD = 144; // within 12 CSS pixels
+    for (let i = 0; i < this.series.length; i++) {
+      const s = this.series[i];
+      for (let j = 0; j < s.x.length; j++) {
+        const dx = u.valToPos(s.x[j], "x") - px;
+        if (dx > 12 || dx < -12) continue;
+        const dy = u.valToPos(s.y[j], "y") - py;
+        const d = dx * dx + dy * dy;
+        if (d < bestD) { bestD = d; best = [i + 1, j]; }
+      }
+    }
+    return best;
+  }
+
+  _hover() {
+    const u = this.plot;
+    const tip = h("div.chart-tip", { hidden: true });
+    u.over.append(tip);
+    let frame = 0;
+    u.over.addEventListener("mousemove", (ev) => {
+      if (frame) return;
+      frame = requestAnimationFrame(() => {
+        frame = 0;
+        const rect = u.over.getBoundingClientRect();
+        const hit = this._nearest(ev.clientX - rect.left, ev.clientY - rect.top);
+        if (!hit) { tip.hidden = true; this.el.dataset.hover = ""; return; }
+        const [idx, j] = hit;
+        const s = this.series[idx - 1];
+        const text = `${s.label} · batches ${fmtNum(s.x[j])} · ${fmtNum(s.y[j])}`;
+        tip.textContent = text;
+        tip.hidden = false;
+        tip.style.left = `${Math.min(u.valToPos(s.x[j], "x") + 10, rect.width - 180)}px`;
+        tip.style.top = `${Math.max(0, u.valToPos(s.y[j], "y") - 28)}px`;
+        this.el.dataset.hover = text;
+        this.hoverIdx = idx;
+      });
+    });
+    u.over.addEventListener("mouseleave", () => { tip.hidden = true; this.hoverIdx = null; });
+    u.over.addEventListener("click", (ev) => {
+      const rect = u.over.getBoundingClientRect();
+      const hit = this._nearest(ev.clientX - rect.left, ev.clientY - rect.top);
+      if (hit) this._select(hit[0]);
+    });
+    for (const item of this.el.querySelectorAll(".chart-legend [data-idx]")) {
+      item.addEventListener("click", () => this._select(Number(item.dataset.idx)));
+    }
   }
 }
 

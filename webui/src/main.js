@@ -7,6 +7,8 @@ import * as cluster from "./pages/cluster.js";
 import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
 import * as loginPage from "./pages/login.js";
+import * as queue from "./pages/queue.js";
+import * as tasks from "./pages/tasks.js";
 import * as trial from "./pages/trial.js";
 import { h, setChildren } from "./util.js";
 
@@ -15,6 +17,8 @@ const ROUTES = [
   [/^\/experiments\/(\d+)\/?$/, experiment, "experiments"],
   [/^\/trials\/(\d+)\/?$/, trial, "experiments"],
   [/^\/cluster\/?$/, cluster, "cluster"],
+  [/^\/tasks\/?$/, tasks, "tasks"],
+  [/^\/queue\/?$/, queue, "queue"],
 ];
 
 let cleanup = null;

@@ -42,8 +42,8 @@ function count(agents, pred) {
 /** Draw the cluster page into `root`; returns its cleanup. */
 export function render(root) {
   const statsBox = h("div.stats", { id: "cluster-stats" });
-  const poolsBox = h("div", { id: "resource-pools" });
-  const agentsBox = h("div", { id: "agents" });
+  const poolsBox = h("div.table-wrap", { id: "resource-pools" });
+  const agentsBox = h("div.table-wrap", { id: "agents" });
   setChildren(root,
     h("div.toolbar", null, h("h1", null, "Cluster")),
     h("div.card", null, statsBox),

@@ -4,6 +4,7 @@ import { query, stream } from "../api.js";
 import {
   EXPERIMENT_STATES, badge, durationOf, fmtDuration, fmtNum, fmtTime, h, setChildren,
 } from "../util.js";
+import { readState, writeState } from "../urlstate.js";
 import { actionButtons } from "./actions.js";
 
 const PAGE_SIZES = [10, 20, 50, 100];
@@ -22,17 +23,9 @@ const COLUMNS = [
 
 /** Draw the experiments page into `root`; returns its cleanup. */
 export function render(root) {
-  const params = new URLSearchParams(window.location.search);
-  const view = {
-    experiments: [],
-    name: params.get("name") || "",
-    state: params.get("state") || "",
-    archived: params.get("archived") === "1",
-    sort: "id",
-    desc: true,
-    page: 0,
-    pageSize: 20,
-  };
+  const DEFAULTS = { name: "", state: "", owner: "", label: "", archived: false, sort: "id", desc: true, page: 0, pageSize: 20 };
+  const view = { experiments: [], ...readState(DEFAULTS) };
+  const save = () => writeState(view, DEFAULTS);
   let close = null;
 
   const nameInput = h("input", {
@@ -45,6 +38,14 @@ export function render(root) {
     onchange: () => { view.state = stateSelect.value; view.page = 0; draw(); },
   }, h("option", { value: "" }, "All states"),
   EXPERIMENT_STATES.map((s) => h("option", { value: s, selected: s === view.state }, s)));
+  const ownerSelect = h("select", {
+    "aria-label": "owner filter", id: "filter-owner",
+    onchange: () => { view.owner = ownerSelect.value; view.page = 0; draw(); },
+  });
+  const labelSelect = h("select", {
+    "aria-label": "label filter", id: "filter-label",
+    onchange: () => { view.label = labelSelect.value; view.page = 0; draw(); },
+  });
   const archivedBox = h("input", {
     type: "checkbox", id: "show-archived", checked: view.archived,
     onchange: () => { view.archived = archivedBox.checked; view.page = 0; follow(); },
@@ -56,15 +57,17 @@ export function render(root) {
   setChildren(root,
     h("div.toolbar", null, h("h1", null, "Experiments"), h("span.spacer"), summary),
     h("div.card", null,
-      h("div.toolbar", null, nameInput, stateSelect,
+      h("div.toolbar", null, nameInput, stateSelect, ownerSelect, labelSelect,
         h("label", null, archivedBox, " Show archived")),
-      table, pager));
+      h("div.table-wrap", null, table), pager));
 
   function rows() {
     const name = view.name.trim().toLowerCase();
     let list = view.experiments.filter((e) =>
       (!name || e.name.toLowerCase().includes(name) || String(e.id) === name) &&
-      (!view.state || e.state === view.state));
+      (!view.state || e.state === view.state) &&
+      (!view.owner || e.owner === view.owner) &&
+      (!view.label || labelsOf(e).includes(view.label)));
     const col = COLUMNS.find((c) => c[0] === view.sort);
     list = list.slice().sort((a, b) => {
       const x = col[2](a), y = col[2](b);
@@ -77,7 +80,20 @@ export function render(root) {
     return list;
   }
 
+  function labelsOf(e) {
+    return (e.labels || e.config?.labels || []).map(String);
+  }
+
   function draw() {
+    save();
+    const owners = [...new Set(view.experiments.map((e) => e.owner))].sort();
+    if (view.owner && !owners.includes(view.owner)) owners.push(view.owner);
+    setChildren(ownerSelect, h("option", { value: "" }, "All owners"),
+      owners.map((o) => h("option", { value: o, selected: o === view.owner }, o)));
+    const labels = [...new Set(view.experiments.flatMap(labelsOf))].sort();
+    if (view.label && !labels.includes(view.label)) labels.push(view.label);
+    setChildren(labelSelect, h("option", { value: "" }, "All labels"),
+      labels.map((l) => h("option", { value: l, selected: l === view.label }, l)));
     const list = rows();
     const pages = Math.max(1, Math.ceil(list.length / view.pageSize));
     view.page = Math.min(view.page, pages - 1);
@@ -95,7 +111,8 @@ export function render(root) {
     const body = shown.map((e) => h("tr", { dataset: { id: e.id, state: e.state } },
       h("td.num", null, h("a", { href: `/experiments/${e.id}` }, e.id)),
       h("td", null, h("a", { href: `/experiments/${e.id}` }, e.name),
-        e.archived ? h("span.badge.archived", null, "archived") : null),
+        e.archived ? h("span.badge.archived", null, "archived") : null,
+        labelsOf(e).map((l) => h("span.badge.label", null, l))),
       h("td", null, e.owner),
       h("td", null, badge(e.state)),
       h("td", null, h("span.progress", { title: `${Math.round(e.progress * 100)}%` },

@@ -2,14 +2,28 @@
 // live logs, checkpoints and restarts. The trial's state comes live from its
 // experiment's stream; logs from /stream/trials/{id}/logs.
 
-import { get, query, stream } from "../api.js";
+import { get, post, query, stream } from "../api.js";
 import { MultiLineChart } from "../charts.js";
+import { readState, writeState } from "../urlstate.js";
 import {
-  badge, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, setChildren, throttle, toast,
+  TERMINAL, badge, confirmAction, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, setChildren,
+  throttle, toast,
 } from "../util.js";
 import { hparamText } from "./experiment.js";
 
 const MAX_LOG_LINES = 5000;
+const LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
+const LEVEL_RE = /\b(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b/;
+const LOG_DEFAULTS = { level: "", q: "" };
+
+/** A log line's level: the first level word in it (WARN: WARNING, FATAL: CRITICAL), else
+ * ERROR for stderr lines that say "Traceback", else INFO for stdout and WARNING for stderr. */
+export function lineLevel(line) {
+  const m = line.log.match(LEVEL_RE);
+  if (m) return m[1] === "WARN" ? "WARNING" : m[1] === "FATAL" ? "CRITICAL" : m[1];
+  if (line.stdtype === "stderr") return /Traceback|Error/.test(line.log) ? "ERROR" : "WARNING";
+  return "INFO";
+}
 const AXIS_KEYS = new Set(["batches", "epochs"]);
 
 /** Series {label, x, y} of each numeric metric in `reports` (Metric objects). */
@@ -76,8 +90,16 @@ export function render(root, [trialId]) {
   const logsPre = h("pre.logs", { id: "trial-logs" });
   const follow = h("input", { type: "checkbox", checked: true, id: "follow-logs" });
   const logCount = h("span.muted.small", { id: "log-count" });
-  const ckptBox = h("div", { id: "trial-checkpoints" });
-  const runsBox = h("div", { id: "trial-restarts" });
+  const logView = readState(LOG_DEFAULTS);
+  const logLevel = h("select", { id: "log-level", "aria-label": "log level" },
+    h("option", { value: "" }, "All levels"), LEVELS.map((l) => h("option", { value: l, selected: l === logView.level }, `${l} and above`)));
+  const logSearch = h("input", { type: "search", id: "log-search", placeholder: "Search logs", value: logView.q, "aria-label": "search logs" });
+  const logDownload = h("button", { id: "log-download", type: "button", title: "every line of the trial's logs (the level and search filters applied)" }, "Download");
+  const batchCard = h("div.card", { id: "batch-card", hidden: true }, h("h2", null, "Batch metrics"));
+  const batchBox = h("div.chart-grid", { id: "batch-charts" });
+  batchCard.append(batchBox);
+  const ckptBox = h("div.table-wrap", { id: "trial-checkpoints" });
+  const runsBox = h("div.table-wrap", { id: "trial-restarts" });
   const backLink = h("span");
 
   setChildren(root,
@@ -87,8 +109,9 @@ export function render(root, [trialId]) {
       h("div.card", { style: { flex: "0 1 320px" } }, h("h2", null, "Hyperparameters"), hpBox),
       h("div.card.grow", null, h("h2", null, "Training metrics"), trainBox)),
     h("div.card", null, h("h2", null, "Validation metrics"), validBox),
+    batchCard,
     h("div.card", null,
-      h("div.toolbar", null, h("h2", null, "Logs"), h("span.spacer"), logCount,
+      h("div.toolbar", null, h("h2", null, "Logs"), h("span.spacer"), logCount, logLevel, logSearch, logDownload,
         h("label", null, follow, " Follow")),
       logsPre),
     h("div.row", null,
@@ -97,6 +120,7 @@ export function render(root, [trialId]) {
 
   const trainCharts = new MetricGrid(trainBox, "training");
   const validCharts = new MetricGrid(validBox, "validation");
+  const batchCharts = new MetricGrid(batchBox, "batch");
   const closers = [];
   let closed = false;
   let signature = "";
@@ -107,7 +131,14 @@ export function render(root, [trialId]) {
       `‹ Experiment ${t.experiment_id}${exp ? `: ${exp.name}` : ""}`));
     const metric = exp?.searcher_metric;
     setChildren(header,
-      h("div.toolbar", null, h("h1", null, `Trial ${t.id}`), badge(t.state)),
+      h("div.toolbar", null, h("h1", null, `Trial ${t.id}`), badge(t.state), h("span.spacer"),
+        TERMINAL.has(t.state) ? null : h("button.danger", {
+          id: "kill-trial", type: "button", title: "stop this trial at once, without a checkpoint",
+          onclick: async () => {
+            if (!await confirmAction(`Kill trial ${t.id}? It stops at once, without a checkpoint, and ends CANCELED.`, "Kill")) return;
+            try { await post(`/trials/${t.id}/kill`); toast(`Killed trial ${t.id}`); } catch (err) { toast(`Kill failed: ${err.message}`, "error"); }
+          },
+        }, "Kill")),
       h("div.row", null,
         h("table.kv", null, h("tbody", null,
           h("tr", null, h("td", null, "Experiment"), h("td", null,
@@ -131,7 +162,51 @@ export function render(root, [trialId]) {
     if (closed) return;
     trainCharts.draw(metricSeries(metrics.filter((m) => m.group === "training")));
     validCharts.draw(metricSeries(metrics.filter((m) => m.group === "validation")));
+    const batch = await get(`/trials/${trialId}/batch-metrics`);
+    if (closed) return;
+    batchCard.hidden = !batch.series.length;
+    if (batch.series.length) {
+      batchCharts.draw(batch.series.map((x) => ({ label: x.name, x: x.batches, y: x.values })));
+    }
   }
+
+  const levelRank = (l) => LEVELS.indexOf(l);
+  function lineShown(el) {
+    const min = logView.level ? levelRank(logView.level) : -1;
+    const q = logView.q.trim().toLowerCase();
+    return levelRank(el.dataset.level) >= min && (!q || el.textContent.toLowerCase().includes(q));
+  }
+  function applyLogFilter() {
+    let n = 0;
+    for (const el of logsPre.children) { el.hidden = !lineShown(el); if (!el.hidden) n++; }
+    logsPre.dataset.shown = String(n);
+    logCount.textContent = logView.level || logView.q ? `${n} of ${lines} lines` : `${lines} lines`;
+  }
+  logLevel.addEventListener("change", () => { logView.level = logLevel.value; writeState(logView, LOG_DEFAULTS); applyLogFilter(); });
+  logSearch.addEventListener("input", () => { logView.q = logSearch.value; writeState(logView, LOG_DEFAULTS); applyLogFilter(); });
+  logDownload.addEventListener("click", async () => {
+    const out = [];
+    let after = 0;
+    try {
+      for (;;) {
+        const { logs } = await get(`/trials/${trialId}/logs${query({ after_id: after, limit: 10000 })}`);
+        const min = logView.level ? levelRank(logView.level) : -1;
+        const q = logView.q.trim().toLowerCase();
+        for (const l of logs) {
+          const text = `${fmtTime(l.timestamp)} ${l.rank_id != null ? `[rank=${l.rank_id}] ` : ""}${l.log}`;
+          if (levelRank(lineLevel(l)) >= min && (!q || text.toLowerCase().includes(q))) out.push(text);
+        }
+        if (logs.length < 10000) break;
+        after = logs[logs.length - 1].id;
+      }
+    } catch (err) { toast(`Could not download the logs: ${err.message}`, "error"); return; }
+    const url = URL.createObjectURL(new Blob([out.join("\n") + "\n"], { type: "text/plain" }));
+    const a = h("a", { href: url, download: `trial-${trialId}-logs.txt`, dataset: { external: "1" } });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  });
 
   async function loadCheckpointsAndRuns() {
     const [{ checkpoints }, { allocations }] = await Promise.all([
@@ -170,7 +245,7 @@ export function render(root, [trialId]) {
     const atBottom = logsPre.scrollTop + logsPre.clientHeight >= logsPre.scrollHeight - 4;
     const frag = document.createDocumentFragment();
     for (const line of batch) {
-      frag.append(h("div", { class: line.stdtype === "stderr" ? "stderr" : null, dataset: { id: line.id } },
+      frag.append(h("div", { class: line.stdtype === "stderr" ? "stderr" : null, dataset: { id: line.id, level: lineLevel(line) } },
         h("span.ln", null, `${fmtTime(line.timestamp)} `),
         line.rank_id != null ? h("span.ln", null, `[rank=${line.rank_id}] `) : null,
         line.log));
@@ -178,7 +253,7 @@ export function render(root, [trialId]) {
     logsPre.append(frag);
     lines += batch.length;
     while (logsPre.childElementCount > MAX_LOG_LINES) logsPre.firstElementChild.remove();
-    logCount.textContent = `${lines} lines`;
+    applyLogFilter();
     if (follow.checked && (atBottom || lines === batch.length)) logsPre.scrollTop = logsPre.scrollHeight;
   }
 
@@ -209,5 +284,6 @@ export function render(root, [trialId]) {
     for (const c of closers) c();
     trainCharts.destroy();
     validCharts.destroy();
+    batchCharts.destroy();
   };
 }
