@@ -3,6 +3,11 @@
 Each cluster gets free ports and its own temporary directories; the database is SQLite
 in the data directory, or a fresh PostgreSQL database on 127.0.0.1:5432 (user postgres,
 trust auth) that is dropped afterwards. On failure the processes' logs are printed.
+
+Deadlines hold under load: every wait is for an event (an answer, a state, progress),
+and its deadline is :func:`deadline_seconds` of a figure measured on an idle machine, so
+a busy machine (load average above its core count) waits proportionally longer. Waits
+for an experiment measure time without progress, not time in all.
 """
 
 from __future__ import annotations
@@ -20,25 +25,40 @@ from pathlib import Path
 
 import httpx
 import pytest
+from databases import fresh_postgres_database, postgres_available
 
 REPO = Path(__file__).resolve().parents[2]
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+TIMEOUT_SCALE_ENV = "DAUNTLESS_TEST_TIMEOUT_SCALE"
+"""Multiplies every integration-test deadline (default 1), e.g. for a slow CI machine."""
+
+
+def deadline_seconds(idle_seconds: float) -> float:
+    """A deadline for something that takes well under ``idle_seconds`` on an idle machine,
+    scaled to this machine now.
+
+    The scale is the load per core (the 1-minute load average over the CPU count) when it
+    exceeds 1, times ``$DAUNTLESS_TEST_TIMEOUT_SCALE``: at load 20 on 2 cores a 120 s
+    deadline becomes 1,200 s, so a slow but working product does not fail its tests.
+
+    Args:
+        idle_seconds: seconds allowed on an idle machine.
+
+    Returns:
+        Seconds allowed now.
+    """
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = 1.0
+    return idle_seconds * max(1.0, load) * float(os.environ.get(TIMEOUT_SCALE_ENV) or 1.0)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def postgres_available() -> bool:
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except Exception:
-        return False
 
 
 @dataclass
@@ -54,6 +74,7 @@ class Cluster:
     logs: list[Path] = field(default_factory=list)
     master_args: list[str] = field(default_factory=list)
     token: str | None = None  # the admin's, for api()
+    deadline = staticmethod(deadline_seconds)
 
     @property
     def secret_file(self) -> Path:
@@ -68,8 +89,11 @@ class Cluster:
     def headers(self) -> dict[str, str]:
         """An admin's credentials (the built-in admin, empty password)."""
         if self.token is None:
-            r = httpx.post(self.url + "/api/v1/auth/login", timeout=30,
-                           json={"username": "admin", "password": ""})
+            r = httpx.post(
+                self.url + "/api/v1/auth/login",
+                timeout=30,
+                json={"username": "admin", "password": ""},
+            )
             r.raise_for_status()
             self.token = r.json()["token"]
         return {"Authorization": f"Bearer {self.token}"}
@@ -79,8 +103,9 @@ class Cluster:
         return int(self.url.rsplit(":", 1)[1])
 
     def api(self, path: str, **params) -> dict:
-        r = httpx.get(self.url + "/api/v1" + path, params=params, timeout=30,
-                      headers=self.headers())
+        r = httpx.get(
+            self.url + "/api/v1" + path, params=params, timeout=30, headers=self.headers()
+        )
         r.raise_for_status()
         return r.json()
 
@@ -94,11 +119,17 @@ class Cluster:
             env.pop(name, None)
         return env
 
-    def det(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    def det(
+        self, *args: str, timeout: float = 300, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """Run the real `det` CLI against this cluster."""
         proc = subprocess.run(
             [sys.executable, "-m", "dauntless.cli.main", *args],
-            cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=timeout,
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=deadline_seconds(timeout),
         )
         if check and proc.returncode != 0:
             raise AssertionError(
@@ -110,13 +141,30 @@ class Cluster:
     def start_master(self, agent_timeout: float = 30.0) -> None:
         log = self.tmp / f"master-{len(self.logs)}.log"
         self.logs.append(log)
-        cmd = [sys.executable, "-m", "dauntless.master", "--port", str(self.port),
-               "--data-dir", str(self.data_dir), "--db-url", self.db_url,
-               "--agent-timeout", str(agent_timeout),
-               "--cluster-secret-file", str(self.secret_file), *self.master_args]
-        self.master = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                       env=self.env(), start_new_session=True)
-        deadline = time.time() + 60
+        cmd = [
+            sys.executable,
+            "-m",
+            "dauntless.master",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--db-url",
+            self.db_url,
+            "--agent-timeout",
+            str(agent_timeout),
+            "--cluster-secret-file",
+            str(self.secret_file),
+            *self.master_args,
+        ]
+        self.master = subprocess.Popen(
+            cmd,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            start_new_session=True,
+        )
+        deadline = time.time() + deadline_seconds(60)
         while time.time() < deadline:
             if self.master.poll() is not None:
                 raise AssertionError(f"master exited early:\n{log.read_text()}")
@@ -125,20 +173,39 @@ class Cluster:
                 return
             except httpx.HTTPError:
                 time.sleep(0.2)
-        raise AssertionError(f"master did not answer in 60 s:\n{log.read_text()}")
+        raise AssertionError(f"master did not answer in time:\n{log.read_text()}")
 
-    def start_agent(self, agent_id: str = "agent-1", slots: int = 1) -> None:
+    def start_agent(
+        self, agent_id: str = "agent-1", slots: int = 1, extra_args: tuple[str, ...] = ()
+    ) -> None:
         log = self.tmp / f"{agent_id}-{len(self.logs)}.log"
         self.logs.append(log)
-        cmd = [sys.executable, "-m", "dauntless.agent", "--master-url", self.url,
-               "--agent-id", agent_id, "--work-dir", str(self.tmp / agent_id),
-               "--artificial-slots", str(slots), "--heartbeat-interval", "0.2",
-               "--cluster-secret-file", str(self.secret_file)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dauntless.agent",
+            "--master-url",
+            self.url,
+            "--agent-id",
+            agent_id,
+            "--work-dir",
+            str(self.tmp / agent_id),
+            "--artificial-slots",
+            str(slots),
+            "--heartbeat-interval",
+            "0.2",
+            "--cluster-secret-file",
+            str(self.secret_file),
+            *extra_args,
+        ]
         self.agents[agent_id] = subprocess.Popen(
-            cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=self.env(),
+            cmd,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=self.env(),
             start_new_session=True,
         )
-        deadline = time.time() + 60
+        deadline = time.time() + deadline_seconds(60)
         while time.time() < deadline:
             ids = {a["id"]: a for a in self.api("/agents")["agents"]}
             if agent_id in ids and ids[agent_id]["state"] == "ACTIVE":
@@ -146,7 +213,7 @@ class Cluster:
             if self.agents[agent_id].poll() is not None:
                 raise AssertionError(f"agent exited early:\n{log.read_text()}")
             time.sleep(0.2)
-        raise AssertionError(f"agent {agent_id} did not register in 60 s:\n{log.read_text()}")
+        raise AssertionError(f"agent {agent_id} did not register in time:\n{log.read_text()}")
 
     def stop(self, proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
         if proc is None or proc.poll() is not None:
@@ -181,15 +248,57 @@ class Cluster:
         return "\n".join(parts)
 
     def wait_experiment(self, exp_id: int, timeout: float = 300) -> dict:
+        """Wait until the experiment is terminal and return its ``GET /experiments/{id}``.
+
+        Args:
+            exp_id: the experiment.
+            timeout: seconds (on an idle machine, see :func:`deadline_seconds`) the
+                experiment may go without progress: its state, its trials' states,
+                batches and restarts all unchanged.
+
+        Raises:
+            AssertionError: it stalled for longer than that (the logs are attached).
+        """
         terminal = {"COMPLETED", "CANCELED", "ERROR", "DELETED"}
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+        last: object = None
+        stalled_since = time.time()
+        while time.time() - stalled_since < deadline_seconds(timeout):
             body = self.api(f"/experiments/{exp_id}")
             if body["experiment"]["state"] in terminal:
                 return body
+            seen = (
+                body["experiment"]["state"],
+                [(t["state"], t["total_batches"], t["restarts"]) for t in body["trials"]],
+            )
+            if seen != last:
+                last, stalled_since = seen, time.time()
             time.sleep(0.5)
         raise AssertionError(
-            f"experiment {exp_id} not finished in {timeout} s:\n{self.dump_logs(exp_id)}"
+            f"experiment {exp_id} made no progress in {timeout} s (scaled to the load):\n"
+            f"{self.dump_logs(exp_id)}"
+        )
+
+    def wait_task(self, task_id: str, states: set[str], timeout: float = 60) -> dict:
+        """Wait until a generic task (command, notebook, shell, TensorBoard) is in one of
+        ``states`` and return its ``GET /tasks/{id}`` body's task.
+
+        Args:
+            task_id: the task's id.
+            states: task states to wait for, e.g. ``{"RUNNING"}``.
+            timeout: seconds on an idle machine, scaled to the load (:func:`deadline_seconds`).
+
+        Raises:
+            AssertionError: not reached in time (the cluster's logs are attached).
+        """
+        limit = deadline_seconds(timeout)
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            task = self.api(f"/tasks/{task_id}")["task"]
+            if task["state"] in states:
+                return task
+            time.sleep(0.2)
+        raise AssertionError(
+            f"task {task_id} not in {states} after {limit:.0f} s:\n{self.dump_logs()}"
         )
 
 
@@ -201,26 +310,20 @@ def db_url(request, tmp_path) -> Iterator[str]:
         return
     if not postgres_available():
         pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    import psycopg
-
-    name = f"dauntless_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres_database() as url:
+        yield url
 
 
-@pytest.fixture()
-def cluster_factory(tmp_path, request):
-    """Make clusters (not started); every one is shut down at the end of the test."""
+def _cluster_factory(tmp: Path, request) -> Iterator:
     made: list[Cluster] = []
 
     def make(db_url: str) -> Cluster:
-        c = Cluster(url=f"http://127.0.0.1:{free_port()}", data_dir=tmp_path / "data",
-                    db_url=db_url, tmp=tmp_path)
+        c = Cluster(
+            url=f"http://127.0.0.1:{free_port()}",
+            data_dir=tmp / "data",
+            db_url=db_url,
+            tmp=tmp,
+        )
         made.append(c)
         return c
 
@@ -232,10 +335,28 @@ def cluster_factory(tmp_path, request):
             print(c.dump_logs())
 
 
+@pytest.fixture()
+def cluster_factory(tmp_path, request):
+    """Make clusters (not started); every one is shut down at the end of the test."""
+    yield from _cluster_factory(tmp_path, request)
+
+
+@pytest.fixture(scope="module")
+def module_cluster_factory(tmp_path_factory, request):
+    """Make clusters (not started) shared by a module's tests, e.g. for a baseline run;
+    every one is shut down at the end of the module."""
+    yield from _cluster_factory(tmp_path_factory.mktemp("module-cluster"), request)
+
+
+@pytest.fixture()
+def deadline():
+    """:func:`deadline_seconds`: a deadline measured on an idle machine, scaled to the
+    load now."""
+    return deadline_seconds
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
-
-

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _create(cluster, example: str) -> int:
-    out = cluster.det("experiment", "create", f"examples/{example}/const.yaml",
-                      f"examples/{example}").stdout
+    out = cluster.det(
+        "experiment", "create", f"examples/{example}/const.yaml", f"examples/{example}"
+    ).stdout
     return int(out.split("Created experiment")[1].split()[0])
 
 
@@ -44,7 +45,9 @@ def test_core_api_and_trainer_scripts_complete_on_the_cluster(cluster_factory, t
     assert training[-1]["values"]["loss"] < training[0]["values"]["loss"]
     (validation,) = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
     assert validation["total_batches"] == 200 and validation["values"]["validation_loss"] < 0.05
-    assert core_body["experiment"]["best_searcher_metric"] == validation["values"]["validation_loss"]
+    assert (
+        core_body["experiment"]["best_searcher_metric"] == validation["values"]["validation_loss"]
+    )
     ckpt = cluster.api(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
     assert ckpt["total_batches"] == 200
     assert set(ckpt["resources"]) == {"weights.npy", "state.json", "metadata.json"}
@@ -62,8 +65,13 @@ def test_core_api_and_trainer_scripts_complete_on_the_cluster(cluster_factory, t
     assert training and all("loss" in m["values"] for m in training)
     ckpt = cluster.api(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
     path = Path(ckpt["storage_path"])
-    assert {"state-dict.pth", "load_data.json", "metadata.json", "code/train.py",
-            "code/const.yaml"} <= set(ckpt["resources"])
+    assert {
+        "state-dict.pth",
+        "load_data.json",
+        "metadata.json",
+        "code/train.py",
+        "code/const.yaml",
+    } <= set(ckpt["resources"])
     load_data = json.loads((path / "load_data.json").read_text())
     assert load_data["is_trainer"] is True and load_data["trial_cls_spec"] == "train:DigitsTrial"
     state = torch.load(path / "state-dict.pth", weights_only=True)

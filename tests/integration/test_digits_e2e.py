@@ -18,10 +18,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _wait_first_training_metric(cluster, exp_id: int, timeout: float = 180) -> float:
-    deadline = time.time() + timeout
+    deadline = time.time() + cluster.deadline(timeout)
     while time.time() < deadline:
         trials = cluster.api(f"/experiments/{exp_id}/trials")["trials"]
-        if trials and cluster.api(f"/trials/{trials[0]['id']}/metrics", group="training")["metrics"]:
+        if (
+            trials
+            and cluster.api(f"/trials/{trials[0]['id']}/metrics", group="training")["metrics"]
+        ):
             return time.time()
         time.sleep(0.1)
     raise AssertionError("no training metric within the timeout")
@@ -34,12 +37,24 @@ def test_digits_example_trains_to_completion(cluster_factory, db_url):
 
     t0 = time.time()
     follow = subprocess.Popen(
-        [sys.executable, "-m", "dauntless.cli.main", "experiment", "create",
-         "examples/digits/const.yaml", "examples/digits", "--follow"],
-        cwd=REPO, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "dauntless.cli.main",
+            "experiment",
+            "create",
+            "examples/digits/const.yaml",
+            "examples/digits",
+            "--follow",
+        ],
+        cwd=REPO,
+        env=cluster.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     exp_id = None
-    deadline = time.time() + 60
+    deadline = time.time() + cluster.deadline(60)
     while exp_id is None and time.time() < deadline:
         exps = cluster.api("/experiments")["experiments"]
         exp_id = exps[0]["id"] if exps else None
@@ -48,9 +63,13 @@ def test_digits_example_trains_to_completion(cluster_factory, db_url):
     t_first_metric = _wait_first_training_metric(cluster, exp_id)
     out, err = follow.communicate(timeout=300)
     t_done = time.time()
-    assert follow.returncode == 0, f"--follow exited {follow.returncode}\n{out}\n{err}\n{cluster.dump_logs()}"
-    print(f"\n[{db_url.split(':')[0]}] create -> first training metric: {t_first_metric - t0:.1f} s; "
-          f"create -> COMPLETED: {t_done - t0:.1f} s")
+    assert follow.returncode == 0, (
+        f"--follow exited {follow.returncode}\n{out}\n{err}\n{cluster.dump_logs()}"
+    )
+    print(
+        f"\n[{db_url.split(':')[0]}] create -> first training metric: {t_first_metric - t0:.1f} s; "
+        f"create -> COMPLETED: {t_done - t0:.1f} s"
+    )
     assert f"Created experiment {exp_id}" in out
     assert "COMPLETED" in out
     # --follow streamed the trial's own output.
@@ -77,15 +96,22 @@ def test_digits_example_trains_to_completion(cluster_factory, db_url):
     latest = [c for c in ckpts if c["uuid"] == trial["latest_checkpoint"]][0]
     # The default GC policy keeps the trial's best and latest checkpoints only.
     kept = [c for c in ckpts if c["state"] == "COMPLETED"]
-    best = max((c for c in ckpts if c["searcher_metric"] is not None),
-               key=lambda c: (c["searcher_metric"], -c["total_batches"]))
+    best = max(
+        (c for c in ckpts if c["searcher_metric"] is not None),
+        key=lambda c: (c["searcher_metric"], -c["total_batches"]),
+    )
     assert {c["uuid"] for c in kept} == {latest["uuid"], best["uuid"]}
     assert all(not Path(c["storage_path"]).exists() for c in ckpts if c["state"] == "DELETED")
     assert latest["total_batches"] == trial["total_batches"]
     path = Path(latest["storage_path"])
     assert (path / "state-dict.pth").is_file() and (path / "metadata.json").is_file()
     state = torch.load(path / "state-dict.pth", map_location="cpu", weights_only=False)
-    for key in ("models_state_dict", "optimizers_state_dict", "lr_schedulers_state_dict", "callbacks"):
+    for key in (
+        "models_state_dict",
+        "optimizers_state_dict",
+        "lr_schedulers_state_dict",
+        "callbacks",
+    ):
         assert key in state
     hidden = trial["hparams"]["hidden_size"]
     model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Dropout(0.0), nn.Linear(hidden, 10))
@@ -95,7 +121,7 @@ def test_digits_example_trains_to_completion(cluster_factory, db_url):
     x, y = load_digits(return_X_y=True)
     model.eval()
     with torch.no_grad():
-        acc = (model(torch.tensor(x / 16.0, dtype=torch.float32)).argmax(1) == torch.tensor(y))
+        acc = model(torch.tensor(x / 16.0, dtype=torch.float32)).argmax(1) == torch.tensor(y)
     assert acc.float().mean().item() >= 0.95
 
     # The CLI's read commands show what happened.

@@ -64,9 +64,7 @@ def cluster_repo() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def _run(
-    cluster, tmp_path: Path, slots: int, crash: bool = False
-) -> tuple[dict, dict[int, float]]:
+def _run(cluster, tmp_path: Path, slots: int, crash: bool = False) -> tuple[dict, dict[int, float]]:
     path = tmp_path / f"digits-{slots}-{crash}.yaml"
     """Run the digits experiment to its end; the trial and its training loss by batch."""
     text = CONFIG.format(slots=slots, restarts=1 if crash else 0)
@@ -117,12 +115,17 @@ def test_two_slots_on_two_agents_train_like_one_slot(cluster_factory, tmp_path):
     assert sorted(losses1) == sorted(losses2) == list(range(5, 111, 5))
     for batches in sorted(losses1):
         assert losses2[batches] == pytest.approx(losses1[batches], rel=1e-4), (
-            batches, losses1[batches], losses2[batches])
+            batches,
+            losses1[batches],
+            losses2[batches],
+        )
     worst = max(abs(losses2[b] - losses1[b]) / abs(losses1[b]) for b in losses1)
-    print(f"2-slot run {two_slot_seconds:.1f} s, validation accuracy "
-          f"{validation[-1]['values']['accuracy']:.4f}; loss curves: {len(losses1)} points, "
-          f"largest relative difference {worst:.2e}; first {losses1[5]:.6f} vs "
-          f"{losses2[5]:.6f}, last {losses1[110]:.6f} vs {losses2[110]:.6f}")
+    print(
+        f"2-slot run {two_slot_seconds:.1f} s, validation accuracy "
+        f"{validation[-1]['values']['accuracy']:.4f}; loss curves: {len(losses1)} points, "
+        f"largest relative difference {worst:.2e}; first {losses1[5]:.6f} vs "
+        f"{losses2[5]:.6f}, last {losses1[110]:.6f} vs {losses2[110]:.6f}"
+    )
 
     # Rank 1 dies: both parts stop, the trial restarts once from the checkpoint at batch
     # 55 and resumes exactly: the same curve as the uninterrupted two-slot run.

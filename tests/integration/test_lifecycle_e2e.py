@@ -59,8 +59,9 @@ def _final_params(cluster, exp_id: int) -> dict[str, torch.Tensor]:
     trial = cluster.api(f"/experiments/{exp_id}")["trials"][0]
     ckpt = cluster.api(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
     assert ckpt["total_batches"] == 600
-    state = torch.load(Path(ckpt["storage_path"]) / "state-dict.pth", map_location="cpu",
-                       weights_only=False)
+    state = torch.load(
+        Path(ckpt["storage_path"]) / "state-dict.pth", map_location="cpu", weights_only=False
+    )
     return state["models_state_dict"][0]
 
 
@@ -71,7 +72,7 @@ def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) ->
 
 
 def _wait_batches(cluster, exp_id: int, at_least: int, timeout: float = 120) -> dict:
-    deadline = time.time() + timeout
+    deadline = time.time() + cluster.deadline(timeout)
     while time.time() < deadline:
         trials = cluster.api(f"/experiments/{exp_id}")["trials"]
         if trials and trials[0]["total_batches"] >= at_least:
@@ -100,7 +101,7 @@ def test_pause_and_activate_resume_exactly(cluster_factory, config_file, tmp_pat
     exp_id = _create(cluster, config_file)
     _wait_batches(cluster, exp_id, 150)
     cluster.det("experiment", "pause", str(exp_id))
-    deadline = time.time() + 60
+    deadline = time.time() + cluster.deadline(60)
     while time.time() < deadline:
         slots = cluster.api("/agents")["agents"][0]["slots"]
         if all(sl["allocation_id"] is None for sl in slots):
@@ -115,13 +116,18 @@ def test_pause_and_activate_resume_exactly(cluster_factory, config_file, tmp_pat
     paused_at = cluster.api(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
     assert 150 <= paused_at["total_batches"] < 600
     time.sleep(1.0)
-    assert cluster.api(f"/trials/{trial['id']}")["trial"]["total_batches"] == paused_at["total_batches"]
+    assert (
+        cluster.api(f"/trials/{trial['id']}")["trial"]["total_batches"]
+        == paused_at["total_batches"]
+    )
     cluster.det("experiment", "activate", str(exp_id))
     assert cluster.wait_experiment(exp_id)["experiment"]["state"] == "COMPLETED"
     _assert_identical(_final_params(cluster, exp_id), baseline)
 
 
-def test_agent_sigkill_restarts_trial_on_another_agent(cluster_factory, config_file, tmp_path, baseline):
+def test_agent_sigkill_restarts_trial_on_another_agent(
+    cluster_factory, config_file, tmp_path, baseline
+):
     cluster = cluster_factory(f"sqlite:///{tmp_path}/m.db")
     cluster.start_master(agent_timeout=3.0)
     cluster.start_agent("doomed")
@@ -165,17 +171,35 @@ def test_gc_policy_zero_deletes_every_checkpoint(cluster_factory, config_file, t
     ckpts = cluster.api(f"/experiments/{exp_id}/checkpoints")["checkpoints"]
     live = [c for c in ckpts if c["state"] == "COMPLETED"]
     assert live and all(Path(c["storage_path"]).is_dir() for c in live)
-    out = cluster.det("experiment", "set", "gc-policy", str(exp_id), "--save-experiment-best",
-                      "0", "--save-trial-best", "0", "--save-trial-latest", "0", "--yes")
+    out = cluster.det(
+        "experiment",
+        "set",
+        "gc-policy",
+        str(exp_id),
+        "--save-experiment-best",
+        "0",
+        "--save-trial-best",
+        "0",
+        "--save-trial-latest",
+        "0",
+        "--yes",
+    )
     assert "collected" in out.stdout
     ckpts = cluster.api(f"/experiments/{exp_id}/checkpoints")["checkpoints"]
     assert {c["state"] for c in ckpts} == {"DELETED"}
     assert not any(Path(c["storage_path"]).exists() for c in ckpts)
     # Deleting the experiment still works, and the download of a deleted one is refused.
-    r = cluster.det("checkpoint", "download", ckpts[0]["uuid"], "-o", str(tmp_path / "dl"), check=False)
+    r = cluster.det(
+        "checkpoint", "download", ckpts[0]["uuid"], "-o", str(tmp_path / "dl"), check=False
+    )
     assert r.returncode != 0 and "deleted" in r.stderr
     cluster.det("experiment", "delete", str(exp_id), "--yes")
-    assert subprocess.run(
-        [sys.executable, "-m", "dauntless.cli.main", "experiment", "describe", str(exp_id)],
-        env=cluster.env(), capture_output=True, text=True,
-    ).returncode != 0
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "dauntless.cli.main", "experiment", "describe", str(exp_id)],
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+        ).returncode
+        != 0
+    )

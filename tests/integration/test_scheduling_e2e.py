@@ -56,8 +56,9 @@ def _create(cluster, path: Path) -> int:
 def _params(cluster, exp_id: int) -> dict[str, torch.Tensor]:
     trial = cluster.api(f"/experiments/{exp_id}")["trials"][0]
     ckpt = cluster.api(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
-    state = torch.load(Path(ckpt["storage_path"]) / "state-dict.pth", map_location="cpu",
-                       weights_only=False)
+    state = torch.load(
+        Path(ckpt["storage_path"]) / "state-dict.pth", map_location="cpu", weights_only=False
+    )
     return state["models_state_dict"][0]
 
 
@@ -78,13 +79,13 @@ def test_high_priority_preempts_low_priority_which_resumes_exactly(cluster_facto
     reference = _params(cluster, ref_id)
 
     low_id = _create(cluster, low)
-    deadline = time.time() + 120
+    deadline = time.time() + cluster.deadline(120)
     while cluster.api(f"/experiments/{low_id}")["trials"][0]["total_batches"] < 150:
         assert time.time() < deadline, cluster.dump_logs()
         time.sleep(0.05)
     high_id = _create(cluster, _write(tmp_path, "high", priority=10, batches=100))
     # The high-priority trial gets the only slot while the low one waits, preempted.
-    deadline = time.time() + 120
+    deadline = time.time() + cluster.deadline(120)
     preempted_seen = False
     while time.time() < deadline:
         low_body = cluster.api(f"/experiments/{low_id}")

@@ -44,8 +44,10 @@ def _failed_trials_report(cluster, bad: list[dict]) -> str:
     """The states of trials that did not complete and the last output of the first."""
     logs = cluster.api(f"/trials/{bad[0]['id']}/logs", limit=10_000)["logs"]
     tail = "\n".join(line["log"] for line in logs[-60:])
-    return (f"trials not COMPLETED: {[(t['id'], t['state']) for t in bad]}\n"
-            f"last output of trial {bad[0]['id']}:\n{tail}")
+    return (
+        f"trials not COMPLETED: {[(t['id'], t['state']) for t in bad]}\n"
+        f"last output of trial {bad[0]['id']}:\n{tail}"
+    )
 
 
 def test_adaptive_asha_search_runs_to_completion(cluster_factory, tmp_path):
@@ -68,8 +70,10 @@ def test_adaptive_asha_search_runs_to_completion(cluster_factory, tmp_path):
     exp_id = _created_id(cluster.det("experiment", "create", ADAPTIVE, "examples/digits").stdout)
     body = cluster.wait_experiment(exp_id, timeout=540)
     elapsed = time.time() - t0
-    print(f"\nadaptive ASHA, 16 trials on 2 slots: create -> {body['experiment']['state']} "
-          f"in {elapsed:.1f} s")
+    print(
+        f"\nadaptive ASHA, 16 trials on 2 slots: create -> {body['experiment']['state']} "
+        f"in {elapsed:.1f} s"
+    )
 
     exp, trials = body["experiment"], body["trials"]
     assert exp["state"] == "COMPLETED", cluster.dump_logs(exp_id)
@@ -130,9 +134,12 @@ def test_adaptive_asha_search_runs_to_completion(cluster_factory, tmp_path):
 def test_grid_search_creates_the_cartesian_product(cluster_factory, tmp_path):
     cluster = _start(cluster_factory, tmp_path)
     overrides = [
-        "--config", "hyperparameters.lr.count=2",
-        "--config", "hyperparameters.hidden_size.count=2",
-        "--config", "searcher.max_length.batches=5",
+        "--config",
+        "hyperparameters.lr.count=2",
+        "--config",
+        "hyperparameters.hidden_size.count=2",
+        "--config",
+        "searcher.max_length.batches=5",
     ]
     out = cluster.det("experiment", "create", GRID, "examples/digits", *overrides).stdout
     exp_id = _created_id(out)

@@ -24,8 +24,15 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "screenshots"
 DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 BASE = """
 entrypoint: model_def:DigitsTrial
@@ -35,7 +42,9 @@ reproducibility: {experiment_seed: 11}
 max_restarts: 1
 """
 
-SEARCH = BASE + """
+SEARCH = (
+    BASE
+    + """
 name: webui-grid
 description: two learning rates, forty batches each
 hyperparameters:
@@ -53,8 +62,11 @@ searcher:
 min_validation_period: {batches: 20}
 scheduling_unit: 10
 """
+)
 
-RUNNING = BASE + """
+RUNNING = (
+    BASE
+    + """
 name: webui-running
 description: trains long enough to be watched
 hyperparameters:
@@ -72,6 +84,7 @@ min_validation_period: {batches: 100}
 min_checkpoint_period: {batches: 20000}
 scheduling_unit: 50
 """
+)
 
 
 def _browser():
@@ -111,25 +124,29 @@ def _trial_logs(cluster, exp_id: int) -> str:
 
 
 def _wait_state(cluster, exp_id: int, states: set[str], timeout: float) -> dict:
-    deadline = time.time() + timeout
+    deadline = time.time() + cluster.deadline(timeout)
     while time.time() < deadline:
         body = cluster.api(f"/experiments/{exp_id}")
         if body["experiment"]["state"] in states:
             return body
         time.sleep(0.2)
-    raise AssertionError(f"experiment {exp_id} not {states} in {timeout} s:\n"
-                         f"{_trial_logs(cluster, exp_id)}\n{cluster.dump_logs()}")
+    raise AssertionError(
+        f"experiment {exp_id} not {states} in {timeout} s:\n"
+        f"{_trial_logs(cluster, exp_id)}\n{cluster.dump_logs()}"
+    )
 
 
 def _wait_trial(cluster, exp_id: int, batches: int, timeout: float) -> dict:
-    deadline = time.time() + timeout
+    deadline = time.time() + cluster.deadline(timeout)
     while time.time() < deadline:
         for t in cluster.api(f"/experiments/{exp_id}")["trials"]:
             if t["total_batches"] >= batches:
                 return t
         time.sleep(0.2)
-    raise AssertionError(f"no trial of experiment {exp_id} trained {batches} batches in "
-                         f"{timeout} s:\n{_trial_logs(cluster, exp_id)}\n{cluster.dump_logs()}")
+    raise AssertionError(
+        f"no trial of experiment {exp_id} trained {batches} batches in "
+        f"{timeout} s:\n{_trial_logs(cluster, exp_id)}\n{cluster.dump_logs()}"
+    )
 
 
 @pytest.fixture()
@@ -152,21 +169,31 @@ def test_webui_pages_live_updates_and_actions(cluster, tmp_path):
         trial = _wait_trial(cluster, running_id, 200, 60)
 
         page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}")
-                if m.type == "error" else None)
+        page.on(
+            "console",
+            lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+        )
         page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
         base = cluster.url
 
         # Page 1: experiments, live, with both experiments and their states.
         page.goto(base + "/")
-        page.wait_for_selector(f"#experiments-table tr[data-id='{running_id}'][data-state='ACTIVE']")
-        page.wait_for_selector(f"#experiments-table tr[data-id='{search_id}'][data-state='COMPLETED']")
+        page.wait_for_selector(
+            f"#experiments-table tr[data-id='{running_id}'][data-state='ACTIVE']"
+        )
+        page.wait_for_selector(
+            f"#experiments-table tr[data-id='{search_id}'][data-state='COMPLETED']"
+        )
         assert page.locator("#experiments-table tbody tr").count() == 2
         page.fill("#filter-name", "grid")
-        page.wait_for_function("document.querySelectorAll('#experiments-table tbody tr').length === 1")
+        page.wait_for_function(
+            "document.querySelectorAll('#experiments-table tbody tr').length === 1"
+        )
         page.fill("#filter-name", "")
         page.select_option("#filter-state", "COMPLETED")
-        page.wait_for_function("document.querySelectorAll('#experiments-table tbody tr').length === 1")
+        page.wait_for_function(
+            "document.querySelectorAll('#experiments-table tbody tr').length === 1"
+        )
         page.select_option("#filter-state", "")
         first_id = "document.querySelector('#experiments-table tbody tr').dataset.id"
         page.click("#experiments-table th[data-sort='num_trials']")  # ascending: 1 trial first
@@ -183,11 +210,13 @@ def test_webui_pages_live_updates_and_actions(cluster, tmp_path):
         n_trials = len(search["trials"])
         assert n_trials == 2
         page.wait_for_selector(f"#learning-curves[data-series='{n_trials}'] canvas")
+        page.select_option("#hp-view", "scatter")  # the default view: parallel coordinates
         page.wait_for_selector(f"#hparam-scatter[data-points='{n_trials}'] canvas")
         page.wait_for_selector("#trials-table tbody tr[data-trial]")
         assert page.locator("#trials-table tbody tr[data-trial]").count() == n_trials
         assert page.locator("#checkpoints-table tbody tr[data-uuid]").count() == len(
-            cluster.api(f"/experiments/{search_id}/checkpoints")["checkpoints"])
+            cluster.api(f"/experiments/{search_id}/checkpoints")["checkpoints"]
+        )
         assert "searcher:" in page.inner_text("#config-yaml")
         page.select_option("#curve-group", "training")
         page.wait_for_function("document.querySelector('#curve-metric').value === 'loss'")
@@ -196,20 +225,27 @@ def test_webui_pages_live_updates_and_actions(cluster, tmp_path):
 
         # Page 3: the running trial: charts per metric, and logs that follow new lines.
         page.goto(f"{base}/trials/{trial['id']}")
-        training = {k for m in cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
-                    for k, v in m["values"].items() if k not in ("batches", "epochs")
-                    and isinstance(v, (int, float))}
+        training = {
+            k
+            for m in cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
+            for k, v in m["values"].items()
+            if k not in ("batches", "epochs") and isinstance(v, (int, float))
+        }
         page.wait_for_selector(f"#training-charts[data-charts='{len(training)}']")
-        assert page.locator("#training-charts .chart[data-series='1'] canvas").count() == len(training)
+        assert page.locator("#training-charts .chart[data-series='1'] canvas").count() == len(
+            training
+        )
         page.wait_for_selector("#validation-charts[data-rendered='1']")
         page.wait_for_selector("#trial-logs div[data-id]")
         # A line the agent ships now must show within 2 s, with no reload.
         alloc = cluster.api("/allocations", trial_id=trial["id"], active="true")["allocations"][0]
         marker = f"webui-marker-{time.time_ns()}"
-        httpx.post(f"{base}/api/v1/task/logs", json={"logs": [
-            {"allocation_id": alloc["id"], "stdtype": "stdout", "log": marker}]},
+        httpx.post(
+            f"{base}/api/v1/task/logs",
+            json={"logs": [{"allocation_id": alloc["id"], "stdtype": "stdout", "log": marker}]},
             headers={"X-Dauntless-Cluster-Secret": cluster.secret_file.read_text().strip()},
-            timeout=10).raise_for_status()
+            timeout=10,
+        ).raise_for_status()
         started = time.monotonic()
         page.wait_for_selector(f"#trial-logs div:has-text('{marker}')", timeout=2000)
         assert time.monotonic() - started < 2.0
@@ -220,7 +256,12 @@ def test_webui_pages_live_updates_and_actions(cluster, tmp_path):
         page.goto(base + "/cluster")
         page.wait_for_selector("[data-slot][data-state='busy']")
         assert page.locator("[data-slot]").count() == 2
-        assert page.locator("[data-slot][data-state='busy'] a", has_text=f"trial {trial['id']}").count() == 1
+        assert (
+            page.locator(
+                "[data-slot][data-state='busy'] a", has_text=f"trial {trial['id']}"
+            ).count()
+            == 1
+        )
         assert page.inner_text("[data-stat='busy'] b") == "1"
         page.screenshot(path=str(SHOTS / "cluster.png"), full_page=True)
 
@@ -251,9 +292,23 @@ def _set_password(cluster, username: str, password: str) -> None:
     import sys
 
     proc = subprocess.run(
-        [sys.executable, "-m", "dauntless.cli.main", "-u", "admin", "user", "change-password",
-         username], input=password + "\n", cwd=str(Path(__file__).resolve().parents[2]),
-        env=cluster.env(), capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "dauntless.cli.main",
+            "-u",
+            "admin",
+            "user",
+            "change-password",
+            username,
+        ],
+        input=password + "\n",
+        cwd=str(Path(__file__).resolve().parents[2]),
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -311,3 +366,55 @@ def test_webui_sign_in(cluster_factory, tmp_path):
         browser.close()
         pw.stop()
     assert not page_errors, json.dumps(page_errors, indent=1)
+
+
+CHART_PAGE = """<!doctype html><html><head><link rel="icon" href="data:,"></head><body>
+<div id="one-point" style="width:600px"></div>
+<div id="same-x" style="width:600px"></div>
+<script type="module">
+import { MultiLineChart } from "./charts.js";
+// One trial with one validation: a single point at one batch count.
+new MultiLineChart(document.getElementById("one-point")).draw(
+  { series: [{ label: "trial 1", x: [100], y: [0.5] }] });
+// Three trials that all validated once at the same batch count (an ASHA rung): every x
+// equal, two of the y values equal too.
+new MultiLineChart(document.getElementById("same-x")).draw({ series: [
+  { label: "trial 1", x: [40], y: [0.25] },
+  { label: "trial 2", x: [40], y: [0.25] },
+  { label: "trial 3", x: [40], y: [0.75] },
+] });
+</script></body></html>"""
+
+
+def test_learning_curves_with_single_points_render_fast(tmp_path):
+    """Series of one point each, all at the same batch count, used to make uPlot's tick
+    generator loop over a zero-width range (the tab froze, then RangeError). They must draw
+    within a second, one point per series, with no page error."""
+    import functools
+    import http.server
+    import threading
+
+    pw, browser = _browser()
+    root = tmp_path / "ui"
+    shutil.copytree(DIST, root)
+    (root / "chart-test.html").write_text(CHART_PAGE)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    errors: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 800, "height": 800})
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/chart-test.html")
+        for box, series in (("one-point", 1), ("same-x", 3)):
+            page.wait_for_selector(
+                f"#{box}[data-rendered='1'][data-series='{series}'] canvas", timeout=1000
+            )
+            assert page.locator(f"#{box}").get_attribute("data-points") == str(series)
+    finally:
+        browser.close()
+        pw.stop()
+        server.shutdown()
+    assert not errors, errors

@@ -10,17 +10,28 @@ from dauntless.agent import discover_slots, task_command
 
 
 def _launch(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("DET_") and k not in
-            ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DET_")
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     full.update(env)
     return subprocess.run(
         [sys.executable, "-m", "dauntless.launch.torch_distributed", "--", *cmd],
-        env=full, capture_output=True, text=True, timeout=120,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
-PRINT_RANK = [sys.executable, "-c", "import os; print('rank', os.environ['RANK'], "
-              "os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_PORT'])"]
+PRINT_RANK = [
+    sys.executable,
+    "-c",
+    "import os; print('rank', os.environ['RANK'], "
+    "os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_PORT'])",
+]
 
 
 def test_one_rank_runs_the_command_directly():
@@ -37,15 +48,18 @@ def test_local_ranks_get_torch_distributed_env():
     ports = {line.split()[-1] for line in lines}
     assert len(ports) == 1
     assert [line.split()[:4] for line in lines] == [
-        ["[rank=0]", "rank", "0", "0"], ["[rank=1]", "rank", "1", "1"],
-        ["[rank=2]", "rank", "2", "2"]]
+        ["[rank=0]", "rank", "0", "0"],
+        ["[rank=1]", "rank", "1", "1"],
+        ["[rank=2]", "rank", "2", "2"],
+    ]
 
 
 def test_a_failing_rank_stops_the_others_and_sets_the_exit_code():
-    cmd = [sys.executable, "-c",
-           "import os, time, sys\n"
-           "if os.environ['RANK'] == '1': sys.exit(7)\n"
-           "time.sleep(60)"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import os, time, sys\nif os.environ['RANK'] == '1': sys.exit(7)\ntime.sleep(60)",
+    ]
     r = _launch(cmd, DET_WORLD_SIZE="2", DET_SLOT_IDS="a,b")
     assert r.returncode == 7
 

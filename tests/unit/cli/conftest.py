@@ -20,14 +20,21 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from dauntless import _http
 from dauntless.cli import _util
-from dauntless.client import _session
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    for name in ("DET_MASTER", "DET_MASTER_ADDR", "DAUNTLESS_DATA_DIR", "DET_USER", "DET_PASS",
-                 "DET_USER_TOKEN", "DET_MASTER_CERT_FILE"):
+    for name in (
+        "DET_MASTER",
+        "DET_MASTER_ADDR",
+        "DAUNTLESS_DATA_DIR",
+        "DET_USER",
+        "DET_PASS",
+        "DET_USER_TOKEN",
+        "DET_MASTER_CERT_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     # Saved tokens go to a per-test config dir, never the real ~/.config.
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
@@ -37,7 +44,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
 @pytest.fixture
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sessions made by the CLI keep their retries but do not wait between them."""
-    monkeypatch.setattr(_session.Session, "_delay", lambda self, attempt: 0.0)
+    monkeypatch.setattr(_http.RetryPolicy, "delay", lambda self, retry: 0.0)
 
 
 def _parse_multipart(content_type: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:
@@ -95,12 +102,19 @@ class FakeMaster:
         self.add_user("admin", admin=True)
         self.add_user("determined")
 
-    def add_user(self, username: str, password: str = "", admin: bool = False,
-                 active: bool = True) -> dict[str, Any]:
+    def add_user(
+        self, username: str, password: str = "", admin: bool = False, active: bool = True
+    ) -> dict[str, Any]:
         uid = max(self.users, default=0) + 1
-        self.users[uid] = {"id": uid, "username": username, "admin": admin, "active": active,
-                           "display_name": None, "modified_at": 1_700_000_000.0,
-                           "password": password}
+        self.users[uid] = {
+            "id": uid,
+            "username": username,
+            "admin": admin,
+            "active": active,
+            "display_name": None,
+            "modified_at": 1_700_000_000.0,
+            "password": password,
+        }
         return self.users[uid]
 
     def issue_token(self, username: str) -> str:
@@ -129,11 +143,14 @@ class FakeMaster:
                 return 401, {"detail": "invalid username or password"}
             if not match[0]["active"]:
                 return 403, {"detail": "user is deactivated"}
-            return 200, {"token": self.issue_token(match[0]["username"]),
-                         "user": self.public(match[0])}
+            return 200, {
+                "token": self.issue_token(match[0]["username"]),
+                "user": self.public(match[0]),
+            }
         me = self._caller(rec)
         is_auth_route = p in ("/auth/logout", "/me", "/auth/user", "/users") or p.startswith(
-            "/users/")
+            "/users/"
+        )
         if not is_auth_route and not self.require_auth:
             return None
         if me is None and (self.require_auth or is_auth_route) and p != "/master":
@@ -152,8 +169,9 @@ class FakeMaster:
                 return 403, {"detail": "only administrators may create users"}
             if any(u["username"] == body["username"] for u in self.users.values()):
                 return 409, {"detail": f"user {body['username']!r} already exists"}
-            user = self.add_user(body["username"], body.get("password", ""),
-                                 bool(body.get("admin")))
+            user = self.add_user(
+                body["username"], body.get("password", ""), bool(body.get("admin"))
+            )
             return 201, {"user": self.public(user)}
         m = re.fullmatch(r"/users/(\d+)(/password)?", p)
         if m and int(m.group(1)) in self.users:

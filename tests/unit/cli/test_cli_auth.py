@@ -17,8 +17,12 @@ from dauntless.client import AuthenticationError, Session, TokenStore, default_s
 pytestmark = pytest.mark.usefixtures("no_backoff")
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str, stdin: str | None = None,
-        monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[int, str, str]:
+def run(
+    capsys: pytest.CaptureFixture[str],
+    *argv: str,
+    stdin: str | None = None,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> tuple[int, str, str]:
     if stdin is not None:
         assert monkeypatch is not None
         monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
@@ -58,7 +62,9 @@ def test_store_file_is_private_and_replaced_atomically(tmp_path: Path) -> None:
     assert sorted(os.listdir(path.parent)) == [".auth.lock", "auth.json"]
     data = json.loads(path.read_text())
     assert data["masters"]["http://m:8080"] == {
-        "active_user": "bob", "tokens": {"alice": "t1", "bob": "t2"}}
+        "active_user": "bob",
+        "tokens": {"alice": "t1", "bob": "t2"},
+    }
 
 
 def test_store_is_per_master_and_user(tmp_path: Path) -> None:
@@ -218,8 +224,16 @@ def test_login_false_raises_instead_of_signing_in(fake_master: Any) -> None:
 def test_cli_login_whoami_logout(fake_master: Any, capsys: Any, monkeypatch: Any) -> None:
     fake_master.require_auth = True
     fake_master.add_user("alice", password="pw")
-    code, out, err = run(capsys, "-m", fake_master.url, "user", "login", "alice",
-                         stdin="pw\n", monkeypatch=monkeypatch)
+    code, out, err = run(
+        capsys,
+        "-m",
+        fake_master.url,
+        "user",
+        "login",
+        "alice",
+        stdin="pw\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 0, err
     assert "Signed in as user 'alice'" in out
     assert TokenStore().active_user(fake_master.url) == "alice"
@@ -236,8 +250,16 @@ def test_cli_login_whoami_logout(fake_master: Any, capsys: Any, monkeypatch: Any
 
 def test_cli_login_wrong_password(fake_master: Any, capsys: Any, monkeypatch: Any) -> None:
     fake_master.add_user("alice", password="pw")
-    code, out, err = run(capsys, "-m", fake_master.url, "user", "login", "alice",
-                         stdin="nope\n", monkeypatch=monkeypatch)
+    code, out, err = run(
+        capsys,
+        "-m",
+        fake_master.url,
+        "user",
+        "login",
+        "alice",
+        stdin="nope\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 1
     assert "invalid username or password" in err and "Traceback" not in err
     assert TokenStore().users(fake_master.url) == {}
@@ -256,8 +278,9 @@ def test_cli_logout_all(fake_master: Any, capsys: Any) -> None:
 
 def test_cli_global_user_flag(fake_master: Any, capsys: Any) -> None:
     fake_master.require_auth = True
-    TokenStore().set_token(fake_master.url, "admin", fake_master.issue_token("admin"),
-                           activate=False)
+    TokenStore().set_token(
+        fake_master.url, "admin", fake_master.issue_token("admin"), activate=False
+    )
     code, out, _ = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "whoami")
     assert code == 0 and "'admin' (administrator)" in out
     code, out, _ = run(capsys, "-m", fake_master.url, "user", "whoami", "-u", "admin")
@@ -283,8 +306,19 @@ def test_cli_create_needs_admin(fake_master: Any, capsys: Any) -> None:
     code, out, err = run(capsys, "-m", fake_master.url, "user", "create", "bob")
     assert code == 1
     assert "Error: only administrators may create users" in err and "Traceback" not in err
-    code, out, err = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "create", "bob",
-                         "--admin", "--password", "pw")
+    code, out, err = run(
+        capsys,
+        "-m",
+        fake_master.url,
+        "-u",
+        "admin",
+        "user",
+        "create",
+        "bob",
+        "--admin",
+        "--password",
+        "pw",
+    )
     assert code == 0, err
     assert "Created administrator 'bob'" in out
     bob = next(u for u in fake_master.users.values() if u["username"] == "bob")
@@ -295,8 +329,15 @@ def test_cli_change_own_password_keeps_you_signed_in(
     fake_master: Any, capsys: Any, monkeypatch: Any
 ) -> None:
     fake_master.require_auth = True
-    code, _, err = run(capsys, "-m", fake_master.url, "user", "change-password",
-                       stdin="n3w\n", monkeypatch=monkeypatch)
+    code, _, err = run(
+        capsys,
+        "-m",
+        fake_master.url,
+        "user",
+        "change-password",
+        stdin="n3w\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 0, err
     assert fake_master.users[2]["password"] == "n3w"
     # The old token was revoked; the CLI signed in again with the new password.
@@ -306,14 +347,34 @@ def test_cli_change_own_password_keeps_you_signed_in(
     assert code == 0 and "'determined'" in out
 
 
-def test_cli_change_other_password_as_admin(fake_master: Any, capsys: Any, monkeypatch: Any) -> None:
+def test_cli_change_other_password_as_admin(
+    fake_master: Any, capsys: Any, monkeypatch: Any
+) -> None:
     fake_master.require_auth = True
-    code, _, err = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "change-password",
-                       "determined", stdin="x\n", monkeypatch=monkeypatch)
+    code, _, err = run(
+        capsys,
+        "-m",
+        fake_master.url,
+        "-u",
+        "admin",
+        "user",
+        "change-password",
+        "determined",
+        stdin="x\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 0, err
     assert fake_master.users[2]["password"] == "x"
-    code, _, err = run(capsys, "-m", fake_master.url, "user", "change-password", "admin",
-                       stdin="x\n", monkeypatch=monkeypatch)
+    code, _, err = run(
+        capsys,
+        "-m",
+        fake_master.url,
+        "user",
+        "change-password",
+        "admin",
+        stdin="x\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 1  # determined needs its new password; stdin ended: no terminal
     assert "det user login determined" in err and "Traceback" not in err
 
@@ -321,13 +382,22 @@ def test_cli_change_other_password_as_admin(fake_master: Any, capsys: Any, monke
 def test_cli_activate_deactivate(fake_master: Any, capsys: Any, monkeypatch: Any) -> None:
     fake_master.require_auth = True
     fake_master.add_user("carol", password="pw")
-    code, out, err = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "deactivate",
-                         "carol")
+    code, out, err = run(
+        capsys, "-m", fake_master.url, "-u", "admin", "user", "deactivate", "carol"
+    )
     assert code == 0, err
     assert "Deactivated user 'carol'" in out
     assert fake_master.users[3]["active"] is False
-    code, _, err = run(capsys, "-m", fake_master.url, "user", "login", "carol",
-                       stdin="pw\n", monkeypatch=monkeypatch)
+    code, _, err = run(
+        capsys,
+        "-m",
+        fake_master.url,
+        "user",
+        "login",
+        "carol",
+        stdin="pw\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 1 and "deactivated" in err
     code, out, _ = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "activate", "carol")
     assert code == 0 and fake_master.users[3]["active"] is True
@@ -346,7 +416,8 @@ def test_cli_unauthenticated_error_is_clear(fake_master: Any, capsys: Any) -> No
 
 
 def test_cli_missing_cert_file(fake_master: Any, capsys: Any, tmp_path: Path) -> None:
-    code, _, err = run(capsys, "-m", fake_master.url, "--cert-file", str(tmp_path / "no.pem"),
-                       "experiment", "list")
+    code, _, err = run(
+        capsys, "-m", fake_master.url, "--cert-file", str(tmp_path / "no.pem"), "experiment", "list"
+    )
     assert code == 1
     assert "CA bundle" in err and "does not exist" in err

@@ -215,7 +215,10 @@ def test_route_paths_and_argument_checks() -> None:
     assert s.get_model_def(3) == b"GZ"
     assert s.get_trial(1) == {"id": 1}
     assert s.get_trial_metrics(1, group="validation") == [{"group": "validation"}]
-    assert paths[-1] == ("/api/v1/trials/1/metrics", {"group": "validation"})
+    assert paths[-1] == (
+        "/api/v1/trials/1/metrics",
+        {"group": "validation", "after_batches": "-1", "limit": "5000"},
+    )
     assert s.get_trial_checkpoints(1) == [{"uuid": "u"}]
     assert s.get_checkpoint("abc-1")["uuid"] == "abc-1"
     with pytest.raises(TypeError, match="experiment_id"):
@@ -346,3 +349,18 @@ def test_wait_for_first_trial(fake_master: Any) -> None:
         fake_master.add_experiment(2, state="ERROR")
         assert wait_for_first_trial(s, 2, poll_interval=0.0) == (None, "ERROR")
     assert len(polls) == 3
+
+
+def test_trial_metrics_are_read_page_by_page() -> None:
+    cursors = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        after = int(request.url.params["after_batches"])
+        cursors.append(after)
+        pages = {-1: ([{"total_batches": 5}], 5), 5: ([{"total_batches": 9}], None)}
+        metrics, nxt = pages[after]
+        return httpx.Response(200, json={"metrics": metrics, "next_after_batches": nxt})
+
+    s = _session(handler)
+    assert s.get_trial_metrics(1) == [{"total_batches": 5}, {"total_batches": 9}]
+    assert cursors == [-1, 5]

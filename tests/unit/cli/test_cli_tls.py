@@ -16,8 +16,9 @@ from dauntless.master.__main__ import parse_args
 
 
 def _verify_error(request: httpx.Request) -> httpx.Response:
-    cause = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate "
-                                            "verify failed: self-signed certificate")
+    cause = ssl.SSLCertVerificationError(
+        1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate"
+    )
     cause.verify_message = "self-signed certificate"
     try:
         raise cause
@@ -43,8 +44,12 @@ def test_cert_verify_failure_is_not_retried_and_says_what_to_do() -> None:
         calls.append(1)
         return _verify_error(request)
 
-    s = Session("https://master:8443", transport=httpx.MockTransport(handler), retries=4,
-                sleep=lambda _: None)
+    s = Session(
+        "https://master:8443",
+        transport=httpx.MockTransport(handler),
+        retries=4,
+        sleep=lambda _: None,
+    )
     with pytest.raises(MasterUnreachableError) as info:
         s.list_agents()
     assert len(calls) == 1
@@ -59,8 +64,9 @@ def test_is_cert_verify_error_follows_the_cause() -> None:
         _verify_error(req)
     assert is_cert_verify_error(info.value)
     assert not is_cert_verify_error(httpx.ConnectError("[Errno 111] refused", request=req))
-    assert "--master-cert-file" in describe_cert_error("https://x", info.value,
-                                                       "--master-cert-file PATH")
+    assert "--master-cert-file" in describe_cert_error(
+        "https://x", info.value, "--master-cert-file PATH"
+    )
 
 
 def test_session_reads_the_env_var(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -77,12 +83,21 @@ def test_master_tls_config(tmp_path: Path) -> None:
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     cert.write_text("x")
     key.write_text("y")
-    config = parse_args(["--data-dir", str(tmp_path), "--tls-cert", str(cert),
-                         "--tls-key", str(key)])
+    config = parse_args(
+        ["--data-dir", str(tmp_path), "--tls-cert", str(cert), "--tls-key", str(key)]
+    )
     assert config.security.tls.enabled and config.security.tls.cert == str(cert)
     with pytest.raises(SystemExit):
-        parse_args(["--data-dir", str(tmp_path), "--tls-cert", str(tmp_path / "no.pem"),
-                    "--tls-key", str(key)])
+        parse_args(
+            [
+                "--data-dir",
+                str(tmp_path),
+                "--tls-cert",
+                str(tmp_path / "no.pem"),
+                "--tls-key",
+                str(key),
+            ]
+        )
     assert AgentConfig(work_dir="w", master_cert_file="ca.pem").master_cert_file == "ca.pem"
 
 
@@ -97,7 +112,8 @@ def test_trial_clients_verify_with_the_env_bundle(
 
     pytest.importorskip("cryptography")
     spec = importlib.util.spec_from_file_location(
-        "tls_helpers", Path(__file__).resolve().parents[2] / "integration" / "test_tls.py")
+        "tls_helpers", Path(__file__).resolve().parents[2] / "integration" / "test_tls.py"
+    )
     assert spec is not None and spec.loader is not None
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)

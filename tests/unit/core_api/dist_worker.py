@@ -28,11 +28,15 @@ SIZE, LOCAL_SIZE = 4, 2
 def run(rank: int, port: int, out: str) -> None:
     """Run rank ``rank``; rendezvous on 127.0.0.1:``port``."""
     os.environ.update(
-        {"LOCAL_WORLD_SIZE": str(LOCAL_SIZE), "LOCAL_RANK": str(rank % LOCAL_SIZE),
-         "GROUP_RANK": str(rank // LOCAL_SIZE)}
+        {
+            "LOCAL_WORLD_SIZE": str(LOCAL_SIZE),
+            "LOCAL_RANK": str(rank % LOCAL_SIZE),
+            "GROUP_RANK": str(rank // LOCAL_SIZE),
+        }
     )
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=SIZE)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=SIZE
+    )
     try:
         seen = _exercise(rank, Path(out))
     finally:
@@ -53,8 +57,13 @@ def _exercise(rank: int, out: Path) -> dict:
     }
     info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=0, hparams={}, config={})
     backend = LocalBackend([2, 4])
-    ctx = Context(info, backend=backend, storage=DirectoryStorageManager(out / "ckpt"),
-                  distributed=d, preempt_mode=PreemptMode.WorkersAskChief)
+    ctx = Context(
+        info,
+        backend=backend,
+        storage=DirectoryStorageManager(out / "ckpt"),
+        distributed=d,
+        preempt_mode=PreemptMode.WorkersAskChief,
+    )
     # The chief asks the searcher and broadcasts each operation.
     lengths = []
     for op in ctx.searcher.operations():
@@ -63,12 +72,15 @@ def _exercise(rank: int, out: Path) -> dict:
             op.report_completed(0.0)
     seen["operations"] = lengths
     # A sharded checkpoint: every rank writes its part; the chief reports it once.
-    with ctx.checkpoint.store_path({"steps_completed": 4, f"part{rank}": rank},
-                                   shard=True) as (path, storage_id):
+    with ctx.checkpoint.store_path({"steps_completed": 4, f"part{rank}": rank}, shard=True) as (
+        path,
+        storage_id,
+    ):
         (path / f"part{rank}.txt").write_text(str(rank))
     seen["storage_id"] = storage_id
-    seen["reported"] = [(c.uuid, sorted(c.resources), c.metadata.get("part3"))
-                        for c in backend.checkpoints]
+    seen["reported"] = [
+        (c.uuid, sorted(c.resources), c.metadata.get("part3")) for c in backend.checkpoints
+    ]
     # The chief's preemption answer reaches every rank.
     if d.is_chief:
         backend.request_preemption()
@@ -76,16 +88,28 @@ def _exercise(rank: int, out: Path) -> dict:
     # A model wrapped for several processes is a DDP that answers for the model.
     from dauntless.pytorch import PyTorchTrialContext
 
-    config = {"searcher": {"name": "single", "metric": "x", "max_length": {"batches": 1}},
-              "hyperparameters": {"global_batch_size": 8}}
-    pctx = PyTorchTrialContext(TrialInfo(trial_id=1, experiment_id=1, trial_seed=0,
-                                         hparams={"global_batch_size": 8}, config=config),
-                               distributed=d)
+    config = {
+        "searcher": {"name": "single", "metric": "x", "max_length": {"batches": 1}},
+        "hyperparameters": {"global_batch_size": 8},
+    }
+    pctx = PyTorchTrialContext(
+        TrialInfo(
+            trial_id=1,
+            experiment_id=1,
+            trial_seed=0,
+            hparams={"global_batch_size": 8},
+            config=config,
+        ),
+        distributed=d,
+    )
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1)
     model.marker = "kept"
     wrapped = pctx.wrap_model(model)
-    seen["ddp"] = [type(wrapped).__mro__[1].__name__, wrapped.marker,
-                   pctx.get_per_slot_batch_size()]
+    seen["ddp"] = [
+        type(wrapped).__mro__[1].__name__,
+        wrapped.marker,
+        pctx.get_per_slot_batch_size(),
+    ]
     d.close()
     return seen

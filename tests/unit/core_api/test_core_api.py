@@ -37,8 +37,9 @@ class FakeMaster:
         self.fail_polls = fail_polls
 
     def session(self) -> Session:
-        return Session("http://master", transport=httpx.MockTransport(self.handle),
-                       sleep=lambda s: None)
+        return Session(
+            "http://master", transport=httpx.MockTransport(self.handle), sleep=lambda s: None
+        )
 
     def preempt(self) -> None:
         with self.signal:
@@ -76,8 +77,10 @@ class FakeMaster:
         elif path == "/api/v1/checkpoints":
             b.report_checkpoint(core.CheckpointReport(**body))
         elif re.fullmatch(r"/api/v1/experiments/\d+", path):
-            return httpx.Response(200, json={"experiment": {
-                "best_searcher_metric": b.get_experiment_best_validation(1)}})
+            return httpx.Response(
+                200,
+                json={"experiment": {"best_searcher_metric": b.get_experiment_best_validation(1)}},
+            )
         else:
             return httpx.Response(404, json={"detail": f"no route {path}"})
         return httpx.Response(200, json={})
@@ -90,11 +93,20 @@ def cluster_env(tmp_path, **extra):
         "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path)},
     }
     env = {
-        "DET_MASTER": "http://master", "DET_TASK_TYPE": "TRIAL", "DET_EXPERIMENT_ID": "1",
-        "DET_TRIAL_ID": "1", "DET_TRIAL_RUN_ID": "1", "DET_ALLOCATION_ID": "1.1",
-        "DET_TASK_ID": "1.1", "DET_TRIAL_SEED": "5", "DET_HPARAMS": '{"lr": 0.5}',
-        "DET_EXPERIMENT_CONFIG": json.dumps(config), "DET_LATEST_CHECKPOINT": "",
-        "DET_STEPS_COMPLETED": "0", "DET_SLOT_IDS": "0", "DET_AGENT_ID": "agent-1",
+        "DET_MASTER": "http://master",
+        "DET_TASK_TYPE": "TRIAL",
+        "DET_EXPERIMENT_ID": "1",
+        "DET_TRIAL_ID": "1",
+        "DET_TRIAL_RUN_ID": "1",
+        "DET_ALLOCATION_ID": "1.1",
+        "DET_TASK_ID": "1.1",
+        "DET_TRIAL_SEED": "5",
+        "DET_HPARAMS": '{"lr": 0.5}',
+        "DET_EXPERIMENT_CONFIG": json.dumps(config),
+        "DET_LATEST_CHECKPOINT": "",
+        "DET_STEPS_COMPLETED": "0",
+        "DET_SLOT_IDS": "0",
+        "DET_AGENT_ID": "agent-1",
     }
     env.update(extra)
     return env
@@ -106,8 +118,9 @@ def cluster_env(tmp_path, **extra):
 def test_get_cluster_info_off_and_on_a_cluster(monkeypatch, tmp_path):
     monkeypatch.delenv("DET_MASTER", raising=False)
     assert dauntless.get_cluster_info() is None
-    for key, value in cluster_env(tmp_path, DET_LATEST_CHECKPOINT="abc",
-                                  DET_STEPS_COMPLETED="30").items():
+    for key, value in cluster_env(
+        tmp_path, DET_LATEST_CHECKPOINT="abc", DET_STEPS_COMPLETED="30"
+    ).items():
         monkeypatch.setenv(key, value)
     info = dauntless.get_cluster_info()
     assert info is not None and info.trial is not None
@@ -192,7 +205,7 @@ def test_init_on_a_cluster_reports_to_the_master(monkeypatch, tmp_path):
     master = FakeMaster(lengths=(3,))
     for key, value in cluster_env(tmp_path).items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr("dauntless.core._context.Session", lambda url: master.session())
+    monkeypatch.setattr("dauntless.core._context.Session", lambda url, **retries: master.session())
     with core.init() as ctx:
         assert isinstance(ctx.backend, MasterBackend) and ctx.info.allocation_id == "1.1"
         ctx.preempt.poll_seconds = 0.2
@@ -261,8 +274,13 @@ def test_start_background_starts_the_watcher_before_any_check(tmp_path):
     master = FakeMaster()
     info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=0, hparams={}, config={})
     backend = MasterBackend(master.session())
-    context = Context(info, backend=backend, storage=DirectoryStorageManager(tmp_path),
-                      allocation_id="1.1", preempt_poll_seconds=0.3)
+    context = Context(
+        info,
+        backend=backend,
+        storage=DirectoryStorageManager(tmp_path),
+        allocation_id="1.1",
+        preempt_poll_seconds=0.3,
+    )
     with context:
         context.start_background()
         deadline = time.monotonic() + 5

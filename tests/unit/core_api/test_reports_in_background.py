@@ -81,12 +81,25 @@ def test_lite_client_retries_5xx_and_reports_4xx(server):
 
 def test_lite_client_sends_every_json_value_the_reports_hold(server):
     poster = LiteClient(Session(server, sleep=lambda s: None))
-    poster.post("/api/v1/x", {"loss": 0.1, "n": 3, "none": None, "nan": float("nan"),
-                              "batches": [{"a": 1e-300}, {"a": -2.5}]})
+    poster.post(
+        "/api/v1/x",
+        {
+            "loss": 0.1,
+            "n": 3,
+            "none": None,
+            "nan": float("nan"),
+            "batches": [{"a": 1e-300}, {"a": -2.5}],
+        },
+    )
     poster.post("/api/v1/x", {"huge": 2**70})  # beyond orjson's 64 bits: the stdlib's turn
     (_, first), (_, second) = _Handler.seen
-    assert first == {"loss": 0.1, "n": 3, "none": None, "nan": None,
-                     "batches": [{"a": 1e-300}, {"a": -2.5}]}
+    assert first == {
+        "loss": 0.1,
+        "n": 3,
+        "none": None,
+        "nan": None,
+        "batches": [{"a": 1e-300}, {"a": -2.5}],
+    }
     assert second == {"huge": 2**70}
     poster.close()
 
@@ -95,8 +108,9 @@ def test_lite_client_gives_up_on_an_unreachable_master():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    poster = LiteClient(Session(f"http://127.0.0.1:{port}", sleep=lambda s: None,
-                                max_attempts=2, timeout=1))
+    poster = LiteClient(
+        Session(f"http://127.0.0.1:{port}", sleep=lambda s: None, max_attempts=2, timeout=1)
+    )
     with pytest.raises(MasterUnreachableError, match="after 2 attempts"):
         poster.post("/api/v1/x", {})
 
@@ -146,8 +160,9 @@ def test_start_background_opens_the_report_connection_before_any_report(server):
 
 
 def _report(step: int, group: str = "training") -> MetricReport:
-    return MetricReport(trial_id=1, group=group, steps_completed=step, trial_run_id=1,
-                        metrics={"loss": 1.0 / step})
+    return MetricReport(
+        trial_id=1, group=group, steps_completed=step, trial_run_id=1, metrics={"loss": 1.0 / step}
+    )
 
 
 def _training_steps(seen: list[tuple[str, dict]]) -> list[list[int]]:

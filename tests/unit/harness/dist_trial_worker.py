@@ -101,8 +101,9 @@ def run(rank: int, size: int, port: int, out: str, options: dict[str, Any]) -> N
     DistToy.with_reducer = options.get("reducer", True)
     if size > 1:
         os.environ.update({"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(size)})
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=size)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size
+        )
         distributed = DistributedContext.from_torch_distributed()
     else:
         distributed = DistributedContext()
@@ -119,19 +120,25 @@ def _train(distributed: DistributedContext, out: Path, options: dict[str, Any]) 
     info = toy_info(config)
     seed_all(info.trial_seed)
     backend = LocalBackend(options.get("lengths", [10, 20]), searcher_metric="validation_loss")
-    core = Context(info, backend=backend, storage=DirectoryStorageManager(out / "ckpt"),
-                   distributed=distributed)
+    core = Context(
+        info,
+        backend=backend,
+        storage=DirectoryStorageManager(out / "ckpt"),
+        distributed=distributed,
+    )
     with core:
         context = PyTorchTrialContext(info, core=core)
         cls = FullDatasetToy if options.get("full_dataset") else DistToy
         trial = cls(context)
-        controller = _TrialController(trial, context, core, latest_checkpoint=options.get("latest"),
-                                      code_dir=out / "code")
+        controller = _TrialController(
+            trial, context, core, latest_checkpoint=options.get("latest"), code_dir=out / "code"
+        )
         result = controller.run()
     return {
         "result": result.value,
-        "training": [(r.steps_completed, r.metrics, r.batch_metrics)
-                     for r in backend.metrics("training")],
+        "training": [
+            (r.steps_completed, r.metrics, r.batch_metrics) for r in backend.metrics("training")
+        ],
         "validation": [(r.steps_completed, r.metrics) for r in backend.metrics("validation")],
         "checkpoints": [c.uuid for c in backend.checkpoints],
         "completed": list(backend.completed_operations),
@@ -152,9 +159,15 @@ def join_from_env(rank: int, size: int, port: int, out: str, options: dict[str, 
         init_process_group_from_env,
     )
 
-    env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(size),
-           "LOCAL_WORLD_SIZE": str(size), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port)}
+    env = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(size),
+        "LOCAL_WORLD_SIZE": str(size),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
     os.environ.update(env)
     distributed, started = init_process_group_from_env(size, env)
     model = None

@@ -23,7 +23,9 @@ def context(tmp_path):
 def test_trial_facts(context):
     assert context.get_hparam("lr") == 0.01
     assert context.get_hparams() == {"global_batch_size": 8, "lr": 0.01}
-    with pytest.raises(KeyError, match=r"'momentum' is not defined; this trial has \['global_batch_size', 'lr'\]"):
+    with pytest.raises(
+        KeyError, match=r"'momentum' is not defined; this trial has \['global_batch_size', 'lr'\]"
+    ):
         context.get_hparam("momentum")
     assert context.get_data_config() == {"path": "/data"}
     assert context.get_experiment_config()["name"] == "toy"
@@ -171,8 +173,11 @@ def test_lr_scheduler_step_modes(context):
 def test_to_device_moves_nested_batches(context):
     Pair = namedtuple("Pair", "a b")
     out = context.to_device(
-        {"x": np.arange(3), "y": [torch.ones(1), (np.zeros(2, dtype=np.float32), "tag")],
-         "p": Pair(np.ones(1), 5)}
+        {
+            "x": np.arange(3),
+            "y": [torch.ones(1), (np.zeros(2, dtype=np.float32), "tag")],
+            "p": Pair(np.ones(1), 5),
+        }
     )
     assert isinstance(out["x"], torch.Tensor) and out["x"].tolist() == [0, 1, 2]
     assert isinstance(out["y"][1], tuple) and isinstance(out["y"][1][0], torch.Tensor)

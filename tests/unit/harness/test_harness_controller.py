@@ -136,11 +136,15 @@ def test_checkpoint_has_the_documented_layout_and_loads(tmp_path):
     (ckpt,) = backend.checkpoints
     directory = tmp_path / ckpt.uuid
     assert sorted(p.name for p in directory.iterdir()) == [
-        "code", "load_data.json", "metadata.json", "state-dict.pth"
+        "code",
+        "load_data.json",
+        "metadata.json",
+        "state-dict.pth",
     ]
     files = {
         p.relative_to(directory).as_posix(): p.stat().st_size
-        for p in directory.rglob("*") if p.is_file()
+        for p in directory.rglob("*")
+        if p.is_file()
     }
     assert ckpt.resources == files
     # The model definition travels with the checkpoint (without byte-code caches).
@@ -209,9 +213,9 @@ def test_resume_after_preemption_matches_an_uninterrupted_run(tmp_path):
     # It continued at batch 7 and saw exactly the batches the uninterrupted run saw; the
     # period 6..10 was carried in the checkpoint, so the reports are the same too.
     assert steps(resumed_backend.metrics("training")) == [10, 15, 20]
-    assert [
-        (r.metrics, r.batch_metrics) for r in resumed_backend.metrics("training")
-    ] == [(r.metrics, r.batch_metrics) for r in straight.metrics("training")[1:]]
+    assert [(r.metrics, r.batch_metrics) for r in resumed_backend.metrics("training")] == [
+        (r.metrics, r.batch_metrics) for r in straight.metrics("training")[1:]
+    ]
     assert (
         resumed_backend.metrics("validation")[-1].metrics
         == straight.metrics("validation")[-1].metrics

@@ -179,9 +179,12 @@ def test_master_backend_speaks_the_protocol_routes():
 
     session = Session("http://m", transport=httpx.MockTransport(handler))
     backend = MasterBackend(session)
-    info = TrialInfo(trial_id=5, experiment_id=1, trial_seed=1, hparams={}, config={}, trial_run_id=3)
-    ctx = Context(info, backend=backend, storage=DirectoryStorageManager("/nonexistent"),
-                  allocation_id="a-1")
+    info = TrialInfo(
+        trial_id=5, experiment_id=1, trial_seed=1, hparams={}, config={}, trial_run_id=3
+    )
+    ctx = Context(
+        info, backend=backend, storage=DirectoryStorageManager("/nonexistent"), allocation_id="a-1"
+    )
     assert backend.get_searcher_operation(5) == SearcherAnswer(length=50, completed=False)
     ctx.train.report_training_metrics(10, {"loss": torch.tensor(0.5)}, [{"loss": 0.5}])
     ctx.train.report_validation_metrics(10, {"acc": np.float32(0.25)})
@@ -192,23 +195,49 @@ def test_master_backend_speaks_the_protocol_routes():
     ctx.close()
     assert seen == [
         ("GET", "/api/v1/trials/5/searcher/operation", {}, None),
-        ("POST", "/api/v1/trials/5/metrics", {}, {
-            "group": "training", "steps_completed": 10, "trial_run_id": 3,
-            "metrics": {"loss": 0.5}, "batch_metrics": [{"loss": 0.5}]}),
-        ("POST", "/api/v1/trials/5/metrics", {}, {
-            "group": "validation", "steps_completed": 10, "trial_run_id": 3,
-            "metrics": {"acc": 0.25}, "batch_metrics": None}),
+        (
+            "POST",
+            "/api/v1/trials/5/metrics",
+            {},
+            {
+                "group": "training",
+                "steps_completed": 10,
+                "trial_run_id": 3,
+                "metrics": {"loss": 0.5},
+                "batch_metrics": [{"loss": 0.5}],
+            },
+        ),
+        (
+            "POST",
+            "/api/v1/trials/5/metrics",
+            {},
+            {
+                "group": "validation",
+                "steps_completed": 10,
+                "trial_run_id": 3,
+                "metrics": {"acc": 0.25},
+                "batch_metrics": None,
+            },
+        ),
         ("POST", "/api/v1/trials/5/progress", {}, {"progress": 0.2}),
         ("POST", "/api/v1/trials/5/early_exit", {}, {"reason": "INVALID_HP"}),
-        ("POST", "/api/v1/trials/5/searcher/completed_operation", {},
-         {"op": {"length": 50}, "searcher_metric": 0.125}),
+        (
+            "POST",
+            "/api/v1/trials/5/searcher/completed_operation",
+            {},
+            {"op": {"length": 50}, "searcher_metric": 0.125},
+        ),
         ("GET", "/api/v1/allocations/a-1/signals/preemption", {"timeout_seconds": "0"}, None),
     ]
 
 
 def test_master_backend_rejects_a_malformed_operation():
-    session = Session("http://m", transport=httpx.MockTransport(
-        lambda r: httpx.Response(200, json={"op": {"length": "ten"}, "completed": False})))
+    session = Session(
+        "http://m",
+        transport=httpx.MockTransport(
+            lambda r: httpx.Response(200, json={"op": {"length": "ten"}, "completed": False})
+        ),
+    )
     with pytest.raises(ValueError, match="valid length"):
         MasterBackend(session).get_searcher_operation(1)
 

@@ -44,8 +44,12 @@ def test_training_stream_repeats_and_skip_resumes_at_the_same_batch():
 
 
 def test_shuffle_seed_comes_from_the_generator_when_one_is_given():
-    a = DataLoader(dataset(), batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(3))
-    b = DataLoader(dataset(), batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(3))
+    a = DataLoader(
+        dataset(), batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(3)
+    )
+    b = DataLoader(
+        dataset(), batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(3)
+    )
     assert ids(a.get_data_loader(seed=1)) == ids(b.get_data_loader(seed=2))
     assert ids(a.get_data_loader(seed=1)) != [list(range(10))]
 
@@ -68,7 +72,11 @@ def test_validation_stream_is_one_pass_without_repeat():
 def test_user_batch_sampler_is_kept():
     loader = DataLoader(dataset(6), batch_sampler=[[5, 4], [0]])
     assert ids(loader) == [[5, 4], [0]]
-    assert ids(itertools.islice(loader.get_data_loader(repeat=True, skip=1), 3)) == [[0], [5, 4], [0]]
+    assert ids(itertools.islice(loader.get_data_loader(repeat=True, skip=1), 3)) == [
+        [0],
+        [5, 4],
+        [0],
+    ]
 
 
 @pytest.mark.parametrize(

@@ -34,8 +34,9 @@ def _train(out: Path, size: int, target: Any = None, **options: Any) -> list[dic
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     target = target or dist_trial_worker.run
-    procs = [ctx.Process(target=target, args=(r, size, port, str(out), options))
-             for r in range(size)]
+    procs = [
+        ctx.Process(target=target, args=(r, size, port, str(out), options)) for r in range(size)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -82,10 +83,14 @@ def test_two_ranks_train_like_one_and_only_the_chief_reports_and_checkpoints(tmp
     assert worker["training"] == worker["validation"] == []
     assert worker["checkpoints"] == [] and worker["completed"] == []
     assert chief["checkpoints"]
-    stored = sorted(p.name for p in (tmp_path / "two" / "ckpt").iterdir())
+    # (TensorBoard event files live beside the checkpoints, under tensorboard/.)
+    stored = sorted(
+        p.name for p in (tmp_path / "two" / "ckpt").iterdir() if p.name != "tensorboard"
+    )
     assert stored == sorted(chief["checkpoints"])
-    state = torch.load(tmp_path / "two" / "ckpt" / chief["checkpoints"][-1] / "state-dict.pth",
-                       weights_only=True)
+    state = torch.load(
+        tmp_path / "two" / "ckpt" / chief["checkpoints"][-1] / "state-dict.pth", weights_only=True
+    )
     assert list(state["models_state_dict"][0]) == ["weight", "bias"]  # no DDP "module."
     assert len(state["trial_state"]["ranks"]) == 2
 

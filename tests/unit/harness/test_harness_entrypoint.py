@@ -21,6 +21,7 @@ from harness_toy_trial import toy_config
 from dauntless.core import CheckpointReport, LocalBackend, MetricReport, Session
 from dauntless.exec.harness import load_trial_class, main
 from dauntless.pytorch import PyTorchTrial
+from dauntless.pytorch._import import EntrypointError
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,7 +39,9 @@ class FakeMaster:
         self.poll_timeouts: list[float] = []
 
     def session(self) -> Session:
-        return Session("http://master", transport=httpx.MockTransport(self.handle), sleep=lambda s: None)
+        return Session(
+            "http://master", transport=httpx.MockTransport(self.handle), sleep=lambda s: None
+        )
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -131,8 +134,11 @@ def test_preempt_then_resume_through_the_master_routes(tmp_path, monkeypatch, ca
     assert 10 <= stopped <= 12 and ckpt.allocation_id == "3.1" and ckpt.trial_id == 3
     assert master.poll_timeouts and set(master.poll_timeouts) == {0.5}
     directory = tmp_path / "ckpts" / ckpt.uuid
-    files = {p.relative_to(directory).as_posix(): p.stat().st_size
-             for p in directory.rglob("*") if p.is_file()}
+    files = {
+        p.relative_to(directory).as_posix(): p.stat().st_size
+        for p in directory.rglob("*")
+        if p.is_file()
+    }
     assert ckpt.resources == files
     assert {"metadata.json", "state-dict.pth", "load_data.json"} <= set(files)
     assert "code/harness_toy_trial.py" in files
@@ -172,16 +178,18 @@ def test_preempt_then_resume_through_the_master_routes(tmp_path, monkeypatch, ca
 def test_errors_exit_non_zero_with_a_message(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(HERE)
     config = shared_fs_config(tmp_path, entrypoint="harness_toy_trial:Missing")
-    assert main(trial_env(config), session=FakeMaster([5]).session(),
-                preempt_poll_seconds=0.2) == 1
+    assert main(trial_env(config), session=FakeMaster([5]).session(), preempt_poll_seconds=0.2) == 1
     err = capsys.readouterr().err
-    assert "harness error: AttributeError" in err and "'Missing'" in err
+    # A config mistake: the one-line cause first, and no traceback through Dauntless.
+    first = err.strip().splitlines()[0]
+    assert first.startswith("harness error: EntrypointError") and "'Missing'" in first
+    assert "Traceback" not in err and "RejectingTrial" in first  # names the classes there
 
     config = shared_fs_config(tmp_path)
     config["checkpoint_storage"] = {"type": "s3", "bucket": "b"}
-    assert main(trial_env(config), session=FakeMaster([5]).session(),
-                preempt_poll_seconds=0.2) == 1
-    assert "checkpoint_storage.type 's3' is not supported yet" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if the s3 extra were missing
+    assert main(trial_env(config), session=FakeMaster([5]).session(), preempt_poll_seconds=0.2) == 1
+    assert "pip install 'dauntless[s3]'" in capsys.readouterr().err
 
     assert main({"DET_MASTER": ""}) == 1
     assert "DET_MASTER is not set" in capsys.readouterr().err
@@ -204,10 +212,12 @@ def test_load_trial_class_checks_the_entrypoint(tmp_path):
     try:
         cls = load_trial_class("my_model:Outer.Inner", str(tmp_path))
         assert issubclass(cls, PyTorchTrial) and cls.__qualname__ == "Outer.Inner"
-        with pytest.raises(TypeError, match="subclass of dauntless.pytorch.PyTorchTrial"):
+        with pytest.raises(EntrypointError, match="subclass of dauntless.pytorch.PyTorchTrial"):
             load_trial_class("my_model:NotATrial", str(tmp_path))
-        with pytest.raises(ValueError, match="module:Class"):
+        with pytest.raises(EntrypointError, match="module:Class"):
             load_trial_class("my_model", str(tmp_path))
+        with pytest.raises(EntrypointError, match="no module 'no_such_model'"):
+            load_trial_class("no_such_model:Trial", str(tmp_path))
     finally:
         sys.modules.pop("my_model", None)
 

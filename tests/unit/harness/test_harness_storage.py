@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from dauntless.config import DirectoryStorage, S3Storage, SharedFSStorage
@@ -77,7 +79,9 @@ def test_shared_fs_layout_is_host_path_storage_path_uuid(tmp_path):
         (path / "f").write_text("abc")
     assert (tmp_path / "ckpts" / "exp" / UUID / "f").read_text() == "abc"
     assert SharedFSStorageManager(str(tmp_path)).base_path == tmp_path
-    assert SharedFSStorageManager(str(tmp_path), str(tmp_path / "abs")).base_path == tmp_path / "abs"
+    assert (
+        SharedFSStorageManager(str(tmp_path), str(tmp_path / "abs")).base_path == tmp_path / "abs"
+    )
 
 
 @pytest.mark.parametrize("storage_path", ["../elsewhere", "/definitely/not/under"])
@@ -93,6 +97,14 @@ def test_relative_paths_are_rejected():
         DirectoryStorageManager("relative/dir")
 
 
+def test_missing_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if boto3 were not installed
+    with pytest.raises(
+        ImportError, match=r"needs the boto3 package.*pip install 'dauntless\[s3\]'"
+    ):
+        build_storage(S3Storage(type="s3", bucket="b"))
+
+
 def test_build_storage_from_config(tmp_path):
     shared = build_storage(
         SharedFSStorage(type="shared_fs", host_path=str(tmp_path), storage_path="dc")
@@ -100,7 +112,7 @@ def test_build_storage_from_config(tmp_path):
     assert isinstance(shared, SharedFSStorageManager) and shared.base_path == tmp_path / "dc"
     directory = build_storage(DirectoryStorage(type="directory", container_path=str(tmp_path)))
     assert isinstance(directory, DirectoryStorageManager) and directory.base_path == tmp_path
-    with pytest.raises(ValueError, match="checkpoint_storage.type 's3' is not supported yet"):
-        build_storage(S3Storage(type="s3", bucket="b"))
+    s3 = build_storage(S3Storage(type="s3", bucket="b", prefix="p/"))
+    assert s3.url("u") == "s3://b/p/u"  # built without contacting any store
     with pytest.raises(TypeError, match="checkpoint storage config"):
         build_storage({"type": "shared_fs"})  # type: ignore[arg-type]

@@ -89,16 +89,24 @@ def test_window_scalars_and_batch_rows_agree_with_the_definition(raw, same_names
 
 def test_cpu_scalars_become_floats_at_once_and_others_wait_for_the_report():
     loss = torch.tensor(0.25, requires_grad=True) * 2
-    row = batch_row({"loss": loss, "n": torch.tensor(3), "ok": torch.tensor(True),
-                     "z": torch.tensor(1 + 2j), "v": torch.ones(2, requires_grad=True) * 1,
-                     "s": "text"})
+    row = batch_row(
+        {
+            "loss": loss,
+            "n": torch.tensor(3),
+            "ok": torch.tensor(True),
+            "z": torch.tensor(1 + 2j),
+            "v": torch.ones(2, requires_grad=True) * 1,
+            "s": "text",
+        }
+    )
     assert row["loss"] == 0.5 and type(row["loss"]) is float
     assert row["n"] == 3.0 and type(row["n"]) is float and row["ok"] == 1.0
     assert row["z"] is None
     assert isinstance(row["v"], torch.Tensor) and not row["v"].requires_grad
     assert row["s"] == "text"
-    assert window_scalars([row]) == [{"loss": 0.5, "n": 3.0, "ok": 1.0, "z": None,
-                                      "v": None, "s": None}]
+    assert window_scalars([row]) == [
+        {"loss": 0.5, "n": 3.0, "ok": 1.0, "z": None, "v": None, "s": None}
+    ]
 
 
 def test_means_add_values_in_batch_order():
@@ -113,8 +121,9 @@ def test_means_add_values_in_batch_order():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_accelerator_metrics_are_read_in_one_copy_per_metric():
-    window = [batch_row({"loss": torch.tensor(float(i), device="cuda", requires_grad=True) * 1})
-              for i in range(5)]
-    assert all(isinstance(m["loss"], torch.Tensor) and not m["loss"].requires_grad
-               for m in window)
+    window = [
+        batch_row({"loss": torch.tensor(float(i), device="cuda", requires_grad=True) * 1})
+        for i in range(5)
+    ]
+    assert all(isinstance(m["loss"], torch.Tensor) and not m["loss"].requires_grad for m in window)
     assert window_scalars(window) == [{"loss": float(i)} for i in range(5)]

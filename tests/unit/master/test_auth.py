@@ -34,8 +34,6 @@ searcher:
 """
 
 
-
-
 class World:
     """A master with users alice and bob, an experiment of alice's with two trials
     running on agent a1, and the credentials of everyone."""
@@ -45,16 +43,25 @@ class World:
         self.admin = login(client)
         self.agent = agent_headers(app)
         for name in ("alice", "bob"):
-            r = client.post("/api/v1/users", headers=bearer(self.admin),
-                            json={"username": name, "password": f"{name}-pw", "admin": False})
+            r = client.post(
+                "/api/v1/users",
+                headers=bearer(self.admin),
+                json={"username": name, "password": f"{name}-pw", "admin": False},
+            )
             assert r.status_code == 201, r.text
             setattr(self, f"{name}_id", r.json()["user"]["id"])
         self.alice = login(client, "alice", "alice-pw")
         self.bob = login(client, "bob", "bob-pw")
         self.exp_ids = [self._create(self.alice) for _ in range(2)]
         self.exp_id = self.exp_ids[0]
-        r = client.post("/api/v1/agents", headers=self.agent, json={
-            "id": "a1", "slots": [{"id": "cpu0", "type": "cpu"}, {"id": "cpu1", "type": "cpu"}]})
+        r = client.post(
+            "/api/v1/agents",
+            headers=self.agent,
+            json={
+                "id": "a1",
+                "slots": [{"id": "cpu0", "type": "cpu"}, {"id": "cpu1", "type": "cpu"}],
+            },
+        )
         assert r.status_code == 200, r.text
         assert self.mgr.schedule_pass() == 2
         r = client.post("/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": []})
@@ -67,15 +74,43 @@ class World:
         self.trial = specs[0]["env"]["DET_SESSION_TOKEN"]
         self.other_trial = specs[1]["env"]["DET_SESSION_TOKEN"]
         self.uuid = "11111111-2222-3333-4444-555555555555"
-        r = client.post("/api/v1/checkpoints", headers=bearer(self.trial), json={
-            "uuid": self.uuid, "trial_id": self.trial_id, "allocation_id": self.alloc_id,
-            "steps_completed": 5, "resources": {}, "metadata": {}})
+        r = client.post(
+            "/api/v1/checkpoints",
+            headers=bearer(self.trial),
+            json={
+                "uuid": self.uuid,
+                "trial_id": self.trial_id,
+                "allocation_id": self.alloc_id,
+                "steps_completed": 5,
+                "resources": {},
+                "metadata": {},
+            },
+        )
         assert r.status_code == 200, r.text
+        # A command of alice's (no slot), handed to a1: its session token (issue 20).
+        r = client.post(
+            "/api/v1/commands",
+            headers=bearer(self.alice),
+            data={"entrypoint": '"true"', "config": "resources: {slots: 0}"},
+            files={"context": ("context.tar.gz", model_def_tarball(), "application/gzip")},
+        )
+        assert r.status_code == 201, r.text
+        self.task_id = r.json()["task"]["id"]
+        assert self.mgr.schedule_pass() == 1
+        running = [sp["allocation_id"] for sp in specs]
+        r = client.post(
+            "/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": running}
+        )
+        (task_spec,) = r.json()["start"]
+        self.task_token = task_spec["env"]["DET_SESSION_TOKEN"]
 
     def _create(self, token: str) -> int:
         r = self.client.post(
-            "/api/v1/experiments", headers=bearer(token), data={"config": CONFIG},
-            files={"context": ("context.tar.gz", model_def_tarball(), "application/gzip")})
+            "/api/v1/experiments",
+            headers=bearer(token),
+            data={"config": CONFIG},
+            files={"context": ("context.tar.gz", model_def_tarball(), "application/gzip")},
+        )
         assert r.status_code == 201, r.text
         return r.json()["experiment"]["id"]
 
@@ -94,6 +129,10 @@ OPEN = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/master")}
 
 ANY_USER_MAY_MODIFY = {
     ("POST", "/api/v1/experiments"),  # creates one of their own
+    ("POST", "/api/v1/commands"),  # tasks of their own (issue 20)
+    ("POST", "/api/v1/notebooks"),
+    ("POST", "/api/v1/shells"),
+    ("POST", "/api/v1/tensorboards"),
     ("POST", "/api/v1/preview-hp-search"),  # computes, changes nothing
     ("POST", "/api/v1/auth/logout"),  # ends their own session
 }
@@ -113,7 +152,15 @@ TRIAL_ROUTES = {
     ("POST", "/api/v1/trials/{trial_id}/early_exit"),
     ("POST", "/api/v1/checkpoints"),
     ("POST", "/api/v1/allocations/{allocation_id}/rendezvous"),
+    # Trial internals: the allocation's own token and admins only (issue 18).
+    ("GET", "/api/v1/allocations/{allocation_id}/rendezvous"),
+    ("GET", "/api/v1/allocations/{allocation_id}/signals/preemption"),
+    ("GET", "/api/v1/trials/{trial_id}/searcher/operation"),
 }
+TASK_ROUTES = {("POST", "/api/v1/tasks/{task_id}/service")}
+"""Routes for a command's, notebook's ... own session token."""
+TASK_OWNER_READS = {("GET", "/api/v1/tasks/{task_id}/context")}
+"""Reads only the task's owner (or an admin, or its agent) may make."""
 ADMIN_ROUTES = {
     ("POST", "/api/v1/agents/{agent_id}/enable"),
     ("POST", "/api/v1/agents/{agent_id}/disable"),
@@ -131,11 +178,16 @@ BODIES = {
     ("PATCH", "/api/v1/users/{user_id}"): {"display_name": "Alice A."},
     ("POST", "/api/v1/users/{user_id}/password"): {"password": "alice-pw"},
     ("POST", "/api/v1/trials/{trial_id}/metrics"): {
-        "group": "training", "steps_completed": 2, "trial_run_id": 1,
-        "metrics": {"loss": 1.0}},
-    ("POST", "/api/v1/trials/{trial_id}/metrics/batch"): {"reports": [{
-        "group": "training", "steps_completed": 3, "trial_run_id": 1,
-        "metrics": {"loss": 1.0}}]},
+        "group": "training",
+        "steps_completed": 2,
+        "trial_run_id": 1,
+        "metrics": {"loss": 1.0},
+    },
+    ("POST", "/api/v1/trials/{trial_id}/metrics/batch"): {
+        "reports": [
+            {"group": "training", "steps_completed": 3, "trial_run_id": 1, "metrics": {"loss": 1.0}}
+        ]
+    },
     ("POST", "/api/v1/trials/{trial_id}/progress"): {"progress": 0.5},
     ("POST", "/api/v1/allocations/{allocation_id}/rendezvous"): {"addr": "1.2.3.4", "port": 9},
     ("POST", "/api/v1/preview-hp-search"): {"config": CONFIG},
@@ -143,6 +195,8 @@ BODIES = {
     ("POST", "/api/v1/task/logs"): {"logs": []},
     ("POST", "/api/v1/allocations/{allocation_id}/exited"): {"exit_code": 0},
     ("PATCH", "/api/v1/experiments/{exp_id}"): {"description": "edited"},
+    ("POST", "/api/v1/tasks/{task_id}/service"): {"addr": "127.0.0.1", "port": 9},
+    ("PATCH", "/api/v1/jobs/{job_id}"): {"priority": 5},
 }
 
 
@@ -156,9 +210,19 @@ def _routes(app) -> list[tuple[str, str]]:
 
 def _url(w: World, path: str) -> str:
     action = "enable" if "/slots/" in path else "pause"
-    return path.format(exp_id=w.exp_id, trial_id=w.trial_id, uuid=w.uuid, agent_id="a1",
-                       slot_id="cpu0", action=action, allocation_id=w.alloc_id,
-                       user_id=w.alice_id)
+    return path.format(
+        exp_id=w.exp_id,
+        trial_id=w.trial_id,
+        uuid=w.uuid,
+        agent_id="a1",
+        slot_id="cpu0",
+        action=action,
+        allocation_id=w.alloc_id,
+        user_id=w.alice_id,
+        label="v1",
+        task_id=w.task_id,
+        job_id=f"experiment-{w.exp_id}",
+    )
 
 
 def _call(w: World, method: str, path: str, headers: dict[str, str] | None):
@@ -167,8 +231,15 @@ def _call(w: World, method: str, path: str, headers: dict[str, str] | None):
     if method == "POST" and path == "/api/v1/experiments":
         return w.client.post(_url(w, path), headers=headers, data={"config": CONFIG})
     body = BODIES.get((method, path))
-    return w.client.request(method, _url(w, path), headers=headers, params=params,
-                            json=body if body is not None else ({} if method != "GET" else None))
+    if (method, path) == ("POST", "/api/v1/experiments/continue"):  # the id is in the body
+        body = {"id": w.exp_id}
+    return w.client.request(
+        method,
+        _url(w, path),
+        headers=headers,
+        params=params,
+        json=body if body is not None else ({} if method != "GET" else None),
+    )
 
 
 def _right(w: World, method: str, path: str) -> dict[str, str]:
@@ -177,6 +248,10 @@ def _right(w: World, method: str, path: str) -> dict[str, str]:
         return w.agent
     if key in TRIAL_ROUTES:
         return bearer(w.trial)
+    if key in TASK_ROUTES:
+        return bearer(w.task_token)
+    if key in TASK_OWNER_READS:
+        return bearer(w.alice)
     if key in ADMIN_ROUTES:
         return bearer(w.admin)
     if key in SELF_ROUTES or method != "GET":
@@ -214,8 +289,14 @@ def test_every_route_requires_the_right_credential(world):
         assert r.json()["detail"], (method, path)
 
     # the right caller: trials first (the agent's routes end their allocation)
-    order = sorted(routes, key=lambda mp: (mp not in TRIAL_ROUTES, mp in AGENT_ROUTES,
-                                           mp[0] == "DELETE"))
+    order = sorted(
+        routes,
+        key=lambda mp: (
+            mp not in TRIAL_ROUTES | TASK_ROUTES,
+            mp in AGENT_ROUTES,
+            mp[0] == "DELETE",
+        ),
+    )
     for method, path in order:
         r = _call(w, method, path, _right(w, method, path))
         assert r.status_code not in (401, 403), (method, path, r.status_code, r.text)
@@ -227,7 +308,8 @@ def test_refusals_name_the_rule(world):
     r = w.client.post(f"/api/v1/experiments/{w.exp_id}/pause", headers=bearer(w.bob))
     assert r.status_code == 403
     assert r.json()["detail"] == (
-        f"only the owner of experiment {w.exp_id} (alice) or an admin may pause it")
+        f"only the owner of experiment {w.exp_id} (alice) or an admin may pause it"
+    )
     r = w.client.post(f"/api/v1/trials/{w.trial_id}/kill", headers=bearer(w.bob))
     assert "(alice) or an admin may kill its trial" in r.json()["detail"]
     r = w.client.post("/api/v1/agents/a1/disable", headers=bearer(w.alice))
@@ -246,8 +328,7 @@ def test_refusals_name_the_rule(world):
 def test_a_trial_token_reaches_only_its_own_trial(world):
     w = world
     mine, other = w.trial_id, w.other_trial_id
-    body = {"group": "training", "steps_completed": 4, "trial_run_id": 1,
-            "metrics": {"loss": 0.5}}
+    body = {"group": "training", "steps_completed": 4, "trial_run_id": 1, "metrics": {"loss": 0.5}}
     r = w.client.post(f"/api/v1/trials/{other}/metrics", headers=bearer(w.trial), json=body)
     assert r.status_code == 403, r.text
     assert f"only its own trial (trial {mine}" in r.json()["detail"]
@@ -256,8 +337,14 @@ def test_a_trial_token_reaches_only_its_own_trial(world):
     r = w.client.post(f"/api/v1/trials/{other}/metrics", headers=bearer(w.other_trial), json=body)
     assert r.status_code == 200, r.text
     # checkpoints name their trial in the body
-    ck = {"uuid": "u-2", "trial_id": other, "allocation_id": w.alloc_id,
-          "steps_completed": 4, "resources": {}, "metadata": {}}
+    ck = {
+        "uuid": "u-2",
+        "trial_id": other,
+        "allocation_id": w.alloc_id,
+        "steps_completed": 4,
+        "resources": {},
+        "metadata": {},
+    }
     r = w.client.post("/api/v1/checkpoints", headers=bearer(w.trial), json=ck)
     assert r.status_code == 403, r.text
     # its own experiment's context, not another's; no user or agent routes
@@ -266,19 +353,25 @@ def test_a_trial_token_reaches_only_its_own_trial(world):
     r = w.client.get(f"/api/v1/experiments/{w.exp_ids[1]}/model_def", headers=bearer(w.trial))
     assert r.status_code == 403
     other_alloc = w.specs[1]["env"]["DET_ALLOCATION_ID"]
-    r = w.client.get(f"/api/v1/allocations/{other_alloc}/signals/preemption",
-                     headers=bearer(w.trial))
+    r = w.client.get(
+        f"/api/v1/allocations/{other_alloc}/signals/preemption", headers=bearer(w.trial)
+    )
     assert r.status_code == 403
-    for method, url in [("GET", "/api/v1/experiments"), ("POST", "/api/v1/task/logs"),
-                        ("GET", "/api/v1/me"), ("POST", f"/api/v1/trials/{mine}/kill")]:
+    for method, url in [
+        ("GET", "/api/v1/experiments"),
+        ("POST", "/api/v1/task/logs"),
+        ("GET", "/api/v1/me"),
+        ("POST", f"/api/v1/trials/{mine}/kill"),
+    ]:
         r = w.client.request(method, url, headers=bearer(w.trial), json={"logs": []})
         assert r.status_code == 403, (method, url, r.text)
     # the token dies with its allocation; it is stored only hashed
     with w.mgr.db.read() as s:
         stored = s.scalar(select(AllocationRow.token_hash).where(AllocationRow.id == w.alloc_id))
     assert stored == hash_token(w.trial) and w.trial not in stored
-    r = w.client.post(f"/api/v1/allocations/{w.alloc_id}/exited", headers=w.agent,
-                      json={"exit_code": 0})
+    r = w.client.post(
+        f"/api/v1/allocations/{w.alloc_id}/exited", headers=w.agent, json={"exit_code": 0}
+    )
     assert r.status_code == 200
     r = w.client.get(f"/api/v1/trials/{mine}/searcher/operation", headers=bearer(w.trial))
     assert r.status_code == 401
@@ -295,14 +388,23 @@ def test_tokens_end_at_logout_and_password_change(world):
     assert c.get("/api/v1/me", headers=bearer(w.alice)).status_code == 200  # others live
 
     t2 = login(c, "alice", "alice-pw")
-    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(t2),
-               json={"password": "new-pw", "old_password": "wrong"})
+    r = c.post(
+        f"/api/v1/users/{w.alice_id}/password",
+        headers=bearer(t2),
+        json={"password": "new-pw", "old_password": "wrong"},
+    )
     assert r.status_code == 403 and r.json()["detail"] == "the old password is wrong"
-    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(w.bob),
-               json={"password": "bobs-choice"})
+    r = c.post(
+        f"/api/v1/users/{w.alice_id}/password",
+        headers=bearer(w.bob),
+        json={"password": "bobs-choice"},
+    )
     assert r.status_code == 403
-    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(t2),
-               json={"password": "new-pw", "old_password": "alice-pw"})
+    r = c.post(
+        f"/api/v1/users/{w.alice_id}/password",
+        headers=bearer(t2),
+        json={"password": "new-pw", "old_password": "alice-pw"},
+    )
     assert r.status_code == 200 and "new-pw" not in r.text
     for token in (t2, w.alice):
         assert c.get("/api/v1/me", headers=bearer(token)).status_code == 401
@@ -311,8 +413,9 @@ def test_tokens_end_at_logout_and_password_change(world):
     t3 = login(c, "alice", "new-pw")
     assert c.get("/api/v1/auth/user", headers=bearer(t3)).status_code == 200
     # an admin resets anyone's password; that ends the user's tokens too
-    r = c.post(f"/api/v1/users/{w.alice_id}/password", headers=bearer(w.admin),
-               json={"password": "reset"})
+    r = c.post(
+        f"/api/v1/users/{w.alice_id}/password", headers=bearer(w.admin), json={"password": "reset"}
+    )
     assert r.status_code == 200
     assert c.get("/api/v1/me", headers=bearer(t3)).status_code == 401
 
@@ -321,15 +424,23 @@ def test_login_answers_and_cookie(world):
     w = world
     c = w.client
     c.cookies.clear()
-    for body in ({"username": "alice", "password": "nope"},
-                 {"username": "nobody", "password": "alice-pw"}):
+    for body in (
+        {"username": "alice", "password": "nope"},
+        {"username": "nobody", "password": "alice-pw"},
+    ):
         r = c.post("/api/v1/auth/login", json=body)
         assert r.status_code == 401
         assert r.json()["detail"] == "invalid username or password"
     r = c.post("/api/v1/auth/login", json={"username": "alice", "password": "alice-pw"})
     assert r.status_code == 200
-    assert set(r.json()["user"]) == {"id", "username", "admin", "active", "display_name",
-                                     "modified_at"}
+    assert set(r.json()["user"]) == {
+        "id",
+        "username",
+        "admin",
+        "active",
+        "display_name",
+        "modified_at",
+    }
     cookie = r.headers["set-cookie"]
     assert f"{COOKIE_NAME}=" in cookie and "HttpOnly" in cookie
     assert "samesite=strict" in cookie.lower() and "Secure" not in cookie
@@ -384,16 +495,22 @@ def test_failed_logins_are_slowed(world):
     c = w.client
 
     def attempt(password: str) -> int:
-        return c.post("/api/v1/auth/login",
-                      json={"username": "alice", "password": password}).status_code
+        return c.post(
+            "/api/v1/auth/login", json={"username": "alice", "password": password}
+        ).status_code
 
     assert [attempt("x") for _ in range(3)] == [401, 401, 401]
     r = c.post("/api/v1/auth/login", json={"username": "alice", "password": "alice-pw"})
     assert r.status_code == 429 and r.headers["retry-after"] == "2"
     assert "too many failed logins" in r.json()["detail"]
     assert attempt("alice-pw") == 429  # even the right password waits
-    assert c.post("/api/v1/auth/login",  # other users are not slowed
-                  json={"username": "bob", "password": "bob-pw"}).status_code == 200
+    assert (
+        c.post(
+            "/api/v1/auth/login",  # other users are not slowed
+            json={"username": "bob", "password": "bob-pw"},
+        ).status_code
+        == 200
+    )
     now[0] += 1.01
     assert attempt("x") == 401  # the 4th failure: the next wait doubles
     now[0] += 1.5
@@ -419,9 +536,12 @@ def test_throttle_delays_grow_and_cap():
 
 def test_token_expiry_and_initial_password(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    config = MasterConfig.model_validate({
-        "data_dir": str(tmp_path), "security": {
-            "initial_user_password": "s3cret-initial", "token": {"max_lifespan": 60}}})
+    config = MasterConfig.model_validate(
+        {
+            "data_dir": str(tmp_path),
+            "security": {"initial_user_password": "s3cret-initial", "token": {"max_lifespan": 60}},
+        }
+    )
     assert "s3cret-initial" not in repr(config)
     assert "s3cret-initial" not in str(config.model_dump(mode="json"))
     app = create_app(config, run_loop=False)
@@ -453,12 +573,18 @@ def test_migration_gives_old_experiments_to_determined(tmp_path):
     cfg.attributes["engine"] = db.engine
     command.upgrade(cfg, "0002")
     with db.engine.begin() as conn:
-        conn.execute(insert(ExperimentRow.__table__).values(
-            name="old", state="COMPLETED", config={}, original_config="", seed=0,
-            start_time=0.0))
-        conn.execute(text("INSERT INTO trials (experiment_id, request_id, state, hparams, "
-                          "seed, restarts, run_id, total_batches, searcher_closed, "
-                          "start_time) VALUES (1, 'r', 'COMPLETED', '{}', 0, 0, 0, 0, 0, 0)"))
+        conn.execute(
+            insert(ExperimentRow.__table__).values(
+                name="old", state="COMPLETED", config={}, original_config="", seed=0, start_time=0.0
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO trials (experiment_id, request_id, state, hparams, "
+                "seed, restarts, run_id, total_batches, searcher_closed, "
+                "start_time) VALUES (1, 'r', 'COMPLETED', '{}', 0, 0, 0, 0, 0, 0)"
+            )
+        )
     db.dispose()
     app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=url), run_loop=False)
     with TestClient(app) as c:

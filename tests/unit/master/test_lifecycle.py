@@ -19,8 +19,10 @@ searcher: {name: single, metric: loss, max_length: {batches: 30}}
 
 
 @pytest.fixture()
-def master(tmp_path):
-    app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
+def master(tmp_path, db_url):
+    app = create_app(
+        MasterConfig(data_dir=str(tmp_path), port=18080, db_url=db_url), run_loop=False
+    )
     with TestClient(app) as client:
         sign_in(client)
         client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}]})
@@ -39,10 +41,14 @@ def _checkpoint(client, tmp_path, trial_id, uuid, batches, loss=None):
     d.mkdir(parents=True)
     (d / "state-dict.pth").write_bytes(b"x")
     if loss is not None:
-        client.post(f"/api/v1/trials/{trial_id}/metrics", json={
-            "group": "validation", "steps_completed": batches, "metrics": {"loss": loss}})
-    r = client.post("/api/v1/checkpoints", json={
-        "uuid": uuid, "trial_id": trial_id, "steps_completed": batches, "resources": {}})
+        client.post(
+            f"/api/v1/trials/{trial_id}/metrics",
+            json={"group": "validation", "steps_completed": batches, "metrics": {"loss": loss}},
+        )
+    r = client.post(
+        "/api/v1/checkpoints",
+        json={"uuid": uuid, "trial_id": trial_id, "steps_completed": batches, "resources": {}},
+    )
     assert r.status_code == 200
     return d
 
@@ -56,7 +62,9 @@ def test_pause_checkpoints_and_activate_resumes(master):
     client, mgr, tmp = master
     exp_id, spec = _start(client, mgr)
     alloc, tid = spec["allocation_id"], spec["trial_id"]
-    assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json() == {"preempt": False}
+    assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json() == {
+        "preempt": False
+    }
     r = client.post(f"/api/v1/experiments/{exp_id}/pause")
     assert r.status_code == 200 and r.json()["experiment"]["state"] == "PAUSED"
     assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json() == {"preempt": True}
@@ -150,29 +158,44 @@ def test_gc_policy_and_delete(master):
         _checkpoint(client, tmp, tid, f"ck{i}", b, loss)
         for i, (b, loss) in enumerate([(10, 0.5), (20, 0.2), (30, 0.4)])
     ]
-    client.post(f"/api/v1/trials/{tid}/searcher/completed_operation",
-                json={"op": {"length": 30}, "searcher_metric": 0.4})
+    client.post(
+        f"/api/v1/trials/{tid}/searcher/completed_operation",
+        json={"op": {"length": 30}, "searcher_metric": 0.4},
+    )
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 0})
     assert _state(client, exp_id) == ("COMPLETED", "COMPLETED")
     mgr.run_gc()  # defaults keep the trial's best (ck1) and latest (ck2)
-    states = {c["uuid"]: c["state"] for c in
-              client.get(f"/api/v1/experiments/{exp_id}/checkpoints").json()["checkpoints"]}
+    states = {
+        c["uuid"]: c["state"]
+        for c in client.get(f"/api/v1/experiments/{exp_id}/checkpoints").json()["checkpoints"]
+    }
     assert states == {"ck0": "DELETED", "ck1": "COMPLETED", "ck2": "COMPLETED"}
     assert [d.exists() for d in dirs] == [False, True, True]
     r = client.get("/api/v1/checkpoints/ck0/download")
     assert r.status_code == 409
     assert client.get("/api/v1/checkpoints/ck1/download").status_code == 200
 
-    r = client.patch(f"/api/v1/experiments/{exp_id}", json={"checkpoint_storage": {
-        "save_experiment_best": 0, "save_trial_best": 0, "save_trial_latest": 0}})
+    r = client.patch(
+        f"/api/v1/experiments/{exp_id}",
+        json={
+            "checkpoint_storage": {
+                "save_experiment_best": 0,
+                "save_trial_best": 0,
+                "save_trial_latest": 0,
+            }
+        },
+    )
     assert r.status_code == 200
     assert r.json()["experiment"]["config"]["checkpoint_storage"]["save_trial_latest"] == 0
-    states = {c["uuid"]: c["state"] for c in
-              client.get(f"/api/v1/experiments/{exp_id}/checkpoints").json()["checkpoints"]}
+    states = {
+        c["uuid"]: c["state"]
+        for c in client.get(f"/api/v1/experiments/{exp_id}/checkpoints").json()["checkpoints"]
+    }
     assert set(states.values()) == {"DELETED"}
     assert not any(d.exists() for d in dirs)
-    r = client.patch(f"/api/v1/experiments/{exp_id}",
-                     json={"checkpoint_storage": {"save_trial_best": -1}})
+    r = client.patch(
+        f"/api/v1/experiments/{exp_id}", json={"checkpoint_storage": {"save_trial_best": -1}}
+    )
     assert r.status_code == 400
 
     r = client.patch(f"/api/v1/experiments/{exp_id}", json={"name": "renamed", "description": "d"})
@@ -199,8 +222,13 @@ def _facts(*rows):
 
 
 def test_gc_rule_defaults_keep_best_and_latest_per_trial():
-    facts = _facts(("a", 1, 10, 0.9), ("b", 1, 20, 0.1), ("c", 1, 30, 0.5),
-                   ("d", 2, 10, 0.3), ("e", 2, 20, None))
+    facts = _facts(
+        ("a", 1, 10, 0.9),
+        ("b", 1, 20, 0.1),
+        ("c", 1, 30, 0.5),
+        ("d", 2, 10, 0.3),
+        ("e", 2, 20, None),
+    )
     assert checkpoints_to_delete(facts, GCPolicy(), smaller_is_better=True) == {"a"}
     # Larger is better flips which is best.
     assert checkpoints_to_delete(facts, GCPolicy(), smaller_is_better=False) == {"b"}
@@ -226,9 +254,13 @@ def test_every_action_in_every_state_is_2xx_or_409_never_500(tmp_path, first):
         exp_id, spec = _start(client, mgr)
         if first == "complete":
             tid = spec["trial_id"]
-            client.post(f"/api/v1/trials/{tid}/searcher/completed_operation",
-                        json={"op": {"length": 30}, "searcher_metric": 1.0})
-            client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 0})
+            client.post(
+                f"/api/v1/trials/{tid}/searcher/completed_operation",
+                json={"op": {"length": 30}, "searcher_metric": 1.0},
+            )
+            client.post(
+                f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 0}
+            )
         else:
             client.post(f"/api/v1/experiments/{exp_id}/{first}")
         actions = ["pause", "activate", "cancel", "kill", "archive", "unarchive"]
@@ -239,7 +271,9 @@ def test_every_action_in_every_state_is_2xx_or_409_never_500(tmp_path, first):
                 assert "allowed" in r.json()["detail"] or "can be" in r.json()["detail"]
         r = client.post(f"/api/v1/trials/{spec['trial_id']}/kill")
         assert r.status_code in (200, 409), r.text
-        r = client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 0})
+        r = client.post(
+            f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 0}
+        )
         assert r.status_code == 200
         r = client.delete(f"/api/v1/experiments/{exp_id}")
         assert r.status_code in (200, 409), r.text

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import Integer, String, create_engine, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from dauntless.master.db.changes import RowVersions
+from dauntless.master.db.changes import ChangeFlag, RowVersions
 
 
 class _Base(DeclarativeBase):
@@ -82,3 +82,35 @@ def test_a_full_table_is_cleared_and_every_version_changes(sessions):
     assert versions.version("c") == (1, 1)
     with pytest.raises(ValueError, match="max_keys must be >= 1, got 0"):
         RowVersions(sessions, Part, key=lambda row: row.group, max_keys=0)
+
+
+def test_change_flag_counts_committed_changes_outside_ignored_attributes(sessions):
+    flag = ChangeFlag(sessions, (Part,), {Part: frozenset({"flag"})})
+    assert flag.take() and not flag.take()  # set at first: nothing seen yet
+    with sessions() as s:
+        s.add(Other(id=1, group="c"))  # another class
+        s.commit()
+    assert not flag.take()
+    with sessions() as s:
+        s.add(Part(id=1, group="a"))
+        s.commit()
+    assert flag.take() and not flag.take()
+    with sessions() as s:
+        s.get(Part, 1).flag = 5  # an ignored attribute
+        s.commit()
+    assert not flag.take()
+    with sessions() as s:
+        s.get(Part, 1).group = "b"
+        s.flush()
+        s.rollback()  # rolled back: no change
+    assert not flag.take()
+    with sessions() as s:
+        s.get(Part, 1).group = "b"
+        s.commit()
+    assert flag.take()
+    with sessions() as s:
+        s.delete(s.get(Part, 1))
+        s.commit()
+    assert flag.take()
+    flag.set()
+    assert flag.take()

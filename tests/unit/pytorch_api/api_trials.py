@@ -151,8 +151,13 @@ def local_conf(storage: str, **extra: Any) -> dict[str, Any]:
     return conf
 
 
-def fit_local(trial_cls: type, storage: str, conf: dict[str, Any] | None = None,
-              init_kwargs: dict[str, Any] | None = None, **fit_kwargs: Any):
+def fit_local(
+    trial_cls: type,
+    storage: str,
+    conf: dict[str, Any] | None = None,
+    init_kwargs: dict[str, Any] | None = None,
+    **fit_kwargs: Any,
+):
     """Train ``trial_cls`` with the Trainer in local mode.
 
     Returns:

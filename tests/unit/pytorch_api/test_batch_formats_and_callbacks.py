@@ -100,23 +100,36 @@ class FormatTrial(PyTorchTrial):
 
     def evaluate_batch(self, batch, batch_idx):
         x, y = _unpack(self.fmt, batch)
-        return {"validation_loss": nn.functional.mse_loss(self.model(x), y).item(),
-                "records": len(x), "first": batch_idx}
+        return {
+            "validation_loss": nn.functional.mse_loss(self.model(x), y).item(),
+            "records": len(x),
+            "first": batch_idx,
+        }
 
     def evaluation_reducer(self):
         return {"validation_loss": Reducer.AVG, "records": Reducer.SUM, "first": Reducer.MIN}
 
 
-FORMATS = ["ndarray", "tensor", "tuple_arrays", "tuple_tensors", "list_arrays",
-           "list_tensors", "dict_arrays", "dict_tensors", "nested"]
+FORMATS = [
+    "ndarray",
+    "tensor",
+    "tuple_arrays",
+    "tuple_tensors",
+    "list_arrays",
+    "list_tensors",
+    "dict_arrays",
+    "dict_tensors",
+    "nested",
+]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_batch_format_trains_and_reports(tmp_path, fmt):
     conf = local_conf(str(tmp_path / "ckpt"))
     conf["hyperparameters"] = {"fmt": fmt}
-    result, backend, _ = fit_local(FormatTrial, "", conf, max_length=Batch(10),
-                                   reporting_period=Batch(5))
+    result, backend, _ = fit_local(
+        FormatTrial, "", conf, max_length=Batch(10), reporting_period=Batch(5)
+    )
     assert result.value == "completed"
     training = backend.metrics("training")
     assert [r.steps_completed for r in training] == [5, 10]
@@ -140,8 +153,12 @@ class CallbackTrial(ResumeTrial):
 
 
 def _hooks(calls):
-    return [(h, a) if h in ("on_training_epoch_start", "on_training_epoch_end",
-                            "on_trial_startup") else h for h, a in calls]
+    return [
+        (h, a)
+        if h in ("on_training_epoch_start", "on_training_epoch_end", "on_trial_startup")
+        else h
+        for h, a in calls
+    ]
 
 
 def test_every_callback_hook_fires_in_order_and_its_state_is_checkpointed(tmp_path):
@@ -149,18 +166,35 @@ def test_every_callback_hook_fires_in_order_and_its_state_is_checkpointed(tmp_pa
     CallbackTrial.calls = calls
     storage = str(tmp_path / "ckpt")
     _, backend, trial = fit_local(
-        CallbackTrial, storage, max_length=Batch(10), reporting_period=Batch(5),
+        CallbackTrial,
+        storage,
+        max_length=Batch(10),
+        reporting_period=Batch(5),
         validation_period=Batch(4),
     )
-    val = ["on_validation_start", "on_validation_epoch_start", "on_validation_epoch_end",
-           "on_validation_end"]
+    val = [
+        "on_validation_start",
+        "on_validation_epoch_start",
+        "on_validation_epoch_end",
+        "on_validation_end",
+    ]
     ckpt = ["on_checkpoint_save_start", "on_checkpoint_write_end", "on_checkpoint_upload_end"]
     assert _hooks(calls) == [
-        ("on_trial_startup", (0, None)), "on_training_start",
-        ("on_training_epoch_start", (0,)), ("on_training_epoch_end", (0,)), *val, *ckpt,
-        ("on_training_epoch_start", (1,)), "on_training_workload_end",
-        ("on_training_epoch_end", (1,)), *val, *ckpt,
-        ("on_training_epoch_start", (2,)), "on_training_workload_end", *val, *ckpt,
+        ("on_trial_startup", (0, None)),
+        "on_training_start",
+        ("on_training_epoch_start", (0,)),
+        ("on_training_epoch_end", (0,)),
+        *val,
+        *ckpt,
+        ("on_training_epoch_start", (1,)),
+        "on_training_workload_end",
+        ("on_training_epoch_end", (1,)),
+        *val,
+        *ckpt,
+        ("on_training_epoch_start", (2,)),
+        "on_training_workload_end",
+        *val,
+        *ckpt,
         "on_trial_shutdown",
     ]
     by_hook = {}
@@ -183,10 +217,19 @@ def test_every_callback_hook_fires_in_order_and_its_state_is_checkpointed(tmp_pa
     saved = state["callbacks"]["recorder"]
     assert saved["count"] > 0
     calls.clear()
-    fit_local(CallbackTrial, storage, max_length=Batch(12), reporting_period=Batch(5),
-              validation_period=Batch(4), latest_checkpoint=at_8.uuid)
+    fit_local(
+        CallbackTrial,
+        storage,
+        max_length=Batch(12),
+        reporting_period=Batch(5),
+        validation_period=Batch(4),
+        latest_checkpoint=at_8.uuid,
+    )
     assert _hooks(calls)[:5] == [
-        ("on_trial_startup", (8, at_8.uuid)), "on_checkpoint_load_start", "load_state_dict",
-        "on_training_start", ("on_training_epoch_start", (2,)),
+        ("on_trial_startup", (8, at_8.uuid)),
+        "on_checkpoint_load_start",
+        "load_state_dict",
+        "on_training_start",
+        ("on_training_epoch_start", (2,)),
     ]
     assert calls[2][1] == (saved,)

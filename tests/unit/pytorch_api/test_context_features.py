@@ -25,8 +25,13 @@ from dauntless.pytorch import (
 
 def make_context(tmp_path, **kwargs: Any) -> PyTorchTrialContext:
     conf = local_conf(str(tmp_path))
-    info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=3,
-                     hparams={"global_batch_size": 8, "lr": 0.1}, config=conf)
+    info = TrialInfo(
+        trial_id=1,
+        experiment_id=1,
+        trial_seed=3,
+        hparams={"global_batch_size": 8, "lr": 0.1},
+        config=conf,
+    )
     return PyTorchTrialContext(info, **kwargs)
 
 
@@ -39,8 +44,10 @@ def test_gradient_aggregation_steps_every_n_batches_with_the_mean_gradient(tmp_p
     model = ctx.wrap_model(nn.Linear(2, 1, bias=False))
     with torch.no_grad():
         model.weight.copy_(torch.tensor([[1.0, -1.0]]))
-    opt = ctx.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=0.5),
-                             backward_passes_per_step=2 if how == "optimizer" else 1)
+    opt = ctx.wrap_optimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        backward_passes_per_step=2 if how == "optimizer" else 1,
+    )
     inputs = [torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 0.0]])]
     for batch_idx, x in enumerate(inputs):
         ctx._current_batch = batch_idx
@@ -67,7 +74,10 @@ class WatchedTrial(ResumeTrial):
 
 def test_aggregation_trains_through_the_loop(tmp_path):
     result, backend, trial = fit_local(
-        WatchedTrial, str(tmp_path), max_length=Batch(12), reporting_period=Batch(6),
+        WatchedTrial,
+        str(tmp_path),
+        max_length=Batch(12),
+        reporting_period=Batch(6),
         init_kwargs={"aggregation_frequency": 3},
     )
     assert result.value == "completed"
@@ -148,9 +158,7 @@ class AmpTrial(ResumeTrial):
         context.experimental.use_amp()
         super().__init__(context)
         self.inner_dtypes: set[torch.dtype] = set()
-        self.model[0].register_forward_hook(
-            lambda mod, inp, out: self.inner_dtypes.add(out.dtype)
-        )
+        self.model[0].register_forward_hook(lambda mod, inp, out: self.inner_dtypes.add(out.dtype))
 
     def train_batch(self, batch, epoch_idx, batch_idx):
         out = super().train_batch(batch, epoch_idx, batch_idx)
@@ -159,8 +167,9 @@ class AmpTrial(ResumeTrial):
 
 
 def test_use_amp_runs_forward_in_bfloat16_on_cpu_and_trains(tmp_path):
-    _, backend, trial = fit_local(AmpTrial, str(tmp_path), max_length=Batch(24),
-                                  reporting_period=Batch(12))
+    _, backend, trial = fit_local(
+        AmpTrial, str(tmp_path), max_length=Batch(24), reporting_period=Batch(12)
+    )
     assert trial.inner_dtypes == {torch.bfloat16}
     losses = [r.metrics["loss"] for r in backend.metrics("training")]
     assert losses[1] < losses[0]
@@ -197,8 +206,9 @@ class ScalerTrial(ResumeTrial):
 
 def test_wrapped_scaler_is_updated_once_per_batch_and_checkpointed(tmp_path):
     storage = str(tmp_path / "ckpt")
-    _, backend, trial = fit_local(ScalerTrial, storage, max_length=Batch(5),
-                                  reporting_period=Batch(5))
+    _, backend, trial = fit_local(
+        ScalerTrial, storage, max_length=Batch(5), reporting_period=Batch(5)
+    )
     # growth_interval=1: each update after a finite step doubles the scale.
     assert trial.scaler.get_scale() == 2.0 * 2**5
     scales = [b["scale"] for b in backend.metrics("training")[0].batch_metrics]
@@ -206,8 +216,9 @@ def test_wrapped_scaler_is_updated_once_per_batch_and_checkpointed(tmp_path):
     uuid = backend.checkpoints[-1].uuid
     state = torch.load(f"{storage}/{uuid}/state-dict.pth", weights_only=True)
     assert state["scaler_state_dict"]["scale"] == 64.0
-    _, _, resumed = fit_local(ScalerTrial, storage, max_length=Batch(6),
-                              reporting_period=Batch(5), latest_checkpoint=uuid)
+    _, _, resumed = fit_local(
+        ScalerTrial, storage, max_length=Batch(6), reporting_period=Batch(5), latest_checkpoint=uuid
+    )
     assert resumed.scaler.get_scale() == 128.0
     with pytest.raises(ValueError, match="wrap_scaler"):
         resumed.context.step_optimizer(resumed.opt, scaler=torch.amp.GradScaler("cpu"))
@@ -270,8 +281,9 @@ class ReducerTrial(ResumeTrial):
 
 
 def test_metric_and_function_reducers_are_reset_and_reported(tmp_path):
-    _, backend, trial = fit_local(ReducerTrial, str(tmp_path), max_length=Batch(10),
-                                  reporting_period=Batch(4))
+    _, backend, trial = fit_local(
+        ReducerTrial, str(tmp_path), max_length=Batch(10), reporting_period=Batch(4)
+    )
     training = backend.metrics("training")
     assert [r.metrics["max_batch"] for r in training] == [3, 7, 9]
     assert [r.metrics["seen_a"] for r in training] == [4, 4, 2]
@@ -333,20 +345,35 @@ class PositionTrial(ResumeTrial):
     def train_batch(self, batch, epoch_idx, batch_idx):
         c = self.context
         self.seen = getattr(self, "seen", [])
-        self.seen.append((c.current_train_batch(), c.current_train_epoch(), c.is_epoch_start(),
-                          c.is_epoch_end(), epoch_idx, batch_idx))
+        self.seen.append(
+            (
+                c.current_train_batch(),
+                c.current_train_epoch(),
+                c.is_epoch_start(),
+                c.is_epoch_end(),
+                epoch_idx,
+                batch_idx,
+            )
+        )
         return super().train_batch(batch, epoch_idx, batch_idx)
 
 
 def test_position_getters_inside_train_batch(tmp_path):
-    _, _, trial = fit_local(PositionTrial, str(tmp_path), max_length=Epoch(2),
-                            reporting_period=Batch(4), validation_period=Epoch(1))
-    assert trial.seen == [
-        (b, b // 4, b % 4 == 0, b % 4 == 3, b // 4, b) for b in range(8)
-    ]
+    _, _, trial = fit_local(
+        PositionTrial,
+        str(tmp_path),
+        max_length=Epoch(2),
+        reporting_period=Batch(4),
+        validation_period=Epoch(1),
+    )
+    assert trial.seen == [(b, b // 4, b % 4 == 0, b % 4 == 3, b // 4, b) for b in range(8)]
     ctx = trial.context
-    assert (ctx.distributed.get_rank(), ctx.distributed.get_size(),
-            ctx.distributed.get_local_rank(), ctx.distributed.get_num_agents()) == (0, 1, 0, 1)
+    assert (
+        ctx.distributed.get_rank(),
+        ctx.distributed.get_size(),
+        ctx.distributed.get_local_rank(),
+        ctx.distributed.get_num_agents(),
+    ) == (0, 1, 0, 1)
 
 
 class TorchLoaderTrial(ResumeTrial):
@@ -364,8 +391,9 @@ def test_plain_torch_loader_needs_the_reproducibility_checks_disabled(tmp_path):
         fit_local(TorchLoaderTrial, str(tmp_path), max_length=Batch(2))
     conf = local_conf(str(tmp_path))
     conf["hyperparameters"]["disable"] = True
-    result, backend, _ = fit_local(TorchLoaderTrial, "", conf, max_length=Batch(30),
-                                   reporting_period=Batch(10))
+    result, backend, _ = fit_local(
+        TorchLoaderTrial, "", conf, max_length=Batch(30), reporting_period=Batch(10)
+    )
     # 12 batches an epoch, repeated by the harness.
     assert result.value == "completed" and backend.metrics("training")[-1].steps_completed == 30
 
@@ -376,8 +404,11 @@ class RawBatchTrial(ResumeTrial):
         context.experimental.disable_auto_to_device()
 
     def build_training_data_loader(self) -> DataLoader:
-        return DataLoader(regression_data(0), batch_size=8,
-                          collate_fn=lambda items: np.stack([x.numpy() for x, _ in items]))
+        return DataLoader(
+            regression_data(0),
+            batch_size=8,
+            collate_fn=lambda items: np.stack([x.numpy() for x, _ in items]),
+        )
 
     def train_batch(self, batch, epoch_idx, batch_idx):
         assert isinstance(batch, np.ndarray)
@@ -389,8 +420,9 @@ class RawBatchTrial(ResumeTrial):
 
 
 def test_disable_auto_to_device_leaves_batches_as_loaded(tmp_path):
-    result, backend, _ = fit_local(RawBatchTrial, str(tmp_path), max_length=Batch(3),
-                                   reporting_period=Batch(3))
+    result, backend, _ = fit_local(
+        RawBatchTrial, str(tmp_path), max_length=Batch(3), reporting_period=Batch(3)
+    )
     assert set(backend.metrics("training")[0].metrics) == {"loss", "batches", "epochs"}
 
 
@@ -401,8 +433,9 @@ def test_misuse_errors_say_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="wrap_optimizer"):
         ctx.step_optimizer(opt)
     with pytest.raises(ValueError, match="wrap the scheduler's optimizer"):
-        ctx.wrap_lr_scheduler(torch.optim.lr_scheduler.StepLR(opt, 1),
-                              LRScheduler.StepMode.STEP_EVERY_BATCH)
+        ctx.wrap_lr_scheduler(
+            torch.optim.lr_scheduler.StepLR(opt, 1), LRScheduler.StepMode.STEP_EVERY_BATCH
+        )
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         ctx.wrap_optimizer(opt, backward_passes_per_step=0)
     with pytest.raises(ValueError, match="Horovod"):
@@ -412,11 +445,13 @@ def test_misuse_errors_say_what_to_do(tmp_path):
     two = make_context(tmp_path, distributed=DistributedContext(rank=0, size=2))
     conf = local_conf(str(tmp_path))
     conf["hyperparameters"]["global_batch_size"] = 1
-    info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=0,
-                     hparams={"global_batch_size": 1}, config=conf)
+    info = TrialInfo(
+        trial_id=1, experiment_id=1, trial_seed=0, hparams={"global_batch_size": 1}, config=conf
+    )
     with pytest.raises(ValueError, match="at least slots_per_trial"):
-        PyTorchTrialContext(info, distributed=DistributedContext(rank=0, size=2)) \
-            .get_per_slot_batch_size()
+        PyTorchTrialContext(
+            info, distributed=DistributedContext(rank=0, size=2)
+        ).get_per_slot_batch_size()
     assert two.get_per_slot_batch_size() == 4
     with pytest.raises(RuntimeError, match="before the harness has built|epoch length"):
         ctx.current_train_epoch()

@@ -54,8 +54,13 @@ def _run_chains(tmp_path: Path) -> dict[str, dict]:
                 chain["out"] = chain["storage"] / f"piece{i}"
                 proc = _FORKSERVER.Process(
                     target=resume_piece.main,
-                    args=(str(chain["storage"]), TOTAL, chain["stops"][i], latest,
-                          str(chain["out"])),
+                    args=(
+                        str(chain["storage"]),
+                        TOTAL,
+                        chain["stops"][i],
+                        latest,
+                        str(chain["out"]),
+                    ),
                 )
                 proc.start()
                 chain["pids"].append(proc.pid)
@@ -89,8 +94,9 @@ def test_pieces_in_new_processes_end_bit_identical_with_identical_metrics(tmp_pa
         for key, tensor in final["k1"]["model"].items():
             assert torch.equal(final[name]["model"][key], tensor), f"{name}: {key} differs"
         for idx, buf in final["k1"]["optimizer"]["state"].items():
-            assert torch.equal(final[name]["optimizer"]["state"][idx]["momentum_buffer"],
-                               buf["momentum_buffer"])
+            assert torch.equal(
+                final[name]["optimizer"]["state"][idx]["momentum_buffer"], buf["momentum_buffer"]
+            )
         # The metric histories, stitched across pieces, are the uninterrupted run's.
         training = [t for p in pieces for t in p["training"]]
         validation = [v for p in pieces for v in p["validation"]]

@@ -15,7 +15,7 @@ import torch
 from dauntless.pytorch import Batch, load_trial_from_checkpoint_path
 
 MODEL_SOURCE = textwrap.dedent(
-    '''
+    """
     import torch
     from torch import nn
     from torch.utils.data import TensorDataset
@@ -46,7 +46,7 @@ MODEL_SOURCE = textwrap.dedent(
         def evaluate_batch(self, batch):
             x, y = batch
             return {"validation_loss": nn.functional.mse_loss(self.model(x), y).item()}
-    '''
+    """
 )
 
 
@@ -74,7 +74,10 @@ def test_loads_our_checkpoint_with_the_class_from_its_code_copy(tmp_path, tiny_m
     sys.path.remove(str(tmp_path))
     loaded = load_trial_from_checkpoint_path(path)
     assert type(loaded).__name__ == "TinyTrial"
-    assert sys.modules["tiny_model"].__file__ == str(path / "code" / "tiny_model.py")
+    # Imported from code/ and not left in the module cache (a later checkpoint of other
+    # code must get its own module).
+    assert type(loaded).__init__.__globals__["__file__"] == str(path / "code" / "tiny_model.py")
+    assert "tiny_model" not in sys.modules
     assert loaded.context.get_hparams() == {"global_batch_size": 4}
     for key, value in trained.model.state_dict().items():
         assert torch.equal(loaded.model.state_dict()[key], value)
@@ -108,8 +111,11 @@ def _determined_checkpoint(directory, model_sd, name="state_dict.pth", legacy=Fa
     load_data = {
         "trial_type": "PyTorchTrial",
         "experiment_config": {
-            "searcher": {"name": "single", "metric": "validation_loss",
-                         "max_length": {"batches": 8}},
+            "searcher": {
+                "name": "single",
+                "metric": "validation_loss",
+                "max_length": {"batches": 8},
+            },
             "hyperparameters": {"global_batch_size": {"type": "const", "val": 4}},
             "environment": {"image": {"cpu": "determinedai/pytorch-ngc:0.38.1"}},
             "bind_mounts": [{"host_path": "/data", "container_path": "/data"}],
@@ -126,11 +132,14 @@ def _determined_checkpoint(directory, model_sd, name="state_dict.pth", legacy=Fa
     (directory / "load_data.json").write_text(json.dumps(load_data))
 
 
-@pytest.mark.parametrize("name,legacy", [
-    ("state_dict.pth", False),
-    ("determined/state_dict.pth", False),
-    ("state_dict.pth", True),
-])
+@pytest.mark.parametrize(
+    "name,legacy",
+    [
+        ("state_dict.pth", False),
+        ("determined/state_dict.pth", False),
+        ("state_dict.pth", True),
+    ],
+)
 def test_loads_checkpoints_determined_wrote(tmp_path, tiny_module, name, legacy):
     import tiny_model
 

@@ -23,12 +23,16 @@ def batches(length, batch_size, drop_last=False):
 
 
 @settings(max_examples=50, deadline=None)
-@given(length=st.integers(1, 60), batch_size=st.integers(1, 9), workers=st.integers(1, 6),
-       seed=SEEDS)
-def test_shards_of_a_shuffled_epoch_are_disjoint_and_cover_the_data(length, batch_size, workers,
-                                                                    seed):
+@given(
+    length=st.integers(1, 60), batch_size=st.integers(1, 9), workers=st.integers(1, 6), seed=SEEDS
+)
+def test_shards_of_a_shuffled_epoch_are_disjoint_and_cover_the_data(
+    length, batch_size, workers, seed
+):
     shuffled = list(samplers.ReproducibleShuffleSampler(range(length), seed))
-    record_shards = [list(samplers.DistributedSampler(shuffled, workers, r)) for r in range(workers)]
+    record_shards = [
+        list(samplers.DistributedSampler(shuffled, workers, r)) for r in range(workers)
+    ]
     flat = [i for shard in record_shards for i in shard]
     assert len(flat) == len(set(flat)) == length and set(flat) == set(range(length))
     batch_list = list(batches(length, batch_size))
@@ -42,10 +46,16 @@ def test_shards_of_a_shuffled_epoch_are_disjoint_and_cover_the_data(length, batc
 
 
 @settings(max_examples=50, deadline=None)
-@given(length=st.integers(1, 40), batch_size=st.integers(1, 8), skip=st.integers(0, 30),
-       seed=SEEDS, drop_last=st.booleans())
-def test_skip_after_repeat_equals_dropping_the_first_batches(length, batch_size, skip, seed,
-                                                            drop_last):
+@given(
+    length=st.integers(1, 40),
+    batch_size=st.integers(1, 8),
+    skip=st.integers(0, 30),
+    seed=SEEDS,
+    drop_last=st.booleans(),
+)
+def test_skip_after_repeat_equals_dropping_the_first_batches(
+    length, batch_size, skip, seed, drop_last
+):
     if drop_last and length < batch_size:
         length = batch_size
 
@@ -56,11 +66,16 @@ def test_skip_after_repeat_equals_dropping_the_first_batches(length, batch_size,
     want = take(stream(), skip + 10)[skip:]
     assert take(samplers.SkipBatchSampler(stream(), skip), 10) == want
     # The same through the DataLoader the harness resumes with.
-    loader = DataLoader(TensorDataset(torch.arange(length)), batch_size=batch_size,
-                        shuffle=True, drop_last=drop_last)
+    loader = DataLoader(
+        TensorDataset(torch.arange(length)),
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=drop_last,
+    )
     full = [b[0].tolist() for b in take(loader.get_data_loader(repeat=True, seed=seed), skip + 5)]
-    resumed = [b[0].tolist() for b in take(loader.get_data_loader(repeat=True, skip=skip,
-                                                                  seed=seed), 5)]
+    resumed = [
+        b[0].tolist() for b in take(loader.get_data_loader(repeat=True, skip=skip, seed=seed), 5)
+    ]
     assert resumed == full[skip:]
 
 
@@ -72,7 +87,9 @@ def test_same_seed_same_order_another_seed_another_order(length, seed, other):
     assert first == again and sorted(first) == list(range(length))
     if other != seed:
         assert list(samplers.ReproducibleShuffleSampler(range(length), other)) != first
-    shuffled_batches = list(samplers.ReproducibleShuffleBatchSampler(list(batches(length, 1)), seed))
+    shuffled_batches = list(
+        samplers.ReproducibleShuffleBatchSampler(list(batches(length, 1)), seed)
+    )
     assert shuffled_batches == list(
         samplers.ReproducibleShuffleBatchSampler(list(batches(length, 1)), seed)
     )
@@ -81,14 +98,18 @@ def test_same_seed_same_order_another_seed_another_order(length, seed, other):
 @settings(max_examples=50, deadline=None)
 @given(length=st.integers(12, 50), seed=SEEDS, epochs=st.integers(2, 5))
 def test_each_epoch_of_a_repeated_shuffle_is_a_new_permutation(length, seed, epochs):
-    stream = take(samplers.RepeatSampler(samplers.ReproducibleShuffleSampler(range(length), seed)),
-                  length * epochs)
-    per_epoch = [stream[e * length:(e + 1) * length] for e in range(epochs)]
+    stream = take(
+        samplers.RepeatSampler(samplers.ReproducibleShuffleSampler(range(length), seed)),
+        length * epochs,
+    )
+    per_epoch = [stream[e * length : (e + 1) * length] for e in range(epochs)]
     for epoch in per_epoch:
         assert sorted(epoch) == list(range(length))
     for a, b in itertools.pairwise(per_epoch):
         assert a != b
     # Reproducible: the same seed gives the same sequence of epochs.
-    again = take(samplers.RepeatSampler(samplers.ReproducibleShuffleSampler(range(length), seed)),
-                 length * epochs)
+    again = take(
+        samplers.RepeatSampler(samplers.ReproducibleShuffleSampler(range(length), seed)),
+        length * epochs,
+    )
     assert again == stream

@@ -27,7 +27,11 @@ def test_digits_example_trains_in_local_mode_through_the_trainer(tmp_path):
     try:
         trial_cls = load_trial_class(conf["entrypoint"], str(DIGITS))
         result, backend, trial = fit_local(
-            trial_cls, "", conf, max_length=Epoch(6), validation_period=Epoch(1),
+            trial_cls,
+            "",
+            conf,
+            max_length=Epoch(6),
+            validation_period=Epoch(1),
             reporting_period=Batch(20),
         )
     finally:
@@ -42,13 +46,16 @@ def test_digits_example_trains_in_local_mode_through_the_trainer(tmp_path):
     assert [c.steps_completed for c in backend.checkpoints] == [44 * e for e in range(1, 7)]
     last = tmp_path / "ckpt" / backend.checkpoints[-1].uuid
     load_data = json.loads((last / "load_data.json").read_text())
-    assert load_data["is_trainer"] is True and load_data["trial_cls_spec"] == "model_def:DigitsTrial"
+    assert (
+        load_data["is_trainer"] is True and load_data["trial_cls_spec"] == "model_def:DigitsTrial"
+    )
     assert load_data["hparams"]["hidden_size"] == 128
 
 
 def test_test_mode_trains_one_batch_validates_one_and_checkpoints(tmp_path):
-    result, backend, _ = fit_local(ResumeTrial, str(tmp_path), max_length=Batch(1000),
-                                   test_mode=True)
+    result, backend, _ = fit_local(
+        ResumeTrial, str(tmp_path), max_length=Batch(1000), test_mode=True
+    )
     assert result.value == "completed"
     assert [r.steps_completed for r in backend.metrics("training")] == [1]
     (validation,) = backend.metrics("validation")
@@ -62,12 +69,18 @@ def test_local_resume_continues_from_a_checkpoint(tmp_path):
     storage = str(tmp_path / "ckpt")
     _, first, _ = fit_local(ResumeTrial, storage, max_length=Batch(10), reporting_period=Batch(5))
     uuid = first.checkpoints[-1].uuid
-    _, second, trial = fit_local(ResumeTrial, storage, max_length=Batch(20),
-                                 reporting_period=Batch(5), latest_checkpoint=uuid)
+    _, second, trial = fit_local(
+        ResumeTrial,
+        storage,
+        max_length=Batch(20),
+        reporting_period=Batch(5),
+        latest_checkpoint=uuid,
+    )
     assert trial.context.get_initial_batch() == 10
     assert [r.steps_completed for r in second.metrics("training")] == [15, 20]
-    _, straight, ref = fit_local(ResumeTrial, str(tmp_path / "b"), max_length=Batch(20),
-                                 reporting_period=Batch(5))
+    _, straight, ref = fit_local(
+        ResumeTrial, str(tmp_path / "b"), max_length=Batch(20), reporting_period=Batch(5)
+    )
     assert [r.metrics for r in straight.metrics("training")][2:] == [
         r.metrics for r in second.metrics("training")
     ]
@@ -84,8 +97,13 @@ def test_fit_checks_its_arguments(tmp_path):
         fit_local(ResumeTrial, str(tmp_path), max_length=Batch(1), profiling_enabled=True)
     with pytest.raises(ValueError, match="checkpoint_policy"):
         fit_local(ResumeTrial, str(tmp_path), max_length=Batch(1), checkpoint_policy="some")
-    info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=0,
-                     hparams={"global_batch_size": 8, "lr": 0.1}, config=local_conf(str(tmp_path)))
+    info = TrialInfo(
+        trial_id=1,
+        experiment_id=1,
+        trial_seed=0,
+        hparams={"global_batch_size": 8, "lr": 0.1},
+        config=local_conf(str(tmp_path)),
+    )
     bare = PyTorchTrialContext(info)  # not from init(): no Core API context
     with pytest.raises(TypeError, match="dauntless.pytorch.init"):
         Trainer(ResumeTrial(bare), bare)
@@ -117,8 +135,9 @@ def test_invalid_hp_in_the_init_block_exits_zero_after_an_early_exit_report(tmp_
                 raise dauntless.InvalidHP("diverged")
             return super().train_batch(batch, epoch_idx, batch_idx)
 
-    result, backend, _ = fit_local(Picky, str(tmp_path), max_length=Batch(10),
-                                   reporting_period=Batch(5))
+    result, backend, _ = fit_local(
+        Picky, str(tmp_path), max_length=Batch(10), reporting_period=Batch(5)
+    )
     assert result.value == "invalid_hp" and backend.early_exits == ["INVALID_HP"]
     assert [c.steps_completed for c in backend.checkpoints] == [2]
 
@@ -126,8 +145,12 @@ def test_invalid_hp_in_the_init_block_exits_zero_after_an_early_exit_report(tmp_
 def test_periods_in_batches_and_epochs_resolve_to_batches():
     from dauntless.pytorch._settings import NEVER, LoopSettings
 
-    settings = LoopSettings(reporting_period=Batch(10), validation_period=Epoch(2),
-                            checkpoint_period=Batch(0), max_length=Epoch(3))
+    settings = LoopSettings(
+        reporting_period=Batch(10),
+        validation_period=Epoch(2),
+        checkpoint_period=Batch(0),
+        max_length=Epoch(3),
+    )
     resolved = settings.resolve(epoch_len=44)
     assert (resolved.reporting_period, resolved.validation_period) == (10, 88)
     assert (resolved.checkpoint_period, resolved.max_length) == (1, 132)  # Batch(0): every batch

@@ -7,8 +7,9 @@ import pytest
 from dauntless.scheduler import AgentState, Allocation, Decision
 
 
-def _make_agents(count: int, slots: int = 8, pool: str = "default", prefix: str = "a",
-                **kwargs) -> list[AgentState]:
+def _make_agents(
+    count: int, slots: int = 8, pool: str = "default", prefix: str = "a", **kwargs
+) -> list[AgentState]:
     """``count`` agents named ``<prefix>0..`` with slots ``s0..s<slots-1>``."""
     return [
         AgentState(f"{prefix}{i}", pool, tuple(f"s{j}" for j in range(slots)), **kwargs)
@@ -16,8 +17,9 @@ def _make_agents(count: int, slots: int = 8, pool: str = "default", prefix: str 
     ]
 
 
-def _make_alloc(alloc_id: str, group: str, placement: dict[str, int | tuple[str, ...]],
-               **kwargs) -> Allocation:
+def _make_alloc(
+    alloc_id: str, group: str, placement: dict[str, int | tuple[str, ...]], **kwargs
+) -> Allocation:
     """An allocation; an int in ``placement`` means that many slots from ``s0`` up."""
     slots = {
         agent: tuple(f"s{j}" for j in range(spec)) if isinstance(spec, int) else spec

@@ -36,10 +36,14 @@ def test_weighted_progressive_filling_with_a_capped_group():
 
 def test_rounding_hands_spare_slots_out_by_fraction_then_weight_then_id():
     assert fair_shares(10, {"a": 9, "b": 9, "c": 9}, {"a": 1, "b": 1, "c": 1}) == {
-        "a": 4, "b": 3, "c": 3,
+        "a": 4,
+        "b": 3,
+        "c": 3,
     }
     assert fair_shares(10, {"a": 9, "b": 9, "c": 9}, {"a": 1, "b": 1, "c": 1.5}) == {
-        "a": 3, "b": 3, "c": 4,
+        "a": 3,
+        "b": 3,
+        "c": 4,
     }
 
 
@@ -57,8 +61,12 @@ def test_shares_sum_to_capacity_and_never_exceed_demand():
 
 @pytest.mark.parametrize(
     ("capacity", "demand", "weight"),
-    [(-1, {"a": 1}, {"a": 1}), (4, {"a": -1}, {"a": 1}), (4, {"a": 1}, {}),
-     (4, {"a": 1}, {"a": 0})],
+    [
+        (-1, {"a": 1}, {"a": 1}),
+        (4, {"a": -1}, {"a": 1}),
+        (4, {"a": 1}, {}),
+        (4, {"a": 1}, {"a": 0}),
+    ],
 )
 def test_fair_shares_rejects_bad_input(capacity, demand, weight):
     with pytest.raises(ValueError):
@@ -83,8 +91,9 @@ def test_running_slots_count_toward_a_groups_share(make_agents, make_alloc):
 
 
 def test_unused_share_goes_to_groups_that_want_more(make_agents):
-    pending = [Request("a0", "a", 1)] + [Request(f"b{i}", "b", 1, submitted_at=i)
-                                         for i in range(10)]
+    pending = [Request("a0", "a", 1)] + [
+        Request(f"b{i}", "b", 1, submitted_at=i) for i in range(10)
+    ]
     assert _groups(schedule(FAIR, make_agents(1), pending, []), pending) == {"a": 1, "b": 7}
 
 
@@ -95,9 +104,11 @@ def test_max_slots_caps_the_share(make_agents):
 
 
 def test_within_a_group_priority_then_submission_orders_requests(make_agents, order):
-    pending = [Request("late", "a", 4, priority=1, submitted_at=9),
-               Request("early", "a", 4, priority=50, submitted_at=0),
-               Request("first", "a", 4, priority=1, submitted_at=1)]
+    pending = [
+        Request("late", "a", 4, priority=1, submitted_at=9),
+        Request("early", "a", 4, priority=50, submitted_at=0),
+        Request("first", "a", 4, priority=1, submitted_at=1),
+    ]
     assert order(schedule(FAIR, make_agents(1), pending, [])) == ["first", "late"]
 
 
@@ -119,8 +130,10 @@ def test_fair_share_preempts_even_with_pool_preemption_off(make_agents, make_all
 
 
 def test_no_preemption_for_a_request_beyond_the_waiting_groups_share(make_agents, make_alloc):
-    running = [make_alloc("a1", "a", {"a0": ("s0", "s1", "s2")}),
-               make_alloc("a2", "a", {"a0": ("s3", "s4", "s5")})]
+    running = [
+        make_alloc("a1", "a", {"a0": ("s0", "s1", "s2")}),
+        make_alloc("a2", "a", {"a0": ("s3", "s4", "s5")}),
+    ]
     # shares: a 4, b 4; b's 5-slot request would take b over its share: it just waits.
     decision = schedule(FAIR, make_agents(1), [Request("b0", "b", 5)], running)
     assert decision.preemptions == () and decision.assignments == ()

@@ -51,9 +51,11 @@ def test_multi_agent_request_takes_whole_free_agents_first(make_agents, make_all
     decision = schedule(BEST, agents, [Request("r", "e1", 20)], running)
     # a0, a2 whole (8 + 8), then the rest (4) on a1, the tightest fit.
     assert placed(decision) == {
-        "r": {"a0": tuple(f"s{j}" for j in range(8)),
-              "a1": ("s4", "s5", "s6", "s7"),
-              "a2": tuple(f"s{j}" for j in range(8))}
+        "r": {
+            "a0": tuple(f"s{j}" for j in range(8)),
+            "a1": ("s4", "s5", "s6", "s7"),
+            "a2": tuple(f"s{j}" for j in range(8)),
+        }
     }
 
 
@@ -65,8 +67,10 @@ def test_multi_agent_request_uses_exactly_as_many_whole_agents_as_needed(make_ag
 def test_multi_agent_request_is_all_or_nothing(make_agents, make_alloc, order):
     running = [make_alloc(f"x{i}", "e0", {f"a{i}": 4}) for i in range(3)]
     # 12 free slots, 16 wanted: nothing is taken, and later requests still fit.
-    pending = [Request("big", "e1", 16, submitted_at=0.0),
-               Request("small", "e2", 4, submitted_at=1.0)]
+    pending = [
+        Request("big", "e1", 16, submitted_at=0.0),
+        Request("small", "e2", 4, submitted_at=1.0),
+    ]
     decision = schedule(BEST, make_agents(3), pending, running)
     assert order(decision) == ["small"]
 
@@ -81,15 +85,19 @@ def test_agents_of_other_pools_are_ignored(make_agents, make_alloc, placed):
 
 
 def test_disabled_agent_gets_nothing():
-    agents = [AgentState("a0", "default", ("s0",), enabled=False),
-              AgentState("a1", "default", ("s0",))]
+    agents = [
+        AgentState("a0", "default", ("s0",), enabled=False),
+        AgentState("a1", "default", ("s0",)),
+    ]
     decision = schedule(BEST, agents, [Request("r1", "e1", 1), Request("r2", "e1", 1)], [])
     assert [dict(a.slots) for a in decision.assignments] == [{"a1": ("s0",)}]
 
 
 def test_draining_agent_keeps_its_work_but_gets_nothing_new(make_alloc, placed):
-    agents = [AgentState("a0", "default", ("s0", "s1"), draining=True),
-              AgentState("a1", "default", ("s0", "s1"))]
+    agents = [
+        AgentState("a0", "default", ("s0", "s1"), draining=True),
+        AgentState("a1", "default", ("s0", "s1")),
+    ]
     running = [make_alloc("keep", "e1", {"a0": ("s0",)})]
     pending = [Request("r", "e1", 1, max_slots=2), Request("r2", "e1", 1, max_slots=2)]
     decision = schedule(BEST, agents, pending, running)
@@ -99,8 +107,11 @@ def test_draining_agent_keeps_its_work_but_gets_nothing_new(make_alloc, placed):
 
 
 def test_disabled_slots_are_never_used_and_shrink_the_agent(placed):
-    agents = [AgentState("a0", "default", ("s0", "s1", "s2", "s3"),
-                         disabled_slots=frozenset({"s1", "s2"}))]
+    agents = [
+        AgentState(
+            "a0", "default", ("s0", "s1", "s2", "s3"), disabled_slots=frozenset({"s1", "s2"})
+        )
+    ]
     assert placed(schedule(BEST, agents, [Request("r", "e1", 2)], [])) == {
         "r": {"a0": ("s0", "s3")}
     }
@@ -130,10 +141,13 @@ def test_no_agents_no_assignments():
 
 @pytest.mark.parametrize("policy", ["best", "worst"])
 def test_heterogeneous_agents_single_agent_cap_is_the_largest_agent(policy, make_alloc, placed):
-    agents = [AgentState("big", "default", tuple(f"s{j}" for j in range(16))),
-              AgentState("small", "default", tuple(f"s{j}" for j in range(8)))]
+    agents = [
+        AgentState("big", "default", tuple(f"s{j}" for j in range(16))),
+        AgentState("small", "default", tuple(f"s{j}" for j in range(8))),
+    ]
     running = [make_alloc("x", "e0", {"big": 2})]
     # 12 <= 16 must stay on one agent: "big" has only 14 free, enough.
-    decision = schedule(PoolSpec("default", fitting_policy=policy), agents,
-                        [Request("r", "e1", 12)], running)
+    decision = schedule(
+        PoolSpec("default", fitting_policy=policy), agents, [Request("r", "e1", 12)], running
+    )
     assert list(placed(decision)["r"]) == ["big"]

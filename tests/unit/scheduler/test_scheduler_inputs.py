@@ -98,8 +98,12 @@ def test_schedule_rejects_inconsistent_inputs(make_agents, make_alloc):
     with pytest.raises(ValueError, match="does not have"):
         schedule(POOL, agents, [], [make_alloc("x", "e1", {"a0": ("s99",)})])
     with pytest.raises(ValueError, match="already held"):
-        schedule(POOL, agents, [], [make_alloc("x", "e1", {"a0": 2}),
-                                    make_alloc("y", "e1", {"a0": ("s1",)})])
+        schedule(
+            POOL,
+            agents,
+            [],
+            [make_alloc("x", "e1", {"a0": 2}), make_alloc("y", "e1", {"a0": ("s1",)})],
+        )
     with pytest.raises(ValueError, match="disagree on weight"):
         schedule(POOL, agents, [Request("r1", "e1", 1), Request("r2", "e1", 1, weight=2.0)], [])
     with pytest.raises(ValueError, match="disagree on max_slots"):
@@ -107,16 +111,24 @@ def test_schedule_rejects_inconsistent_inputs(make_agents, make_alloc):
 
 
 def test_allocations_on_unknown_agents_are_ignored(make_agents, make_alloc):
-    decision = schedule(POOL, make_agents(1), [Request("r", "e1", 8, max_slots=8)],
-                        [make_alloc("gone", "e1", {"lost-agent": 8})])
+    decision = schedule(
+        POOL,
+        make_agents(1),
+        [Request("r", "e1", 8, max_slots=8)],
+        [make_alloc("gone", "e1", {"lost-agent": 8})],
+    )
     assert [a.request_id for a in decision.assignments] == ["r"]
 
 
 def test_pool_spec_from_config_reads_determined_keys():
     config = ResourcePoolConfig(
         pool_name="gpu",
-        scheduler={"type": "fair_share", "preemption": True, "default_priority": 10,
-                   "fitting_policy": "worst"},
+        scheduler={
+            "type": "fair_share",
+            "preemption": True,
+            "default_priority": 10,
+            "fitting_policy": "worst",
+        },
         max_cpu_containers_per_agent=7,
     )
     assert pool_spec_from_config(config) == PoolSpec(
@@ -127,8 +139,11 @@ def test_pool_spec_from_config_reads_determined_keys():
 
 @pytest.mark.parametrize(
     ("block", "match"),
-    [({"type": "round_robin"}, "removed"), ({"kind": "priority"}, "unknown scheduler keys"),
-     ({"type": "fifo"}, "scheduler must be one of")],
+    [
+        ({"type": "round_robin"}, "removed"),
+        ({"kind": "priority"}, "unknown scheduler keys"),
+        ({"type": "fifo"}, "scheduler must be one of"),
+    ],
 )
 def test_pool_spec_from_config_rejects_bad_blocks(block, match):
     with pytest.raises(ValueError, match=match):

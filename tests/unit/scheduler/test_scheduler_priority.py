@@ -30,7 +30,9 @@ def test_default_priority_comes_from_the_pool(make_agents, order):
     assert order(schedule(pool, make_agents(1), pending, [])) == ["defaulted"]
 
 
-def test_back_fill_starts_smaller_requests_behind_a_blocked_head(make_agents, make_alloc, placed, order):
+def test_back_fill_starts_smaller_requests_behind_a_blocked_head(
+    make_agents, make_alloc, placed, order
+):
     running = [make_alloc("r", "e0", {"a0": 4})]
     pending = [
         Request("big", "e1", 8, priority=1, submitted_at=0.0),
@@ -45,7 +47,9 @@ def test_back_fill_starts_smaller_requests_behind_a_blocked_head(make_agents, ma
     assert decision.preemptions == ()  # preemption is off by default
 
 
-def test_preemption_evicts_strictly_worse_priority_and_does_not_reuse_the_slots(make_agents, make_alloc):
+def test_preemption_evicts_strictly_worse_priority_and_does_not_reuse_the_slots(
+    make_agents, make_alloc
+):
     running = [
         make_alloc("low", "e0", {"a0": ("s0", "s1", "s2", "s3")}, priority=80),
         make_alloc("mid", "e9", {"a0": ("s4", "s5", "s6", "s7")}, priority=40),
@@ -95,8 +99,7 @@ def test_preemption_uses_free_slots_and_only_the_victims_it_needs(make_agents, m
         make_alloc("keep", "e0", {"a0": ("s4", "s5")}, priority=80),
     ]
     # a0 has s6, s7 free; 4 slots needed -> one 2-slot victim, the worst priority.
-    decision = schedule(PREEMPTING, make_agents(1),
-                        [Request("r", "e1", 4, priority=1)], running)
+    decision = schedule(PREEMPTING, make_agents(1), [Request("r", "e1", 4, priority=1)], running)
     assert decision.preemptions == ("v2",)
 
 
@@ -140,9 +143,9 @@ def test_preemption_fails_cleanly_when_nothing_makes_room(make_agents, make_allo
 
 def test_max_slots_caps_a_group_including_running_work(make_agents, make_alloc, order):
     running = [make_alloc("r0", "e1", {"a0": 2})]
-    pending = [
-        Request(f"t{i}", "e1", 2, max_slots=6, submitted_at=float(i)) for i in range(4)
-    ] + [Request("other", "e2", 2, submitted_at=9.0)]
+    pending = [Request(f"t{i}", "e1", 2, max_slots=6, submitted_at=float(i)) for i in range(4)] + [
+        Request("other", "e2", 2, submitted_at=9.0)
+    ]
     decision = schedule(POOL, make_agents(2), pending, running)
     assert order(decision) == ["t0", "t1", "other"]
 
@@ -172,17 +175,18 @@ def test_zero_slot_limit_per_agent(make_agents, order):
 
 
 def test_zero_slot_requests_skip_disabled_and_draining_agents(make_agents, placed):
-    agents = (make_agents(1, prefix="off", enabled=False)
-              + make_agents(1, prefix="drain", draining=True) + make_agents(1, prefix="on"))
+    agents = (
+        make_agents(1, prefix="off", enabled=False)
+        + make_agents(1, prefix="drain", draining=True)
+        + make_agents(1, prefix="on")
+    )
     decision = schedule(POOL, agents, [Request("z", "e1", 0)], [])
     assert placed(decision) == {"z": {"on0": ()}}
 
 
-
 def test_work_on_a_draining_agent_is_not_preempted_for_room_it_cannot_give(make_alloc):
     slots = tuple(f"s{j}" for j in range(8))
-    agents = [AgentState("d0", "default", slots, draining=True),
-              AgentState("a0", "default", slots)]
+    agents = [AgentState("d0", "default", slots, draining=True), AgentState("a0", "default", slots)]
     running = [
         make_alloc("on-draining", "e0", {"d0": 8}, priority=99),
         make_alloc("on-open", "e0", {"a0": 8}, priority=60),

@@ -32,38 +32,56 @@ def scenarios(draw, crowded=False):
     for i in range(draw(st.integers(0, 7))):
         slots = tuple(f"s{j}" for j in range(draw(st.sampled_from([0, 2, 4, 4, 8, 8]))))
         disabled = frozenset(s for s in slots if draw(st.integers(0, 5)) == 0)
-        agents.append(AgentState(
-            f"a{i}", draw(st.sampled_from(["default", "default", "default", "other"])), slots,
-            disabled_slots=disabled, enabled=draw(st.integers(0, 6)) > 0,
-            draining=draw(st.integers(0, 6)) == 0,
-        ))
+        agents.append(
+            AgentState(
+                f"a{i}",
+                draw(st.sampled_from(["default", "default", "default", "other"])),
+                slots,
+                disabled_slots=disabled,
+                enabled=draw(st.integers(0, 6)) > 0,
+                draining=draw(st.integers(0, 6)) == 0,
+            )
+        )
     groups = [f"g{i}" for i in range(draw(st.integers(1, 4)))]
     weight = {g: draw(st.sampled_from([0.5, 1.0, 2.0, 3.0])) for g in groups}
     cap = {g: draw(st.one_of(st.none(), st.integers(0, 12))) for g in groups}
     running = []
-    fill = 3 if crowded else draw(st.integers(0, 3))  # running work holds none, 1/3, 2/3 or all slots
+    fill = (
+        3 if crowded else draw(st.integers(0, 3))
+    )  # running work holds none, 1/3, 2/3 or all slots
     for agent in agents:
         free = [s for s in agent.slots if draw(st.integers(0, 2)) < fill]
         while free:
             take = draw(st.integers(1, len(free)))
             group = draw(st.sampled_from(groups))
-            running.append(Allocation(
-                f"x{len(running)}", group, {agent.id: tuple(free[:take])},
-                priority=draw(st.one_of(st.none(), st.integers(1, 99))), weight=weight[group],
-                preemptible=draw(st.integers(0, 4)) > 0,
-            ))
+            running.append(
+                Allocation(
+                    f"x{len(running)}",
+                    group,
+                    {agent.id: tuple(free[:take])},
+                    priority=draw(st.one_of(st.none(), st.integers(1, 99))),
+                    weight=weight[group],
+                    preemptible=draw(st.integers(0, 4)) > 0,
+                )
+            )
             free = free[take:]
         if draw(st.integers(0, 3)) == 0:
             running.append(Allocation(f"x{len(running)}", groups[0], {agent.id: ()}))
     pending = []
     for i in range(draw(st.integers(0, 14))):
         group = draw(st.sampled_from(groups))
-        pending.append(Request(
-            f"r{i}", group, draw(st.sampled_from(SIZES)),
-            priority=draw(st.one_of(st.none(), st.integers(1, 99))), weight=weight[group],
-            max_slots=cap[group], submitted_at=float(draw(st.integers(0, 3))),
-            preemptible=draw(st.booleans()),
-        ))
+        pending.append(
+            Request(
+                f"r{i}",
+                group,
+                draw(st.sampled_from(SIZES)),
+                priority=draw(st.one_of(st.none(), st.integers(1, 99))),
+                weight=weight[group],
+                max_slots=cap[group],
+                submitted_at=float(draw(st.integers(0, 3))),
+                preemptible=draw(st.booleans()),
+            )
+        )
     return pool, agents, pending, running
 
 
@@ -71,14 +89,17 @@ def _check_invariants(pool, agents, pending, running, decision):
     members = {a.id: a for a in agents if a.pool == pool.name}
     held = {(agent, s) for alloc in running for agent, slots in alloc.slots.items() for s in slots}
     requests = {r.id: r for r in pending}
-    single_cap = max((len(set(a.slots) - a.disabled_slots) for a in members.values()
-                      if a.accepts_work), default=0)
+    single_cap = max(
+        (len(set(a.slots) - a.disabled_slots) for a in members.values() if a.accepts_work),
+        default=0,
+    )
     seen_requests, used = set(), set()
     group_total = {}
     for alloc in running:
         if any(agent in members for agent in alloc.slots):
             group_total[alloc.group_id] = group_total.get(alloc.group_id, 0) + sum(
-                len(s) for agent, s in alloc.slots.items() if agent in members)
+                len(s) for agent, s in alloc.slots.items() if agent in members
+            )
     start = dict(group_total)
     for assignment in decision.assignments:
         request = requests[assignment.request_id]
@@ -99,8 +120,9 @@ def _check_invariants(pool, agents, pending, running, decision):
                 used.add((agent_id, slot))
         group_total[request.group_id] = group_total.get(request.group_id, 0) + request.slots_needed
         if request.max_slots is not None and request.slots_needed:
-            assert group_total[request.group_id] <= max(request.max_slots,
-                                                        start.get(request.group_id, 0))
+            assert group_total[request.group_id] <= max(
+                request.max_slots, start.get(request.group_id, 0)
+            )
     zero = {}
     for alloc in running:
         for agent, slots in alloc.slots.items():
@@ -137,8 +159,11 @@ def test_preemption_invariants_in_a_crowded_pool(scenario):
     _check_invariants(pool, agents, pending, running, decision)
     if pool.scheduler == "priority" and decision.preemptions:
         started = {a.request_id for a in decision.assignments}
-        waiting = [pool.default_priority if r.priority is None else r.priority
-                   for r in pending if r.id not in started and r.slots_needed]
+        waiting = [
+            pool.default_priority if r.priority is None else r.priority
+            for r in pending
+            if r.id not in started and r.slots_needed
+        ]
         victims = {a.id: a for a in running}
         for victim_id in decision.preemptions:
             victim = victims[victim_id]
@@ -167,8 +192,14 @@ def test_victim_search_shortcuts_match_the_plain_search(scenario):
             continue
         chosen = []
         for state, order_hint, key in ((fast, ranked, priority), (full, None, None)):
-            victims = choose_victims(state, need, lambda r, p=priority: r.priority > p,
-                                     preference, ranked=order_hint, allowed_key=key)
+            victims = choose_victims(
+                state,
+                need,
+                lambda r, p=priority: r.priority > p,
+                preference,
+                ranked=order_hint,
+                allowed_key=key,
+            )
             chosen.append(None if victims is None else [v.id for v in victims])
         assert chosen[0] == chosen[1]
         assert fast.index.nfree == full.index.nfree
@@ -211,14 +242,23 @@ def _simulate(pool, agents, arrivals, ticks, duration):
             if end <= tick:
                 del running[alloc_id]
                 finished.add(alloc_id)
-        decision = schedule(pool, agents, list(pending.values()),
-                            [alloc for alloc, _ in running.values()])
+        decision = schedule(
+            pool, agents, list(pending.values()), [alloc for alloc, _ in running.values()]
+        )
         for assignment in decision.assignments:
             request = pending.pop(assignment.request_id)
             started_at.setdefault(request.id, tick)
-            running[request.id] = (Allocation(request.id, request.group_id, assignment.slots,
-                                              request.priority, request.weight,
-                                              request.preemptible), tick + duration)
+            running[request.id] = (
+                Allocation(
+                    request.id,
+                    request.group_id,
+                    assignment.slots,
+                    request.priority,
+                    request.weight,
+                    request.preemptible,
+                ),
+                tick + duration,
+            )
         preempting.update(decision.preemptions)
         per_group = {}
         for alloc, _ in running.values():
@@ -230,11 +270,11 @@ def _simulate(pool, agents, arrivals, ticks, duration):
 def test_simulated_preemption_lets_urgent_work_in_within_two_passes(make_agents):
     pool = PoolSpec("default", preemption=True)
     agents = make_agents(4)
-    background = [Request(f"bg{i}", f"e{i % 3}", 4, priority=60, submitted_at=i)
-                  for i in range(20)]
+    background = [Request(f"bg{i}", f"e{i % 3}", 4, priority=60, submitted_at=i) for i in range(20)]
     urgent = [Request("urgent", "hot", 16, priority=1, submitted_at=100)]
-    usage, finished, started = _simulate(pool, agents, {0: background, 3: urgent},
-                                         ticks=60, duration=5)
+    usage, finished, started = _simulate(
+        pool, agents, {0: background, 3: urgent}, ticks=60, duration=5
+    )
     assert started["urgent"] <= 3 + 2
     assert finished == {r.id for r in background + urgent}
     assert all(sum(tick.values()) <= 32 for tick in usage)
@@ -244,10 +284,12 @@ def test_simulated_fair_share_converges_to_weights(make_agents):
     pool = PoolSpec("default", scheduler="fair_share")
     agents = make_agents(2)
     rng = random.Random(7)
-    light = [Request(f"l{i}", "light", 1, weight=1.0, submitted_at=rng.random())
-             for i in range(100)]
-    heavy = [Request(f"h{i}", "heavy", 1, weight=3.0, submitted_at=rng.random())
-             for i in range(200)]
+    light = [
+        Request(f"l{i}", "light", 1, weight=1.0, submitted_at=rng.random()) for i in range(100)
+    ]
+    heavy = [
+        Request(f"h{i}", "heavy", 1, weight=3.0, submitted_at=rng.random()) for i in range(200)
+    ]
     usage, _, _ = _simulate(pool, agents, {0: light, 10: heavy}, ticks=30, duration=3)
     assert usage[5] == {"light": 16}  # alone, the light group may use the whole pool
     # Once both wait, the pool settles at 1 : 3.
@@ -270,7 +312,8 @@ def test_fewest_picks_the_least_valuable_smallest_cover(sizes, data):
     short = data.draw(st.integers(1, sum(sizes)))
     budget = _min_count(sorted(sizes, reverse=True), short)
     covers = [
-        combo for combo in itertools.combinations(range(len(sizes)), budget)
+        combo
+        for combo in itertools.combinations(range(len(sizes)), budget)
         if sum(sizes[i] for i in combo) >= short
     ]
     assert covers, "the budget from _min_count must be reachable"
@@ -284,22 +327,31 @@ def test_fewest_picks_the_least_valuable_smallest_cover(sizes, data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(1, 99)),
-                          st.sampled_from([0, 1, 2.5, 3])), max_size=40),
-       st.integers(1, 99))
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(1, 99)), st.sampled_from([0, 1, 2.5, 3])),
+        max_size=40,
+    ),
+    st.integers(1, 99),
+)
 def test_priority_order_is_the_tuple_order(rows, default):
-    requests = [Request(f"r{(i * 7) % 41:02d}-{i}", "g", 1, priority=priority,
-                        submitted_at=submitted)
-                for i, (priority, submitted) in enumerate(rows)]
-    expected = sorted(requests, key=lambda r: (
-        default if r.priority is None else r.priority, r.submitted_at, r.id))
+    requests = [
+        Request(f"r{(i * 7) % 41:02d}-{i}", "g", 1, priority=priority, submitted_at=submitted)
+        for i, (priority, submitted) in enumerate(rows)
+    ]
+    expected = sorted(
+        requests,
+        key=lambda r: (default if r.priority is None else r.priority, r.submitted_at, r.id),
+    )
     assert _priority_order(requests, default) == expected
 
 
 def _plain_multi(original):
     """``_multi_agent`` without its per-filter summaries: every agent read afresh."""
+
     def search(state, need, allowed, preference, allowed_key):
         return original(state, need, allowed, preference, None)
+
     return search
 
 
@@ -310,8 +362,10 @@ def test_shortcuts_do_not_change_decisions(scenario):
     lists) and the multi-agent summaries turned off, every decision is the same."""
     pool, agents, pending, running = scenario
     fast = schedule(pool, agents, pending, running)
-    with mock.patch.object(_preempt, "_one_victim", lambda *args: None), \
-            mock.patch.object(_preempt, "_multi_agent", _plain_multi(_preempt._multi_agent)):
+    with (
+        mock.patch.object(_preempt, "_one_victim", lambda *args: None),
+        mock.patch.object(_preempt, "_multi_agent", _plain_multi(_preempt._multi_agent)),
+    ):
         plain = schedule(pool, agents, pending, running)
     assert fast == plain
 
@@ -322,9 +376,13 @@ def test_fair_share_shortcut_matches_with_many_groups(scenario):
     """The same as above with fair share forced, where the group order changes after
     every preemption."""
     pool, agents, pending, running = scenario
-    pool = PoolSpec(pool.name, scheduler="fair_share", preemption=True,
-                    fitting_policy=pool.fitting_policy,
-                    max_zero_slot_tasks_per_agent=pool.max_zero_slot_tasks_per_agent)
+    pool = PoolSpec(
+        pool.name,
+        scheduler="fair_share",
+        preemption=True,
+        fitting_policy=pool.fitting_policy,
+        max_zero_slot_tasks_per_agent=pool.max_zero_slot_tasks_per_agent,
+    )
     fast = schedule(pool, agents, pending, running)
     with mock.patch.object(_preempt, "_one_victim", lambda *args: None):
         plain = schedule(pool, agents, pending, running)

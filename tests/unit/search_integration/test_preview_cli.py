@@ -73,11 +73,10 @@ def test_invalid_config_prints_field_lines_and_exits_1(capsys, tmp_path):
     code, _, err = run(capsys, "preview-search", str(nocount))
     assert code == 1 and "  hyperparameters.lr: " in err and "count" in err
 
-    epochs_metric = tmp_path / "tm.yaml"
-    epochs_metric.write_text(ADAPTIVE.read_text().replace("time_metric: batches",
-                                                          "time_metric: epochs"))
-    code, _, err = run(capsys, "preview-search", str(epochs_metric))
-    assert code == 1 and "  searcher.time_metric: " in err
+    removed = tmp_path / "removed.yaml"
+    removed.write_text(ADAPTIVE.read_text().replace("name: adaptive_asha", "name: adaptive"))
+    code, _, err = run(capsys, "preview-search", str(removed))
+    assert code == 1 and "  searcher: " in err and "removed in Determined 0.38" in err
 
     code, _, err = run(capsys, "preview-search", str(tmp_path / "missing.yaml"))
     assert code == 1 and err.startswith("Error: cannot read the config file")

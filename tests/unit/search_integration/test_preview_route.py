@@ -86,8 +86,10 @@ def test_asha_preview_lists_trials_rungs_and_brackets(client):
     ]
     assert trials[0]["lengths"] == [10, 40, 160]
     assert all(t["lengths"] == [10] for t in trials[1:])
-    assert summary["final_lengths"] == [{"batches": 10, "trials": 15},
-                                        {"batches": 160, "trials": 1}]
+    assert summary["final_lengths"] == [
+        {"batches": 10, "trials": 15},
+        {"batches": 160, "trials": 1},
+    ]
     assert summary["total_batches"] == 15 * 10 + 160
     assert summary["num_trials"] == 16 and summary["searcher"] == "adaptive_asha"
     for t in trials:
@@ -113,10 +115,13 @@ def test_seed_decides_the_hyperparameters(client):
 
 def test_grid_preview_is_the_cartesian_product(client):
     body = _preview(client, GRID).json()
-    got = sorted((t["hparams"]["lr"], t["hparams"]["hidden_size"], t["hparams"]["optimizer"])
-                 for t in body["trials"])
-    assert got == sorted((lr, h, o) for lr in (0.001, 0.1) for h in (16, 64)
-                         for o in ("adam", "sgd"))
+    got = sorted(
+        (t["hparams"]["lr"], t["hparams"]["hidden_size"], t["hparams"]["optimizer"])
+        for t in body["trials"]
+    )
+    assert got == sorted(
+        (lr, h, o) for lr in (0.001, 0.1) for h in (16, 64) for o in ("adam", "sgd")
+    )
     assert all(t["lengths"] == [5] for t in body["trials"])
     assert body["summary"]["final_lengths"] == [{"batches": 5, "trials": 8}]
     assert "brackets" not in body["summary"]
@@ -124,8 +129,9 @@ def test_grid_preview_is_the_cartesian_product(client):
 
 def test_lengths_in_epochs_are_converted_to_batches(client):
     body = _preview(client, SINGLE_EPOCHS).json()
-    assert body["trials"] == [{"hparams": {"global_batch_size": 32, "lr": 0.1},
-                               "lengths": [15 * 1438 // 32]}]
+    assert body["trials"] == [
+        {"hparams": {"global_batch_size": 32, "lr": 0.1}, "lengths": [15 * 1438 // 32]}
+    ]
     assert body["summary"]["total_batches"] == 674
 
 
@@ -140,17 +146,19 @@ def test_invalid_configs_name_the_field(client):
     no_count = GRID.replace(", count: 2}", "}")
     errors = _errors(_preview(client, no_count))
     assert any(f.startswith("hyperparameters.") for f in errors), errors
-    other_metric = ASHA.replace("time_metric: batches", "time_metric: epochs")
-    assert "searcher.time_metric" in _errors(_preview(client, other_metric))
-    assert "searcher.max_trials" in _errors(_preview(client, ASHA.replace("max_trials: 16",
-                                                                          "max_trials: 0")))
+    removed = ASHA.replace("name: adaptive_asha", "name: sync_halving")
+    assert "removed in Determined 0.38" in _errors(_preview(client, removed))["searcher"]
+    assert "searcher.max_trials" in _errors(
+        _preview(client, ASHA.replace("max_trials: 16", "max_trials: 0"))
+    )
     assert "" in _errors(_preview(client, "searcher: [unclosed"))  # not YAML
     assert _errors(_preview(client, "- a list"))  # not a mapping
 
 
 def test_bad_bodies_and_too_large_searches_are_400(client, monkeypatch):
-    assert "extra" in _errors(client.post("/api/v1/preview-hp-search",
-                                          json={"config": ASHA, "extra": 1}))
+    assert "extra" in _errors(
+        client.post("/api/v1/preview-hp-search", json={"config": ASHA, "extra": 1})
+    )
     assert "seed" in _errors(_preview(client, ASHA, seed=-1))
     assert "seed" in _errors(_preview(client, ASHA, seed=2**32))
     assert "config" in _errors(client.post("/api/v1/preview-hp-search", json={"seed": 1}))
@@ -168,8 +176,10 @@ def test_preview_function_validates_its_seed():
 
 
 def test_asha_rungs_in_epochs_become_batches_per_trial(client):
-    config = ASHA.replace("  max_time: 160\n  time_metric: batches\n",
-                          "  max_length: {epochs: 16}\n") + "records_per_epoch: 320\n"
+    config = (
+        ASHA.replace("  max_time: 160\n  time_metric: batches\n", "  max_length: {epochs: 16}\n")
+        + "records_per_epoch: 320\n"
+    )
     body = _preview(client, config).json()
     # Rungs of 1, 4 and 16 epochs; 320 records of 32 are 10 batches an epoch.
     assert body["summary"]["brackets"][0]["rungs"] == [1, 4, 16]

@@ -67,18 +67,27 @@ def master(tmp_path, monkeypatch):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        monkeypatch.setattr(experiment_cmd, "open_session",
-                            lambda args, **kw: _InProcessSession(client))
+        monkeypatch.setattr(
+            experiment_cmd, "open_session", lambda args, **kw: _InProcessSession(client)
+        )
         yield client, app.state.manager
 
 
 def _validate(client, trial_id: int, batches: int, accuracy: float) -> None:
-    r = client.post(f"/api/v1/trials/{trial_id}/metrics", json={
-        "group": "validation", "steps_completed": batches, "trial_run_id": 1,
-        "metrics": {"accuracy": accuracy, "batches": batches}})
+    r = client.post(
+        f"/api/v1/trials/{trial_id}/metrics",
+        json={
+            "group": "validation",
+            "steps_completed": batches,
+            "trial_run_id": 1,
+            "metrics": {"accuracy": accuracy, "batches": batches},
+        },
+    )
     assert r.status_code == 200, r.text
-    r = client.post(f"/api/v1/trials/{trial_id}/searcher/completed_operation",
-                    json={"op": {"length": batches}, "searcher_metric": accuracy})
+    r = client.post(
+        f"/api/v1/trials/{trial_id}/searcher/completed_operation",
+        json={"op": {"length": batches}, "searcher_metric": accuracy},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -97,8 +106,10 @@ def test_describe_shows_rungs_targets_and_early_stops(master, capsys):
     r = client.post("/api/v1/experiments", data={"config": ASHA})
     assert r.status_code == 201, r.text
     exp_id = r.json()["experiment"]["id"]
-    r = client.post("/api/v1/agents", json={
-        "id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(4)]})
+    r = client.post(
+        "/api/v1/agents",
+        json={"id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(4)]},
+    )
     assert r.status_code == 200, r.text
     assert mgr.schedule_pass() == 4
     specs = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
@@ -106,15 +117,18 @@ def test_describe_shows_rungs_targets_and_early_stops(master, capsys):
     t1, t2, t3, t4 = sorted(alloc)
 
     trials = _trials(client, exp_id)
-    assert all(t["target_length"] == 2 and t["searcher_closed"] is False
-               for t in trials.values())
+    assert all(t["target_length"] == 2 and t["searcher_closed"] is False for t in trials.values())
     # Rung 0 (2 batches): the first result is promoted; then each is kept only if it is
     # in the top max(n // 2, 1) of the n results so far.
     for tid, acc in ((t1, 0.5), (t2, 0.4), (t3, 0.9), (t4, 0.1)):
         _validate(client, tid, 2, acc)
     trials = _trials(client, exp_id)
     assert {tid: (t["target_length"], t["searcher_closed"]) for tid, t in trials.items()} == {
-        t1: (4, False), t2: (2, True), t3: (4, False), t4: (2, True)}
+        t1: (4, False),
+        t2: (2, True),
+        t3: (4, False),
+        t4: (2, True),
+    }
     code = main(["experiment", "describe", str(exp_id)])
     out = capsys.readouterr().out
     assert code == 0
@@ -153,13 +167,13 @@ def test_describe_shows_rungs_targets_and_early_stops(master, capsys):
 
 
 def test_full_length_from_the_config():
-    assert full_length_batches({"searcher": {"max_time": 160, "time_metric": "batches"}},
-                               {}) == 160
+    assert full_length_batches({"searcher": {"max_time": 160, "time_metric": "batches"}}, {}) == 160
     # Another time metric cannot be turned into batches here.
-    assert full_length_batches({"searcher": {"max_time": 3, "time_metric": "epochs"}},
-                               {}) is None
-    cfg = {"records_per_epoch": 1438,
-           "searcher": {"max_length": {"batches": None, "records": None, "epochs": 15}}}
+    assert full_length_batches({"searcher": {"max_time": 3, "time_metric": "epochs"}}, {}) is None
+    cfg = {
+        "records_per_epoch": 1438,
+        "searcher": {"max_length": {"batches": None, "records": None, "epochs": 15}},
+    }
     assert full_length_batches(cfg, {"global_batch_size": 32}) == 674
     assert full_length_batches(cfg, {}) is None  # no batch size to convert with
     records = {"searcher": {"max_length": {"records": 640}}}
@@ -183,9 +197,17 @@ def test_stopped_early_and_batches_cells():
     assert batches_cell({"state": "COMPLETED", "total_batches": 40, "target_length": 40}) == "40"
 
     config = {"searcher": {"name": "adaptive_asha", "max_time": 160, "time_metric": "batches"}}
-    trial = {"id": 4, "state": "COMPLETED", "hparams": {"lr": 0.1}, "total_batches": 10,
-             "target_length": 10, "searcher_closed": True, "best_validation": 0.5,
-             "restarts": 0, "latest_checkpoint": "ck"}
+    trial = {
+        "id": 4,
+        "state": "COMPLETED",
+        "hparams": {"lr": 0.1},
+        "total_batches": 10,
+        "target_length": 10,
+        "searcher_closed": True,
+        "best_validation": 0.5,
+        "restarts": 0,
+        "latest_checkpoint": "ck",
+    }
     assert trial_row(trial, config)[:4] == ["4", "COMPLETED (stopped early)", "lr=0.1", "10"]
     assert trial_row(trial)[1] == "COMPLETED"  # without the config nothing is judged
     assert trial_row({**trial, "total_batches": 160}, config)[1] == "COMPLETED"

@@ -11,7 +11,6 @@ from dauntless.searcher import (
     Close,
     Create,
     ExitedReason,
-    SearcherConfigError,
     Shutdown,
     ValidateAfter,
     bracket_concurrency,
@@ -28,8 +27,13 @@ from dauntless.searcher import (
 
 
 def asha(make_config, hps=None, **searcher):
-    fields = {"name": "adaptive_asha", "max_trials": 16, "max_time": 937,
-              "time_metric": "batches", **searcher}
+    fields = {
+        "name": "adaptive_asha",
+        "max_trials": 16,
+        "max_time": 937,
+        "time_metric": "batches",
+        **searcher,
+    }
     return make_config(fields, hps or {"lr": {"type": "double", "minval": 0, "maxval": 1}})
 
 
@@ -42,7 +46,9 @@ def test_reference_example():
     assert rung_lengths(937, 4.0, 3) == [58, 234, 937]
     assert rung_lengths(937, 4.0, 2) == [234, 937]
     assert plan_brackets(max_time=937, max_trials=16, divisor=4.0) == [
-        BracketPlan(3, 12, 8, (58, 234, 937)), BracketPlan(2, 4, 8, (234, 937))]
+        BracketPlan(3, 12, 8, (58, 234, 937)),
+        BracketPlan(2, 4, 8, (234, 937)),
+    ]
 
 
 def test_reference_example_searcher_starts_twelve(make_config, master_for):
@@ -55,8 +61,9 @@ def test_reference_example_searcher_starts_twelve(make_config, master_for):
 
 
 @pytest.mark.parametrize(
-    "mode, expected", [("aggressive", [5]), ("standard", [5, 4, 3]),
-                       ("conservative", [5, 4, 3, 2, 1])])
+    "mode, expected",
+    [("aggressive", [5]), ("standard", [5, 4, 3]), ("conservative", [5, 4, 3, 2, 1])],
+)
 def test_brackets_per_mode(mode, expected):
     assert bracket_rungs(mode, 5) == expected
     assert bracket_rungs(mode, 1) == [1]
@@ -79,9 +86,9 @@ def test_bracket_math_edges():
     assert bracket_concurrency(1, 4.0, [5, 3, 1]) == [1, 1, 1]
     assert bracket_concurrency(5, 4.0, [5, 3]) == [3, 2]
     assert rung_lengths(3, 4.0, 3) == [1, 1, 3]
-    assert plan_brackets(max_time=100, max_trials=9, divisor=3, mode="aggressive",
-                         bracket_rungs_override=[2, 4]) == [
-        BracketPlan(4, 8, 8, (3, 11, 33, 100)), BracketPlan(2, 1, 8, (33, 100))]
+    assert plan_brackets(
+        max_time=100, max_trials=9, divisor=3, mode="aggressive", bracket_rungs_override=[2, 4]
+    ) == [BracketPlan(4, 8, 8, (3, 11, 33, 100)), BracketPlan(2, 1, 8, (33, 100))]
 
 
 def test_quota_and_insert():
@@ -93,8 +100,9 @@ def test_quota_and_insert():
 
 def hand_case(make_config, master_for, **searcher):
     # One bracket of 3 rungs (lengths 1, 2, 4 batches), D=2, 8 trials all at once.
-    cfg = asha(make_config, max_trials=8, max_time=4, divisor=2, mode="aggressive",
-               max_rungs=3, **searcher)
+    cfg = asha(
+        make_config, max_trials=8, max_time=4, divisor=2, mode="aggressive", max_rungs=3, **searcher
+    )
     s = make_searcher(cfg, 5)
     [plan] = s.brackets
     assert (plan.rungs, plan.trials, plan.lengths) == (3, 8, (1, 2, 4))
@@ -108,13 +116,13 @@ def test_promotions_hand_computed(make_config, master_for):
     assert len(t) == 8 and set(m.targets.values()) == {1}
     # rung 0, reported in this order; quota = max(int(n/2), 1) of the n results so far.
     expected = {
-        0: (5.0, True),   # [5]            quota 1, index 0
-        1: (3.0, True),   # [3,5]          quota 1, index 0
+        0: (5.0, True),  # [5]            quota 1, index 0
+        1: (3.0, True),  # [3,5]          quota 1, index 0
         2: (4.0, False),  # [3,4,5]        quota 1, index 1
-        3: (1.0, True),   # [1,3,4,5]      quota 2, index 0
+        3: (1.0, True),  # [1,3,4,5]      quota 2, index 0
         4: (6.0, False),  # [1,3,4,5,6]    quota 2, index 4
-        5: (3.0, True),   # [1,3,3,4,5,6]  quota 3, index 2 (after the equal 3)
-        6: (2.0, True),   # 7 results      quota 3, index 1
+        5: (3.0, True),  # [1,3,3,4,5,6]  quota 3, index 2 (after the equal 3)
+        6: (2.0, True),  # 7 results      quota 3, index 1
         7: (7.0, False),  # 8 results      quota 4, index 7
     }
     for i, (metric, promoted) in expected.items():
@@ -122,9 +130,9 @@ def test_promotions_hand_computed(make_config, master_for):
         assert ops == ([ValidateAfter(t[i], 2)] if promoted else [Close(t[i])]), i
     # rung 1 (length 2): t0, t1, t3, t5, t6 report.
     assert m.validate(t[3], 0.5) == [ValidateAfter(t[3], 4)]  # [0.5]          quota 1
-    assert m.validate(t[0], 0.9) == [Close(t[0])]              # [0.5,0.9]      quota 1
+    assert m.validate(t[0], 0.9) == [Close(t[0])]  # [0.5,0.9]      quota 1
     assert m.validate(t[6], 0.4) == [ValidateAfter(t[6], 4)]  # [.4,.5,.9]     quota 1
-    assert m.validate(t[1], 0.8) == [Close(t[1])]              # 4 results      quota 2
+    assert m.validate(t[1], 0.8) == [Close(t[1])]  # 4 results      quota 2
     assert m.validate(t[5], 0.1) == [ValidateAfter(t[5], 4)]  # index 0
     # Top rung: done, closed whatever the value.
     for i in (3, 6, 5):
@@ -190,17 +198,25 @@ def test_trial_exiting_on_its_own_is_replaced(make_config, master_for):
     assert isinstance(ops[0], Create)
 
 
-def test_time_metric_must_be_batches(make_config):
-    cfg = asha(make_config, time_metric="epochs")
-    with pytest.raises(SearcherConfigError, match="time_metric") as err:
-        make_searcher(cfg, 0)
-    assert err.value.field == "searcher.time_metric"
+def test_time_metric_other_than_batches_is_the_038_mode(make_config):
+    # Any time metric is accepted (0.38): the trials decide their length and the
+    # searcher hands out no ValidateAfter.
+    s = make_searcher(asha(make_config, time_metric="epochs"), 0)
+    assert s.metric_mode
+    created = [op for op in s.initial_operations() if isinstance(op, Create)]
+    assert created and all(s.on_trial_created(c.request_id) == [] for c in created)
 
 
 def test_max_length_in_records_converts_per_trial(make_config, master_for):
     cfg = make_config(
-        {"name": "adaptive_asha", "max_trials": 4, "max_length": {"records": 6400},
-         "divisor": 4, "mode": "aggressive", "max_rungs": 2},
+        {
+            "name": "adaptive_asha",
+            "max_trials": 4,
+            "max_length": {"records": 6400},
+            "divisor": 4,
+            "mode": "aggressive",
+            "max_rungs": 2,
+        },
         {"global_batch_size": {"type": "categorical", "vals": [32, 64]}},
     )
     s = make_searcher(cfg, 0)

@@ -24,9 +24,12 @@ HPS = {
 
 def random_config(make_config, max_trials=5, max_concurrent_trials=2, **length):
     return make_config(
-        {"name": "random", "max_trials": max_trials,
-         "max_concurrent_trials": max_concurrent_trials,
-         "max_length": length or {"batches": 100}},
+        {
+            "name": "random",
+            "max_trials": max_trials,
+            "max_concurrent_trials": max_concurrent_trials,
+            "max_length": length or {"batches": 100},
+        },
         HPS,
     )
 
@@ -163,8 +166,9 @@ def test_random_reproducible_from_seed(make_config):
     cfg = random_config(make_config, 10, 0)
 
     def creates(seed):
-        return [(c.request_id, c.hparams, c.seed)
-                for c in make_searcher(cfg, seed).initial_operations()]
+        return [
+            (c.request_id, c.hparams, c.seed) for c in make_searcher(cfg, seed).initial_operations()
+        ]
 
     assert creates(42) == creates(42)
     other = creates(43)
@@ -173,10 +177,13 @@ def test_random_reproducible_from_seed(make_config):
 
 
 def test_grid_trials_pop_from_the_end(make_config, master_for):
-    hps = {"a": {"type": "int", "minval": 1, "maxval": 3, "count": 3},
-           "b": {"type": "categorical", "vals": ["x", "y"]}}
-    cfg = make_config({"name": "grid", "max_length": {"batches": 10},
-                       "max_concurrent_trials": 4}, hps)
+    hps = {
+        "a": {"type": "int", "minval": 1, "maxval": 3, "count": 3},
+        "b": {"type": "categorical", "vals": ["x", "y"]},
+    }
+    cfg = make_config(
+        {"name": "grid", "max_length": {"batches": 10}, "max_concurrent_trials": 4}, hps
+    )
     s = make_searcher(cfg, 0)
     assert s.grid_size == 6
     m = master_for(s)
@@ -192,8 +199,9 @@ def test_grid_trials_pop_from_the_end(make_config, master_for):
 
 def test_grid_invalid_points_not_retried(make_config, master_for):
     hps = {"a": {"type": "categorical", "vals": [1, 2, 3]}}
-    cfg = make_config({"name": "grid", "max_length": {"batches": 10},
-                       "max_concurrent_trials": 0}, hps)
+    cfg = make_config(
+        {"name": "grid", "max_length": {"batches": 10}, "max_concurrent_trials": 0}, hps
+    )
     m = master_for(make_searcher(cfg, 0))
     m.start()
     ids = [c.request_id for c in m.created]
@@ -205,8 +213,10 @@ def test_grid_invalid_points_not_retried(make_config, master_for):
 
 
 def test_grid_missing_count_fails_at_make_searcher(make_config):
-    cfg = make_config({"name": "grid", "max_length": {"batches": 10}},
-                      {"lr": {"type": "double", "minval": 0.1, "maxval": 0.2}})
+    cfg = make_config(
+        {"name": "grid", "max_length": {"batches": 10}},
+        {"lr": {"type": "double", "minval": 0.1, "maxval": 0.2}},
+    )
     with pytest.raises(SearcherConfigError, match="hyperparameters.lr"):
         make_searcher(cfg, 0)
 

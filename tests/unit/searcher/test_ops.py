@@ -35,9 +35,15 @@ def test_json_round_trip(op):
 
 def test_json_forms():
     assert operation_to_json(ValidateAfter("r", 5)) == {
-        "type": "validate_after", "request_id": "r", "length": 5}
+        "type": "validate_after",
+        "request_id": "r",
+        "length": 5,
+    }
     assert operation_to_json(Shutdown(cancel=True)) == {
-        "type": "shutdown", "cancel": True, "failure": False}
+        "type": "shutdown",
+        "cancel": True,
+        "failure": False,
+    }
 
 
 @pytest.mark.parametrize(

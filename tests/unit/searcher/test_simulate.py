@@ -9,8 +9,10 @@ import pytest
 from dauntless import InvalidHP
 from dauntless.searcher import ExitedReason, Shutdown, grid_points, preview_search, simulate
 
-HPS = {"x": {"type": "double", "minval": -1, "maxval": 1},
-       "n": {"type": "int", "minval": 1, "maxval": 4}}
+HPS = {
+    "x": {"type": "double", "minval": -1, "maxval": 1},
+    "n": {"type": "int", "minval": 1, "maxval": 4},
+}
 
 
 def quadratic(hparams, length, seed):
@@ -18,8 +20,15 @@ def quadratic(hparams, length, seed):
 
 
 def test_random_ten_thousand_trials(make_config):
-    cfg = make_config({"name": "random", "max_trials": 10_000, "max_concurrent_trials": 16,
-                       "max_length": {"batches": 50}}, HPS)
+    cfg = make_config(
+        {
+            "name": "random",
+            "max_trials": 10_000,
+            "max_concurrent_trials": 16,
+            "max_length": {"batches": 50},
+        },
+        HPS,
+    )
     result = simulate(cfg, quadratic, seed=1)
     assert len(result.trials) == 10_000
     assert result.total_batches == 10_000 * 50
@@ -32,27 +41,47 @@ def test_random_ten_thousand_trials(make_config):
 
 
 def test_same_seed_same_search(make_config):
-    cfg = make_config({"name": "adaptive_asha", "max_trials": 30, "max_time": 81,
-                       "time_metric": "batches", "divisor": 3}, HPS)
+    cfg = make_config(
+        {
+            "name": "adaptive_asha",
+            "max_trials": 30,
+            "max_time": 81,
+            "time_metric": "batches",
+            "divisor": 3,
+        },
+        HPS,
+    )
     a = simulate(cfg, quadratic, seed=5, max_concurrent=4)
     b = simulate(cfg, quadratic, seed=5, max_concurrent=4)
     c = simulate(cfg, quadratic, seed=6, max_concurrent=4)
     assert [(t.request_id, t.hparams, t.seed, t.lengths) for t in a.trials] == [
-        (t.request_id, t.hparams, t.seed, t.lengths) for t in b.trials]
+        (t.request_id, t.hparams, t.seed, t.lengths) for t in b.trials
+    ]
     assert [t.hparams for t in a.trials] != [t.hparams for t in c.trials]
 
 
 def test_asha_stops_early_and_trains_the_best_fully(make_config):
-    cfg = make_config({"name": "adaptive_asha", "max_trials": 64, "max_time": 256,
-                       "time_metric": "batches", "divisor": 4, "mode": "standard",
-                       "max_concurrent_trials": 8}, HPS)
+    cfg = make_config(
+        {
+            "name": "adaptive_asha",
+            "max_trials": 64,
+            "max_time": 256,
+            "time_metric": "batches",
+            "divisor": 4,
+            "mode": "standard",
+            "max_concurrent_trials": 8,
+        },
+        HPS,
+    )
     result = simulate(cfg, lambda h, n, s: abs(h["x"]), seed=2)
     assert len(result.trials) == 64
     assert result.total_batches < 64 * 256 / 4
     for trial in result.trials:
-        assert trial.lengths in ([4, 16, 64, 256][:len(trial.lengths)],
-                                 [16, 64, 256][:len(trial.lengths)],
-                                 [64, 256][:len(trial.lengths)])
+        assert trial.lengths in (
+            [4, 16, 64, 256][: len(trial.lengths)],
+            [16, 64, 256][: len(trial.lengths)],
+            [64, 256][: len(trial.lengths)],
+        )
     # The best value of a rung is always promoted, so the overall best trains to the end.
     best = min(result.trials, key=lambda t: abs(t.hparams["x"]))
     assert best.lengths[-1] == 256 and result.best is best
@@ -85,28 +114,39 @@ def test_invalid_hp_from_the_objective(make_config):
 
 
 def test_preview_random_and_grid(make_config):
-    cfg = make_config({"name": "random", "max_trials": 3, "max_length": {"records": 640}},
-                      {"global_batch_size": {"type": "categorical", "vals": [32, 64]}})
+    cfg = make_config(
+        {"name": "random", "max_trials": 3, "max_length": {"records": 640}},
+        {"global_batch_size": {"type": "categorical", "vals": [32, 64]}},
+    )
     preview = preview_search(cfg, seed=9)
     assert len(preview) == 3
     assert all(lengths == [640 // h["global_batch_size"]] for h, lengths in preview)
     assert preview == preview_search(cfg, seed=9)
 
-    grid = make_config({"name": "grid", "max_length": {"batches": 10}},
-                       {"a": {"type": "int", "minval": 0, "maxval": 10, "count": 3},
-                        "b": {"type": "categorical", "vals": ["u", "v"]}})
+    grid = make_config(
+        {"name": "grid", "max_length": {"batches": 10}},
+        {
+            "a": {"type": "int", "minval": 0, "maxval": 10, "count": 3},
+            "b": {"type": "categorical", "vals": ["u", "v"]},
+        },
+    )
     preview = preview_search(grid)
     assert [h for h, _ in preview] == grid_points(grid.hyperparameters)[::-1]
     assert {tuple(lengths) for _, lengths in preview} == {(10,)}
 
 
 def test_preview_asha_reference_example(make_config):
-    cfg = make_config({"name": "adaptive_asha", "max_trials": 16, "max_time": 937,
-                       "time_metric": "batches"}, HPS)
+    cfg = make_config(
+        {"name": "adaptive_asha", "max_trials": 16, "max_time": 937, "time_metric": "batches"}, HPS
+    )
     preview = preview_search(cfg, seed=0)
     # Equal metrics: ties go to the earlier report, so one trial per rung is promoted.
     assert Counter(tuple(lengths) for _, lengths in preview) == {
-        (58,): 11, (58, 234, 937): 1, (234,): 3, (234, 937): 1}
+        (58,): 11,
+        (58, 234, 937): 1,
+        (234,): 3,
+        (234, 937): 1,
+    }
 
 
 def test_simulate_checks_arguments(make_config):

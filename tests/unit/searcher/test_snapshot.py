@@ -26,8 +26,8 @@ from dauntless.searcher import (
 
 def build_config(searcher, hyperparameters, **extra):
     return parse_experiment_config(
-        {"searcher": {"metric": "loss", **searcher}, "hyperparameters": hyperparameters,
-         **extra})
+        {"searcher": {"metric": "loss", **searcher}, "hyperparameters": hyperparameters, **extra}
+    )
 
 
 HPS = {
@@ -38,17 +38,43 @@ HPS = {
 }
 CONFIGS = {
     "single": build_config({"name": "single", "max_length": {"records": 640}}, HPS),
-    "random": build_config({"name": "random", "max_trials": 6, "max_concurrent_trials": 3,
-                            "max_length": {"batches": 30}}, HPS),
-    "grid": build_config({"name": "grid", "max_concurrent_trials": 4,
-                          "max_length": {"batches": 30}}, HPS),
-    "asha": build_config({"name": "adaptive_asha", "max_trials": 12, "max_time": 64,
-                          "time_metric": "batches", "divisor": 2, "mode": "standard",
-                          "max_concurrent_trials": 5}, HPS),
+    "random": build_config(
+        {
+            "name": "random",
+            "max_trials": 6,
+            "max_concurrent_trials": 3,
+            "max_length": {"batches": 30},
+        },
+        HPS,
+    ),
+    "grid": build_config(
+        {"name": "grid", "max_concurrent_trials": 4, "max_length": {"batches": 30}}, HPS
+    ),
+    "asha": build_config(
+        {
+            "name": "adaptive_asha",
+            "max_trials": 12,
+            "max_time": 64,
+            "time_metric": "batches",
+            "divisor": 2,
+            "mode": "standard",
+            "max_concurrent_trials": 5,
+        },
+        HPS,
+    ),
     "asha_larger_better": build_config(
-        {"name": "adaptive_asha", "max_trials": 9, "max_length": {"epochs": 4},
-         "divisor": 3, "mode": "conservative", "max_concurrent_trials": 0,
-         "smaller_is_better": False}, HPS, records_per_epoch=320),
+        {
+            "name": "adaptive_asha",
+            "max_trials": 9,
+            "max_length": {"epochs": 4},
+            "divisor": 3,
+            "mode": "conservative",
+            "max_concurrent_trials": 0,
+            "smaller_is_better": False,
+        },
+        HPS,
+        records_per_epoch=320,
+    ),
 }
 
 
@@ -88,8 +114,10 @@ class Driver:
             self.apply(self.searcher.on_trial_closed(rid))
         elif mode < len(REASONS):
             del self.targets[rid]
-            self.apply(self.searcher.on_trial_exited_early(rid, REASONS[mode])
-                       + self.searcher.on_trial_closed(rid))
+            self.apply(
+                self.searcher.on_trial_exited_early(rid, REASONS[mode])
+                + self.searcher.on_trial_closed(rid)
+            )
         else:
             self.apply(self.searcher.on_validation_completed(rid, metric, self.targets[rid]))
 
@@ -104,9 +132,11 @@ def round_trip(searcher, config):
     kind=st.sampled_from(sorted(CONFIGS)),
     seed=st.integers(0, 2**31 - 1),
     steps=st.lists(
-        st.tuples(st.integers(0, 10_000),
-                  st.sampled_from([0.1, 0.2, 0.2, 0.7, -3.0, math.inf, math.nan])),
-        max_size=80),
+        st.tuples(
+            st.integers(0, 10_000), st.sampled_from([0.1, 0.2, 0.2, 0.7, -3.0, math.inf, math.nan])
+        ),
+        max_size=80,
+    ),
     cut=st.integers(0, 80),
 )
 def test_restore_mid_search_gives_the_same_decisions(kind, seed, steps, cut):
@@ -163,13 +193,23 @@ def test_restore_rejects_mismatches(make_config):
         restore_searcher(CONFIGS["grid"], {**snap, "version": 99})
     with pytest.raises(ValueError, match="'grid' searcher"):
         restore_searcher(CONFIGS["random"], snap)
-    other_grid = make_config({"name": "grid", "max_length": {"batches": 30}},
-                             {"a": {"type": "categorical", "vals": [1, 2]}})
+    other_grid = make_config(
+        {"name": "grid", "max_length": {"batches": 30}},
+        {"a": {"type": "categorical", "vals": [1, 2]}},
+    )
     with pytest.raises(ValueError, match="grid"):
         restore_searcher(other_grid, snap)
     asha = make_searcher(CONFIGS["asha"], 0).snapshot()
-    bigger = make_config({"name": "adaptive_asha", "max_trials": 40, "max_time": 64,
-                          "time_metric": "batches", "divisor": 2}, HPS)
+    bigger = make_config(
+        {
+            "name": "adaptive_asha",
+            "max_trials": 40,
+            "max_time": 64,
+            "time_metric": "batches",
+            "divisor": 2,
+        },
+        HPS,
+    )
     with pytest.raises(ValueError, match="brackets"):
         restore_searcher(bigger, asha)
     with pytest.raises(ValueError, match="malformed"):

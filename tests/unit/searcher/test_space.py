@@ -25,23 +25,27 @@ from dauntless.searcher._rng import (
     rng_to_json,
 )
 
-HPS = parse_hyperparameters({
-    "lr": {"type": "log", "minval": -4, "maxval": -1},
-    "layers": {"type": "int", "minval": 1, "maxval": 4},
-    "dropout": {"type": "double", "minval": 0.1, "maxval": 0.5},
-    "act": {"type": "categorical", "vals": ["relu", "tanh", {"name": "gelu"}]},
-    "global_batch_size": 32,
-    "opt": {"name": "sgd", "momentum": {"type": "double", "minval": 0.0, "maxval": 1.0}},
-})
+HPS = parse_hyperparameters(
+    {
+        "lr": {"type": "log", "minval": -4, "maxval": -1},
+        "layers": {"type": "int", "minval": 1, "maxval": 4},
+        "dropout": {"type": "double", "minval": 0.1, "maxval": 0.5},
+        "act": {"type": "categorical", "vals": ["relu", "tanh", {"name": "gelu"}]},
+        "global_batch_size": 32,
+        "opt": {"name": "sgd", "momentum": {"type": "double", "minval": 0.0, "maxval": 1.0}},
+    }
+)
 
 
 def test_sample_follows_sorted_keys_and_documented_draws():
-    hps = parse_hyperparameters({
-        "b": {"type": "double", "minval": 2.0, "maxval": 4.0},
-        "a": {"type": "int", "minval": -3, "maxval": 3},
-        "c": {"type": "categorical", "vals": ["x", "y", "z"]},
-        "d": {"type": "log", "minval": 1, "maxval": 2, "base": 2},
-    })
+    hps = parse_hyperparameters(
+        {
+            "b": {"type": "double", "minval": 2.0, "maxval": 4.0},
+            "a": {"type": "int", "minval": -3, "maxval": 3},
+            "c": {"type": "categorical", "vals": ["x", "y", "z"]},
+            "d": {"type": "log", "minval": 1, "maxval": 2, "base": 2},
+        }
+    )
     got = sample_hparams(hps, np.random.RandomState(7))
     rs = np.random.RandomState(7)
     a = -3 + rs.randint(0, 7)
@@ -71,8 +75,9 @@ def test_sample_ranges_and_nesting():
 def test_sample_copies_values():
     h = sample_hparams(parse_hyperparameters({"k": [1, 2]}), np.random.RandomState(0))
     h["k"].append(3)
-    assert sample_hparams(parse_hyperparameters({"k": [1, 2]}),
-                          np.random.RandomState(0)) == {"k": [1, 2]}
+    assert sample_hparams(parse_hyperparameters({"k": [1, 2]}), np.random.RandomState(0)) == {
+        "k": [1, 2]
+    }
 
 
 def test_sample_rejects_bad_arguments():
@@ -146,18 +151,28 @@ def test_grid_needs_count(kind):
 
 
 def test_grid_points_cartesian_first_name_slowest_nested_expanded():
-    hps = parse_hyperparameters({
-        "opt": {"name": {"type": "categorical", "vals": ["sgd", "adam"]},
-                "lr": {"type": "double", "minval": 0, "maxval": 1, "count": 2}},
-        "a": {"type": "int", "minval": 1, "maxval": 2, "count": 2},
-        "const": "x",
-        "empty": {},
-    })
+    hps = parse_hyperparameters(
+        {
+            "opt": {
+                "name": {"type": "categorical", "vals": ["sgd", "adam"]},
+                "lr": {"type": "double", "minval": 0, "maxval": 1, "count": 2},
+            },
+            "a": {"type": "int", "minval": 1, "maxval": 2, "count": 2},
+            "const": "x",
+            "empty": {},
+        }
+    )
     points = grid_points(hps)
     assert len(points) == GridSpace(hps).size == 8
     assert [(p["a"], p["opt"]["lr"], p["opt"]["name"]) for p in points] == [
-        (1, 0.0, "sgd"), (1, 0.0, "adam"), (1, 1.0, "sgd"), (1, 1.0, "adam"),
-        (2, 0.0, "sgd"), (2, 0.0, "adam"), (2, 1.0, "sgd"), (2, 1.0, "adam"),
+        (1, 0.0, "sgd"),
+        (1, 0.0, "adam"),
+        (1, 1.0, "sgd"),
+        (1, 1.0, "adam"),
+        (2, 0.0, "sgd"),
+        (2, 0.0, "adam"),
+        (2, 1.0, "sgd"),
+        (2, 1.0, "adam"),
     ]
     assert all(p["const"] == "x" and p["empty"] == {} for p in points)
 
@@ -169,6 +184,5 @@ def test_grid_of_no_hyperparameters_is_one_empty_point():
 
 
 def test_round_half_away():
-    assert [round_half_away(x) for x in (0.5, 1.5, 2.5, -0.5, -2.5, 2.49)] == [
-        1, 2, 3, -1, -3, 2]
+    assert [round_half_away(x) for x in (0.5, 1.5, 2.5, -0.5, -2.5, 2.49)] == [1, 2, 3, -1, -3, 2]
     assert math.isclose(round_half_away(1e9 + 0.5), 1e9 + 1)

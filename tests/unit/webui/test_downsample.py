@@ -25,10 +25,12 @@ def _brute_m4(x: np.ndarray, y: np.ndarray, width: int) -> set[tuple[int, float]
     return keep
 
 
-series = st.integers(1, 400).flatmap(lambda n: st.tuples(
-    st.lists(st.integers(0, 5000), min_size=n, max_size=n, unique=True),
-    st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=n, max_size=n),
-))
+series = st.integers(1, 400).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.integers(0, 5000), min_size=n, max_size=n, unique=True),
+        st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=n, max_size=n),
+    )
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -52,7 +54,7 @@ def test_incremental_summary_equals_one_pass(data, chunks, rnd):
     summary = M4Series(cap_buckets=16)
     step = max(1, len(pairs) // chunks)
     for i in range(0, len(pairs), step):
-        part = pairs[i:i + step]
+        part = pairs[i : i + step]
         summary.extend([p[0] for p in part], [p[1] for p in part])
     x, y = np.array(xs, dtype=np.int64), np.array(ys)
     ex, ey = m4(x, y, summary.width)

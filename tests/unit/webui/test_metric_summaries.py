@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from alembic import command
 from alembic.config import Config as AlembicConfig
+from databases import fresh_postgres_database, postgres_available
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,8 +34,6 @@ from dauntless.master.metric_series import (
 )
 from dauntless.master.testing import sign_in
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
 CONFIG = """
 name: curves
 entrypoint: model_def:Trial
@@ -43,55 +42,57 @@ searcher: {name: single, metric: loss, smaller_is_better: true, max_length: {bat
 """
 
 
-def _postgres_available() -> bool:
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except Exception:
-        return False
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request, tmp_path):
     """A database URL: SQLite in tmp_path, or a fresh PostgreSQL database (dropped after)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/dauntless.db"
         return
-    if not _postgres_available():
+    if not postgres_available():
         pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    import psycopg
-
-    name = f"dauntless_summ_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_postgres_database() as url:
+        yield url
 
 
 def _experiment(db: Database, trials: int) -> tuple[int, list[int]]:
     with db.write() as s:
         # a Core insert names only these columns (and defaults): it works on a database
         # at an older revision too
-        exp_id = s.execute(insert(ExperimentRow.__table__).values(
-            name="e", state="ACTIVE", config={"searcher": {"metric": "loss"}},
-            original_config="", seed=0, start_time=time.time())).inserted_primary_key[0]
-        rows = [TrialRow(experiment_id=exp_id, request_id=uuid.uuid4().hex, state="ACTIVE",
-                         hparams={}, seed=i, start_time=time.time()) for i in range(trials)]
-        s.add_all(rows)
-        s.flush()
-        return exp_id, [t.id for t in rows]
+        exp_id = s.execute(
+            insert(ExperimentRow.__table__).values(
+                name="e",
+                state="ACTIVE",
+                config={"searcher": {"metric": "loss"}},
+                original_config="",
+                seed=0,
+                start_time=time.time(),
+            )
+        ).inserted_primary_key[0]
+        ids = [
+            s.execute(
+                insert(TrialRow.__table__).values(
+                    experiment_id=exp_id,
+                    request_id=uuid.uuid4().hex,
+                    state="ACTIVE",
+                    hparams={},
+                    seed=i,
+                    start_time=time.time(),
+                )
+            ).inserted_primary_key[0]
+            for i in range(trials)
+        ]
+        return exp_id, ids
 
 
 def _store(db: Database, trial_id: int, group: str, reports, fold: bool = True) -> None:
     """Store reports as metrics rows and (``fold``) their summaries, in one transaction."""
     with db.write() as s:
-        s.add_all(MetricRow(trial_id=trial_id, kind=group, total_batches=b, values=v,
-                            reported_at=time.time()) for b, v in reports)
+        s.add_all(
+            MetricRow(
+                trial_id=trial_id, kind=group, total_batches=b, values=v, reported_at=time.time()
+            )
+            for b, v in reports
+        )
         if fold:
             fold_metric_reports(s, trial_id, group, reports)
 
@@ -100,8 +101,12 @@ def _stored(db: Database, trial_id: int, group: str, name: str) -> M4Series:
     with db.read() as s:
         row = s.get(MetricSummaryRow, (trial_id, group, name))
         assert row is not None, f"no summary of {name!r} for trial {trial_id}"
-        return M4Series.restore(row.width, row.raw_points,
-                                np.frombuffer(row.batches, "<i8"), np.frombuffer(row.values, "<f8"))
+        return M4Series.restore(
+            row.width,
+            row.raw_points,
+            np.frombuffer(row.batches, "<i8"),
+            np.frombuffer(row.values, "<f8"),
+        )
 
 
 def _batch_m4(points: list[tuple[int, float]]) -> M4Series:
@@ -140,7 +145,7 @@ def test_ingest_equals_one_pass_in_any_order(db_url):
         i = 0
         while i < len(reports):
             step = rng.choice([1, 3, 50, 400])
-            _store(db, trial, "training", reports[i:i + step])
+            _store(db, trial, "training", reports[i : i + step])
             i += step
 
         want = _batch_m4([(b, loss[b]) for b in batches if b % 55])
@@ -151,8 +156,9 @@ def test_ingest_equals_one_pass_in_any_order(db_url):
         lr = _stored(db, trial, "training", "lr")
         assert lr.raw_points == len([b for b in batches if b % 35])
         with db.read() as s:
-            names = set(s.scalars(select(MetricSummaryRow.name)
-                                  .where(MetricSummaryRow.trial_id == trial)))
+            names = set(
+                s.scalars(select(MetricSummaryRow.name).where(MetricSummaryRow.trial_id == trial))
+            )
             marker = s.get(MetricSummaryRow, (trial, "training", ""))
         assert names == {"", "loss", "lr"}  # strings and bools are not charted
         assert marker.width == 0 and marker.batches == b""
@@ -164,16 +170,21 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
     config = MasterConfig(data_dir=str(tmp_path), db_url=db_url)
     app = create_app(config, run_loop=False)
     rng = np.random.default_rng(3)
-    points = {b: float(v) for b, v in zip(range(10, 3010, 10), rng.normal(size=300),
-                                          strict=True)}
+    points = {b: float(v) for b, v in zip(range(10, 3010, 10), rng.normal(size=300), strict=True)}
     with TestClient(app) as client:
         sign_in(client)
         mgr = app.state.manager
         r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
         exp_id = r.json()["experiment"]["id"]
         with mgr.db.write() as s:
-            trial = TrialRow(experiment_id=exp_id, request_id="t", state="ACTIVE", hparams={},
-                             seed=1, start_time=time.time())
+            trial = TrialRow(
+                experiment_id=exp_id,
+                request_id="t",
+                state="ACTIVE",
+                hparams={},
+                seed=1,
+                start_time=time.time(),
+            )
             s.add(trial)
             s.flush()
             trial_id = trial.id
@@ -207,8 +218,14 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
         with app.state.manager.db.write() as s:  # a deleted trial takes its summaries
             s.execute(delete(TrialRow).where(TrialRow.id == trial_id))
         with app.state.manager.db.read() as s:
-            assert s.scalar(select(func.count()).select_from(MetricSummaryRow)
-                            .where(MetricSummaryRow.trial_id == trial_id)) == 0
+            assert (
+                s.scalar(
+                    select(func.count())
+                    .select_from(MetricSummaryRow)
+                    .where(MetricSummaryRow.trial_id == trial_id)
+                )
+                == 0
+            )
         assert client.get(url, params=params).json()["series"] == []
 
 
@@ -247,14 +264,21 @@ def test_upgraded_database_is_summarised_once(db_url, tmp_path):
         body = client.get(url, params=params).json()  # trial 0: built from rows, once
         series = _series_of(body)
         assert list(series) == trials[:2]
-        for t, pts in ((trials[0], old[trials[0]]),
-                       (trials[1], old[trials[1]] + [(2001, {"loss": -5.0})])):
+        for t, pts in (
+            (trials[0], old[trials[0]]),
+            (trials[1], old[trials[1]] + [(2001, {"loss": -5.0})]),
+        ):
             want = _batch_m4([(b, v["loss"]) for b, v in pts])
             assert series[t] == (want.x.tolist(), want.y.tolist())
         assert min(series[trials[1]][1]) == -5.0
         with db.read() as s:
-            markers = set(s.scalars(select(MetricSummaryRow.trial_id).where(
-                MetricSummaryRow.kind == "training", MetricSummaryRow.name == "")))
+            markers = set(
+                s.scalars(
+                    select(MetricSummaryRow.trial_id).where(
+                        MetricSummaryRow.kind == "training", MetricSummaryRow.name == ""
+                    )
+                )
+            )
         assert markers == set(trials)  # the trial without reports is marked too
         assert build_missing_summaries(db, trials, "training") == []  # nothing left to do
         # later reports fold into the stored summaries; the rows are not read again
@@ -297,8 +321,12 @@ def test_bad_reports_are_refused_with_the_argument_named(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=600),
-       st.integers(1, 40), st.sampled_from([1, 3, 7]), st.integers(1, 8))
+@given(
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=600),
+    st.integers(1, 40),
+    st.sampled_from([1, 3, 7]),
+    st.integers(1, 8),
+)
 def test_in_order_reports_fold_like_one_pass(values, chunk, stride, cap):
     """Reports in order (the common case, folded without reducing the older buckets
     again) give what one pass over every point gives, width included."""
@@ -306,10 +334,40 @@ def test_in_order_reports_fold_like_one_pass(values, chunk, stride, cap):
     y = np.array(values)
     summary = M4Series(cap_buckets=cap)
     for i in range(0, x.size, chunk):
-        summary.extend(x[i:i + chunk], y[i:i + chunk])
+        summary.extend(x[i : i + chunk], y[i : i + chunk])
     width = 1
     while np.unique(x // width).size > cap:
         width *= 2
     wx, wy = m4(x, y, width)
     assert summary.width == width and summary.raw_points == x.size
     assert summary.x.tolist() == wx.tolist() and summary.y.tolist() == wy.tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from([-2.0, -1.0, 0.0, 1.0, 2.0, math.inf]), min_size=1, max_size=400),
+    st.sampled_from([1, 2, 5]),
+    st.integers(1, 6),
+)
+def test_one_point_at_a_time_folds_like_one_pass(values, stride, cap):
+    """One point per call, as a report adds to each metric (the plain-Python path), with
+    many tied values and some non-finite ones: the same summary as one pass."""
+    summary = M4Series(cap_buckets=cap)
+    xs, ys = [], []
+    for i, v in enumerate(values):
+        summary.extend([(i + 1) * stride], [v])
+        if math.isfinite(v):
+            xs.append((i + 1) * stride)
+            ys.append(v)
+    assert summary.raw_points == len(xs)
+    if not xs:
+        assert summary.x.size == 0
+        return
+    x, y = np.array(xs, dtype=np.int64), np.array(ys)
+    width = 1
+    while np.unique(x // width).size > cap:
+        width *= 2
+    wx, wy = m4(x, y, width)
+    assert summary.width == width
+    assert summary.x.tolist() == wx.tolist() and summary.y.tolist() == wy.tolist()
+    assert summary.x.dtype == np.int64 and summary.y.dtype == np.float64

@@ -95,3 +95,17 @@ def test_source_and_lock_file_are_in_the_repository():
     assert '"node_modules/uplot"' in lock and '"integrity"' in lock
     src = REPO / "webui" / "src"
     assert {p.name for p in src.iterdir()} >= {"index.html", "main.js", "charts.js", "api.js"}
+
+
+def test_index_preloads_every_module():
+    """index.html preloads every ES module of the UI (and uPlot), so the browser fetches
+    them at once instead of one import level at a time (issue 22: first paint)."""
+    import re
+
+    src = Path(__file__).resolve().parents[3] / "webui" / "src"
+    html = (src / "index.html").read_text()
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/([^"]+)">', html))
+    modules = {
+        str(p.relative_to(src)).replace("\\", "/") for p in src.rglob("*.js") if p.name != "main.js"
+    }
+    assert preloaded == modules | {"vendor/uPlot.esm.js"}

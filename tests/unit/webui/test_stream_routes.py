@@ -3,6 +3,7 @@ names, allocations and the server-sent event streams."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -10,6 +11,7 @@ import time
 import uuid
 
 import pytest
+from databases import fresh_postgres_database, postgres_available
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -38,19 +40,6 @@ max_restarts: 1
 """
 
 
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _postgres_available() -> bool:
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
-            return True
-    except Exception:
-        return False
-
-
 @pytest.fixture()
 def master(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18081), run_loop=False)
@@ -62,26 +51,16 @@ def master(tmp_path):
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def any_db_master(request, tmp_path):
     """A master on SQLite, or on a fresh PostgreSQL database when one answers."""
-    if request.param == "sqlite":
+    with contextlib.ExitStack() as stack:
         db_url = None
-    else:
-        if not _postgres_available():
-            pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-        import psycopg
-
-        name = f"dauntless_webui_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        db_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
-    try:
+        if request.param == "postgres":
+            if not postgres_available():
+                pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+            db_url = stack.enter_context(fresh_postgres_database())
+        app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
         with TestClient(app) as client:
             sign_in(client)
             yield client, app.state.manager
-    finally:
-        if db_url is not None:
-            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _experiment(client) -> int:
@@ -92,8 +71,14 @@ def _experiment(client) -> int:
 
 def _trial(mgr, exp_id: int, lr: float) -> int:
     with mgr.db.write() as s:
-        t = TrialRow(experiment_id=exp_id, request_id=uuid.uuid4().hex, state="ACTIVE",
-                     hparams={"lr": lr, "global_batch_size": 8}, seed=1, start_time=time.time())
+        t = TrialRow(
+            experiment_id=exp_id,
+            request_id=uuid.uuid4().hex,
+            state="ACTIVE",
+            hparams={"lr": lr, "global_batch_size": 8},
+            seed=1,
+            start_time=time.time(),
+        )
         s.add(t)
         s.flush()
         return t.id
@@ -103,8 +88,12 @@ def _metrics(mgr, trial_id: int, kind: str, points: list[tuple[int, dict]]) -> N
     """Store reports as the master does: the rows, and their summaries in one transaction
     (values as given, so SQLite holds a NaN as the bare word an older master wrote)."""
     with mgr.db.write() as s:
-        s.add_all(MetricRow(trial_id=trial_id, kind=kind, total_batches=b, values=v,
-                            reported_at=time.time()) for b, v in points)
+        s.add_all(
+            MetricRow(
+                trial_id=trial_id, kind=kind, total_batches=b, values=v, reported_at=time.time()
+            )
+            for b, v in points
+        )
         fold_metric_reports(s, trial_id, kind, points)
 
 
@@ -136,8 +125,10 @@ def test_series_are_downsampled_per_trial_with_extremes(any_db_master):
         _metrics(mgr, t, "training", pts)
     _metrics(mgr, trials[0], "validation", [(100, {"accuracy": 0.5}), (200, {"accuracy": 0.7})])
 
-    r = client.get(f"/api/v1/experiments/{exp_id}/metrics",
-                   params={"group": "training", "name": "loss", "max_points": 200})
+    r = client.get(
+        f"/api/v1/experiments/{exp_id}/metrics",
+        params={"group": "training", "name": "loss", "max_points": 200},
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert [s["trial_id"] for s in body["series"]] == trials
@@ -152,12 +143,21 @@ def test_series_are_downsampled_per_trial_with_extremes(any_db_master):
     # default name: the searcher metric; short series come back whole
     body = client.get(f"/api/v1/experiments/{exp_id}/metrics").json()
     assert body["name"] == "accuracy" and body["group"] == "validation"
-    assert body["series"] == [{"trial_id": trials[0], "batches": [100, 200], "values": [0.5, 0.7],
-                               "raw_points": 2, "downsampled": False}]
+    assert body["series"] == [
+        {
+            "trial_id": trials[0],
+            "batches": [100, 200],
+            "values": [0.5, 0.7],
+            "raw_points": 2,
+            "downsampled": False,
+        }
+    ]
 
     # only some trials
-    body = client.get(f"/api/v1/experiments/{exp_id}/metrics",
-                      params={"group": "training", "name": "loss", "trial_id": [trials[2]]}).json()
+    body = client.get(
+        f"/api/v1/experiments/{exp_id}/metrics",
+        params={"group": "training", "name": "loss", "trial_id": [trials[2]]},
+    ).json()
     assert [s["trial_id"] for s in body["series"]] == [trials[2]]
 
 
@@ -172,17 +172,28 @@ def test_series_follow_new_reports_and_skip_bad_values(any_db_master):
     # which its JSON functions refuse; PostgreSQL refuses to store it) a NaN
     t2 = _trial(mgr, exp_id, 0.02)
     nan = float("nan") if _dialect(mgr) == "sqlite" else None
-    _metrics(mgr, t1, "validation", [(30, {"accuracy": 0.3}),
-                                     (40, {"accuracy": nan, "loss": 1.0}),
-                                     (50, {"accuracy": "n/a"}), (60, {"accuracy": 0.6})])
+    _metrics(
+        mgr,
+        t1,
+        "validation",
+        [
+            (30, {"accuracy": 0.3}),
+            (40, {"accuracy": nan, "loss": 1.0}),
+            (50, {"accuracy": "n/a"}),
+            (60, {"accuracy": 0.6}),
+        ],
+    )
     _metrics(mgr, t2, "validation", [(10, {"accuracy": 0.9})])
     series = {s["trial_id"]: s for s in client.get(url).json()["series"]}
     assert series[t1]["batches"] == [10, 20, 30, 60]
     assert series[t1]["values"] == [0.1, 0.2, 0.3, 0.6]
     assert series[t2]["values"] == [0.9]
     with mgr.db.read() as s:  # one summary per (trial, group, name), updated in place
-        stored = s.execute(select(MetricSummaryRow.trial_id, MetricSummaryRow.name)
-                           .where(MetricSummaryRow.name != "")).all()
+        stored = s.execute(
+            select(MetricSummaryRow.trial_id, MetricSummaryRow.name).where(
+                MetricSummaryRow.name != ""
+            )
+        ).all()
     assert sorted(stored) == sorted([(t1, "accuracy"), (t1, "loss"), (t2, "accuracy")])
 
 
@@ -190,8 +201,9 @@ def test_metric_names_and_errors(any_db_master):
     client, mgr = any_db_master
     exp_id = _experiment(client)
     t = _trial(mgr, exp_id, 0.01)
-    _metrics(mgr, t, "training", [(10, {"loss": 2.0}), (20, {"loss": 1.0, "lr_now": 0.1,
-                                                             "note": "x"})])
+    _metrics(
+        mgr, t, "training", [(10, {"loss": 2.0}), (20, {"loss": 1.0, "lr_now": 0.1, "note": "x"})]
+    )
     nan = float("nan") if _dialect(mgr) == "sqlite" else 0.25
     _metrics(mgr, t, "validation", [(20, {"accuracy": 0.5, "validation_loss": nan})])
     names = client.get(f"/api/v1/experiments/{exp_id}/metrics/names").json()
@@ -221,17 +233,21 @@ def test_allocations_say_which_trial_holds_which_slots(master):
     assert mgr.schedule_pass() == 1
     first = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     client.post(f"/api/v1/allocations/{first['allocation_id']}/exited", json={"exit_code": 137})
-    assert mgr.schedule_pass() == 1  # the trial restarts
+    # The restart was placed when the exit was reported (this pass places nothing more).
+    assert mgr.schedule_pass() == 0
     second = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     trial_id = first["trial_id"]
 
     every = client.get("/api/v1/allocations", params={"trial_id": trial_id}).json()["allocations"]
     assert [(a["id"], a["run_id"], a["exit_code"]) for a in every] == [
-        (first["allocation_id"], 1, 137), (second["allocation_id"], 2, None)]
+        (first["allocation_id"], 1, 137),
+        (second["allocation_id"], 2, None),
+    ]
     assert every[0]["state"] == "TERMINATED" and every[1]["state"] != "TERMINATED"
     live = client.get("/api/v1/allocations", params={"active": "true"}).json()["allocations"]
     assert [(a["id"], a["experiment_id"], a["slot_ids"]) for a in live] == [
-        (second["allocation_id"], exp_id, second["slot_ids"])]
+        (second["allocation_id"], exp_id, second["slot_ids"])
+    ]
     done = client.get("/api/v1/allocations", params={"active": "false"}).json()["allocations"]
     assert [a["id"] for a in done] == [first["allocation_id"]]
 
@@ -243,7 +259,9 @@ def test_allocations_say_which_trial_holds_which_slots(master):
     assert "last_heartbeat" not in data["agents"][0]
     assert [a["trial_id"] for a in data["allocations"]] == [trial_id]
     if "resource_pools" in data:
-        assert data["resource_pools"] == client.get("/api/v1/resource-pools").json()["resource_pools"]
+        assert (
+            data["resource_pools"] == client.get("/api/v1/resource-pools").json()["resource_pools"]
+        )
 
 
 def test_experiments_stream_sends_changes_only(master):
@@ -266,11 +284,17 @@ def test_experiments_stream_sends_changes_only(master):
     assert events[1][1]["experiments"][0]["name"] == "renamed"
     assert events[1][1]["total"] == 1
     # archived=true holds none; all holds the one
-    only = _events(client.get("/api/v1/stream/experiments",
-                              params={"archived": "true", "max_seconds": 0.1}).text)
+    only = _events(
+        client.get(
+            "/api/v1/stream/experiments", params={"archived": "true", "max_seconds": 0.1}
+        ).text
+    )
     assert only[0][1] == {"experiments": [], "total": 0}
-    every = _events(client.get("/api/v1/stream/experiments",
-                               params={"archived": "all", "max_seconds": 0.1}).text)
+    every = _events(
+        client.get(
+            "/api/v1/stream/experiments", params={"archived": "all", "max_seconds": 0.1}
+        ).text
+    )
     assert every[0][1]["total"] == 1
 
 
@@ -278,8 +302,9 @@ def test_experiment_stream_and_unknown_objects(master):
     client, mgr = master
     exp_id = _experiment(client)
     t = _trial(mgr, exp_id, 0.05)
-    events = _events(client.get(f"/api/v1/stream/experiments/{exp_id}",
-                                params={"max_seconds": 0.1}).text)
+    events = _events(
+        client.get(f"/api/v1/stream/experiments/{exp_id}", params={"max_seconds": 0.1}).text
+    )
     assert events[0][0] == "experiment"
     assert events[0][1] == client.get(f"/api/v1/experiments/{exp_id}").json()
     assert t in [tr["id"] for tr in events[0][1]["trials"]]
@@ -295,8 +320,12 @@ def test_logs_stream_follows_new_lines_and_resumes(master):
 
     def add(*texts: str) -> None:
         with mgr.db.write() as s:
-            s.add_all(TaskLogRow(trial_id=t, allocation_id="al", timestamp=time.time(),
-                                 stdtype="stdout", log=x) for x in texts)
+            s.add_all(
+                TaskLogRow(
+                    trial_id=t, allocation_id="al", timestamp=time.time(), stdtype="stdout", log=x
+                )
+                for x in texts
+            )
 
     add("one", "two")
 
@@ -307,7 +336,9 @@ def test_logs_stream_follows_new_lines_and_resumes(master):
     thread = threading.Thread(target=later)
     thread.start()
     started = time.monotonic()
-    events = _events(client.get(f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": 1.5}).text)
+    events = _events(
+        client.get(f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": 1.5}).text
+    )
     thread.join()
     assert time.monotonic() - started < 3.0
     logs = [e for e in events if e[0] == "logs"]
@@ -315,14 +346,22 @@ def test_logs_stream_follows_new_lines_and_resumes(master):
     assert logs[0][1]["trial_state"] == "ACTIVE"
     assert int(logs[0][2]) == logs[0][1]["logs"][-1]["id"]
     # a reconnecting EventSource sends Last-Event-ID: only later lines come
-    resumed = _events(client.get(f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": 0.1},
-                                 headers={"Last-Event-ID": logs[0][2]}).text)
+    resumed = _events(
+        client.get(
+            f"/api/v1/stream/trials/{t}/logs",
+            params={"max_seconds": 0.1},
+            headers={"Last-Event-ID": logs[0][2]},
+        ).text
+    )
     assert [line["log"] for e in resumed if e[0] == "logs" for line in e[1]["logs"]] == ["three"]
     # a state change with no new line is its own event
     with mgr.db.write() as s:
         s.get(TrialRow, t).state = "PAUSED"
-    quiet = _events(client.get(f"/api/v1/stream/trials/{t}/logs",
-                               params={"max_seconds": 0.1, "after_id": logs[1][2]}).text)
+    quiet = _events(
+        client.get(
+            f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": 0.1, "after_id": logs[1][2]}
+        ).text
+    )
     assert quiet == [("state", {"trial_state": "PAUSED"}, logs[1][2])]
 
 
