@@ -58,15 +58,28 @@ def build(db: Database, trials: int, points: int, seed: int) -> tuple[int, float
     """Store the experiment; returns (experiment id, seconds storing rows, seconds folding)."""
     rng = np.random.default_rng(seed)
     with db.write() as s:
-        exp = ExperimentRow(name="chart-load", state="COMPLETED",
-                            config={"searcher": {"metric": NAME}}, original_config="",
-                            seed=seed, start_time=time.time())
+        exp = ExperimentRow(
+            name="chart-load",
+            state="COMPLETED",
+            config={"searcher": {"metric": NAME}},
+            original_config="",
+            seed=seed,
+            start_time=time.time(),
+        )
         s.add(exp)
         s.flush()
         exp_id = exp.id
-        rows = [TrialRow(experiment_id=exp_id, request_id=f"r{i}", state="COMPLETED",
-                         hparams={"lr": float(lr)}, seed=i, start_time=time.time())
-                for i, lr in enumerate(rng.uniform(1e-4, 1e-1, trials))]
+        rows = [
+            TrialRow(
+                experiment_id=exp_id,
+                request_id=f"r{i}",
+                state="COMPLETED",
+                hparams={"lr": float(lr)},
+                seed=i,
+                start_time=time.time(),
+            )
+            for i, lr in enumerate(rng.uniform(1e-4, 1e-1, trials))
+        ]
         s.add_all(rows)
         s.flush()
         trial_ids = [t.id for t in rows]
@@ -79,10 +92,20 @@ def build(db: Database, trials: int, points: int, seed: int) -> tuple[int, float
         reports = [(int(b), {NAME: float(v)}) for b, v in zip(batches, loss, strict=True)]
         with db.write() as s:
             t0 = time.perf_counter()
-            s.execute(insert(MetricRow.__table__), [  # Core executemany: the fastest portable
-                {"trial_id": trial_id, "kind": GROUP, "total_batches": b, "values": m,
-                 "trial_run_id": 0, "reported_at": now} for b, m in reports
-            ])
+            s.execute(
+                insert(MetricRow.__table__),
+                [  # Core executemany: the fastest portable
+                    {
+                        "trial_id": trial_id,
+                        "kind": GROUP,
+                        "total_batches": b,
+                        "values": m,
+                        "trial_run_id": 0,
+                        "reported_at": now,
+                    }
+                    for b, m in reports
+                ],
+            )
             t1 = time.perf_counter()
             fold_metric_reports(s, trial_id, GROUP, reports)
             t2 = time.perf_counter()
@@ -95,14 +118,19 @@ def raw_scan(db: Database, exp_id: int) -> dict:
     """The chart answer the old way: every metrics row of the experiment read, then M4."""
     path = '$."' + NAME + '"'
     with db.read() as s:
-        trial_ids = list(s.scalars(select(TrialRow.id).where(TrialRow.experiment_id == exp_id)
-                                   .order_by(TrialRow.id)))
+        trial_ids = list(
+            s.scalars(
+                select(TrialRow.id).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+            )
+        )
         xs: dict[int, list[int]] = {}
         ys: dict[int, list[float]] = {}
         for i in range(0, len(trial_ids), _IN_CHUNK):
-            q = select(MetricRow.trial_id, MetricRow.total_batches,
-                       func.json_extract(MetricRow.values, path)).where(
-                MetricRow.kind == GROUP, MetricRow.trial_id.in_(trial_ids[i:i + _IN_CHUNK]))
+            q = select(
+                MetricRow.trial_id,
+                MetricRow.total_batches,
+                func.json_extract(MetricRow.values, path),
+            ).where(MetricRow.kind == GROUP, MetricRow.trial_id.in_(trial_ids[i : i + _IN_CHUNK]))
             for trial_id, b, v in s.execute(q):
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     xs.setdefault(trial_id, []).append(b)
@@ -115,9 +143,15 @@ def raw_scan(db: Database, exp_id: int) -> dict:
         summary = M4Series()
         summary.extend(xs[trial_id], ys[trial_id])
         x, y = summary.points(per_series)
-        series.append({"trial_id": trial_id, "batches": x.tolist(), "values": y.tolist(),
-                       "raw_points": summary.raw_points,
-                       "downsampled": int(x.size) < summary.raw_points})
+        series.append(
+            {
+                "trial_id": trial_id,
+                "batches": x.tolist(),
+                "values": y.tolist(),
+                "raw_points": summary.raw_points,
+                "downsampled": int(x.size) < summary.raw_points,
+            }
+        )
     return {"max_points": per_series, "series": series}
 
 
@@ -139,8 +173,9 @@ def report_cost(mgr, trial_id: int, start: int, reports: int) -> tuple[float, fl
     try:
         for k in range(reports):
             t0 = time.perf_counter()
-            mgr.report_metrics(trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)},
-                               None)
+            mgr.report_metrics(
+                trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)}, None
+            )
             calls.append(time.perf_counter() - t0)
     finally:
         ms.fold_metric_reports = real
@@ -152,9 +187,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--points", type=int, default=1000, help="reports per trial")
     parser.add_argument("--full", action="store_true", help="--points 10000")
-    parser.add_argument("--db", type=Path, default=None,
-                        help="an empty directory for the database, kept (default: a "
-                             "temporary one, removed)")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="an empty directory for the database, kept (default: a temporary one, removed)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     points = 10_000 if args.full else args.points
@@ -173,9 +211,12 @@ def main() -> None:
         build_s = time.perf_counter() - t0
         db.dispose()
         size = os.path.getsize(data_dir / "dauntless.db") + sum(
-            os.path.getsize(p) for p in data_dir.glob("dauntless.db-*"))
-        print(f"{args.trials} trials x {points} reports of {NAME!r}: built in {build_s:.1f} s "
-              f"(rows {store_s:.1f} s, summaries {fold_s:.1f} s), {size / 2**20:.0f} MiB")
+            os.path.getsize(p) for p in data_dir.glob("dauntless.db-*")
+        )
+        print(
+            f"{args.trials} trials x {points} reports of {NAME!r}: built in {build_s:.1f} s "
+            f"(rows {store_s:.1f} s, summaries {fold_s:.1f} s), {size / 2**20:.0f} MiB"
+        )
 
         app = create_app(config, run_loop=False)  # a freshly started master
         url = f"/api/v1/experiments/{exp_id}/metrics"
@@ -203,22 +244,31 @@ def main() -> None:
             scan += time.perf_counter() - t0
             last = app.state.manager.db
             with last.read() as s:
-                probe = s.scalar(select(TrialRow.id).where(TrialRow.experiment_id == exp_id)
-                                 .order_by(TrialRow.id))
+                probe = s.scalar(
+                    select(TrialRow.id)
+                    .where(TrialRow.experiment_id == exp_id)
+                    .order_by(TrialRow.id)
+                )
             call_ms, fold_ms = report_cost(app.state.manager, probe, 10 * points, 200)
         if body["max_points"] != old["max_points"] or body["series"] != old["series"]:
             raise SystemExit("FAIL: the stored summaries answer differs from the raw scan")
         n_pts = sum(len(s["batches"]) for s in body["series"])
-        print(f"answer: {len(body['series'])} series, {n_pts} points "
-              f"({body['max_points']} per series at most), {len(r.content) / 2**20:.1f} MiB")
-        print(f"first load (stored summaries): {first:.3f} s "
-              f"[target < {TARGET_SECONDS:.1f} s: {'met' if first < TARGET_SECONDS else 'MISSED'}]")
+        print(
+            f"answer: {len(body['series'])} series, {n_pts} points "
+            f"({body['max_points']} per series at most), {len(r.content) / 2**20:.1f} MiB"
+        )
+        print(
+            f"first load (stored summaries): {first:.3f} s "
+            f"[target < {TARGET_SECONDS:.1f} s: {'met' if first < TARGET_SECONDS else 'MISSED'}]"
+        )
         print(f"repeated load (median of 3):    {statistics.median(repeats):.3f} s")
         print(f"raw scan + M4 (old first load): {scan:.3f} s")
         print(f"metric names (GET .../metrics/names): {names_s:.3f} s")
         print(f"ratio raw scan / first load:    {scan / first:.1f}x")
-        print(f"one report_metrics call on a full series: {call_ms:.2f} ms median, "
-              f"of which the summary update {fold_ms:.2f} ms")
+        print(
+            f"one report_metrics call on a full series: {call_ms:.2f} ms median, "
+            f"of which the summary update {fold_ms:.2f} ms"
+        )
     finally:
         if args.db is None:
             shutil.rmtree(data_dir, ignore_errors=True)

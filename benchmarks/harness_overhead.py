@@ -119,8 +119,14 @@ class MLPTrial(PyTorchTrial):
         self.train_set = TensorDataset(x[:7168], y[:7168])
         self.val_set = TensorDataset(x[7168:], y[7168:])
         self.model = context.wrap_model(
-            nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Dropout(0.1),
-                          nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+            nn.Sequential(
+                nn.Linear(512, 1024),
+                nn.ReLU(),
+                nn.Dropout(0.1),
+                nn.Linear(1024, 1024),
+                nn.ReLU(),
+                nn.Linear(1024, 10),
+            )
         )
         self.optimizer = context.wrap_optimizer(
             torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
@@ -128,8 +134,12 @@ class MLPTrial(PyTorchTrial):
         self.loss_fn = nn.CrossEntropyLoss()
 
     def build_training_data_loader(self) -> DataLoader:
-        return DataLoader(self.train_set, batch_size=self.context.get_per_slot_batch_size(),
-                          shuffle=True, drop_last=True)
+        return DataLoader(
+            self.train_set,
+            batch_size=self.context.get_per_slot_batch_size(),
+            shuffle=True,
+            drop_last=True,
+        )
 
     def build_validation_data_loader(self) -> DataLoader:
         return DataLoader(self.val_set, batch_size=512)
@@ -145,15 +155,21 @@ class MLPTrial(PyTorchTrial):
     def evaluate_batch(self, batch: Any) -> dict[str, Any]:
         x, y = batch
         logits = self.model(x)
-        return {"validation_loss": self.loss_fn(logits, y).item(),
-                "accuracy": (logits.argmax(dim=1) == y).float().mean().item()}
+        return {
+            "validation_loss": self.loss_fn(logits, y).item(),
+            "accuracy": (logits.argmax(dim=1) == y).float().mean().item(),
+        }
 
 
 def digits_config(batches: int) -> dict[str, Any]:
     config = yaml.safe_load((DIGITS / "const.yaml").read_text())
     config["searcher"]["max_length"] = {"batches": batches}
-    config.update(scheduling_unit=REPORT_EVERY, min_validation_period={"batches": 0},
-                  checkpoint_policy="none", max_restarts=0)
+    config.update(
+        scheduling_unit=REPORT_EVERY,
+        min_validation_period={"batches": 0},
+        checkpoint_policy="none",
+        max_restarts=0,
+    )
     return config
 
 
@@ -162,8 +178,12 @@ def mlp_config(batches: int) -> dict[str, Any]:
         "name": "bench-mlp",
         "entrypoint": "harness_overhead:MLPTrial",
         "hyperparameters": {"global_batch_size": 128},
-        "searcher": {"name": "single", "metric": "accuracy", "smaller_is_better": False,
-                     "max_length": {"batches": batches}},
+        "searcher": {
+            "name": "single",
+            "metric": "accuracy",
+            "smaller_is_better": False,
+            "max_length": {"batches": batches},
+        },
         "scheduling_unit": REPORT_EVERY,
         "checkpoint_policy": "none",
         "max_restarts": 0,
@@ -186,9 +206,23 @@ def master_process(data_dir: Path) -> Iterator[str]:
     log = (data_dir / "master.log").open("w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dauntless.master", "--port", url.rsplit(":", 1)[1],
-         "--data-dir", str(data_dir), "--agent-timeout", "3600", "--log-level", "warning"],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "dauntless.master",
+            "--port",
+            url.rsplit(":", 1)[1],
+            "--data-dir",
+            str(data_dir),
+            "--agent-timeout",
+            "3600",
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
     try:
         deadline = time.time() + 60
@@ -221,8 +255,14 @@ class FakeAgent:
         r = self.client.post("/auth/login", json={"username": "admin", "password": ""})
         r.raise_for_status()
         self.client.headers["Authorization"] = f"Bearer {r.json()['token']}"
-        self.client.post("/agents", json={"id": "bench-agent", "hostname": "localhost",
-                                          "slots": [{"id": "0", "type": "cpu"}]}).raise_for_status()
+        self.client.post(
+            "/agents",
+            json={
+                "id": "bench-agent",
+                "hostname": "localhost",
+                "slots": [{"id": "0", "type": "cpu"}],
+            },
+        ).raise_for_status()
 
     def start_trial(self, config: dict[str, Any]) -> dict[str, Any]:
         """Create an experiment and return its trial's task spec."""
@@ -294,13 +334,14 @@ class HandLoop:
 
     def __init__(self, trial_cls: type, config: dict) -> None:
         hparams = dict(config["hyperparameters"])
-        info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=1, hparams=hparams,
-                         config=config)
+        info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=1, hparams=hparams, config=config)
         seed_all(1)
         trial = trial_cls(PyTorchTrialContext(info))
         self.model, self.optimizer, self.loss_fn = trial.model, trial.optimizer, trial.loss_fn
         self.loader = torch.utils.data.DataLoader(
-            trial.train_set, batch_size=int(hparams["global_batch_size"]), shuffle=True,
+            trial.train_set,
+            batch_size=int(hparams["global_batch_size"]),
+            shuffle=True,
             drop_last=True,
         )
         self.model.train()
@@ -337,8 +378,9 @@ class HandLoop:
         return time.perf_counter() - start
 
 
-def interleaved_round(agent: FakeAgent, trial_cls: type, config: dict, batches: int,
-                      quiet: int, code_dir: Path) -> tuple[float, float, float]:
+def interleaved_round(
+    agent: FakeAgent, trial_cls: type, config: dict, batches: int, quiet: int, code_dir: Path
+) -> tuple[float, float, float]:
     """Train ``batches`` batches through the harness on the cluster path and as many
     with the hand-written loop, in turns.
 
@@ -414,8 +456,9 @@ def interleaved_round(agent: FakeAgent, trial_cls: type, config: dict, batches: 
 # ---------------------------------------------------------------- main
 
 
-def median_interval(values: list[float], confidence: float = 0.95,
-                    resamples: int = 4000) -> tuple[float, float]:
+def median_interval(
+    values: list[float], confidence: float = 0.95, resamples: int = 4000
+) -> tuple[float, float]:
     """A percentile-bootstrap confidence interval for the median of ``values``.
 
     Efron and Tibshirani, *An Introduction to the Bootstrap* (1993), ch. 13: resample
@@ -473,9 +516,12 @@ def main() -> int:
                         res[kind].append(rate)
                     res["first_op_ms"].append(first_op * 1e3)
                     res["ratio"].append(rates["harness"] / rates["hand"])
-                    print(f"{name:6s} round {r + 1}: hand {rates['hand']:9.0f} rec/s, "
-                          f"harness {rates['harness']:9.0f} rec/s, "
-                          f"ratio {rates['harness'] / rates['hand']:.3f}", flush=True)
+                    print(
+                        f"{name:6s} round {r + 1}: hand {rates['hand']:9.0f} rec/s, "
+                        f"harness {rates['harness']:9.0f} rec/s, "
+                        f"ratio {rates['harness'] / rates['hand']:.3f}",
+                        flush=True,
+                    )
     print()
     summary = {}
     for name, res in results.items():
@@ -496,12 +542,14 @@ def main() -> int:
         verdict = f"{'meets' if ratio >= TARGET else 'misses'} the target >= {TARGET}"
         if low < TARGET <= high:
             verdict += ", which lies inside the interval"
-        print(f"{name:6s}: hand {summary[name]['hand_records_per_s']} rec/s, harness "
-              f"{summary[name]['harness_records_per_s']} rec/s (medians); ratio: median "
-              f"{ratio:.3f} (95% CI {low:.3f}-{high:.3f}: {verdict}), "
-              f"best-of {best:.3f}, rounds {min(res['ratio']):.3f}-{max(res['ratio']):.3f}; "
-              f"before the first batch (first searcher operation): "
-              f"{summary[name]['first_operation_ms']} ms")
+        print(
+            f"{name:6s}: hand {summary[name]['hand_records_per_s']} rec/s, harness "
+            f"{summary[name]['harness_records_per_s']} rec/s (medians); ratio: median "
+            f"{ratio:.3f} (95% CI {low:.3f}-{high:.3f}: {verdict}), "
+            f"best-of {best:.3f}, rounds {min(res['ratio']):.3f}-{max(res['ratio']):.3f}; "
+            f"before the first batch (first searcher operation): "
+            f"{summary[name]['first_operation_ms']} ms"
+        )
     print(json.dumps(summary))
     return 0
 

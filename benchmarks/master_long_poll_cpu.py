@@ -77,9 +77,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.pollers < 1 or args.seconds <= 0 or args.pauses < 1:
         parser.error("--pollers and --pauses must be >= 1 and --seconds > 0")
-    with tempfile.TemporaryDirectory(prefix="dauntless-bench-") as tmp, master_process(
-        Path(tmp)
-    ) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="dauntless-bench-") as tmp,
+        master_process(Path(tmp)) as url,
+    ):
         agent = FakeAgent(url)
         spec = agent.start_trial(digits_config(100))
         pid = master_pid(url.rsplit(":", 1)[1])
@@ -89,8 +90,9 @@ def main() -> int:
 
         def client(spec: dict) -> httpx.Client:
             token = spec["env"]["DET_SESSION_TOKEN"]
-            return httpx.Client(base_url=url + "/api/v1", timeout=70,
-                                headers={"Authorization": f"Bearer {token}"})
+            return httpx.Client(
+                base_url=url + "/api/v1", timeout=70, headers={"Authorization": f"Bearer {token}"}
+            )
 
         time.sleep(1.0)
         idle = cpu_ms_per_s(pid, args.seconds)
@@ -110,8 +112,10 @@ def main() -> int:
         for t in threads:
             t.join(10)
         per_poller = (busy - idle) / args.pollers
-        print(f"master CPU: idle {idle:.1f} ms/s; with {args.pollers} waiting pollers "
-              f"{busy:.1f} ms/s: {per_poller:.2f} ms/s per waiting trial")
+        print(
+            f"master CPU: idle {idle:.1f} ms/s; with {args.pollers} waiting pollers "
+            f"{busy:.1f} ms/s: {per_poller:.2f} ms/s per waiting trial"
+        )
 
         latencies: list[float] = []
         for i in range(args.pauses):
@@ -135,14 +139,22 @@ def main() -> int:
                 raise RuntimeError(f"the long poll answered {answer} after a pause")
             latencies.append(answer["at"] - paused)
             agent.exited(spec["allocation_id"])
-        print(f"signal latency after a pause: median {1e3 * statistics.median(latencies):.0f} "
-              f"ms, max {1e3 * max(latencies):.0f} ms ({args.pauses} pauses)")
-        print(json.dumps({"idle_master_ms_per_s": round(idle, 1),
-                          "pollers": args.pollers,
-                          "with_pollers_ms_per_s": round(busy, 1),
-                          "ms_per_s_per_waiting_trial": round(per_poller, 2),
-                          "signal_latency_ms_median": round(1e3 * statistics.median(latencies)),
-                          "signal_latency_ms_max": round(1e3 * max(latencies))}))
+        print(
+            f"signal latency after a pause: median {1e3 * statistics.median(latencies):.0f} "
+            f"ms, max {1e3 * max(latencies):.0f} ms ({args.pauses} pauses)"
+        )
+        print(
+            json.dumps(
+                {
+                    "idle_master_ms_per_s": round(idle, 1),
+                    "pollers": args.pollers,
+                    "with_pollers_ms_per_s": round(busy, 1),
+                    "ms_per_s_per_waiting_trial": round(per_poller, 2),
+                    "signal_latency_ms_median": round(1e3 * statistics.median(latencies)),
+                    "signal_latency_ms_max": round(1e3 * max(latencies)),
+                }
+            )
+        )
     return 0
 
 

@@ -67,14 +67,20 @@ def make_step() -> tuple[Any, Any, Any, list[tuple[torch.Tensor, torch.Tensor]]]
     with the harness's ``zero_grads``, the optimizer, and 40 prepared batches of 32
     records."""
     config = digits_config(100)
-    info = TrialInfo(trial_id=1, experiment_id=1, trial_seed=1,
-                     hparams=dict(config["hyperparameters"]), config=config)
+    info = TrialInfo(
+        trial_id=1,
+        experiment_id=1,
+        trial_seed=1,
+        hparams=dict(config["hyperparameters"]),
+        config=config,
+    )
     seed_all(1)
     trial = load_trial_class("model_def:DigitsTrial", str(DIGITS))(PyTorchTrialContext(info))
     model, optimizer, loss_fn = trial.model, trial.optimizer, trial.loss_fn
     model.train()
-    loader = torch.utils.data.DataLoader(trial.train_set, batch_size=32, shuffle=True,
-                                         drop_last=True)
+    loader = torch.utils.data.DataLoader(
+        trial.train_set, batch_size=32, shuffle=True, drop_last=True
+    )
     batches = [batch for _, batch in zip(range(40), loader, strict=False)]
 
     def step(x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
@@ -183,20 +189,30 @@ def main() -> int:
         with_it = statistics.median(times[name])
         cost = statistics.median(hots[name])
         extra_us = with_it - plain
-        print(f"{name:9s}: {with_it:.1f} us per batch, +{extra_us:.1f} us; the added calls "
-              f"alone take {cost:.2f} us hot: amplification {extra_us / cost:.1f}x")
-        summary[name] = {"us_per_batch": round(with_it, 1), "added_us": round(extra_us, 2),
-                         "hot_us": round(cost, 2), "amplification": round(extra_us / cost, 2)}
+        print(
+            f"{name:9s}: {with_it:.1f} us per batch, +{extra_us:.1f} us; the added calls "
+            f"alone take {cost:.2f} us hot: amplification {extra_us / cost:.1f}x"
+        )
+        summary[name] = {
+            "us_per_batch": round(with_it, 1),
+            "added_us": round(extra_us, 2),
+            "hot_us": round(cost, 2),
+            "amplification": round(extra_us / cost, 2),
+        }
     with_zero = statistics.median(times["zero_grads"])
     zero_grad_hot = statistics.median(zero_hots["zero_grad"])
     zero_grads_hot = statistics.median(zero_hots["zero_grads"])
-    print(f"zero_grads: {with_zero:.1f} us per batch, {with_zero - plain:+.1f} us against "
-          f"optimizer.zero_grad(); hot: zero_grad() {zero_grad_hot:.2f} us, zero_grads "
-          f"{zero_grads_hot:.2f} us")
-    summary["zero_grads"] = {"us_per_batch": round(with_zero, 1),
-                             "added_us": round(with_zero - plain, 2),
-                             "hot_us": round(zero_grads_hot, 2),
-                             "zero_grad_hot_us": round(zero_grad_hot, 2)}
+    print(
+        f"zero_grads: {with_zero:.1f} us per batch, {with_zero - plain:+.1f} us against "
+        f"optimizer.zero_grad(); hot: zero_grad() {zero_grad_hot:.2f} us, zero_grads "
+        f"{zero_grads_hot:.2f} us"
+    )
+    summary["zero_grads"] = {
+        "us_per_batch": round(with_zero, 1),
+        "added_us": round(with_zero - plain, 2),
+        "hot_us": round(zero_grads_hot, 2),
+        "zero_grad_hot_us": round(zero_grad_hot, 2),
+    }
     print(json.dumps(summary))
     return 0
 

@@ -49,11 +49,14 @@ def build_inputs(agents: int, slots: int, pending: int, seed: int, fragmented: b
         start = 0
         while start < used:
             size = min(rng.choice((1, 2, 4)), used - start)
-            running.append(Allocation(
-                f"run-{len(running):06d}", f"exp-{rng.randrange(200):03d}",
-                {agent.id: slot_ids[start:start + size]},
-                priority=rng.choice((None, 20, 42, 60, 80)),
-            ))
+            running.append(
+                Allocation(
+                    f"run-{len(running):06d}",
+                    f"exp-{rng.randrange(200):03d}",
+                    {agent.id: slot_ids[start : start + size]},
+                    priority=rng.choice((None, 20, 42, 60, 80)),
+                )
+            )
             start += size
     requests = []
     for i in range(pending):
@@ -62,8 +65,15 @@ def build_inputs(agents: int, slots: int, pending: int, seed: int, fragmented: b
             priority = 50 - 2 * size  # distributed jobs first
         else:
             priority = rng.choice((None, 10, 30, 42, 50, 70, 90))
-        requests.append(Request(f"trial-{i:06d}", f"exp-{i % 200:03d}", size,
-                                priority=priority, submitted_at=float(i)))
+        requests.append(
+            Request(
+                f"trial-{i:06d}",
+                f"exp-{i % 200:03d}",
+                size,
+                priority=priority,
+                submitted_at=float(i),
+            )
+        )
     rng.shuffle(requests)
     return pool_agents, requests, running
 
@@ -75,8 +85,14 @@ def naive_first_fit(pool: PoolSpec, agents, pending, running) -> int:
         for agent_id, slot_ids in alloc.slots.items():
             if agent_id in free:
                 free[agent_id] = [s for s in free[agent_id] if s not in slot_ids]
-    order = sorted(pending, key=lambda r: (
-        pool.default_priority if r.priority is None else r.priority, r.submitted_at, r.id))
+    order = sorted(
+        pending,
+        key=lambda r: (
+            pool.default_priority if r.priority is None else r.priority,
+            r.submitted_at,
+            r.id,
+        ),
+    )
     names = sorted(free)
     per_agent = max((len(a.slots) for a in agents), default=0)
     total = sum(len(slots) for slots in free.values())
@@ -129,29 +145,36 @@ def run_scenario(name: str, inputs, configurations, passes: int) -> None:
     agents, pending, running = inputs
     held = sum(a.slot_count for a in running)
     total = sum(len(a.slots) for a in agents)
-    print(f"{name}: {len(agents)} agents, {total} slots, {len(running)} running allocations "
-          f"holding {held} slots, {len(pending)} pending requests of sizes {SIZES}")
+    print(
+        f"{name}: {len(agents)} agents, {total} slots, {len(running)} running allocations "
+        f"holding {held} slots, {len(pending)} pending requests of sizes {SIZES}"
+    )
     priority_ms = None
     for label, pool in configurations:
         times, cpu, decision = time_passes(
-            lambda p=pool: schedule(p, agents, pending, running), passes)
+            lambda p=pool: schedule(p, agents, pending, running), passes
+        )
         median = statistics.median(times)
         if pool == PoolSpec("default"):
             priority_ms = median
         given = sum(a.slot_count for a in decision.assignments)
         verdict = "OK" if max(times) <= TARGET_MS else "OVER"
-        print(f"  {label:>20}: median {median:6.1f} ms, max {max(times):6.1f} ms, "
-              f"cpu median {statistics.median(cpu):6.1f} ms (target {TARGET_MS:.0f} ms: "
-              f"{verdict}); {len(decision.assignments)} assigned, {given} slots, "
-              f"{len(decision.preemptions)} preempted")
+        print(
+            f"  {label:>20}: median {median:6.1f} ms, max {max(times):6.1f} ms, "
+            f"cpu median {statistics.median(cpu):6.1f} ms (target {TARGET_MS:.0f} ms: "
+            f"{verdict}); {len(decision.assignments)} assigned, {given} slots, "
+            f"{len(decision.preemptions)} preempted"
+        )
     times, cpu, given = time_passes(
         lambda: naive_first_fit(PoolSpec("default"), agents, pending, running),
         max(1, min(3, passes)),
     )
     baseline = statistics.median(times)
-    print(f"  {'naive first-fit':>20}: median {baseline:6.1f} ms, max {max(times):6.1f} ms, "
-          f"cpu median {statistics.median(cpu):6.1f} ms; {given} slots; "
-          f"baseline / indexed priority pass = {baseline / priority_ms:.1f}x")
+    print(
+        f"  {'naive first-fit':>20}: median {baseline:6.1f} ms, max {max(times):6.1f} ms, "
+        f"cpu median {statistics.median(cpu):6.1f} ms; {given} slots; "
+        f"baseline / indexed priority pass = {baseline / priority_ms:.1f}x"
+    )
 
 
 def main() -> None:
@@ -164,17 +187,27 @@ def main() -> None:
     args = parser.parse_args()
 
     sizes = (args.agents, args.slots, args.pending, args.seed)
-    run_scenario("third-busy", build_inputs(*sizes), (
-        ("priority", PoolSpec("default")),
-        ("priority+preemption", PoolSpec("default", preemption=True)),
-        ("fair_share", PoolSpec("default", scheduler="fair_share")),
-        ("priority worst-fit", PoolSpec("default", fitting_policy="worst")),
-    ), args.passes)
-    run_scenario("fragmented", build_inputs(*sizes, fragmented=True), (
-        ("priority", PoolSpec("default")),
-        ("priority+preemption", PoolSpec("default", preemption=True)),
-        ("fair_share", PoolSpec("default", scheduler="fair_share")),
-    ), args.passes)
+    run_scenario(
+        "third-busy",
+        build_inputs(*sizes),
+        (
+            ("priority", PoolSpec("default")),
+            ("priority+preemption", PoolSpec("default", preemption=True)),
+            ("fair_share", PoolSpec("default", scheduler="fair_share")),
+            ("priority worst-fit", PoolSpec("default", fitting_policy="worst")),
+        ),
+        args.passes,
+    )
+    run_scenario(
+        "fragmented",
+        build_inputs(*sizes, fragmented=True),
+        (
+            ("priority", PoolSpec("default")),
+            ("priority+preemption", PoolSpec("default", preemption=True)),
+            ("fair_share", PoolSpec("default", scheduler="fair_share")),
+        ),
+        args.passes,
+    )
 
 
 if __name__ == "__main__":

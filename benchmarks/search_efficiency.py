@@ -61,7 +61,9 @@ def make_model(hidden_size: int, dropout: float) -> nn.Module:
     """The digits example's MLP: ``Linear(64, h) -> ReLU -> Dropout -> Linear(h, 10)``;
     input ``[batch, 64]`` floats in [0, 1], output ``[batch, 10]`` logits."""
     return nn.Sequential(
-        nn.Linear(64, hidden_size), nn.ReLU(), nn.Dropout(dropout),
+        nn.Linear(64, hidden_size),
+        nn.ReLU(),
+        nn.Dropout(dropout),
         nn.Linear(hidden_size, NUM_CLASSES),
     )
 
@@ -172,11 +174,13 @@ class DigitsObjective:
 def search_config(searcher: dict[str, Any]) -> ExperimentConfig:
     """An experiment config over :data:`HYPERPARAMETERS` with the given searcher block
     (metric ``accuracy``, larger is better)."""
-    return parse_experiment_config({
-        "name": "digits-search-efficiency",
-        "hyperparameters": HYPERPARAMETERS,
-        "searcher": {"metric": "accuracy", "smaller_is_better": False, **searcher},
-    })
+    return parse_experiment_config(
+        {
+            "name": "digits-search-efficiency",
+            "hyperparameters": HYPERPARAMETERS,
+            "searcher": {"metric": "accuracy", "smaller_is_better": False, **searcher},
+        }
+    )
 
 
 @dataclass
@@ -197,22 +201,41 @@ def run_search(config: ExperimentConfig, seed: int, target: float) -> Outcome:
     start = time.perf_counter()
     result = simulate(config, objective, seed, max_concurrent=1)
     return Outcome(
-        trials=len(result.trials), batches=result.total_batches,
-        best=float(result.best_metric or 0.0), to_target=objective.batches_to(target),
+        trials=len(result.trials),
+        batches=result.total_batches,
+        best=float(result.best_metric or 0.0),
+        to_target=objective.batches_to(target),
         seconds=time.perf_counter() - start,
     )
 
 
 def compare(seed: int, args: argparse.Namespace) -> tuple[Outcome, Outcome]:
     """ASHA, then random search with ASHA's batches as whole full-length trials."""
-    asha = run_search(search_config({
-        "name": "adaptive_asha", "max_trials": args.max_trials, "max_time": args.max_length,
-        "time_metric": "batches", "divisor": args.divisor, "mode": args.mode,
-    }), seed, args.target)
-    random = run_search(search_config({
-        "name": "random", "max_trials": max(asha.batches // args.max_length, 1),
-        "max_length": {"batches": args.max_length},
-    }), seed, args.target)
+    asha = run_search(
+        search_config(
+            {
+                "name": "adaptive_asha",
+                "max_trials": args.max_trials,
+                "max_time": args.max_length,
+                "time_metric": "batches",
+                "divisor": args.divisor,
+                "mode": args.mode,
+            }
+        ),
+        seed,
+        args.target,
+    )
+    random = run_search(
+        search_config(
+            {
+                "name": "random",
+                "max_trials": max(asha.batches // args.max_length, 1),
+                "max_length": {"batches": args.max_length},
+            }
+        ),
+        seed,
+        args.target,
+    )
     return asha, random
 
 
@@ -225,13 +248,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=10, help="number of experiment seeds")
     parser.add_argument("--first-seed", type=int, default=0, help="the first experiment seed")
     parser.add_argument("--max-trials", type=int, default=64, help="ASHA's max_trials")
-    parser.add_argument("--max-length", type=int, default=640,
-                        help="full training length in batches (ASHA max_time, random max_length)")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=640,
+        help="full training length in batches (ASHA max_time, random max_length)",
+    )
     parser.add_argument("--divisor", type=float, default=4.0, help="ASHA divisor")
-    parser.add_argument("--mode", default="standard",
-                        choices=["aggressive", "standard", "conservative"], help="ASHA mode")
-    parser.add_argument("--target", type=float, default=0.98,
-                        help="target validation accuracy (0..1)")
+    parser.add_argument(
+        "--mode",
+        default="standard",
+        choices=["aggressive", "standard", "conservative"],
+        help="ASHA mode",
+    )
+    parser.add_argument(
+        "--target", type=float, default=0.98, help="target validation accuracy (0..1)"
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.max_trials < 1 or args.max_length < 1:
         parser.error("--seeds, --max-trials and --max-length must be >= 1")
@@ -239,12 +271,16 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--target must be in (0, 1]")
     torch.set_num_threads(1)
 
-    print(f"digits MLP, lr/hidden_size/dropout as in examples/digits/adaptive.yaml; "
-          f"full length {args.max_length} batches; ASHA max_trials {args.max_trials}, "
-          f"divisor {args.divisor:g}, mode {args.mode}; target accuracy {args.target}")
-    header = (f"{'seed':>4} | {'ASHA trials':>11} {'batches':>8} {'best acc':>8} "
-              f"{'to target':>9} | {'random trials':>13} {'batches':>8} {'best acc':>8} "
-              f"{'to target':>9}")
+    print(
+        f"digits MLP, lr/hidden_size/dropout as in examples/digits/adaptive.yaml; "
+        f"full length {args.max_length} batches; ASHA max_trials {args.max_trials}, "
+        f"divisor {args.divisor:g}, mode {args.mode}; target accuracy {args.target}"
+    )
+    header = (
+        f"{'seed':>4} | {'ASHA trials':>11} {'batches':>8} {'best acc':>8} "
+        f"{'to target':>9} | {'random trials':>13} {'batches':>8} {'best acc':>8} "
+        f"{'to target':>9}"
+    )
     print(header)
     print("-" * len(header))
     rows: list[tuple[Outcome, Outcome]] = []
@@ -252,31 +288,45 @@ def main(argv: list[str] | None = None) -> None:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         asha, rnd = compare(seed, args)
         rows.append((asha, rnd))
-        print(f"{seed:>4} | {asha.trials:>11} {asha.batches:>8} {asha.best:>8.4f} "
-              f"{_cell(asha.to_target):>9} | {rnd.trials:>13} {rnd.batches:>8} "
-              f"{rnd.best:>8.4f} {_cell(rnd.to_target):>9}", flush=True)
+        print(
+            f"{seed:>4} | {asha.trials:>11} {asha.batches:>8} {asha.best:>8.4f} "
+            f"{_cell(asha.to_target):>9} | {rnd.trials:>13} {rnd.batches:>8} "
+            f"{rnd.best:>8.4f} {_cell(rnd.to_target):>9}",
+            flush=True,
+        )
 
     asha_best = statistics.mean(a.best for a, _ in rows)
     rnd_best = statistics.mean(r.best for _, r in rows)
-    print(f"\nmean best accuracy: ASHA {asha_best:.4f}, random {rnd_best:.4f} "
-          f"(ASHA / random = {asha_best / rnd_best:.4f}); ASHA better on "
-          f"{sum(a.best > r.best for a, r in rows)}, equal on "
-          f"{sum(a.best == r.best for a, r in rows)}, worse on "
-          f"{sum(a.best < r.best for a, r in rows)} of {len(rows)} seeds")
-    print(f"mean batches trained: ASHA {statistics.mean(a.batches for a, _ in rows):.0f}, "
-          f"random {statistics.mean(r.batches for _, r in rows):.0f}")
+    print(
+        f"\nmean best accuracy: ASHA {asha_best:.4f}, random {rnd_best:.4f} "
+        f"(ASHA / random = {asha_best / rnd_best:.4f}); ASHA better on "
+        f"{sum(a.best > r.best for a, r in rows)}, equal on "
+        f"{sum(a.best == r.best for a, r in rows)}, worse on "
+        f"{sum(a.best < r.best for a, r in rows)} of {len(rows)} seeds"
+    )
+    print(
+        f"mean batches trained: ASHA {statistics.mean(a.batches for a, _ in rows):.0f}, "
+        f"random {statistics.mean(r.batches for _, r in rows):.0f}"
+    )
     reached_a = [a.to_target for a, _ in rows if a.to_target is not None]
     reached_r = [r.to_target for _, r in rows if r.to_target is not None]
-    print(f"target {args.target} reached: ASHA on {len(reached_a)}, random on "
-          f"{len(reached_r)} of {len(rows)} seeds")
-    both = [(a.to_target, r.to_target) for a, r in rows
-            if a.to_target is not None and r.to_target is not None]
+    print(
+        f"target {args.target} reached: ASHA on {len(reached_a)}, random on "
+        f"{len(reached_r)} of {len(rows)} seeds"
+    )
+    both = [
+        (a.to_target, r.to_target)
+        for a, r in rows
+        if a.to_target is not None and r.to_target is not None
+    ]
     if both:
         med_a = statistics.median(a for a, _ in both)
         med_r = statistics.median(r for _, r in both)
-        print(f"batches until the target, median over the {len(both)} seeds where both "
-              f"reached it: ASHA {med_a:.0f}, random {med_r:.0f} "
-              f"(random / ASHA = {med_r / med_a:.2f}x)")
+        print(
+            f"batches until the target, median over the {len(both)} seeds where both "
+            f"reached it: ASHA {med_a:.0f}, random {med_r:.0f} "
+            f"(random / ASHA = {med_r / med_a:.2f}x)"
+        )
     print(f"wall time {time.perf_counter() - started:.1f} s")
 
 

@@ -36,13 +36,24 @@ def objective(hparams: dict, length: int, trial_seed: int) -> float:
 def configs(trials: int) -> dict[str, ExperimentConfig]:
     base = {"metric": "loss", "max_trials": trials, "max_concurrent_trials": 64}
     return {
-        "random": parse_experiment_config({
-            "searcher": {**base, "name": "random", "max_length": {"batches": 1000}},
-            "hyperparameters": HYPERPARAMETERS}),
-        "adaptive_asha": parse_experiment_config({
-            "searcher": {**base, "name": "adaptive_asha", "max_time": 1000,
-                         "time_metric": "batches", "mode": "standard"},
-            "hyperparameters": HYPERPARAMETERS}),
+        "random": parse_experiment_config(
+            {
+                "searcher": {**base, "name": "random", "max_length": {"batches": 1000}},
+                "hyperparameters": HYPERPARAMETERS,
+            }
+        ),
+        "adaptive_asha": parse_experiment_config(
+            {
+                "searcher": {
+                    **base,
+                    "name": "adaptive_asha",
+                    "max_time": 1000,
+                    "time_metric": "batches",
+                    "mode": "standard",
+                },
+                "hyperparameters": HYPERPARAMETERS,
+            }
+        ),
     }
 
 

@@ -23,8 +23,12 @@ from dauntless import pytorch as det_torch
 
 LOCAL_CONFIG = {
     "hyperparameters": {"global_batch_size": 32, "lr": 0.003, "hidden_size": 64, "dropout": 0.1},
-    "searcher": {"name": "single", "metric": "accuracy", "smaller_is_better": False,
-                 "max_length": {"epochs": 3}},
+    "searcher": {
+        "name": "single",
+        "metric": "accuracy",
+        "smaller_is_better": False,
+        "max_length": {"epochs": 3},
+    },
     "records_per_epoch": 1438,
     "checkpoint_storage": {"type": "directory", "container_path": "checkpoints"},
     "reproducibility": {"experiment_seed": 0},
@@ -45,8 +49,12 @@ class DigitsTrial(det_torch.PyTorchTrial):
         self.train_set = TensorDataset(x[n_val:], y[n_val:])
         hidden = int(context.get_hparam("hidden_size"))
         self.model = context.wrap_model(
-            nn.Sequential(nn.Linear(64, hidden), nn.ReLU(),
-                          nn.Dropout(float(context.get_hparam("dropout"))), nn.Linear(hidden, 10))
+            nn.Sequential(
+                nn.Linear(64, hidden),
+                nn.ReLU(),
+                nn.Dropout(float(context.get_hparam("dropout"))),
+                nn.Linear(hidden, 10),
+            )
         )
         self.optimizer = context.wrap_optimizer(
             torch.optim.Adam(self.model.parameters(), lr=float(context.get_hparam("lr")))
@@ -54,8 +62,12 @@ class DigitsTrial(det_torch.PyTorchTrial):
         self.loss_fn = nn.CrossEntropyLoss()
 
     def build_training_data_loader(self) -> det_torch.DataLoader:
-        return det_torch.DataLoader(self.train_set, shuffle=True, drop_last=True,
-                                    batch_size=self.context.get_per_slot_batch_size())
+        return det_torch.DataLoader(
+            self.train_set,
+            shuffle=True,
+            drop_last=True,
+            batch_size=self.context.get_per_slot_batch_size(),
+        )
 
     def build_validation_data_loader(self) -> det_torch.DataLoader:
         return det_torch.DataLoader(self.val_set, batch_size=self.context.get_per_slot_batch_size())

@@ -1,0 +1,307 @@
+"""Trials per second of a search of trivial Core API trials, against Optuna in-process.
+
+Starts a real master (SQLite in a temporary directory) and one agent with 2 artificial
+CPU slots as processes on 127.0.0.1, waits until the agent's warm worker is ready (or,
+with ``--cold``, starts the agent with ``--no-warm-start``), then for each N creates a
+``random`` search of N trials whose entrypoint is ``python3 train.py``: each trial calls
+``core.init()``, reports one training metric and its searcher operation as completed,
+and exits. Printed per N:
+
+- seconds from ``POST /experiments`` to the experiment's COMPLETED (wall);
+- per-trial slot overhead: ``2 * wall / N`` (2 slots busy all the time);
+- CPU seconds per trial of each side: the master process, the agent process with its
+  warm worker and every trial process (children's CPU, read from ``/proc`` and
+  ``getrusage``-style ``cutime``/``cstime`` of the agent, which waits for its cold
+  children; a warm trial's CPU is the fork server's children's);
+- the slot gap: the time from one trial's end (``end_time``) to the first training
+  metric (``reported_at``) of the trial that took its slot, median and p90.
+
+The baseline, in the same run: the same N trials as an Optuna study (``optuna`` when it
+is installed, else skipped) whose objective returns a constant: what a hyperparameter
+search costs with no process per trial.
+
+Usage::
+
+    python benchmarks/trial_throughput.py [--n 10 100] [--cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TRAIN_PY = """\
+from dauntless import core
+
+with core.init() as ctx:
+    for op in ctx.searcher.operations():
+        ctx.train.report_training_metrics(op.length, {"loss": 1.0})
+        op.report_completed(1.0)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """``(own, waited-for children)`` CPU seconds of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / tick
+    children = (int(fields[13]) + int(fields[14])) / tick
+    return own, children
+
+
+def _tree_cpu(root: int) -> dict[str, float]:
+    """CPU of a process and its descendants now alive or waited for, by command."""
+    out: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        pid, ppid = int(entry.name), int(fields[1])
+        if pid != root and ppid != root:
+            continue
+        own, children = _cpu_seconds(pid)
+        key = "agent" if pid == root else ("warm worker" if "_forkserver" in cmd else "other")
+        out[key] = out.get(key, 0.0) + own
+        out[key + " (children)"] = out.get(key + " (children)", 0.0) + children
+    return out
+
+
+class Cluster:
+    """A master and one agent with 2 slots, as processes."""
+
+    def __init__(self, tmp: Path, warm: bool) -> None:
+        self.tmp = tmp
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        secret = tmp / "secret"
+        secret.write_text(os.urandom(16).hex())
+        secret.chmod(0o600)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.master = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dauntless.master",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(tmp / "data"),
+                "--db-url",
+                f"sqlite:///{tmp}/master.db",
+                "--cluster-secret-file",
+                str(secret),
+            ],
+            stdout=open(tmp / "master.log", "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        self._wait(lambda: httpx.get(self.url + "/api/v1/master", timeout=2).status_code == 200)
+        r = httpx.post(self.url + "/api/v1/auth/login", json={"username": "admin", "password": ""})
+        r.raise_for_status()
+        self.headers = {"Authorization": f"Bearer {r.json()['token']}"}
+        cmd = [
+            sys.executable,
+            "-m",
+            "dauntless.agent",
+            "--master-url",
+            self.url,
+            "--agent-id",
+            "bench",
+            "--work-dir",
+            str(tmp / "agent"),
+            "--artificial-slots",
+            "2",
+            "--runtime",
+            "process",
+            "--cluster-secret-file",
+            str(secret),
+        ]
+        if not warm:
+            cmd.append("--no-warm-start")
+        self.agent_log = tmp / "agent.log"
+        self.agent = subprocess.Popen(
+            cmd,
+            stdout=open(self.agent_log, "w"),
+            stderr=subprocess.STDOUT,
+            env=env,  # noqa: SIM115
+        )
+        self._wait(lambda: len(self.get("/agents")["agents"]) == 1)
+        if warm:
+            self._wait(lambda: "warm worker (fork server) ready" in self.agent_log.read_text())
+
+    def _wait(self, ok: Any, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if ok():
+                    return
+            except (httpx.HTTPError, OSError, KeyError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"cluster did not start; see {self.tmp}")
+
+    def get(self, path: str, **params: Any) -> Any:
+        r = httpx.get(self.url + "/api/v1" + path, params=params, headers=self.headers, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def stop(self) -> None:
+        for proc in (self.agent, self.master):
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def run_search(cluster: Cluster, n: int, model_dir: Path) -> dict[str, Any]:
+    """Create one search of ``n`` trivial trials and wait for it; returns its figures."""
+    config = {
+        "name": f"throughput-{n}",
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}},
+        "searcher": {
+            "name": "random",
+            "metric": "loss",
+            "max_trials": n,
+            "max_concurrent_trials": 2,
+            "max_length": {"batches": 1},
+        },
+        "max_restarts": 0,
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(model_dir / "train.py", arcname="train.py")
+    m0 = _cpu_seconds(cluster.master.pid)[0]
+    a0 = _tree_cpu(cluster.agent.pid)
+    t0 = time.monotonic()
+    r = httpx.post(
+        cluster.url + "/api/v1/experiments",
+        headers=cluster.headers,
+        timeout=60,
+        data={"config": json.dumps(config)},
+        files={"context": ("context.tar.gz", buf.getvalue(), "application/gzip")},
+    )
+    r.raise_for_status()
+    exp_id = r.json()["experiment"]["id"]
+    while True:
+        state = cluster.get(f"/experiments/{exp_id}")["experiment"]["state"]
+        if state in ("COMPLETED", "ERROR", "CANCELED"):
+            break
+        time.sleep(0.05)
+    wall = time.monotonic() - t0
+    m1 = _cpu_seconds(cluster.master.pid)[0]
+    a1 = _tree_cpu(cluster.agent.pid)
+    trials = cluster.get(f"/experiments/{exp_id}/trials")["trials"]
+    states = [t["state"] for t in trials]
+    if state != "COMPLETED" or states.count("COMPLETED") != n:
+        raise RuntimeError(f"experiment {exp_id} ended {state}: {states}; see {cluster.tmp}")
+    return {
+        "wall": wall,
+        "master_cpu": m1 - m0,
+        "agent_cpu": {k: a1.get(k, 0.0) - a0.get(k, 0.0) for k in a1},
+        "gaps": slot_gaps(cluster, trials),
+    }
+
+
+def slot_gaps(cluster: Cluster, trials: list[dict[str, Any]]) -> list[float]:
+    """Seconds from a trial's end to the first metric of the trial that took its slot.
+
+    With ``max_concurrent_trials`` equal to the slot count, every trial after the first
+    two starts on the slot an ended trial freed; the k-th end (in time) is paired with the
+    k-th first metric among those later trials (first in, first out).
+    """
+    ends = sorted(float(t["end_time"]) for t in trials if t.get("end_time") is not None)
+    firsts = []
+    for t in trials:
+        metrics = cluster.get(f"/trials/{t['id']}/metrics", group="training")["metrics"]
+        if metrics:
+            firsts.append(min(float(m["reported_at"]) for m in metrics))
+    firsts.sort()
+    return [f - e for e, f in zip(ends, firsts[2:], strict=False)]
+
+
+def optuna_baseline(n: int) -> float | None:
+    """Seconds for ``n`` constant-objective trials in an in-process Optuna study."""
+    try:
+        import optuna
+    except ImportError:
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t0 = time.monotonic()
+    study = optuna.create_study()
+    study.optimize(lambda trial: trial.suggest_float("x", 0.0, 1.0) * 0 + 1.0, n_trials=n)
+    return time.monotonic() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, nargs="+", default=[10, 100])
+    p.add_argument("--cold", action="store_true", help="start the agent with --no-warm-start")
+    args = p.parse_args()
+    print(f"load average: {open('/proc/loadavg').read().strip()}")
+    with tempfile.TemporaryDirectory(prefix="dauntless-throughput-") as tmp_s:
+        tmp = Path(tmp_s)
+        (tmp / "model").mkdir()
+        (tmp / "model" / "train.py").write_text(TRAIN_PY)
+        cluster = Cluster(tmp, warm=not args.cold)
+        try:
+            for n in args.n:
+                res = run_search(cluster, n, tmp / "model")
+                gaps = sorted(res["gaps"])
+                agent = res["agent_cpu"]
+                print(f"\nN = {n} trials, 2 slots, {'cold' if args.cold else 'warm'} start")
+                print(f"  create -> COMPLETED      {res['wall']:.2f} s")
+                print(f"  slot time per trial      {2 * res['wall'] / n:.3f} s")
+                if gaps:
+                    p90 = gaps[int(0.9 * (len(gaps) - 1))]
+                    print(
+                        f"  slot gap (end -> next first metric): median "
+                        f"{statistics.median(gaps):.3f} s, p90 {p90:.3f} s ({len(gaps)} gaps)"
+                    )
+                print(f"  master CPU per trial     {res['master_cpu'] / n * 1000:.1f} ms")
+                for k, v in sorted(agent.items()):
+                    if v > 0:
+                        print(f"  {k + ' CPU per trial':<40} {v / n * 1000:.1f} ms")
+                base = optuna_baseline(n)
+                if base is not None:
+                    print(
+                        f"  optuna in-process        {base:.3f} s "
+                        f"(ratio dauntless / optuna {res['wall'] / base:.0f}x)"
+                    )
+                else:
+                    print("  optuna not installed: no baseline")
+                print(f"  load average now: {open('/proc/loadavg').read().strip()}")
+        finally:
+            cluster.stop()
+            if os.environ.get("KEEP_LOGS"):
+                print((tmp / "agent.log").read_text()[-3000:])
+                print((tmp / "master.log").read_text()[-3000:])
+
+
+if __name__ == "__main__":
+    main()

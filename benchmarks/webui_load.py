@@ -1,0 +1,214 @@
+"""First meaningful paint of the WebUI's experiment page at 10, 100 and 1,000 trials.
+
+A real master (``python -m dauntless.master``, SQLite) gets three finished experiments
+seeded straight into its database (:func:`dauntless.master.seeding.seed_experiment`:
+trials with ``--points`` validation and training reports each, their chart summaries,
+checkpoints). A headless Chromium (Debian's, driven by Playwright) then opens each
+experiment's page ``--runs`` times in a signed-in browser context and records, from the
+page's own clock (``performance.now()``, milliseconds since navigation start):
+
+- *first chart*: the learning-curve chart's canvas drawn (the page's first meaningful
+  paint: header, chart; it shows the top 10 trials by the searcher metric above 40);
+- *table*: the trials table's first page drawn.
+
+The baseline, measured in the same run, is the 10-trial experiment: each row prints its
+ratio to it. A last row times the 1,000-trial page asked to draw every trial
+(``?show=all``), against its top-10 default. Beside wall times it prints the CPU seconds
+the master and the browser spent over all runs of a row, and the load average before and
+after. Target: first chart <= 1 s at 1,000 trials on an idle machine.
+
+Usage::
+
+    python benchmarks/webui_load.py [--points 1000] [--runs 3] [--sizes 10,100,1000]
+
+Seeding 1,000 trials x 1,000 points writes 2 million metric rows (about 90 s on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from dauntless.master.seeding import seed_experiment
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET_SECONDS = 1.0
+CHART = "#learning-curves[data-rendered='1'] canvas"
+TABLE = "#trials-table tbody tr[data-trial]"
+TRACE = """performance.getEntriesByType('resource').map((e) =>
+  `${e.name.replace(location.origin, '')} start ${e.startTime.toFixed(0)} end ${e.responseEnd.toFixed(0)} ms`)"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _browser_cpu() -> dict[int, float]:
+    """CPU seconds so far of each live browser process, by pid."""
+    out = {}
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in c.name().lower():
+                t = c.cpu_times()
+                out[c.pid] = t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=1000, help="validations per trial")
+    ap.add_argument("--runs", type=int, default=3, help="page loads per row")
+    ap.add_argument("--sizes", default="10,100,1000", help="trial counts, comma-separated")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    exe = shutil.which("chromium")
+    if exe is None:
+        print("Debian's chromium is not installed (apt-get install chromium)", file=sys.stderr)
+        return 2
+    from playwright.sync_api import sync_playwright
+
+    tmp = Path(tempfile.mkdtemp(prefix="webui-load-"))
+    db_url = f"sqlite:///{tmp}/master.db"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    master = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dauntless.master",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp / "data"),
+            "--db-url",
+            db_url,
+        ],
+        stdout=(tmp / "master.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                httpx.get(url + "/api/v1/master", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.time() > deadline or master.poll() is not None:
+                    print((tmp / "master.log").read_text(), file=sys.stderr)
+                    return 1
+                time.sleep(0.2)
+        exps = {}
+        for n in sizes:
+            t0 = time.perf_counter()
+            exps[n] = seed_experiment(
+                db_url,
+                name=f"load-{n}",
+                trials=n,
+                points=args.points,
+                storage_dir=str(tmp / "ckpt"),
+                seed=n,
+            )
+            print(f"seeded {n} trials x {args.points} points in {time.perf_counter() - t0:.1f} s")
+        print(f"load average before: {open('/proc/loadavg').read().strip()}")
+        master_proc = psutil.Process(master.pid)
+        rows = []
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=exe, args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
+            ctx = browser.new_context(viewport={"width": 1440, "height": 900})
+            page = ctx.new_page()
+            page.goto(url + "/experiments")  # signs in (the cookie is kept)
+            page.wait_for_selector("#experiments-table[data-loaded='1']", timeout=60_000)
+            page.close()
+            cases = [(f"{n} trials", exps[n], "") for n in sizes]
+            if 1000 in exps:
+                cases.append(("1000 trials, show=all", exps[1000], "?show=all"))
+            for label, exp_id, q in cases:
+                chart, table = [], []
+                master0 = _cpu([master_proc])
+                browser_cpu = 0.0
+                for _ in range(args.runs):
+                    before = _browser_cpu()
+                    page = ctx.new_page()
+                    page.goto(f"{url}/experiments/{exp_id}{q}")
+                    page.wait_for_selector(CHART, timeout=120_000)
+                    chart.append(page.evaluate("performance.now()") / 1000)
+                    page.wait_for_selector(TABLE, timeout=120_000)
+                    table.append(page.evaluate("performance.now()") / 1000)
+                    series = page.locator("#learning-curves").get_attribute("data-series")
+                    if os.environ.get("WEBUI_LOAD_TRACE"):
+                        for e in page.evaluate(TRACE):
+                            print("   ", e)
+                    # Renderers end with their page: count each process's CPU before closing.
+                    after = _browser_cpu()
+                    browser_cpu += sum(v - before.get(pid, 0.0) for pid, v in after.items())
+                    page.close()
+                rows.append(
+                    (
+                        label,
+                        statistics.median(chart),
+                        statistics.median(table),
+                        series,
+                        _cpu([master_proc]) - master0,
+                        browser_cpu,
+                    )
+                )
+            browser.close()
+        base = rows[0][1]
+        print(
+            f"\n{'experiment':<24}{'first chart s':>14}{'x base':>8}{'table s':>9}"
+            f"{'series':>8}{'master CPU s':>14}{'browser CPU s':>15}"
+        )
+        for label, c, t, series, mcpu, bcpu in rows:
+            print(
+                f"{label:<24}{c:>14.3f}{c / base:>8.2f}{t:>9.3f}{series:>8}"
+                f"{mcpu:>14.2f}{bcpu:>15.2f}"
+            )
+        print(f"(medians of {args.runs} loads; CPU over all {args.runs} loads of a row)")
+        print(f"load average after: {open('/proc/loadavg').read().strip()}")
+        big = [r for r in rows if r[0] == "1000 trials"]
+        if big:
+            verdict = "meets" if big[0][1] <= TARGET_SECONDS else "misses"
+            print(
+                f"1000 trials: first chart {big[0][1]:.3f} s, {verdict} the {TARGET_SECONDS} s target"
+            )
+        return 0
+    finally:
+        master.terminate()
+        try:
+            master.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            master.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
