@@ -233,18 +233,19 @@ class Cluster:
             self.stop(proc)
         self.stop(self.master)
 
-    def dump_logs(self, exp_id: int | None = None) -> str:
-        """The master's and agents' log files, then (with ``exp_id``) the last lines of
-        each of that experiment's trials as the master stored them."""
+    def dump_logs(self, exp_id: int | tuple[int, ...] | None = None) -> str:
+        """The master's and agents' log files, then (with ``exp_id``, one id or several)
+        the last lines of each of those experiments' trials as the master stored them."""
         parts = [f"===== {p.name}\n{p.read_text()[-20000:]}" for p in self.logs if p.exists()]
-        if exp_id is not None:
+        ids = () if exp_id is None else exp_id if isinstance(exp_id, tuple) else (exp_id,)
+        for eid in ids:
             try:
-                for trial in self.api(f"/experiments/{exp_id}")["trials"]:
+                for trial in self.api(f"/experiments/{eid}")["trials"]:
                     lines = self.api(f"/trials/{trial['id']}/logs", limit=10000)["logs"]
                     text = "\n".join(line["log"].rstrip("\n") for line in lines[-300:])
                     parts.append(f"===== trial {trial['id']} (last 300 lines)\n{text}")
             except (httpx.HTTPError, KeyError) as exc:
-                parts.append(f"===== trial logs of experiment {exp_id} unavailable: {exc!r}")
+                parts.append(f"===== trial logs of experiment {eid} unavailable: {exc!r}")
         return "\n".join(parts)
 
     def wait_experiment(self, exp_id: int, timeout: float = 300) -> dict:

@@ -58,14 +58,21 @@ def _create(cluster, tmp_path: Path, storage: dict, name: str, max_length: int) 
     return int(out.split("Created experiment")[1].split()[0])
 
 
-def _wait(cond, what: str, cluster, timeout: float = 120.0):
+def _wait(cond, what: str, cluster, timeout: float = 120.0, exp_ids=(), server=None):
+    """Poll ``cond`` every 0.1 s; on timeout fail with the cluster's logs, the trial logs
+    of ``exp_ids`` and the end of the store's own log."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = cond()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"{what} within {timeout} s:\n{cluster.dump_logs()}")
+    dumps = [cluster.dump_logs(tuple(exp_ids))]
+    if server is not None and server.log.exists():
+        dumps.append(
+            f"===== {server.kind} server log\n{server.log.read_text(errors='replace')[-6000:]}"
+        )
+    raise AssertionError(f"{what} within {timeout} s:\n" + "\n".join(dumps))
 
 
 _T0 = [0.0]
@@ -127,6 +134,8 @@ def test_checkpoints_in_object_store(store_server, cluster_factory, tmp_path):
         ),
         "no checkpoint",
         cluster,
+        exp_ids=(exp_id, doomed_id),
+        server=store_server,
     )
     _phase("first checkpoint")
     with _frozen(store_server):
