@@ -153,6 +153,9 @@ def start_seaweedfs(workdir: Path, timeout: float = 60.0) -> StoreServer:
         f"-s3.port={ports['s3']}",
         f"-s3.port.grpc={grpc['s3']}",
         "-s3.port.iceberg=0",
+        # 4.48 also serves a Lance namespace on a fixed port (9101): two servers on one
+        # machine (two test sessions) would collide there.
+        "-s3.port.lance=0",
         f"-master.port={ports['master']}",
         f"-master.port.grpc={grpc['master']}",
         f"-volume.port={ports['volume']}",
@@ -177,9 +180,17 @@ def start_seaweedfs(workdir: Path, timeout: float = 60.0) -> StoreServer:
     )
 
     def probe() -> None:
-        _s3(server).list_buckets()
+        # Ready means an object can be written and read back: SeaweedFS answers bucket
+        # calls before its volume server has registered with its master, and a first
+        # upload then waits for a volume to be assigned.
+        from botocore.config import Config
+
+        client = _s3(server, Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}))
+        client.list_buckets()
         name = f"probe{uuidlib.uuid4().hex[:8]}"
-        make_bucket(server, name)
+        client.create_bucket(Bucket=name)
+        client.put_object(Bucket=name, Key="probe", Body=b"x" * 1024)
+        assert client.get_object(Bucket=name, Key="probe")["Body"].read() == b"x" * 1024
 
     return _wait(server, probe, timeout)
 
@@ -276,7 +287,7 @@ def start_azurite(workdir: Path, timeout: float = 60.0) -> StoreServer:
 # ---------------------------------------------------------------------- direct clients
 
 
-def _s3(server: StoreServer) -> Any:
+def _s3(server: StoreServer, config: Any = None) -> Any:
     import boto3
 
     return boto3.session.Session().client(
@@ -285,6 +296,7 @@ def _s3(server: StoreServer) -> Any:
         aws_access_key_id="any",
         aws_secret_access_key="any",
         region_name="us-east-1",
+        config=config,
     )
 
 
