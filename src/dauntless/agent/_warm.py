@@ -215,6 +215,7 @@ class WarmStarter:
         self.parent_pid = parent_pid
         self.proc: subprocess.Popen | None = None
         self._ready = threading.Event()
+        self._settled = threading.Event()  # the last start ended: ready, or failed
         self._lock = threading.Lock()
         self._started_at = 0.0
 
@@ -224,6 +225,7 @@ class WarmStarter:
             if self.proc is not None and self.proc.poll() is None:
                 return
             self._ready.clear()
+            self._settled.clear()
             self._started_at = time.monotonic()
             self.proc = subprocess.Popen(
                 [
@@ -248,9 +250,14 @@ class WarmStarter:
             with self._lock:
                 if self.proc is proc:
                     self._ready.set()
+                    self._settled.set()
             log.info("warm worker (fork server) ready, pid %d", proc.pid)
         else:
-            log.warning("the warm worker did not start (exit %s): trials start cold", proc.wait())
+            code = proc.wait()
+            with self._lock:
+                if self.proc is proc:
+                    self._settled.set()
+            log.warning("the warm worker did not start (exit %s): trials start cold", code)
         proc.stdout.read()  # EOF when it exits
         with self._lock:
             if self.proc is proc:  # not a newer server's readiness
@@ -277,6 +284,18 @@ class WarmStarter:
     def ready(self) -> bool:
         """Whether the server is up and answering."""
         return self._ready.is_set() and self.proc is not None and self.proc.poll() is None
+
+    def wait_if_starting(self) -> bool:
+        """If the server is running but not ready yet, wait until it is, or until
+        :attr:`READY_TIMEOUT_SECONDS` after its start; returns :meth:`ready` (False at
+        once when it is not starting: stopped, dead, or never started)."""
+        with self._lock:
+            proc, started_at = self.proc, self._started_at
+        if proc is None or proc.poll() is not None:
+            return False
+        left = self.READY_TIMEOUT_SECONDS - (time.monotonic() - started_at)
+        self._settled.wait(max(0.0, left))
+        return self.ready()
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the server; returns :meth:`ready`."""

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -158,3 +159,27 @@ def test_forked_processes_are_separate(tmp_path: Path) -> None:
     while starter.ready() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not starter.ready()
+
+
+def test_a_starting_worker_is_waited_for_and_a_failed_start_is_not(tmp_path: Path) -> None:
+    """Tasks that arrive while the server imports torch wait for it instead of starting
+    cold; a server that dies while starting releases them at once, not at the timeout."""
+    starter = WarmStarter(str(tmp_path / "fs.sock"), dict(os.environ), os.getpid())
+    assert not starter.wait_if_starting()  # never started
+    starter.start()
+    try:
+        assert not starter.ready()  # still importing torch
+        assert starter.wait_if_starting() and starter.ready()
+    finally:
+        starter.stop()
+
+    # Its socket in a directory that does not exist: the server exits before "ready".
+    broken = WarmStarter(str(tmp_path / "missing" / "fs.sock"), dict(os.environ), os.getpid())
+    broken.READY_TIMEOUT_SECONDS = 3600.0
+    result: list[bool] = []
+    broken.start()
+    waiter = threading.Thread(target=lambda: result.append(broken.wait_if_starting()))
+    waiter.start()
+    waiter.join(120)  # a wait until READY_TIMEOUT_SECONDS would still be blocked here
+    assert result == [False]
+    broken.stop()

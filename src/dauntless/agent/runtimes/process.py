@@ -216,7 +216,7 @@ class ProcessRuntime(Runtime):
         it cold."""
         from .._warm import warm_request
 
-        if self.warm is None or not self.warm.ready():
+        if self.warm is None:
             return None
         if launch.python is not None or launch.environment.bind_mounts:
             return None
@@ -226,6 +226,11 @@ class ProcessRuntime(Runtime):
             launch.argv, self.task_env(launch), launch.cwd or launch.work_dir, self.warm.env
         )
         if request is None:
+            return None
+        # A server still importing torch is ready sooner than a cold start would be (that
+        # imports torch too, competing for the same CPUs): wait for it (this runs in the
+        # task's prepare thread, not the agent's loop).
+        if not self.warm.ready() and not self.warm.wait_if_starting():
             return None
         try:
             proc = self.warm.fork(request)
