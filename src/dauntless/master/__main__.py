@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if config.log_level.lower() != "debug":
+        # httpx logs every request at INFO: a line per proxied notebook/TensorBoard request.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     app = create_app(config)
     tls = config.security.tls
     # With security.tls the master serves HTTPS only (clients verify it: --cert-file).
