@@ -2,7 +2,7 @@
 // `render(root, params)`, which draws into `root` and returns a function that stops its
 // streams and charts when the user navigates away.
 
-import { UNAUTHORIZED_EVENT, currentUser, login, logout } from "./api.js";
+import { UNAUTHORIZED_EVENT, currentUser, dropEarlyStream, login, logout } from "./api.js";
 import * as cluster from "./pages/cluster.js";
 import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
@@ -68,6 +68,7 @@ function showUser() {
 function showLogin(reason) {
   if (cleanup) cleanup();
   cleanup = null;
+  dropEarlyStream();
   remember(null);
   showUser();
   loginPage.render(document.getElementById("app"), (u) => {
@@ -149,8 +150,10 @@ function route() {
     }
     setChildren(root);
     cleanup = page.render(root, m.slice(1).map(Number)) || null;
+    dropEarlyStream();  // opened for a view this page did not ask for
     return;
   }
+  dropEarlyStream();
   setChildren(root, h("div.card", null, h("h1", null, "Not found"),
     h("p", null, "No page at ", h("code", null, path), ". ", h("a", { href: "/" }, "Experiments"))));
 }

@@ -106,7 +106,10 @@ def test_the_ui_is_one_bundled_module():
 
     src = REPO / "webui" / "src"
     html = (src / "index.html").read_text()
-    assert re.findall(r"<script[^>]*>", html) == ['<script type="module" src="/main.js">']
+    assert re.findall(r"<script[^>]*>", html) == [
+        '<script type="module" src="/main.js">',
+        "<script>",
+    ]
     assert "modulepreload" not in html
     lock = (REPO / "webui" / "package-lock.json").read_text()
     assert '"node_modules/esbuild"' in lock
@@ -121,3 +124,17 @@ def test_the_ui_is_one_bundled_module():
     assert not re.search(r"""\bfrom\s*["']""", bundle), "main.js still imports modules"
     assert "u-over" in bundle  # uPlot's
     assert "Parallel coordinates" in bundle  # pages/experiment.js's
+
+
+def test_the_early_stream_asks_what_the_experiment_page_asks():
+    """index.html opens the experiment page's stream before main.js runs; the page adopts
+    it only when it asks for the same path, so the two must agree on the default view's
+    summary (top 10 above 40 trials, 400 points a series)."""
+    src = REPO / "webui" / "src"
+    html = (src / "index.html").read_text()
+    page = (src / "pages" / "experiment.js").read_text()
+    assert "?chart_group=validation&chart_max_points=400&chart_top=10&chart_all_up_to=40" in html
+    assert "const q = { chart_group: view.g, chart_max_points: MAX_POINTS };" in page
+    assert "Object.assign(q, { chart_top: 10, chart_all_up_to: TOP_N_ABOVE });" in page
+    assert "const MAX_POINTS = 400;" in page and "const TOP_N_ABOVE = 40;" in page
+    assert "dauntless-signed-in" in (src / "main.js").read_text()
