@@ -110,7 +110,7 @@ def _stream_events(url: str, token: str, exp_id: int, count: int) -> list[tuple[
         "chart_top": 10,
         "chart_all_up_to": 40,
         "chart_max_points": 400,
-        "max_seconds": 30,
+        "max_seconds": 10,
     }
     out: list[tuple[str, int]] = []
     name, size = "", 0
