@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the WebUI that the master serves at /: installs its npm dependencies exactly as
-# webui/package-lock.json pins them (npm ci), then copies the UI's source (webui/src) and
-# the files it uses from them (uPlot) into src/dauntless/master/webui_dist/ (git-ignored).
+# webui/package-lock.json pins them (npm ci), then bundles the UI's ES modules
+# (webui/src/**/*.js) and uPlot into one minified module, main.js, with esbuild (a
+# devDependency), and puts it, index.html, app.css and uPlot's stylesheet and licence into
+# src/dauntless/master/webui_dist/ (git-ignored). One bundle instead of 17 modules saves
+# the page a request per module before its first chart (issue 22).
 # Without npm it says so and exits 0: the master then serves a page saying the UI was not
 # built. With npm, a failed install or copy exits non-zero.
 set -euo pipefail
@@ -19,12 +22,24 @@ if ! npm ci --prefix webui --no-audit --no-fund --prefer-offline --loglevel=erro
   tail -n 30 "$log" >&2
   exit 1
 fi
-cp -R webui/src/. "$tmp/"
 chmod 755 "$tmp"
-mkdir -p "$tmp/vendor"
 uplot=webui/node_modules/uplot
-cp "$uplot/dist/uPlot.esm.js" "$uplot/dist/uPlot.min.css" "$tmp/vendor/"
+# The source imports uPlot as ./vendor/uPlot.esm.js (it runs unbundled from a copy of
+# webui/src with uPlot beside it): stage that layout, then bundle from it.
+stage="$tmp/.stage"
+mkdir -p "$stage" && cp -R webui/src/. "$stage/"
+mkdir -p "$stage/vendor" "$tmp/vendor"
+cp "$uplot/dist/uPlot.esm.js" "$stage/vendor/"
+if ! webui/node_modules/.bin/esbuild "$stage/main.js" --bundle --format=esm --minify \
+  --target=es2020 --log-level=warning --outfile="$tmp/main.js" >"$log" 2>&1; then
+  echo "esbuild failed to bundle webui/src:" >&2
+  cat "$log" >&2
+  exit 1
+fi
+cp "$stage/index.html" "$stage/app.css" "$tmp/"
+cp "$uplot/dist/uPlot.min.css" "$tmp/vendor/"
 cp "$uplot/LICENSE" "$tmp/vendor/uPlot.LICENSE"
+rm -rf "$stage"
 rm -rf "$out"
 mv "$tmp" "$out"
 echo "WebUI built into $out"

@@ -4,7 +4,7 @@ serves it with no npm and no source tree around (issue 22, packaging).
 Builds the wheel with ``pip wheel --no-build-isolation`` (about 10 s), unpacks it into a
 temporary directory (what ``pip install`` does with a pure-Python wheel) and, in a child
 process whose ``PATH`` has no npm and whose ``sys.path`` puts the unpacked wheel first,
-asks the master's app for ``/``, ``/experiments/3`` and a module of the UI.
+asks the master's app for ``/``, ``/experiments/3`` and the UI's bundled module.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ with tempfile.TemporaryDirectory() as data:
         for path in ("/", "/experiments/3"):
             r = c.get(path)
             assert r.status_code == 200 and '<script type="module" src="/main.js">' in r.text, path
-        r = c.get("/pages/experiment.js")
-        assert r.status_code == 200 and "ParallelCoords" in r.text
-        assert c.get("/vendor/uPlot.esm.js").status_code == 200
+        r = c.get("/main.js")  # the bundle of every module (pages/experiment.js's text)
+        assert r.status_code == 200 and "Parallel coordinates" in r.text
+        assert c.get("/vendor/uPlot.min.css").status_code == 200
 print("served from", webui.DIST_DIR)
 """
 

@@ -112,10 +112,19 @@ function updateIndicator() {
  * @returns {function(): void}  closes the stream
  */
 export function stream(path, handlers) {
-  const es = new EventSource(BASE + path);
+  const early = takeEarlyStream(path);
+  const es = early ? early.es : new EventSource(BASE + path);
   open.add(es);
   for (const [event, fn] of Object.entries(handlers)) {
     es.addEventListener(event, (msg) => fn(JSON.parse(msg.data), msg));
+  }
+  if (early) {
+    // Events that came before the page asked: handled first, in order, once its
+    // handlers are attached (later ones reach the handlers directly).
+    early.adopted = true;
+    for (const msg of early.queue) handlers[msg.type]?.(JSON.parse(msg.data), msg);
+    early.queue.length = 0;
+    updateIndicator();
   }
   es.addEventListener("open", updateIndicator);
   es.addEventListener("error", () => {
@@ -129,6 +138,24 @@ export function stream(path, handlers) {
     open.delete(es);
     updateIndicator();
   };
+}
+
+/**
+ * The stream index.html opened for `path` before the page's script ran ({es, queue,
+ * adopted}), if it is still open; any other early stream is closed.
+ */
+function takeEarlyStream(path) {
+  const early = window.dauntlessEarlyStream;
+  if (!early) return null;
+  window.dauntlessEarlyStream = null;
+  if (early.path === path && early.es.readyState !== EventSource.CLOSED) return early;
+  early.es.close();
+  return null;
+}
+
+/** Close the stream index.html opened early if no page adopted it (e.g. signed out). */
+export function dropEarlyStream() {
+  takeEarlyStream(null);
 }
 
 /** The lifecycle actions of an experiment allowed in `state` (and `archived`). */

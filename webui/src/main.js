@@ -2,7 +2,7 @@
 // `render(root, params)`, which draws into `root` and returns a function that stops its
 // streams and charts when the user navigates away.
 
-import { UNAUTHORIZED_EVENT, currentUser, login, logout } from "./api.js";
+import { UNAUTHORIZED_EVENT, currentUser, dropEarlyStream, login, logout } from "./api.js";
 import * as cluster from "./pages/cluster.js";
 import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
@@ -26,16 +26,32 @@ let cleanup = null;
 let user = null;
 /** Set after "Sign out": the next sign-in must be typed (no silent default sign-in). */
 const SIGNED_OUT_KEY = "dauntless-signed-out";
-/** Set while this browser holds a session cookie (it is HttpOnly: the page cannot see it). */
+/**
+ * Set while this browser holds a session cookie (it is HttpOnly: the page cannot see it):
+ * the signed-in user as JSON, so that a page load draws at once and asks the master who
+ * we are alongside, not before (issue 22).
+ */
 const SIGNED_IN_KEY = "dauntless-signed-in";
+/** True while a page drawn for the remembered user waits for the master to confirm it. */
+let confirming = false;
 
 function remember(u) {
   user = u;
   if (u) {
-    window.localStorage.setItem(SIGNED_IN_KEY, "1");
+    window.localStorage.setItem(SIGNED_IN_KEY, JSON.stringify(u));
     window.sessionStorage.removeItem(SIGNED_OUT_KEY);
   } else {
     window.localStorage.removeItem(SIGNED_IN_KEY);
+  }
+}
+
+/** The user remembered by the last page load, or null. */
+function rememberedUser() {
+  try {
+    const u = JSON.parse(window.localStorage.getItem(SIGNED_IN_KEY) || "null");
+    return u && typeof u.username === "string" ? u : null;
+  } catch {
+    return null;
   }
 }
 
@@ -52,6 +68,7 @@ function showUser() {
 function showLogin(reason) {
   if (cleanup) cleanup();
   cleanup = null;
+  dropEarlyStream();
   remember(null);
   showUser();
   loginPage.render(document.getElementById("app"), (u) => {
@@ -74,8 +91,28 @@ async function signOut() {
 async function boot() {
   let u = null;
   // Ask who we are only when a session may exist, so that a first visit to a new cluster
-  // signs in silently without a 401 in the browser's console.
-  if (window.localStorage.getItem(SIGNED_IN_KEY)) {
+  // signs in silently without a 401 in the browser's console. With a remembered user the
+  // page is drawn first and the answer checked when it comes.
+  const cached = rememberedUser();
+  if (cached) {
+    remember(cached);
+    showUser();
+    confirming = true;
+    route();
+    try {
+      u = await currentUser();
+    } catch {
+      confirming = false;
+      return;  // master unreachable: the page shows its own error
+    }
+    confirming = false;
+    if (u) {
+      remember(u);
+      showUser();
+      return;
+    }
+    user = null;  // the session ended: sign in again below
+  } else if (window.localStorage.getItem(SIGNED_IN_KEY)) {
     try {
       u = await currentUser();
     } catch {
@@ -96,7 +133,8 @@ async function boot() {
 }
 
 window.addEventListener(UNAUTHORIZED_EVENT, () => {
-  if (user) showLogin("Your session ended; sign in again.");
+  // While the remembered user is being confirmed, boot() decides what follows a 401.
+  if (user && !confirming) showLogin("Your session ended; sign in again.");
 });
 
 function route() {
@@ -112,8 +150,10 @@ function route() {
     }
     setChildren(root);
     cleanup = page.render(root, m.slice(1).map(Number)) || null;
+    dropEarlyStream();  // opened for a view this page did not ask for
     return;
   }
+  dropEarlyStream();
   setChildren(root, h("div.card", null, h("h1", null, "Not found"),
     h("p", null, "No page at ", h("code", null, path), ". ", h("a", { href: "/" }, "Experiments"))));
 }

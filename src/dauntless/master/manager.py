@@ -159,6 +159,12 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             (AgentRow, AllocationRow, TrialRow, ExperimentRow, TaskRow), _PLACEMENT_IGNORES
         )
         self._placed_at = 0.0
+        # Advanced when rows of experiment bodies change (experiments, trials, their
+        # reports and checkpoints): the WebUI's experiment streams rebuild only then (and
+        # now and then, see routes_stream.STALE_SECONDS), issue 22.
+        self.experiment_changes = db.change_flag(
+            (ExperimentRow, TrialRow, MetricRow, CheckpointRow)
+        )
         #: Commands, notebooks, shells and TensorBoards (dauntless.master.tasks).
         self.tasks = TaskService(self)
 

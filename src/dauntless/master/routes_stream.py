@@ -4,7 +4,11 @@ may any client).
 Server-sent events (``text/event-stream``; the WHATWG HTML standard, section "Server-sent
 events"). Each stream polls the database every :data:`POLL_SECONDS` on the server and
 sends an event only when the JSON it would send has changed; a comment line keeps idle
-connections open every :data:`KEEPALIVE_SECONDS`. Every stream takes ``max_seconds``
+connections open every :data:`KEEPALIVE_SECONDS`. The experiment streams rebuild their
+body only when the master committed a change to experiments, trials, metric reports or
+checkpoints since the last build (the manager's ``experiment_changes``,
+:class:`~dauntless.master.db.changes.ChangeFlag`), or :data:`STALE_SECONDS` passed (a
+change the master's ORM did not see: another process, a bulk statement). Every stream takes ``max_seconds``
 (default: until the client leaves); a browser's ``EventSource`` reconnects by itself when
 a stream ends, and the logs stream resumes from the ``Last-Event-ID`` it sends. Streams end
 when the master gets SIGTERM or SIGINT, so that they never hold up its shutdown, and
@@ -16,7 +20,7 @@ deactivation, an ended allocation): the caller's token is checked again every
 | route | events |
 |---|---|
 | ``GET /stream/experiments?archived=false&limit=1000&offset=0`` | ``experiments``: the body of ``GET /experiments`` (``archived``: false, true or all) |
-| ``GET /stream/experiments/{id}`` | ``experiment``: the body of ``GET /experiments/{id}`` (experiment and trials); ``gone`` when it is deleted |
+| ``GET /stream/experiments/{id}?chart_group=&chart_name=&chart_top=&chart_all_up_to=0&chart_trial_id=&chart_max_points=400`` | ``summary`` first when ``chart_group`` is given: ``{"experiment", "chart_trial_ids", "chart"}`` (see :func:`experiment_summary`); then ``experiment``: the body of ``GET /experiments/{id}`` (experiment and trials); ``gone`` when it is deleted |
 | ``GET /stream/trials/{id}/logs?after_id=0`` | ``logs``: ``{"logs": [LogLine], "trial_state"}`` with ``id:`` the last line's id; ``state``: ``{"trial_state"}`` when only the state changed |
 | ``GET /stream/cluster`` | ``cluster``: ``{"agents": [Agent], "allocations": [Allocation], "resource_pools": [...]}`` |
 
@@ -54,7 +58,7 @@ from .auth import access, principal
 from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
 from .manager import BadRequest, NotFound
 from .metric_series import MAX_POINTS, read_experiment_series, read_metric_names
-from .routes import _get_experiment
+from .routes import _experiment_views, _get_experiment
 from .routes_cluster import list_agents
 from .routes_experiments import experiments_page, get_experiment
 from .routes_trials import get_trial_logs
@@ -70,6 +74,10 @@ REAUTH_SECONDS = 5.0
 
 RETRY_MILLISECONDS = 2000
 """The reconnection delay a stream asks ``EventSource`` clients to use."""
+
+STALE_SECONDS = 5.0
+"""Longest a stream with a change version goes without rebuilding its body while the
+version stays the same (seconds): changes the master's ORM did not see still show."""
 
 router = APIRouter(prefix="/api/v1")
 
@@ -199,29 +207,50 @@ async def _poll(
     request: Request,
     read: Callable[[], tuple[str, Any] | None],
     max_seconds: float | None,
+    version: Callable[[], int] | None = None,
+    first: bytes = b"",
 ) -> AsyncIterator[bytes]:
     """Events from polling ``read`` until the client leaves, ``max_seconds`` pass, or
     ``read`` returns None (the object is gone).
 
     ``read`` runs in a worker thread and returns ``(event name, payload)``; the event is
-    sent when its JSON differs from the last one sent.
+    sent when its JSON differs from the last one sent. With ``version`` (a change counter
+    of the rows ``read`` reads, e.g. :meth:`ChangeFlag.version
+    <dauntless.master.db.changes.ChangeFlag.version>`), a poll calls ``read`` only when
+    the version moved since the last call or :data:`STALE_SECONDS` passed, so an idle
+    stream costs no database reads and no JSON encoding (issue 22: a 1,000-trial
+    experiment's body took a core's tenth of a second to rebuild every poll). ``first``
+    is sent right after the ``retry`` line (an event computed before the stream began).
     """
-    start = last_sent = time.monotonic()
+    start = last_sent = last_read = time.monotonic()
     last_text: str | None = None
+    read_at: int | None = None
     credential = _Credential(request)
     yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
+    if first:
+        yield first
     while True:
-        item = await run_in_threadpool(read)
+        seen = version() if version is not None else None
         now = time.monotonic()
-        if item is None:
-            yield sse_event("gone", "{}")
-            return
-        event, payload = item
-        text = dumps_json(payload)
-        if text != last_text:
-            last_text, last_sent = text, now
-            yield sse_event(event, text)
-        elif now - last_sent >= KEEPALIVE_SECONDS:
+        fresh = (
+            last_text is not None
+            and seen is not None
+            and seen == read_at
+            and now - last_read < STALE_SECONDS
+        )
+        if not fresh:
+            item = await run_in_threadpool(read)
+            now = last_read = time.monotonic()
+            read_at = seen
+            if item is None:
+                yield sse_event("gone", "{}")
+                return
+            event, payload = item
+            text = dumps_json(payload)
+            if text != last_text:
+                last_text, last_sent = text, now
+                yield sse_event(event, text)
+        if now - last_sent >= KEEPALIVE_SECONDS:
             last_sent = now
             yield b": keep-alive\n\n"
         if max_seconds is not None and now - start >= max_seconds:
@@ -273,26 +302,134 @@ async def stream_experiments(
     def read() -> tuple[str, Any]:
         return "experiments", experiments_page(request, which, limit, offset)
 
-    return _stream(_poll(request, read, max_seconds))
+    return _stream(_poll(request, read, max_seconds, _experiment_changes(request)))
+
+
+def _experiment_changes(request: Request) -> Callable[[], int] | None:
+    """The change version of experiment bodies (None on a manager without one)."""
+    flag = getattr(request.app.state.manager, "experiment_changes", None)
+    return flag.version if flag is not None else None
+
+
+def experiment_summary(
+    request: Request,
+    exp_id: int,
+    group: str,
+    name: str | None,
+    max_points: int,
+    top: int | None = None,
+    all_up_to: int = 0,
+    trial_ids: list[int] | None = None,
+) -> dict[str, Any]:
+    """What the experiment page draws first: the experiment and its learning-curve chart,
+    without the trials (issue 22: the full body of 1,000 trials is about 600 KB, the chart
+    of the top 10 about 60 KB).
+
+    The chart's trials are ``trial_ids`` when given; else the best ``top`` by the
+    searcher metric (its ``smaller_is_better``; trials without a value last, ties by id:
+    the order the WebUI ranks them in), or every trial when ``top`` is None or the
+    experiment has at most ``all_up_to`` trials.
+
+    Args:
+        exp_id: the experiment.
+        group: ``"training"`` or ``"validation"``.
+        name: the metric; None: the searcher metric.
+        max_points: per series (8..:data:`~dauntless.master.metric_series.MAX_POINTS`).
+        top: how many of the best trials (>= 1), or None.
+        all_up_to: every trial when there are at most this many.
+        trial_ids: these trials only (ids of other experiments are left out).
+
+    Returns:
+        ``{"experiment": Experiment (as in ``GET /experiments/{id}``), "chart_trial_ids":
+        [id] (the trials chosen, best first, or null for every trial), "chart": the body
+        of ``GET /experiments/{id}/metrics`` for them}``.
+
+    Raises:
+        NotFound: no such experiment.
+        BadRequest: bad ``group``, ``name`` or ``max_points`` (names the field).
+    """
+    db = request.app.state.manager.db
+    with db.read() as s:
+        exp = _get_experiment(s, exp_id)
+        view = _experiment_views(s, [exp])[0]
+        ranked = s.execute(
+            select(TrialRow.id, TrialRow.best_validation).where(TrialRow.experiment_id == exp_id)
+        ).all()
+    chosen: list[int] | None = None
+    if trial_ids is not None:
+        chosen = list(dict.fromkeys(trial_ids))
+    elif top is not None and len(ranked) > all_up_to:
+        sign = 1.0 if view["smaller_is_better"] else -1.0
+        ranked.sort(key=lambda r: (r[1] is None, sign * r[1] if r[1] is not None else 0.0, r[0]))
+        chosen = [r[0] for r in ranked[:top]]
+    try:
+        chart = read_experiment_series(db, exp_id, group, name, max_points, chosen)
+    except ValueError as exc:
+        field = "chart_max_points" if "max_points" in str(exc) else "chart_name"
+        raise BadRequest(str(exc), [(field, str(exc))]) from None
+    if chosen is not None:
+        known = {r[0] for r in ranked}
+        chosen = [t for t in chosen if t in known]
+    return {"experiment": view, "chart_trial_ids": chosen, "chart": chart}
 
 
 @router.get("/stream/experiments/{exp_id}")
 async def stream_experiment(
-    exp_id: DbId, request: Request, max_seconds: float | None = _MAX_SECONDS
+    exp_id: DbId,
+    request: Request,
+    max_seconds: float | None = _MAX_SECONDS,
+    chart_group: str | None = Query(
+        None,
+        pattern="^(training|validation)$",
+        description="send a summary event first, with this group's learning curves",
+    ),
+    chart_name: str | None = Query(
+        None, min_length=1, max_length=256, description="the summary's metric (default: searcher's)"
+    ),
+    chart_top: int | None = Query(
+        None, ge=1, le=10_000, description="the summary's chart: the best N trials (default: all)"
+    ),
+    chart_all_up_to: int = Query(
+        0, ge=0, le=10_000, description="...but every trial when there are at most this many"
+    ),
+    chart_trial_id: list[int] | None = Query(
+        None, description="the summary's chart: these trials (repeatable)"
+    ),
+    chart_max_points: int = Query(400, ge=8, le=MAX_POINTS, description="per trial, at most"),
 ) -> StreamingResponse:
     """Event ``experiment`` (the body of ``GET /experiments/{id}``) whenever it changes;
     ``gone`` and the end of the stream when the experiment is deleted.
 
+    With ``chart_group``, the first event is ``summary`` (:func:`experiment_summary`,
+    sent once): the page draws its header and first chart from it before the full body,
+    which follows at once, arrives.
+
     Raises:
         NotFound: no such experiment (404 before the stream starts).
+        BadRequest: a bad ``chart_*`` parameter (400 before the stream starts).
     """
+    first = b""
+    if chart_group is not None:
+        summary = await run_in_threadpool(
+            experiment_summary,
+            request,
+            exp_id,
+            chart_group,
+            chart_name,
+            chart_max_points,
+            chart_top,
+            chart_all_up_to,
+            chart_trial_id,
+        )
+        first = sse_event("summary", dumps_json(summary))
+    else:
 
-    def exists() -> None:
-        # The row only (issue 22): the full body, with every trial, is the first event.
-        with request.app.state.manager.db.read() as s:
-            _get_experiment(s, exp_id)
+        def exists() -> None:
+            # The row only (issue 22): the full body, with every trial, is the first event.
+            with request.app.state.manager.db.read() as s:
+                _get_experiment(s, exp_id)
 
-    await run_in_threadpool(exists)
+        await run_in_threadpool(exists)
 
     def read() -> tuple[str, Any] | None:
         try:
@@ -300,7 +437,7 @@ async def stream_experiment(
         except NotFound:
             return None
 
-    return _stream(_poll(request, read, max_seconds))
+    return _stream(_poll(request, read, max_seconds, _experiment_changes(request), first))
 
 
 @router.get("/stream/cluster")

@@ -1,8 +1,8 @@
 """The WebUI, served by the master at ``/`` (same origin as ``/api/v1``).
 
 The UI's source is in ``webui/`` at the top of the repository (plain ES modules and
-uPlot from npm); ``scripts/build-webui.sh`` (run by ``scripts/setup-venv.sh``) copies what
-is served into :data:`DIST_DIR`. It is a single-page application: a path that is neither
+uPlot from npm); ``scripts/build-webui.sh`` (run by ``scripts/setup-venv.sh``) bundles
+them into one module with esbuild and puts what is served into :data:`DIST_DIR`. It is a single-page application: a path that is neither
 a built file nor under ``/api/`` answers ``index.html``, whose script routes on the path.
 When the UI was not built (no npm), every page says so and how to build it.
 """

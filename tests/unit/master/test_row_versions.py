@@ -114,3 +114,34 @@ def test_change_flag_counts_committed_changes_outside_ignored_attributes(session
     assert flag.take()
     flag.set()
     assert flag.take()
+
+
+def test_change_flag_versions_let_many_readers_see_each_change(sessions):
+    """Readers comparing versions do not clear anything for each other (unlike take)."""
+    flag = ChangeFlag(sessions, (Part,), {Part: frozenset({"flag"})})
+    first = flag.version()
+    assert first == 0
+    with sessions() as s:
+        s.add(Part(id=1, group="a"))
+        s.commit()
+    seen = flag.version()
+    assert seen == first + 1
+    assert flag.take()  # one user's take leaves the version alone
+    assert flag.version() == seen
+    with sessions() as s:
+        s.get(Part, 1).flag = 5  # an ignored attribute
+        s.commit()
+    with sessions() as s:
+        s.get(Part, 1).group = "b"
+        s.flush()
+        s.rollback()
+    with sessions() as s:
+        s.add(Other(id=1, group="c"))
+        s.commit()
+    assert flag.version() == seen  # nothing that counts
+    with sessions() as s:
+        s.get(Part, 1).group = "b"
+        s.commit()
+    assert flag.version() == seen + 1
+    flag.set()
+    assert flag.version() == seen + 2

@@ -313,6 +313,120 @@ def test_experiment_stream_and_unknown_objects(master):
     assert client.get("/api/v1/stream/experiments", params={"archived": "maybe"}).status_code == 400
 
 
+def _best(mgr, trial_id: int, value: float | None) -> None:
+    with mgr.db.write() as s:
+        s.get(TrialRow, trial_id).best_validation = value
+
+
+def test_experiment_stream_sends_a_summary_with_the_first_chart_first(master):
+    """With chart_* parameters the first event is the experiment and the chart's series
+    (the best N trials by the searcher metric), before the full body (issue 22)."""
+    client, mgr = master
+    exp_id = _experiment(client)  # accuracy, larger is better
+    trials = []
+    for i, best in enumerate([0.5, 0.9, None, 0.7, 0.9]):
+        t = _trial(mgr, exp_id, 0.01 * (i + 1))
+        _best(mgr, t, best)
+        if best is not None:
+            _metrics(mgr, t, "validation", [(b, {"accuracy": best * b / 30}) for b in (10, 20, 30)])
+        trials.append(t)
+    url = f"/api/v1/stream/experiments/{exp_id}"
+
+    def stream(**params) -> list[tuple[str, dict, str | None]]:
+        r = client.get(url, params={"max_seconds": 0.1, **params})
+        assert r.status_code == 200, r.text
+        return _events(r.text)
+
+    events = stream(chart_group="validation", chart_top=3)
+    assert [e[0] for e in events] == ["summary", "experiment"]
+    summary, full = events[0][1], events[1][1]
+    assert full == client.get(f"/api/v1/experiments/{exp_id}").json()
+    assert summary["experiment"] == full["experiment"]
+    assert "trials" not in summary
+    # Best first, ties by id, the trial without a value last (and out of the top 3).
+    assert summary["chart_trial_ids"] == [trials[1], trials[4], trials[3]]
+    chart = client.get(
+        f"/api/v1/experiments/{exp_id}/metrics",
+        params={"group": "validation", "trial_id": summary["chart_trial_ids"]},
+    ).json()
+    assert summary["chart"] == chart
+    assert summary["chart"]["name"] == "accuracy"
+    assert [s["trial_id"] for s in chart["series"]] == sorted(summary["chart_trial_ids"])
+    # At most chart_all_up_to trials: every one; no chart_top: every one.
+    count = len(full["trials"])  # ours, and any the searcher created
+    assert count >= 5
+    assert stream(chart_group="validation", chart_top=2, chart_all_up_to=count - 1)[0][1][
+        "chart_trial_ids"
+    ] == [trials[1], trials[4]]
+    for params in ({"chart_top": 2, "chart_all_up_to": count}, {}):
+        summary = stream(chart_group="validation", **params)[0][1]
+        assert summary["chart_trial_ids"] is None
+        assert len(summary["chart"]["series"]) == 4  # one trial has no values
+    # Chosen trials (another experiment's ids are left out), another metric and group.
+    events = stream(chart_group="training", chart_name="loss", chart_trial_id=[trials[0], 10_000])
+    summary = events[0][1]
+    assert summary["chart_trial_ids"] == [trials[0]]
+    assert (summary["chart"]["group"], summary["chart"]["name"]) == ("training", "loss")
+    assert summary["chart"]["series"] == []
+    # No chart_group: no summary, as before.
+    assert [e[0] for e in stream(chart_top=3)] == ["experiment"]
+    # Bad parameters are refused before the stream starts, naming the field.
+    r = client.get(url, params={"chart_group": "validation", "chart_name": 'a"b'})
+    assert r.status_code == 400 and "chart_name" in r.text
+    r = client.get(url, params={"chart_group": "test"})
+    assert r.status_code == 400 and "chart_group" in r.text
+    r = client.get(url, params={"chart_group": "validation", "chart_top": 0})
+    assert r.status_code == 400 and "chart_top" in r.text
+    r = client.get("/api/v1/stream/experiments/99", params={"chart_group": "validation"})
+    assert r.status_code == 404
+
+
+def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch):
+    """Polls read the body again only after a committed change (or STALE_SECONDS)."""
+    client, mgr = master
+    exp_id = _experiment(client)
+    t = _trial(mgr, exp_id, 0.05)
+    reads: list[float] = []
+    original = routes_stream.get_experiment
+
+    def counted(exp_id, request):
+        reads.append(time.monotonic())
+        return original(exp_id, request)
+
+    monkeypatch.setattr(routes_stream, "get_experiment", counted)
+    monkeypatch.setattr(routes_stream, "POLL_SECONDS", 0.05)
+    url = f"/api/v1/stream/experiments/{exp_id}"
+    events = _events(client.get(url, params={"max_seconds": 1.0}).text)
+    assert len(reads) == 1, f"{len(reads)} reads of an unchanged body in 1 s of 50 ms polls"
+    assert [e[0] for e in events] == ["experiment"]
+
+    def report() -> None:
+        time.sleep(0.5)
+        _metrics(mgr, t, "validation", [(10, {"accuracy": 0.25})])
+
+    reads.clear()
+    thread = threading.Thread(target=report)
+    thread.start()
+    events = _events(client.get(url, params={"max_seconds": 1.0}).text)
+    thread.join()
+    assert len(reads) == 2  # the first, and one after the report
+    assert [e[0] for e in events] == ["experiment", "experiment"]
+    mine = [tr for tr in events[1][1]["trials"] if tr["id"] == t]
+    assert mine[0]["latest_validation"] == {"accuracy": 0.25}
+    # Changes the master's ORM does not see still show, STALE_SECONDS late at most.
+    monkeypatch.setattr(routes_stream, "STALE_SECONDS", 0.3)
+    reads.clear()
+    client.get(url, params={"max_seconds": 1.0})
+    assert 2 <= len(reads) <= 5
+    # The experiments list stream works the same way.
+    monkeypatch.setattr(routes_stream, "STALE_SECONDS", 60.0)
+    calls: list[int] = []
+    page = routes_stream.experiments_page
+    monkeypatch.setattr(routes_stream, "experiments_page", lambda *a: calls.append(1) or page(*a))
+    client.get("/api/v1/stream/experiments", params={"max_seconds": 0.5})
+    assert len(calls) == 1
+
+
 def test_logs_stream_follows_new_lines_and_resumes(master):
     client, mgr = master
     exp_id = _experiment(client)

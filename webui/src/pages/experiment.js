@@ -4,7 +4,9 @@
 // heat map); the trials table (paged, sorted, filtered; view state in the URL); trial
 // comparison; checkpoints (metadata, download, delete); config and model definition.
 // Live through /stream/experiments/{id}; charts and checkpoints are read again (at most
-// every 2 s) when a trial's batches or checkpoint change.
+// every 2 s) when a trial's batches or checkpoint change. The stream's first event is a
+// small summary (the experiment and the first chart's series, issue 22): header and chart
+// are drawn from it before the trials (about 600 KB at 1,000 trials) arrive.
 
 import { del, get, getText, post, query, stream } from "../api.js";
 import { MultiLineChart, ScatterChart } from "../charts.js";
@@ -22,6 +24,8 @@ const MAX_POINTS = 400;
 const TOP_N_ABOVE = 40;
 const AXIS_KEYS = new Set(["batches", "epochs", "epoch"]);
 const PAGE_SIZES = [10, 20, 50, 100];
+/** Metric names the stream's summary may be asked for (the master refuses the rest). */
+const SUMMARY_NAME = /^[^"\u0000-\u001f]{1,200}$/;
 const CKPT_PAGE = 10;
 
 const DEFAULTS = {
@@ -60,7 +64,12 @@ function rankTrials(trials, smallerIsBetter) {
 /** Draw the experiment page into `root`; returns its cleanup. */
 export function render(root, [expId]) {
   const view = readState(DEFAULTS);
-  const state = { exp: null, trials: [], names: { training: [], validation: [] }, signature: "", brushed: null, checkpoints: [] };
+  const state = {
+    exp: null, trials: [], names: { training: [], validation: [] }, signature: "", brushed: null, checkpoints: [],
+    // The curves drawn from the stream's summary (curveKey), not fetched again once.
+    summaryKey: null,
+    loaded: false, // the first full body (with the trials) arrived
+  };
   const compareIds = () => view.cmp.split(",").map(Number).filter((n) => n > 0);
   const save = () => writeState(view, DEFAULTS);
 
@@ -309,15 +318,50 @@ export function render(root, [expId]) {
 
   // ------------------------------------------------------------------ learning curves
 
-  function shownTrialIds() {
-    const n = state.trials.length;
+  /** How many trials the experiment has (from the summary until the trials arrive). */
+  const trialCount = () => state.trials.length || state.exp?.num_trials || 0;
+
+  /** Which trials the chart shows ("top10", "top40", "all", "sel"); fills its picker. */
+  function showChoice() {
+    const n = trialCount();
     const options = [["top10", "top 10"], ["top40", "top 40"], ["all", `all ${n}`], ["sel", "ticked trials"]];
     const show = view.show || (n > TOP_N_ABOVE ? "top10" : "all");
     setChildren(curveShow, options.map(([v, label]) => h("option", { value: v, selected: v === show }, label)));
+    return show;
+  }
+
+  function shownTrialIds() {
+    const show = showChoice();
     if (show === "all") return null;
     if (show === "sel") return compareIds();
     const top = Number(show.slice(3));
     return rankTrials(state.trials, state.exp.smaller_is_better).slice(0, top).map((t) => t.id);
+  }
+
+  /** What a chart shows: group, metric and trials (null: all), trials in id order. */
+  function curveKey(group, name, ids) {
+    return `${group}|${name}|${ids ? ids.slice().sort((a, b) => a - b).join(",") : "all"}`;
+  }
+
+  /** The stream's summary request for the chart the view shows first ("" for none). */
+  function summaryQuery() {
+    // Training curves default to the first training metric, known only from the names.
+    if (view.g !== "validation" && !(view.g === "training" && view.m)) return "";
+    const q = { chart_group: view.g, chart_max_points: MAX_POINTS };
+    if (view.m) {
+      if (!SUMMARY_NAME.test(view.m)) return "";
+      q.chart_name = view.m;
+    }
+    if (view.show === "sel") {
+      const ids = compareIds();
+      if (!ids.length) return "";
+      q.chart_trial_id = ids;
+    } else if (view.show === "top10" || view.show === "top40") {
+      q.chart_top = Number(view.show.slice(3));
+    } else if (view.show !== "all") {
+      Object.assign(q, { chart_top: 10, chart_all_up_to: TOP_N_ABOVE });
+    }
+    return query(q);
   }
 
   async function loadNames() {
@@ -348,15 +392,26 @@ export function render(root, [expId]) {
       curves.draw({ series: [], emptyText: "Tick trials in the table to show them here." });
       return;
     }
+    const key = curveKey(curveGroup.value, curveName.value, ids);
+    if (key === state.summaryKey) {
+      state.summaryKey = null; // drawn from the stream's summary: fetched next time
+      return;
+    }
+    state.summaryKey = null;
     const body = await seriesOf(ids);
     if (closed) return;
+    drawCurves(body, ids);
+  }
+
+  /** Draw the learning curves from a body of GET /experiments/{id}/metrics. */
+  function drawCurves(body, ids) {
     curves.draw({
       series: body.series.map((s) => ({ id: s.trial_id, label: `trial ${s.trial_id}`, x: s.batches, y: s.values })),
       xLabel: "batches", yLabel: `${body.group} ${body.name}`, log: curveLog.checked,
     });
     const sampled = body.series.filter((s) => s.downsampled).length;
     const notes = [];
-    if (ids) notes.push(`${body.series.length} of ${state.trials.length} trials`);
+    if (ids) notes.push(`${body.series.length} of ${trialCount()} trials`);
     if (sampled) notes.push(`${sampled} downsampled (${body.downsampling})`);
     if (curveLog.checked && curveBox.dataset.log === "0") notes.push("log scale needs values > 0");
     curveNote.textContent = notes.join("; ");
@@ -567,9 +622,25 @@ export function render(root, [expId]) {
   curveLog.addEventListener("change", () => { view.log = curveLog.checked; save(); loadCurves(); });
 
   let hpSignature = "";
-  const close = stream(`/stream/experiments/${expId}`, {
+  const close = stream(`/stream/experiments/${expId}${summaryQuery()}`, {
+    summary: (body) => {
+      if (state.exp !== null || closed) return; // a reconnection's: the page is drawn
+      state.exp = body.experiment;
+      drawHeader();
+      const chart = body.chart;
+      if (!curveName.value) {
+        setChildren(curveName, h("option", { value: chart.name, selected: true }, chart.name));
+        curveName.value = chart.name;
+      }
+      if (curveGroup.value !== chart.group || curveName.value !== chart.name) return;
+      showChoice();
+      const ids = body.chart_trial_ids;
+      drawCurves(chart, ids);
+      state.summaryKey = curveKey(chart.group, chart.name, ids);
+    },
     experiment: (body) => {
-      const first = state.exp === null;
+      const first = !state.loaded;
+      state.loaded = true;
       state.exp = body.experiment;
       state.trials = body.trials;
       drawHeader();

@@ -101,11 +101,15 @@ class RowVersions:
 class ChangeFlag:
     """A flag set when a committed session changed rows of some ORM classes.
 
-    Used to skip work whose inputs did not change (the scheduler's placement, issue 19).
-    A row counts as changed when it was added or deleted, or when an attribute outside
-    ``ignore[its class]`` changed (``last_heartbeat`` of an agent, say). As with
-    :class:`RowVersions`, changes the ORM does not see (bulk statements, other
-    processes) do not set it: users must still do the work now and then.
+    Used to skip work whose inputs did not change (the scheduler's placement, issue 19;
+    the WebUI's event streams, issue 22). A row counts as changed when it was added or
+    deleted, or when an attribute outside ``ignore[its class]`` changed (``last_heartbeat``
+    of an agent, say). As with :class:`RowVersions`, changes the ORM does not see (bulk
+    statements, other processes) do not set it: users must still do the work now and then.
+
+    One user clears the flag with :meth:`take`; any number of users can instead each
+    remember :meth:`version` (a count of the changes seen) and redo their work once it
+    differs, without clearing anything for the others.
 
     Args:
         sessions: the session factory whose sessions to watch.
@@ -124,6 +128,8 @@ class ChangeFlag:
         self._info_key = f"dauntless.change_flag.{id(self)}"
         self._set = threading.Event()
         self._set.set()  # nothing seen yet: the first user does the work
+        self._lock = threading.Lock()
+        self._version = 0
         event.listen(sessions, "after_flush", self._after_flush)
         event.listen(sessions, "after_commit", self._after_commit)
         event.listen(sessions, "after_rollback", self._after_rollback)
@@ -136,8 +142,18 @@ class ChangeFlag:
         return False
 
     def set(self) -> None:
-        """Set the flag (a change the ORM cannot see)."""
+        """Set the flag and advance :meth:`version` (a change the ORM cannot see)."""
+        with self._lock:
+            self._version += 1
         self._set.set()
+
+    def version(self) -> int:
+        """How many changes were seen so far: commits that changed watched rows, and
+        calls of :meth:`set` (0 at first). A reader that remembers the version it read
+        before doing its work needs to redo it only once the version differs. Read it
+        *before* reading the rows, so that a commit in between is not missed."""
+        with self._lock:
+            return self._version
 
     def _changed(self, obj: Any) -> bool:
         ignore = self._ignore.get(type(obj))
@@ -160,7 +176,7 @@ class ChangeFlag:
 
     def _after_commit(self, session: Session) -> None:
         if session.info.pop(self._info_key, None):
-            self._set.set()
+            self.set()
 
     def _after_rollback(self, session: Session) -> None:
         session.info.pop(self._info_key, None)
