@@ -11,6 +11,7 @@ before as lost.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -21,6 +22,7 @@ import sys
 import tarfile
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +51,10 @@ log = logging.getLogger("dauntless.agent")
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when the master orders a task killed."""
+
+CONTEXT_CACHE_BYTES = 64 * 1024 * 1024
+"""Bytes of experiment contexts (gzipped tars) an agent keeps in memory, by SHA-256, so
+that the trials of a search after the first need no download (issue 19)."""
 
 
 @dataclass
@@ -158,6 +164,9 @@ class Agent:
         os.makedirs(config.work_dir, exist_ok=True)
         # Set when a task exits: the loop reports it and fetches new work at once.
         self.wake = threading.Event()
+        # Contexts by the SHA-256 their TaskSpecs name (least recently used first).
+        self._contexts: OrderedDict[str, bytes] = OrderedDict()
+        self._contexts_lock = threading.Lock()
         self.warm: WarmStarter | None = None
         if config.warm_start:
             self.warm = WarmStarter(
@@ -303,10 +312,9 @@ class Agent:
             shutil.rmtree(work_dir, ignore_errors=True)
             os.makedirs(work_dir)
             if spec.get("context_url"):
-                r = self.client.get(spec["context_url"])
-                if r.status_code != 404:
-                    r.raise_for_status()
-                    _safe_extract(r.content, work_dir)
+                context = self._context(spec)
+                if context is not None:
+                    _safe_extract(context, work_dir)
             if spec.get("task_type", "TRIAL") == "TRIAL":
                 argv = launched_command(spec["entrypoint"])
             else:  # a command, notebook, shell or TensorBoard: no rank launcher
@@ -369,6 +377,40 @@ class Agent:
         # ends (prctl(2)), so it stays until the task exits; _reap collects the exit.
         runtime.wait(handle, None)
         self.wake.set()
+
+    def _context(self, spec: dict[str, Any]) -> bytes | None:
+        """A TaskSpec's context (gzipped tar bytes), None when the experiment has none.
+
+        Kept in memory by the ``context_sha256`` the spec names (up to
+        :data:`CONTEXT_CACHE_BYTES`, least recently used dropped first); downloaded
+        from ``context_url`` when not kept, and kept only when the download has that
+        digest.
+
+        Raises:
+            httpx.HTTPError: the download failed.
+        """
+        digest = spec.get("context_sha256") or None
+        if digest is not None:
+            with self._contexts_lock:
+                data = self._contexts.get(digest)
+                if data is not None:
+                    self._contexts.move_to_end(digest)
+                    return data
+        r = self.client.get(spec["context_url"])
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        data = r.content
+        if (
+            digest is not None
+            and len(data) <= CONTEXT_CACHE_BYTES
+            and hashlib.sha256(data).hexdigest() == digest
+        ):
+            with self._contexts_lock:
+                self._contexts[digest] = data
+                while sum(len(v) for v in self._contexts.values()) > CONTEXT_CACHE_BYTES:
+                    self._contexts.popitem(last=False)
+        return data
 
     @staticmethod
     def _base_env() -> dict[str, str]:
