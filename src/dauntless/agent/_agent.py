@@ -205,20 +205,29 @@ class Agent:
             httpx.HTTPError: the master could not be reached (the caller backs off).
         """
         self._reap()
-        self._flush_exits()
         if self.warm is not None:
             self.warm.restart_if_dead()
         if not self.registered:
             self.register()
-        r = self.client.post(
-            f"/api/v1/agents/{self.agent_id}/heartbeat",
-            json={"running": sorted(self.tasks)},
-        )
-        if r.status_code == 404:
+        body: dict[str, Any] = {"running": sorted(self.tasks)}
+        exits = dict(self.pending_exits)
+        if exits:
+            # The exits ride on the heartbeat (one request, and its answer already
+            # holds the work the freed slots got); the lines the tasks printed last
+            # are stored first, as the master records failures with their last line.
+            self.shipper.flush()
+            body["exited"] = [
+                {"allocation_id": alloc_id, "exit_code": code, "message": msg, "fatal": fatal}
+                for alloc_id, (code, msg, fatal) in exits.items()
+            ]
+        r = self.client.post(f"/api/v1/agents/{self.agent_id}/heartbeat", json=body)
+        if r.status_code == 404:  # the exits stay pending: sent after re-registering
             self.registered = False
             self.register()
             return
         r.raise_for_status()
+        for alloc_id in exits:
+            self.pending_exits.pop(alloc_id, None)
         work = r.json()
         for alloc_id in work.get("kill", []):
             self._kill(alloc_id)
