@@ -446,7 +446,9 @@ def main() -> None:
                     )
                 else:
                     print("  optuna not installed: no baseline")
-                if ray_python is None:
+                if args.no_ray:
+                    print("  ray tune: skipped (--no-ray)")
+                elif ray_python is None:
                     print(
                         "  ray tune: no baseline (no .venv-ray at the repository root; pass "
                         '--ray-python PATH, a Python with `pip install "ray[tune]"`)'
