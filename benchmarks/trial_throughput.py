@@ -7,7 +7,9 @@ with ``--cold``, starts the agent with ``--no-warm-start``), then for each N cre
 ``core.init()``, reports one training metric and its searcher operation as completed,
 and exits. Printed per N:
 
-- seconds from ``POST /experiments`` to the experiment's COMPLETED (wall);
+- seconds from ``POST /experiments`` to the experiment's COMPLETED (wall: its
+  ``end_time``; the benchmark polls the state only 4 times a second, so that its polls
+  add little master CPU);
 - per-trial slot overhead: ``2 * wall / N`` (2 slots busy all the time);
 - CPU seconds per trial of each side: the master process, the agent process with its
   warm worker and every trial process (children's CPU, read from ``/proc`` and
@@ -16,13 +18,18 @@ and exits. Printed per N:
 - the slot gap: the time from one trial's end (``end_time``) to the first training
   metric (``reported_at``) of the trial that took its slot, median and p90.
 
-The baseline, in the same run: the same N trials as an Optuna study (``optuna`` when it
+The baselines, in the same run: the same N trials as an Optuna study (``optuna`` when it
 is installed, else skipped) whose objective returns a constant: what a hyperparameter
-search costs with no process per trial.
+search costs with no process per trial; and as a Ray Tune search on a local Ray with 2
+CPUs (the issue's baseline: a trial per worker process, as ours), run by a separate
+Python with ``ray[tune]`` (``--ray-python PATH``, or ``.venv-ray`` at the repository root:
+``python3 -m venv .venv-ray && .venv-ray/bin/pip install "ray[tune]"``), with its wall
+time and the CPU of all of Ray's processes.
 
 Usage::
 
-    python benchmarks/trial_throughput.py [--n 10 100] [--cold]
+    python benchmarks/trial_throughput.py [--n 10 100] [--cold] [--ray-python PATH]
+        [--profile-master DIR]
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import argparse
 import io
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -178,8 +186,14 @@ class Cluster:
                 proc.kill()
 
 
-def run_search(cluster: Cluster, n: int, model_dir: Path) -> dict[str, Any]:
-    """Create one search of ``n`` trivial trials and wait for it; returns its figures."""
+def run_search(
+    cluster: Cluster, n: int, model_dir: Path, profile: Path | None = None
+) -> dict[str, Any]:
+    """Create one search of ``n`` trivial trials and wait for it; returns its figures.
+
+    ``profile``: a file for py-spy's collapsed stacks of the master during the search
+    (py-spy must be on ``PATH`` or beside this Python).
+    """
     config = {
         "name": f"throughput-{n}",
         "entrypoint": "python3 train.py",
@@ -196,9 +210,19 @@ def run_search(cluster: Cluster, n: int, model_dir: Path) -> dict[str, Any]:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(model_dir / "train.py", arcname="train.py")
+    spy = None
+    if profile is not None:
+        exe = Path(sys.executable).with_name("py-spy")
+        spy = subprocess.Popen(
+            [str(exe) if exe.exists() else "py-spy", "record", "--pid", str(cluster.master.pid)]
+            + ["--format", "raw", "--rate", "250", "--nonblocking", "-o", str(profile)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # py-spy attaches
     m0 = _cpu_seconds(cluster.master.pid)[0]
     a0 = _tree_cpu(cluster.agent.pid)
-    t0 = time.monotonic()
+    t0 = time.time()
     r = httpx.post(
         cluster.url + "/api/v1/experiments",
         headers=cluster.headers,
@@ -209,13 +233,19 @@ def run_search(cluster: Cluster, n: int, model_dir: Path) -> dict[str, Any]:
     r.raise_for_status()
     exp_id = r.json()["experiment"]["id"]
     while True:
-        state = cluster.get(f"/experiments/{exp_id}")["experiment"]["state"]
+        exp = cluster.get(f"/experiments/{exp_id}")["experiment"]
+        state = exp["state"]
         if state in ("COMPLETED", "ERROR", "CANCELED"):
             break
-        time.sleep(0.05)
-    wall = time.monotonic() - t0
+        # Polls cost the master CPU that would be counted as the trials': the wall
+        # time is the experiment's own end_time, so a slow poll loses no precision.
+        time.sleep(0.25)
+    wall = float(exp["end_time"] or time.time()) - t0
     m1 = _cpu_seconds(cluster.master.pid)[0]
     a1 = _tree_cpu(cluster.agent.pid)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
     trials = cluster.get(f"/experiments/{exp_id}/trials")["trials"]
     states = [t["state"] for t in trials]
     if state != "COMPLETED" or states.count("COMPLETED") != n:
@@ -245,6 +275,107 @@ def slot_gaps(cluster: Cluster, trials: list[dict[str, Any]]) -> list[float]:
     return [f - e for e, f in zip(ends, firsts[2:], strict=False)]
 
 
+RAY_TUNE_PY = """\
+import json, os, sys, tempfile, time
+from pathlib import Path
+
+
+def tree_cpu(root):
+    # CPU seconds of root and its descendants, alive or waited for (/proc).
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, cpu = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        parent[pid] = int(fields[1])
+        cpu[pid] = sum(int(fields[i]) for i in (11, 12, 13, 14)) / tick
+    total = 0.0
+    for pid, seconds in cpu.items():
+        p = pid
+        while p in parent and p != root:
+            p = parent[p]
+        if p == root:
+            total += seconds
+    return total
+
+
+n = int(sys.argv[1])
+import ray
+from ray import tune
+
+t0 = time.monotonic()
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+init_s = time.monotonic() - t0
+
+
+def trainable(config):
+    tune.report({"loss": 1.0})
+
+
+c0 = tree_cpu(os.getpid())
+t0 = time.monotonic()
+tuner = tune.Tuner(
+    tune.with_resources(trainable, {"cpu": 1}),
+    param_space={"x": tune.uniform(0.0, 1.0)},
+    tune_config=tune.TuneConfig(
+        num_samples=n, metric="loss", mode="min", max_concurrent_trials=2
+    ),
+    run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(), verbose=0),
+)
+results = tuner.fit()
+wall = time.monotonic() - t0
+cpu = tree_cpu(os.getpid()) - c0
+ok = sum(1 for r in results if r.error is None)
+ray.shutdown()
+print("RESULT " + json.dumps({"init": init_s, "wall": wall, "cpu": cpu, "ok": ok}))
+"""
+
+
+def find_ray_python(given: Path | None) -> Path | None:
+    """The Python with ``ray[tune]``: ``given``, else ``.venv-ray/bin/python`` at the
+    repository root when it exists."""
+    if given is not None:
+        return given
+    default = Path(__file__).resolve().parent.parent / ".venv-ray" / "bin" / "python"
+    return default if default.exists() else None
+
+
+def ray_baseline(python: Path, n: int, tmp: Path) -> dict[str, Any]:
+    """``n`` trivial trials (report one metric, return) as a Ray Tune search on a local
+    Ray with 2 CPUs, one CPU per trial, run by ``python`` (a separate environment: Ray
+    pins its own dependencies).
+
+    Returns:
+        ``{"init", "wall", "cpu", "ok"}``: seconds of ``ray.init``, seconds of
+        ``Tuner.fit``, CPU seconds of the driver and every process it started (Ray's
+        GCS, raylet and workers) during the fit, and trials without error.
+
+    Raises:
+        RuntimeError: the run failed (its output's tail says why).
+    """
+    script = tmp / "ray_tune_trivial.py"
+    script.write_text(RAY_TUNE_PY)
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_DISABLE_DOCKER_CPU_WARNING="1")
+    proc = subprocess.run(
+        [str(python), str(script), str(n)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=tmp,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[len("RESULT ") :]))
+    tail = (proc.stdout + proc.stderr)[-2000:]
+    raise RuntimeError(f"the Ray Tune run failed (exit {proc.returncode}): {tail}")
+
+
 def optuna_baseline(n: int) -> float | None:
     """Seconds for ``n`` constant-objective trials in an in-process Optuna study."""
     try:
@@ -262,7 +393,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, nargs="+", default=[10, 100])
     p.add_argument("--cold", action="store_true", help="start the agent with --no-warm-start")
+    p.add_argument(
+        "--profile-master",
+        type=Path,
+        metavar="DIR",
+        help="record the master with py-spy during each search: DIR/master-N.txt "
+        "(collapsed stacks; the figures then include py-spy's sampling cost)",
+    )
+    p.add_argument(
+        "--ray-python",
+        type=Path,
+        metavar="PATH",
+        help="a Python with ray[tune] for the Ray Tune baseline (default: "
+        ".venv-ray/bin/python at the repository root, when it exists)",
+    )
+    p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune baseline")
     args = p.parse_args()
+    ray_python = None if args.no_ray else find_ray_python(args.ray_python)
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     with tempfile.TemporaryDirectory(prefix="dauntless-throughput-") as tmp_s:
         tmp = Path(tmp_s)
@@ -271,7 +418,11 @@ def main() -> None:
         cluster = Cluster(tmp, warm=not args.cold)
         try:
             for n in args.n:
-                res = run_search(cluster, n, tmp / "model")
+                prof = None
+                if args.profile_master is not None:
+                    args.profile_master.mkdir(parents=True, exist_ok=True)
+                    prof = args.profile_master / f"master-{n}.txt"
+                res = run_search(cluster, n, tmp / "model", prof)
                 gaps = sorted(res["gaps"])
                 agent = res["agent_cpu"]
                 print(f"\nN = {n} trials, 2 slots, {'cold' if args.cold else 'warm'} start")
@@ -295,6 +446,26 @@ def main() -> None:
                     )
                 else:
                     print("  optuna not installed: no baseline")
+                if args.no_ray:
+                    print("  ray tune: skipped (--no-ray)")
+                elif ray_python is None:
+                    print(
+                        "  ray tune: no baseline (no .venv-ray at the repository root; pass "
+                        '--ray-python PATH, a Python with `pip install "ray[tune]"`)'
+                    )
+                else:
+                    try:
+                        ray_res = ray_baseline(ray_python, n, tmp)
+                    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                        print(f"  ray tune: failed: {exc}")
+                    else:
+                        print(
+                            f"  ray tune (2 CPUs)        {ray_res['wall']:.2f} s, CPU "
+                            f"{ray_res['cpu'] / n * 1000:.1f} ms per trial (all Ray "
+                            f"processes; ray.init {ray_res['init']:.1f} s not counted; "
+                            f"{ray_res['ok']}/{n} ok; ratio dauntless / ray "
+                            f"{res['wall'] / ray_res['wall']:.2f}x)"
+                        )
                 print(f"  load average now: {open('/proc/loadavg').read().strip()}")
         finally:
             cluster.stop()

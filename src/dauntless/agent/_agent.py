@@ -11,6 +11,7 @@ before as lost.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -21,6 +22,7 @@ import sys
 import tarfile
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +51,10 @@ log = logging.getLogger("dauntless.agent")
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when the master orders a task killed."""
+
+CONTEXT_CACHE_BYTES = 64 * 1024 * 1024
+"""Bytes of experiment contexts (gzipped tars) an agent keeps in memory, by SHA-256, so
+that the trials of a search after the first need no download (issue 19)."""
 
 
 @dataclass
@@ -158,6 +164,9 @@ class Agent:
         os.makedirs(config.work_dir, exist_ok=True)
         # Set when a task exits: the loop reports it and fetches new work at once.
         self.wake = threading.Event()
+        # Contexts by the SHA-256 their TaskSpecs name (least recently used first).
+        self._contexts: OrderedDict[str, bytes] = OrderedDict()
+        self._contexts_lock = threading.Lock()
         self.warm: WarmStarter | None = None
         if config.warm_start:
             self.warm = WarmStarter(
@@ -196,20 +205,29 @@ class Agent:
             httpx.HTTPError: the master could not be reached (the caller backs off).
         """
         self._reap()
-        self._flush_exits()
         if self.warm is not None:
             self.warm.restart_if_dead()
         if not self.registered:
             self.register()
-        r = self.client.post(
-            f"/api/v1/agents/{self.agent_id}/heartbeat",
-            json={"running": sorted(self.tasks)},
-        )
-        if r.status_code == 404:
+        body: dict[str, Any] = {"running": sorted(self.tasks)}
+        exits = dict(self.pending_exits)
+        if exits:
+            # The exits ride on the heartbeat (one request, and its answer already
+            # holds the work the freed slots got); the lines the tasks printed last
+            # are stored first, as the master records failures with their last line.
+            self.shipper.flush()
+            body["exited"] = [
+                {"allocation_id": alloc_id, "exit_code": code, "message": msg, "fatal": fatal}
+                for alloc_id, (code, msg, fatal) in exits.items()
+            ]
+        r = self.client.post(f"/api/v1/agents/{self.agent_id}/heartbeat", json=body)
+        if r.status_code == 404:  # the exits stay pending: sent after re-registering
             self.registered = False
             self.register()
             return
         r.raise_for_status()
+        for alloc_id in exits:
+            self.pending_exits.pop(alloc_id, None)
         work = r.json()
         for alloc_id in work.get("kill", []):
             self._kill(alloc_id)
@@ -303,10 +321,9 @@ class Agent:
             shutil.rmtree(work_dir, ignore_errors=True)
             os.makedirs(work_dir)
             if spec.get("context_url"):
-                r = self.client.get(spec["context_url"])
-                if r.status_code != 404:
-                    r.raise_for_status()
-                    _safe_extract(r.content, work_dir)
+                context = self._context(spec)
+                if context is not None:
+                    _safe_extract(context, work_dir)
             if spec.get("task_type", "TRIAL") == "TRIAL":
                 argv = launched_command(spec["entrypoint"])
             else:  # a command, notebook, shell or TensorBoard: no rank launcher
@@ -369,6 +386,40 @@ class Agent:
         # ends (prctl(2)), so it stays until the task exits; _reap collects the exit.
         runtime.wait(handle, None)
         self.wake.set()
+
+    def _context(self, spec: dict[str, Any]) -> bytes | None:
+        """A TaskSpec's context (gzipped tar bytes), None when the experiment has none.
+
+        Kept in memory by the ``context_sha256`` the spec names (up to
+        :data:`CONTEXT_CACHE_BYTES`, least recently used dropped first); downloaded
+        from ``context_url`` when not kept, and kept only when the download has that
+        digest.
+
+        Raises:
+            httpx.HTTPError: the download failed.
+        """
+        digest = spec.get("context_sha256") or None
+        if digest is not None:
+            with self._contexts_lock:
+                data = self._contexts.get(digest)
+                if data is not None:
+                    self._contexts.move_to_end(digest)
+                    return data
+        r = self.client.get(spec["context_url"])
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        data = r.content
+        if (
+            digest is not None
+            and len(data) <= CONTEXT_CACHE_BYTES
+            and hashlib.sha256(data).hexdigest() == digest
+        ):
+            with self._contexts_lock:
+                self._contexts[digest] = data
+                while sum(len(v) for v in self._contexts.values()) > CONTEXT_CACHE_BYTES:
+                    self._contexts.popitem(last=False)
+        return data
 
     @staticmethod
     def _base_env() -> dict[str, str]:

@@ -48,6 +48,24 @@ class SearcherAnswer:
     completed: bool
 
 
+def _searcher_answer(body: Any) -> SearcherAnswer:
+    """A :class:`SearcherAnswer` from the master's ``{"op": {"length": N} | null,
+    "completed": bool}``.
+
+    Raises:
+        ValueError: if the body does not have that shape.
+    """
+    if not isinstance(body, dict) or "completed" not in body:
+        raise ValueError(f"unexpected searcher operation answer from the master: {body!r}")
+    op = body.get("op")
+    length = None
+    if op is not None:
+        length = op.get("length") if isinstance(op, dict) else None
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise ValueError(f"searcher operation without a valid length: {body!r}")
+    return SearcherAnswer(length=length, completed=bool(body["completed"]))
+
+
 @dataclasses.dataclass(frozen=True)
 class MetricReport:
     """One metrics report as a backend received it (``POST /trials/{id}/metrics``)."""
@@ -92,8 +110,15 @@ class Backend(abc.ABC):
         raise NotImplementedError  # abstract
 
     @abc.abstractmethod
-    def complete_operation(self, trial_id: int, length: int, searcher_metric: float) -> None:
-        """Report that the operation of ``length`` batches finished with a metric value."""
+    def complete_operation(
+        self, trial_id: int, length: int, searcher_metric: float
+    ) -> SearcherAnswer | None:
+        """Report that the operation of ``length`` batches finished with a metric value.
+
+        Returns:
+            The trial's next answer (as :meth:`get_searcher_operation` would give it
+            now) when the backend learnt it with the completion, else None.
+        """
         raise NotImplementedError  # abstract
 
     @abc.abstractmethod
@@ -294,23 +319,26 @@ class MasterBackend(Backend):
         """
         self.flush()
         body = self.session.get(f"{API}/trials/{trial_id}/searcher/operation")
-        if not isinstance(body, dict) or "completed" not in body:
-            raise ValueError(f"unexpected searcher operation answer from the master: {body!r}")
-        op = body.get("op")
-        length = None
-        if op is not None:
-            length = op.get("length") if isinstance(op, dict) else None
-            if not isinstance(length, int) or isinstance(length, bool) or length < 0:
-                raise ValueError(f"searcher operation without a valid length: {body!r}")
-        return SearcherAnswer(length=length, completed=bool(body["completed"]))
+        return _searcher_answer(body)
 
-    def complete_operation(self, trial_id: int, length: int, searcher_metric: float) -> None:
-        """``POST /trials/{id}/searcher/completed_operation``."""
+    def complete_operation(
+        self, trial_id: int, length: int, searcher_metric: float
+    ) -> SearcherAnswer | None:
+        """``POST /trials/{id}/searcher/completed_operation``; the master answers the
+        trial's next operation with it (None from a master that answers ``{}``).
+
+        Raises:
+            ValueError: if the answer has an operation without a valid length.
+            APIError, MasterUnreachableError: see :meth:`Session.request`.
+        """
         self.flush()
-        self.session.post(
+        body = self.session.post(
             f"{API}/trials/{trial_id}/searcher/completed_operation",
             json={"op": {"length": length}, "searcher_metric": searcher_metric},
         )
+        if not isinstance(body, dict) or "completed" not in body:
+            return None
+        return _searcher_answer(body)
 
     def report_metrics(self, report: MetricReport) -> None:
         """``POST /trials/{id}/metrics`` (training metrics in the background, several
@@ -471,7 +499,7 @@ class LocalBackend(Backend):
         return SearcherAnswer(length=self.operation_lengths[done], completed=False)
 
     def complete_operation(self, trial_id: int, length: int, searcher_metric: float) -> None:
-        """Record the completion.
+        """Record the completion (the next answer is asked for separately: None).
 
         Raises:
             ValueError: if ``length`` is not the current operation's length.

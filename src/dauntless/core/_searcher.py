@@ -119,6 +119,8 @@ class SearcherContext:
         self._dist = distributed or DistributedContext()
         self._last_completed: int | None = None
         self._own_length = own_length
+        # The answer the master gave with the last completion: the next ask, saved.
+        self._answer: SearcherAnswer | None = None
 
     def poll(self) -> SearcherAnswer:
         """Ask once: the current operation's length (or None) and whether closed."""
@@ -206,7 +208,7 @@ class SearcherContext:
     def _next_length(self, should_stop: Callable[[], bool] | None) -> int | None:
         """The next operation's length; None when the trial is closed or must stop."""
         while True:
-            answer = self.poll()
+            answer, self._answer = self._answer or self.poll(), None
             if answer.completed:
                 return None
             if answer.length is not None and answer.length != self._last_completed:
@@ -223,5 +225,5 @@ class SearcherContext:
             logger.info("searcher operation of %d batches completed (metric %s)", length, metric)
             self._last_completed = length
             return
-        self._backend.complete_operation(self.trial_id, length, metric)
+        self._answer = self._backend.complete_operation(self.trial_id, length, metric)
         self._last_completed = length

@@ -70,7 +70,7 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
     db = Database(default_db_url(config))
     manager = ExperimentManager(db, config)
     manager.port = config.port
-    auth = AuthService(db, config)
+    auth = AuthService(db, config, allocation_versions=manager.allocation_versions)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

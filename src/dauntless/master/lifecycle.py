@@ -275,21 +275,28 @@ class LifecycleMixin:
         storage = cfg.checkpoint_storage
         if storage is None:
             return []
+        live_ckpts = s.scalars(
+            select(CheckpointRow).where(
+                CheckpointRow.experiment_id == exp.id,
+                CheckpointRow.state.in_(("COMPLETED", "UPLOADING")),
+            )
+        ).all()
+        if not live_ckpts:  # nothing to collect: the trials need not be read
+            return []
+        # States only: every trial ended calls this, so whole rows (JSON columns) of a
+        # long search would be decoded again and again (issue 19).
         finished = {
-            t.id
-            for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id))
-            if is_terminal(t.state)
+            trial_id
+            for trial_id, state in s.execute(
+                select(TrialRow.id, TrialRow.state).where(TrialRow.experiment_id == exp.id)
+            )
+            if is_terminal(state)
         }
         if not finished:
             return []
         ckpts: list[CheckpointRow] = []
         orphans: list[CheckpointRow] = []
-        for c in s.scalars(
-            select(CheckpointRow).where(
-                CheckpointRow.experiment_id == exp.id,
-                CheckpointRow.state.in_(("COMPLETED", "UPLOADING")),
-            )
-        ):
+        for c in live_ckpts:
             if c.trial_id not in finished:
                 continue
             # An upload its trial never finished (the process died): its objects go.

@@ -9,6 +9,7 @@ from the database after a restart.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -17,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import select
@@ -65,7 +66,7 @@ from .db import (
 from .environments import check_pool_can_run, task_environment
 from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound  # re-exported: routes import them here
 from .lifecycle import LifecycleMixin
-from .models import allocations
+from .models import allocations, trials
 from .progress import experiment_progress
 from .states import STOPPING, State, check_transition, is_terminal
 from .task_policies import (
@@ -93,12 +94,25 @@ _PLACEMENT_IGNORES: dict[type, frozenset[str]] = {
             "searcher_completed_length",
             "best_validation",
             "latest_checkpoint",
+            "latest_validation",
+            "searcher_closed",
             "progress",
         }
     ),
+    # Every searcher call rewrites these; a placement reads an experiment's state and
+    # config only.
+    ExperimentRow: frozenset({"searcher_state", "searcher_shutdown", "progress"}),
+    # Handing a part to its agent (heartbeat) and recording its exit details.
+    AllocationRow: frozenset({"started_at", "token_hash", "exit_code", "exit_message"}),
 }
 """Attributes that a placement does not read: their changes (every heartbeat, every
-metric report) do not call for a new one."""
+metric report, every searcher call) do not call for a new one."""
+
+_PLACEMENT_COARSE: dict[type, dict[str, Callable[[Any], Hashable]]] = {
+    AllocationRow: {"state": lambda state: state == "TERMINATED"},
+}
+"""A placement sees only whether an allocation is live: ASSIGNED -> RUNNING (the
+hand-over at a heartbeat) does not call for a new one, an end does."""
 """Seconds after hand-over during which an agent may not yet list a new allocation."""
 
 
@@ -145,6 +159,8 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         self.clock = clock
         self.wake = threading.Event()
         self._configs: dict[int, ExperimentConfig] = {}
+        # experiment id -> SHA-256 (hex) of its stored context, "" for none (immutable).
+        self._context_digests: dict[int, str] = {}
         self._alloc_trial: dict[str, int | None] = {}
         self._gc_due: set[int] = set()
         # Called after each scheduling pass (the pools' provisioners, resource managers).
@@ -156,7 +172,9 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         # Set when rows a placement reads change: an idle pass skips the placement,
         # which decodes every running trial's config (issue 19).
         self.placement_changes = db.change_flag(
-            (AgentRow, AllocationRow, TrialRow, ExperimentRow, TaskRow), _PLACEMENT_IGNORES
+            (AgentRow, AllocationRow, TrialRow, ExperimentRow, TaskRow),
+            _PLACEMENT_IGNORES,
+            _PLACEMENT_COARSE,
         )
         self._placed_at = 0.0
         # Advanced when rows of experiment bodies change (experiments, trials, their
@@ -299,6 +317,20 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             self._configs[exp.id] = cfg
         return cfg
 
+    def context_digest(self, s: Session, exp_id: int) -> str:
+        """The SHA-256 (hex) of an experiment's stored context, "" when it has none
+        (computed once per experiment: a context never changes once stored)."""
+        digest = self._context_digests.get(exp_id)
+        if digest is None:
+            content = s.scalar(
+                select(ModelDefinitionRow.content).where(ModelDefinitionRow.experiment_id == exp_id)
+            )
+            digest = hashlib.sha256(content).hexdigest() if content is not None else ""
+            if len(self._context_digests) >= 10_000:
+                self._context_digests.clear()
+            self._context_digests[exp_id] = digest
+        return digest
+
     def _searcher(self, exp: ExperimentRow):
         return restore_searcher(self.experiment_config(exp), exp.searcher_state)
 
@@ -407,8 +439,12 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         assert exp is not None  # FK guarantees it
         return trial, exp
 
-    def complete_operation(self, trial_id: int, length: int, metric: float) -> None:
+    def complete_operation(self, trial_id: int, length: int, metric: float) -> dict[str, Any]:
         """Record that a trial validated at ``length`` batches with the searcher metric.
+
+        Returns:
+            The trial's next searcher operation as ``GET /trials/{id}/searcher/operation``
+            answers it after the completion (the trial need not ask; issue 19).
 
         Raises:
             NotFound: no such trial.
@@ -418,7 +454,7 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             trial, exp = self._get_trial(s, trial_id)
             done = trial.searcher_completed_length
             if done is not None and length <= done:
-                return  # a retried report: already applied
+                return trials.searcher_operation(s, trial_id)  # a retried report
             if trial.searcher_op_length is None or length != trial.searcher_op_length:
                 raise BadRequest(
                     f"trial {trial_id} was asked to train to {trial.searcher_op_length} "
@@ -429,6 +465,7 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             searcher = self._searcher(exp)
             ops = searcher.on_validation_completed(trial.request_id, float(metric), length)
             self._apply(s, exp, searcher, ops)
+            return trials.searcher_operation(s, trial_id)
 
     def report_metrics(
         self,
@@ -822,6 +859,7 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             "entrypoint": cfg.entrypoint,
             "env": env,
             "context_url": f"/api/v1/experiments/{exp.id}/model_def",
+            "context_sha256": self.context_digest(s, exp.id),
             "environment": task_environment(
                 cfg.environment, cfg.bind_mounts, cfg.resources, cfg.checkpoint_storage
             ),
@@ -1049,7 +1087,12 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             if lazy and not changed and now - self._placed_at < PLACEMENT_FALLBACK_SECONDS:
                 return 0
             self._placed_at = now
-            return scheduling.place_pending(s, self, now)
+            created = scheduling.place_pending(s, self, now)
+            # The placement read every change flushed before it; what it wrote itself
+            # (new allocations, preemption flags) needs no second placement, so its
+            # commit does not set the flag (a change committed later still does).
+            self.placement_changes.forget(s)
+            return created
 
     def _reap_lost_agents(self, s: Session, now: float) -> None:
         for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")).all():
@@ -1104,22 +1147,29 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             offset += len(slot_ids)
         return group
 
-    def run_gc(self, deletions: bool = True) -> None:
+    def run_gc(self, deletions: bool = True) -> bool:
         """Apply the GC policy of every experiment one of whose trials ended since the
         last call (marking checkpoints DELETING), then delete the files of DELETING
         checkpoints whose retry time has come (checkpoint_gc); storage is touched after
-        the decision commits."""
+        the decision commits.
+
+        Returns:
+            Whether the policy marked any checkpoint DELETING.
+        """
+        marked = False
         while self._gc_due:
             exp_id = self._gc_due.pop()
             with self.db.write() as s:
                 exp = s.get(ExperimentRow, exp_id)
                 doomed = self._collect(s, exp) if exp is not None else []
             if doomed:
+                marked = True
                 log.info(
                     "checkpoint GC of experiment %s deletes %d checkpoint(s)", exp_id, len(doomed)
                 )
         if deletions:
             self.process_deletions()
+        return marked
 
     def on_start(self) -> None:
         """At master start: give agents a fresh heartbeat deadline (they were not lost,
@@ -1141,9 +1191,11 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
                 # placement whenever something it reads changed (issue 19: an idle
                 # master with many running trials costs little CPU).
                 maintenance = now - maintained_at >= MAINTENANCE_SECONDS
-                gc_due = bool(self._gc_due)
-                self.run_gc(deletions=False)
-                if maintenance or gc_due:
+                # A deletion pass when GC just marked checkpoints (their files go at
+                # once) and with the time-driven work (retries); not after every trial
+                # end that marked nothing (a thread start and a query per trial).
+                marked = self.run_gc(deletions=False)
+                if maintenance or marked:
                     # Deleting files may wait on a slow store: off the scheduling path.
                     self.start_deletions(wait=2.0)
                 self.schedule_pass(maintenance=maintenance, lazy=True)

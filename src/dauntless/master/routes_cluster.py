@@ -136,8 +136,19 @@ def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
 @router.post("/agents/{agent_id}/heartbeat", response_model=R.HeartbeatOut)
 @access(users="none", agent=True, what="heartbeat for agents")
 def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[str, Any]:
-    """Liveness plus work: returns tasks to start and allocations to kill."""
-    return _mgr(request).heartbeat(agent_id, body.running)
+    """Liveness plus work: returns tasks to start and allocations to kill.
+
+    Task exits the heartbeat carries are recorded first, each as ``POST
+    /allocations/{id}/exited`` would (an unknown allocation is skipped, as that route's
+    404 is by the agent), so the work their slots freed is in this answer (issue 19).
+    """
+    mgr = _mgr(request)
+    for ex in body.exited:
+        try:
+            mgr.allocation_exited(ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
+        except NotFound:
+            continue
+    return mgr.heartbeat(agent_id, body.running)
 
 
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)

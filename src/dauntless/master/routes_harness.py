@@ -36,12 +36,12 @@ def get_searcher_operation(trial_id: DbId, request: Request) -> dict[str, Any]:
         return trials.searcher_operation(s, trial_id)
 
 
-@router.post("/trials/{trial_id}/searcher/completed_operation", response_model=R.Empty)
+@router.post("/trials/{trial_id}/searcher/completed_operation", response_model=R.SearcherOperation)
 @access(users="none", trial="own", what="report for trials")
 def complete_searcher_operation(trial_id: DbId, body: CompletedOperation, request: Request) -> dict:
-    """The trial finished an operation and reports the searcher metric."""
-    _mgr(request).complete_operation(trial_id, body.op.length, body.searcher_metric)
-    return {}
+    """The trial finished an operation and reports the searcher metric; the answer is
+    its next operation, as the GET above would give it."""
+    return _mgr(request).complete_operation(trial_id, body.op.length, body.searcher_metric)
 
 
 @router.post("/trials/{trial_id}/metrics", response_model=R.Stored)

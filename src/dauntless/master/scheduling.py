@@ -62,12 +62,21 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
     trials_by_id = {t.id: (t, e) for t, e in pending}
     running_meta: dict[int, ExperimentRow] = {}
     if live:
-        for trial_id, e in s.execute(
-            select(TrialRow.id, ExperimentRow)
-            .join(ExperimentRow, TrialRow.experiment_id == ExperimentRow.id)
-            .where(TrialRow.id.in_(live_trials))
-        ).all():
-            running_meta[trial_id] = e
+        # Experiment ids first, then each experiment once: one already loaded with the
+        # pending trials (the usual case) is not read, nor its config decoded, again.
+        exp_ids = dict(
+            s.execute(
+                select(TrialRow.id, TrialRow.experiment_id).where(TrialRow.id.in_(live_trials))
+            ).all()
+        )
+        exps = {e.id: e for _, e in pending}
+        missing = set(exp_ids.values()) - exps.keys()
+        if missing:
+            exps.update(
+                (e.id, e)
+                for e in s.scalars(select(ExperimentRow).where(ExperimentRow.id.in_(missing)))
+            )
+        running_meta = {t: exps[e] for t, e in exp_ids.items() if e in exps}
     created = 0
     for pool in mgr.config.resource_pools:
         spec = pool_spec_from_config(pool)

@@ -39,14 +39,22 @@ class RegisterAgent(_Body):
     runtime: AgentRuntimeIn | None = None
 
 
-class Heartbeat(_Body):
-    running: list[str] = Field(default_factory=list)
-
-
 class AllocationExited(_Body):
     exit_code: int | None = Field(ge=INT32_MIN, le=INT32_MAX)
     message: str | None = None
     fatal: bool = False
+
+
+class ExitReport(AllocationExited):
+    """One task exit carried by a heartbeat (``POST /allocations/{id}/exited``'s body
+    with the allocation's id)."""
+
+    allocation_id: str = Field(max_length=64)
+
+
+class Heartbeat(_Body):
+    running: list[str] = Field(default_factory=list)
+    exited: list[ExitReport] = Field(default_factory=list, max_length=1000)
 
 
 class LogLineIn(_Body):

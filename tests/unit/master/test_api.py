@@ -550,3 +550,57 @@ def test_preemption_long_poll_rereads_for_changes_the_orm_does_not_see(master, m
     thread.join(10)
     assert result["body"] == {"preempt": True}
     assert result["at"] - changed < 5
+
+
+def test_completed_operation_answers_the_next_operation(master):
+    """The completion's answer is what the GET would say next, also for a repeat."""
+    client, mgr = master
+    _register(client)
+    exp_id = _create(client).json()["experiment"]["id"]
+    mgr.schedule_pass()
+    client.post("/api/v1/agents/a1/heartbeat", json={"running": []})
+    tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
+    assert client.get(f"/api/v1/trials/{tid}/searcher/operation").json()["op"] == {"length": 20}
+    body = {"op": {"length": 20}, "searcher_metric": 0.5}
+    r = client.post(f"/api/v1/trials/{tid}/searcher/completed_operation", json=body)
+    assert r.status_code == 200
+    assert r.json() == {"op": None, "completed": True}
+    assert r.json() == client.get(f"/api/v1/trials/{tid}/searcher/operation").json()
+    again = client.post(f"/api/v1/trials/{tid}/searcher/completed_operation", json=body)
+    assert again.json() == {"op": None, "completed": True}
+
+
+def test_heartbeat_carries_exits_and_answers_the_freed_slots_work(master):
+    """An exit reported in a heartbeat ends the run as /exited does, and the same answer
+    hands out the trial that took the slot; unknown allocations are skipped."""
+    client, mgr = master
+    _register(client)
+    config = CONFIG.replace("name: single", "name: random\n  max_trials: 2").replace(
+        "max_length: {batches: 20}", "max_length: {batches: 20}\n  max_concurrent_trials: 1"
+    )
+    exp_id = _create(client, config).json()["experiment"]["id"]
+    mgr.schedule_pass()
+    (first,) = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
+    r = client.post(
+        "/api/v1/agents/a1/heartbeat",
+        json={
+            "running": [],
+            "exited": [
+                {"allocation_id": first["allocation_id"], "exit_code": 1, "message": "boom"},
+                {"allocation_id": "no-such-allocation", "exit_code": 0},
+            ],
+        },
+    )
+    assert r.status_code == 200, r.text
+    (second,) = r.json()["start"]
+    assert second["allocation_id"] != first["allocation_id"]
+    trials = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"]
+    failed = next(t for t in trials if t["id"] == first["trial_id"])
+    # max_restarts 1: the failed run restarts, so the next start may be its own retry.
+    assert failed["restarts"] == 1
+    assert second["context_sha256"] == first["context_sha256"] != ""
+    bad = client.post(
+        "/api/v1/agents/a1/heartbeat", json={"running": [], "exited": [{"exit_code": 0}]}
+    )
+    assert bad.status_code == 400
+    assert "allocation_id" in bad.text

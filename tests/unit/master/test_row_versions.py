@@ -145,3 +145,52 @@ def test_change_flag_versions_let_many_readers_see_each_change(sessions):
     assert flag.version() == seen + 1
     flag.set()
     assert flag.version() == seen + 2
+
+
+def test_change_flag_coarse_attributes_count_only_when_their_key_changes(sessions):
+    flag = ChangeFlag(sessions, (Part,), coarse={Part: {"group": lambda g: g == "done"}})
+    with sessions() as s:
+        s.add(Part(id=1, group="new"))
+        s.commit()
+    assert flag.take()
+    with sessions() as s:
+        s.get(Part, 1).group = "running"  # same key (not "done"): no change
+        s.commit()
+    assert not flag.take()
+    with sessions() as s:
+        s.get(Part, 1).group = "done"
+        s.commit()
+    assert flag.take()
+    with sessions() as s:
+        s.get(Part, 1).flag = 3  # not coarse, not ignored: counts
+        s.commit()
+    assert flag.take()
+
+
+def test_change_flag_forget_drops_what_the_session_flushed_so_far(sessions):
+    flag = ChangeFlag(sessions, (Part,))
+    flag.take()
+    with sessions() as s:
+        s.add(Part(id=1, group="a"))
+        flag.forget(s)  # flushed, then forgotten: the commit does not set the flag
+        s.commit()
+    assert not flag.take()
+    with sessions() as s:
+        s.get(Part, 1).group = "b"
+        flag.forget(s)
+        s.add(Part(id=2, group="c"))  # flushed after forget(): counts
+        s.commit()
+    assert flag.take()
+
+
+def test_total_counts_every_published_bump(sessions):
+    versions = RowVersions(sessions, Part, lambda row: row.group)
+    before = versions.total()
+    with sessions() as s:
+        s.add(Other(id=1, group="x"))  # another class: no bump
+        s.commit()
+    assert versions.total() == before
+    with sessions() as s:
+        s.add_all([Part(id=1, group="a"), Part(id=2, group="b")])
+        s.commit()
+    assert versions.total() == before + 1  # one commit, one bump

@@ -60,6 +60,7 @@ class RowVersions:
         self._info_key = f"dauntless.row_versions.{id(self)}"
         self._lock = threading.Lock()
         self._epoch = 0
+        self._total = 0
         self._counts: dict[Hashable, int] = {}
         event.listen(sessions, "after_flush", self._after_flush)
         event.listen(sessions, "after_commit", self._after_commit)
@@ -69,6 +70,13 @@ class RowVersions:
         """The current version of ``key``'s rows (any key: one never changed has count 0)."""
         with self._lock:
             return self._epoch, self._counts.get(key, 0)
+
+    def total(self) -> int:
+        """How many times any key was bumped so far: a reader that does not know its key
+        before reading compares this before and after (equal: no commit of a watched
+        row was published meanwhile, so :meth:`version` read after is that of its read)."""
+        with self._lock:
+            return self._total
 
     def bump(self, keys: set[Hashable]) -> None:
         """Mark ``keys``' rows changed (the watched sessions do this on commit)."""
@@ -80,6 +88,7 @@ class RowVersions:
                 self._epoch += 1
             for k in keys:
                 self._counts[k] = self._counts.get(k, 0) + 1
+            self._total += 1
 
     def _after_flush(self, session: Session, flush_context: Any) -> None:
         keys = None
@@ -111,10 +120,16 @@ class ChangeFlag:
     remember :meth:`version` (a count of the changes seen) and redo their work once it
     differs, without clearing anything for the others.
 
+    A change of an attribute named in ``coarse[its class]`` counts only when the key
+    function given there maps the old and the new value to different keys: with
+    ``{"state": lambda v: v == "TERMINATED"}`` an allocation going from ASSIGNED to
+    RUNNING does not count, one that ends does.
+
     Args:
         sessions: the session factory whose sessions to watch.
         models: the mapped classes whose rows count.
         ignore: per class, attribute names whose changes do not count.
+        coarse: per class, attribute name -> key function of its values (see above).
     """
 
     def __init__(
@@ -122,9 +137,11 @@ class ChangeFlag:
         sessions: sessionmaker[Session],
         models: tuple[type, ...],
         ignore: dict[type, frozenset[str]] | None = None,
+        coarse: dict[type, dict[str, Callable[[Any], Hashable]]] | None = None,
     ) -> None:
         self._models = models
         self._ignore = ignore or {}
+        self._coarse = coarse or {}
         self._info_key = f"dauntless.change_flag.{id(self)}"
         self._set = threading.Event()
         self._set.set()  # nothing seen yet: the first user does the work
@@ -155,12 +172,35 @@ class ChangeFlag:
         with self._lock:
             return self._version
 
+    def forget(self, session: Session) -> None:
+        """Drop what ``session`` flushed so far: its commit sets the flag only for
+        changes flushed after this call.
+
+        For the user of the flag itself: a placement's own allocations, flushed after
+        it read everything they depend on, need no second placement (issue 19).
+        """
+        session.flush()
+        session.info.pop(self._info_key, None)
+
     def _changed(self, obj: Any) -> bool:
-        ignore = self._ignore.get(type(obj))
-        if not ignore:
+        ignore = self._ignore.get(type(obj), frozenset())
+        coarse = self._coarse.get(type(obj), {})
+        if not ignore and not coarse:
             return True
-        state = inspect(obj)
-        return any(attr.key not in ignore and attr.history.has_changes() for attr in state.attrs)
+        for attr in inspect(obj).attrs:
+            if attr.key in ignore:
+                continue
+            history = attr.history
+            if not history.has_changes():
+                continue
+            key = coarse.get(attr.key)
+            if key is None:
+                return True
+            old = {key(v) for v in history.deleted}
+            new = {key(v) for v in history.added}
+            if old != new:
+                return True
+        return False
 
     def _after_flush(self, session: Session, flush_context: Any) -> None:
         if session.info.get(self._info_key):

@@ -147,11 +147,14 @@ class Database:
         return RowVersions(self._sessions, model, key)
 
     def change_flag(
-        self, models: tuple[type, ...], ignore: dict[type, frozenset[str]] | None = None
+        self,
+        models: tuple[type, ...],
+        ignore: dict[type, frozenset[str]] | None = None,
+        coarse: dict[type, dict[str, Callable[[Any], Hashable]]] | None = None,
     ) -> ChangeFlag:
         """A flag set when this database's write sessions commit changes to ``models``
         (see :class:`~dauntless.master.db.changes.ChangeFlag`)."""
-        return ChangeFlag(self._sessions, models, ignore)
+        return ChangeFlag(self._sessions, models, ignore, coarse)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -98,7 +98,11 @@ class ExperimentRow(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     original_config: Mapped[str] = mapped_column(Text)
     seed: Mapped[int] = mapped_column(Integer)
-    searcher_state: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Deferred: the searcher state grows with the trials of a search and only the
+    # searcher calls read it; every other load of an experiment skips decoding it.
+    searcher_state: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, nullable=True, deferred=True
+    )
     searcher_shutdown: Mapped[bool] = mapped_column(Boolean, default=False)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     start_time: Mapped[float] = mapped_column(Float)
