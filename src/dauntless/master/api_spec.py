@@ -63,7 +63,11 @@ _DESCRIPTIONS = {
 
 _CHANGES = ("POST", "PATCH", "DELETE", "PUT")
 
-GZIP_ROUTES = ("/api/v1/experiments/{exp_id}/model_def", "/api/v1/checkpoints/{uuid}/download")
+GZIP_ROUTES = (
+    "/api/v1/experiments/{exp_id}/model_def",
+    "/api/v1/checkpoints/{uuid}/download",
+    "/api/v1/tasks/{task_id}/context",
+)
 """Routes that answer a gzipped tar (``application/gzip``), not JSON."""
 
 

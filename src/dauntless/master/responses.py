@@ -342,3 +342,171 @@ class MetricNamesOut(BaseModel):
 
     training: list[str]
     validation: list[str]
+
+
+class TaskOut(_Open):
+    """A generic task (command, notebook, shell or TensorBoard; docs/protocol.md,
+    "Generic tasks"): ``slots`` it asks for, its latest allocation's ``agent_id`` and
+    ``allocation_id`` (None before one), ``service_url`` (the proxy path of a notebook,
+    shell or TensorBoard; None for a command), times in seconds since the epoch."""
+
+    id: str
+    type: str
+    state: str
+    owner: str
+    user_id: int | None
+    description: str
+    config: dict[str, Any]
+    entrypoint: str | list[str] | None
+    resource_pool: str
+    slots: int
+    agent_id: str | None
+    allocation_id: str | None
+    ready: bool
+    service_url: str | None
+    experiment_ids: list[int]
+    trial_ids: list[int]
+    exit_code: int | None
+    exit_message: str | None
+    created_at: float
+    start_time: float | None
+    end_time: float | None
+
+
+class TaskBody(BaseModel):
+    task: TaskOut
+
+
+class TasksOut(BaseModel):
+    tasks: list[TaskOut]
+
+
+class TaskCreated(BaseModel):
+    """``POST /{commands,notebooks,shells,tensorboards}``: the task, one warning per
+    config field the agent's runtime ignores, and whether an existing TensorBoard of the
+    same experiments and trials was ``reused`` (always False for the other families)."""
+
+    task: TaskOut
+    warnings: list[str]
+    reused: bool
+
+
+class TaskLogLineOut(_Open):
+    """A task's log line (as a trial's, with ``task_id`` in place of ``trial_id``)."""
+
+    id: int
+    task_id: str
+    allocation_id: str
+    timestamp: float
+    stdtype: str
+    rank_id: int | None
+    log: str
+
+
+class TaskLogsOut(BaseModel):
+    logs: list[TaskLogLineOut]
+    task_state: str
+
+
+class LabelsOut(BaseModel):
+    """An experiment's labels after the change."""
+
+    labels: list[str]
+
+
+class CheckpointDeleted(BaseModel):
+    """``DELETE /checkpoints/{uuid}``: the checkpoint and its new state (``DELETED``)."""
+
+    uuid: str
+    state: str
+
+
+class PreviewTrialOut(BaseModel):
+    """One trial a search would create: its hyperparameters and the cumulative lengths
+    (batches) it would train to and validate at."""
+
+    hparams: dict[str, Any]
+    lengths: list[int]
+
+
+class PreviewFinalLength(BaseModel):
+    """``trials`` trials would end after ``batches`` batches."""
+
+    batches: int
+    trials: int
+
+
+class PreviewBracket(BaseModel):
+    """An ``adaptive_asha`` bracket: its rung lengths in ``unit``, trials, and how many
+    it runs at once."""
+
+    rungs: list[int]
+    unit: str
+    trials: int
+    max_concurrent: int
+
+
+class PreviewSummary(_Open):
+    """Totals of a previewed search (``brackets`` for ``adaptive_asha`` only)."""
+
+    searcher: str
+    seed: int
+    num_trials: int
+    total_batches: int
+    final_lengths: list[PreviewFinalLength]
+    length_unit: str
+    brackets: list[PreviewBracket] | None = None
+
+
+class PreviewOut(BaseModel):
+    """``POST /preview-hp-search``: see :func:`dauntless.searcher.preview_document`."""
+
+    trials: list[PreviewTrialOut]
+    summary: PreviewSummary
+
+
+class JobOut(_Open):
+    """A job of the queue (:mod:`dauntless.master.routes_jobs`): an experiment
+    (``experiment-<id>``) or a task (``task-<id>``); ``priority`` None means the pool's
+    default (``effective_priority``); ``submission_time`` in seconds since the epoch."""
+
+    job_id: str
+    type: str
+    entity_id: str
+    name: str
+    owner: str
+    owner_id: int | None
+    resource_pool: str
+    priority: int | None
+    weight: float
+    requested_slots: int
+    allocated_slots: int
+    submission_time: float
+    state: str
+    preemptible: bool
+    effective_priority: int
+    scheduler: str
+    queue_position: int
+
+
+class JobBody(BaseModel):
+    job: JobOut
+
+
+class JobsOut(BaseModel):
+    jobs: list[JobOut]
+
+
+class ModelDefEntry(BaseModel):
+    """A file (``type`` ``file``, ``size`` in bytes) or directory (``dir``, size 0) of an
+    experiment's model definition, by its path inside the context directory."""
+
+    path: str
+    size: int
+    type: str
+
+
+class ModelDefTree(BaseModel):
+    """``GET /experiments/{id}/model_def/tree``: every entry, sorted by path."""
+
+    files: list[ModelDefEntry]

@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from . import responses as R
 from .api_spec import INT32_MAX
 from .auth import principal
 from .db import ExperimentRow
@@ -29,7 +30,7 @@ class ContinueExperiment(BaseModel):
     override_config: str | None = Field(default=None, alias="overrideConfig")
 
 
-@router.post("/experiments/continue")
+@router.post("/experiments/continue", response_model=R.ExperimentBody)
 async def continue_experiment(body: ContinueExperiment, request: Request) -> dict[str, Any]:
     """Continue a finished experiment, with config overrides (YAML text) deep-merged in.
 

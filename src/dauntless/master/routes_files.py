@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from . import responses as R
 from .api_spec import DbId
 from .auth import access
 from .db import ExperimentRow, ModelDefinitionRow
@@ -50,7 +51,7 @@ def _clean(name: str) -> str:
     return name
 
 
-@router.get("/experiments/{exp_id}/model_def/tree")
+@router.get("/experiments/{exp_id}/model_def/tree", response_model=R.ModelDefTree)
 @access(trial="own")
 def get_model_def_tree(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The model definition's files and directories.
@@ -72,7 +73,19 @@ def get_model_def_tree(exp_id: DbId, request: Request) -> dict[str, Any]:
     return {"files": files}
 
 
-@router.get("/experiments/{exp_id}/model_def/file")
+@router.get(
+    "/experiments/{exp_id}/model_def/file",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The file's bytes: text/plain when they decode as UTF-8",
+            "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            },
+        }
+    },
+)
 @access(trial="own")
 def get_model_def_file(
     exp_id: DbId,

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 
 from dauntless.config import parse_experiment_config
 
+from . import responses as R
 from .api_spec import DbId
 from .auth import access
 from .db import CheckpointRow, ExperimentRow
@@ -58,21 +59,21 @@ def _edit_labels(mgr: ExperimentManager, exp_id: int, label: str, add: bool) -> 
         return labels
 
 
-@router.put("/experiments/{exp_id}/labels/{label}")
+@router.put("/experiments/{exp_id}/labels/{label}", response_model=R.LabelsOut)
 @access(users="owner", what="label it")
 def put_experiment_label(exp_id: DbId, label: str, request: Request) -> dict[str, Any]:
     """Add ``label`` to the experiment's labels (no change if it is there)."""
     return {"labels": _edit_labels(_mgr(request), exp_id, label, add=True)}
 
 
-@router.delete("/experiments/{exp_id}/labels/{label}")
+@router.delete("/experiments/{exp_id}/labels/{label}", response_model=R.LabelsOut)
 @access(users="owner", what="label it")
 def delete_experiment_label(exp_id: DbId, label: str, request: Request) -> dict[str, Any]:
     """Remove ``label`` from the experiment's labels (no change if it is absent)."""
     return {"labels": _edit_labels(_mgr(request), exp_id, label, add=False)}
 
 
-@router.delete("/checkpoints/{uuid}")
+@router.delete("/checkpoints/{uuid}", response_model=R.CheckpointDeleted)
 @access(users="owner", what="delete its checkpoint {uuid}")
 def delete_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
     """Delete a checkpoint's files and mark it DELETED.

@@ -28,6 +28,7 @@ from sqlalchemy import select
 
 from dauntless.scheduler import pool_spec_from_config
 
+from . import responses as R
 from .api_spec import ErrorBody
 from .auth import forbidden, principal
 from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
@@ -189,6 +190,7 @@ def list_jobs(mgr: ExperimentManager, resource_pool: str | None = None) -> list[
 
 @router.get(
     "/job-queues",
+    response_model=R.JobsOut,
     responses={404: {"model": ErrorBody, "description": "No such resource pool"}},
 )
 def get_job_queue(
@@ -209,7 +211,7 @@ def get_job_queue(
     return {"jobs": list_jobs(_mgr(request), resource_pool)}
 
 
-@router.patch("/jobs/{job_id}")
+@router.patch("/jobs/{job_id}", response_model=R.JobBody)
 def update_job(job_id: str, body: JobUpdate, request: Request) -> dict[str, Any]:
     """Set a job's priority (priority scheduler) or weight (fair-share scheduler).
 

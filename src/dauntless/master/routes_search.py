@@ -24,6 +24,7 @@ from dauntless.searcher import (
     preview_document,
 )
 
+from . import responses as R
 from .manager import BadRequest
 
 MAX_SEED = 2**32 - 1
@@ -91,7 +92,9 @@ def preview_hp_search(config_text: str, seed: int | None = None) -> dict[str, An
         raise _invalid(exc.field, str(exc)) from None
 
 
-@router.post("/preview-hp-search")
+# exclude_unset: ``summary.brackets`` is left out (not null) for searchers other than
+# adaptive_asha, as the CLI tests for the key.
+@router.post("/preview-hp-search", response_model=R.PreviewOut, response_model_exclude_unset=True)
 def preview_hp_search_route(body: PreviewSearchBody) -> dict[str, Any]:
     """``POST /api/v1/preview-hp-search``: see :func:`preview_hp_search`."""
     return preview_hp_search(body.config, body.seed)

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from . import responses as R
 from .auth import access, forbidden, principal
 from .manager import MAX_CONTEXT_BYTES, BadRequest, ExperimentManager
 from .tasks import NotFound, TaskConflict, TaskService
@@ -115,7 +116,7 @@ async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, byte
 
 
 def _make_create(family: str, task_type: str):
-    async def create(request: Request) -> Any:
+    async def create(request: Request, response: Response) -> dict[str, Any]:
         fields, config, context = await _read_form(request)
         who = principal(request)
         svc = _tasks(request)
@@ -137,13 +138,14 @@ def _make_create(family: str, task_type: str):
             )
             found = await run_in_threadpool(svc.find_tensorboard, owner, exp_ids, trial_ids)
             if found is not None:
-                return JSONResponse({"task": found, "warnings": [], "reused": True})
+                response.status_code = 200
+                return {"task": found, "warnings": [], "reused": True}
             meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids, "logdirs": logdirs}
         answer = await run_in_threadpool(
             svc.create, task_type, owner, config, entrypoint, context, meta
         )
         answer["reused"] = False
-        return JSONResponse(answer, status_code=201)
+        return answer
 
     create.__name__ = f"create_{family}"
     create.__doc__ = (
@@ -174,16 +176,24 @@ for _family, _type in FAMILIES.items():
         _make_create(_family, _type),
         methods=["POST"],
         status_code=201,
+        response_model=R.TaskCreated,
         responses=(
-            {200: {"description": "an existing TensorBoard of the same set, reused"}}
+            {
+                200: {
+                    "model": R.TaskCreated,
+                    "description": "an existing TensorBoard of the same set, reused",
+                }
+            }
             if _type == "TENSORBOARD"
             else None
         ),
     )
-    router.add_api_route(f"/{_family}", _make_list(_type), methods=["GET"])
+    router.add_api_route(
+        f"/{_family}", _make_list(_type), methods=["GET"], response_model=R.TasksOut
+    )
 
 
-@router.get("/tasks")
+@router.get("/tasks", response_model=R.TasksOut)
 def list_tasks(
     request: Request,
     type: str | None = Query(None, description="COMMAND, NOTEBOOK, SHELL or TENSORBOARD"),
@@ -193,7 +203,7 @@ def list_tasks(
     return {"tasks": _tasks(request).list(type.upper() if type else None, owner)}
 
 
-@router.get("/tasks/{task_id}")
+@router.get("/tasks/{task_id}", response_model=R.TaskBody)
 def get_task(task_id: str, request: Request) -> dict[str, Any]:
     """One task."""
     return {"task": _tasks(request).get(task_id)}
@@ -217,7 +227,7 @@ class _Kill(BaseModel):
     reason: str = Field(default="killed", max_length=500)
 
 
-@router.post("/tasks/{task_id}/kill")
+@router.post("/tasks/{task_id}/kill", response_model=R.TaskBody)
 @access(trial="route")
 def kill_task(task_id: str, request: Request, body: _Kill | None = None) -> dict[str, Any]:
     """Kill a task (its owner, an admin, or the task itself, e.g. when idle)."""
@@ -236,10 +246,15 @@ def _make_kill(family: str):
 
 
 for _family in FAMILIES:
-    router.add_api_route(f"/{_family}/{{task_id}}/kill", _make_kill(_family), methods=["POST"])
+    router.add_api_route(
+        f"/{_family}/{{task_id}}/kill",
+        _make_kill(_family),
+        methods=["POST"],
+        response_model=R.TaskBody,
+    )
 
 
-@router.get("/tasks/{task_id}/logs")
+@router.get("/tasks/{task_id}/logs", response_model=R.TaskLogsOut)
 def task_logs(
     task_id: str,
     request: Request,
@@ -271,7 +286,7 @@ class _Service(BaseModel):
     error: str | None = Field(default=None, max_length=4000)
 
 
-@router.post("/tasks/{task_id}/service")
+@router.post("/tasks/{task_id}/service", response_model=R.Empty)
 @access(trial="route")
 def task_service(task_id: str, body: _Service, request: Request) -> dict[str, Any]:
     """The task's own process reports where its service listens, or why it could not

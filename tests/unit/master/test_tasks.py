@@ -15,7 +15,7 @@ from dauntless.core._train import TrainContext
 from dauntless.exec.task_service import notebook_idle_since
 from dauntless.master.app import create_app
 from dauntless.master.tasks import TaskConflict, TaskState, check_task_transition
-from dauntless.master.testing import agent_headers, bearer, login, sign_in
+from dauntless.master.testing import agent_headers, bearer, login, model_def_tarball, sign_in
 from dauntless.storage._fs import SharedFSStorageManager
 
 
@@ -206,3 +206,28 @@ def test_core_tensorboard_upload(tmp_path, monkeypatch):
     assert (dest / "events.out.tfevents.r1").read_bytes() == b"x" * 10
     assert train.upload_tensorboard_files() != []  # skip.txt and the unmangled name
     assert train.upload_tensorboard_files() == []  # nothing changed since
+
+
+def test_tensorboard_of_the_same_set_is_reused_with_200(master, tmp_path):
+    """The second TensorBoard request over the same experiment answers 200 with the live
+    task and ``reused`` true; both answers match the declared ``TaskCreated`` model."""
+    client, _app = master
+    config = (
+        "name: tb\nentrypoint: model_def:Trial\nhyperparameters: {global_batch_size: 8}\n"
+        "searcher: {name: single, metric: loss, max_length: {batches: 10}}\n"
+        f"checkpoint_storage: {{type: shared_fs, host_path: {tmp_path}}}\n"
+    )
+    r = client.post(
+        "/api/v1/experiments",
+        data={"config": config},
+        files={"context": ("c.tar.gz", model_def_tarball(), "application/gzip")},
+    )
+    assert r.status_code == 201, r.text
+    exp_id = r.json()["experiment"]["id"]
+    first = client.post("/api/v1/tensorboards", data={"experiment_ids": f"[{exp_id}]"})
+    assert first.status_code == 201, first.text
+    assert first.json()["reused"] is False
+    assert first.json()["task"]["experiment_ids"] == [exp_id]
+    again = client.post("/api/v1/tensorboards", data={"experiment_ids": f"[{exp_id}]"})
+    assert again.status_code == 200, again.text
+    assert again.json() == {"task": first.json()["task"], "warnings": [], "reused": True}
