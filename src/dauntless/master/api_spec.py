@@ -70,6 +70,15 @@ GZIP_ROUTES = (
 )
 """Routes that answer a gzipped tar (``application/gzip``), not JSON."""
 
+EVENT_STREAM_ROUTES = (
+    "/api/v1/stream/experiments",
+    "/api/v1/stream/experiments/{exp_id}",
+    "/api/v1/stream/cluster",
+    "/api/v1/stream/trials/{trial_id}/logs",
+)
+"""Routes that answer server-sent events (``text/event-stream``, docs/protocol.md), not
+JSON."""
+
 
 def api_routes(app: FastAPI) -> list[APIRoute]:
     """The application's ``/api/`` routes, also those of included routers (FastAPI may
@@ -132,6 +141,8 @@ def declare_errors(app: FastAPI) -> None:
                     if path in GZIP_ROUTES and ok is not None:
                         binary = {"schema": {"type": "string", "format": "binary"}}
                         ok["content"] = {"application/gzip": binary}
+                    if path in EVENT_STREAM_ROUTES and ok is not None:
+                        ok["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
             app.openapi_schema = spec
         return app.openapi_schema
 

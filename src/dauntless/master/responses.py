@@ -510,3 +510,21 @@ class ModelDefTree(BaseModel):
     """``GET /experiments/{id}/model_def/tree``: every entry, sorted by path."""
 
     files: list[ModelDefEntry]
+
+
+class BatchSeriesOut(BaseModel):
+    """One per-batch training metric of a trial: ``values[i]`` at batch ``batches[i]``;
+    ``raw_points`` stored points, ``downsampled`` when M4 kept fewer."""
+
+    name: str
+    batches: list[int]
+    values: list[float]
+    raw_points: int
+    downsampled: bool
+
+
+class BatchMetricsOut(BaseModel):
+    """``GET /trials/{id}/batch-metrics``: the metric names and one series per name."""
+
+    names: list[str]
+    series: list[BatchSeriesOut]

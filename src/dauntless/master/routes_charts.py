@@ -27,6 +27,7 @@ from .auth import access
 from .db import MetricRow, TrialRow
 from .manager import NotFound
 from .metric_series import m4
+from .responses import BatchMetricsOut
 
 router = APIRouter(prefix="/api/v1")
 
@@ -34,7 +35,7 @@ MAX_BATCH_POINTS = 2000
 """The most points per series a caller may ask for."""
 
 
-@router.get("/trials/{trial_id}/batch-metrics")
+@router.get("/trials/{trial_id}/batch-metrics", response_model=BatchMetricsOut)
 @access(trial="own")
 def get_batch_metrics(
     trial_id: DbId,
