@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from dauntless.config import (
@@ -479,7 +479,7 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             }
             now = self.clock()
             flags: list[bool] = []
-            folded: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+            rows: list[dict[str, Any]] = []
             for r in reports:
                 key = (r.group, r.steps_completed)
                 if key in stored_keys:
@@ -489,27 +489,33 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
                 flags.append(True)
                 metrics = finite_json(r.metrics)
                 epoch = metrics.get("epochs")
-                s.add(
-                    MetricRow(
-                        trial_id=trial_id,
-                        kind=r.group,
-                        total_batches=r.steps_completed,
-                        epoch=float(epoch) if isinstance(epoch, (int, float)) else None,
-                        trial_run_id=r.trial_run_id,
-                        values=metrics,
-                        batch_metrics=finite_json(r.batch_metrics),
-                        reported_at=now,
-                    )
+                rows.append(
+                    {
+                        "trial_id": trial_id,
+                        "kind": r.group,
+                        "total_batches": r.steps_completed,
+                        "epoch": float(epoch) if isinstance(epoch, (int, float)) else None,
+                        "trial_run_id": r.trial_run_id,
+                        "values": metrics,
+                        "batch_metrics": finite_json(r.batch_metrics),
+                        "reported_at": now,
+                    }
                 )
-                folded.setdefault(r.group, []).append((r.steps_completed, metrics))
                 trial.total_batches = max(trial.total_batches, r.steps_completed)
                 if r.group == "validation":
                     self._note_validation(trial, exp, metrics)
                     self._searcher_sees_validation(s, trial, exp, metrics)
-            from .metric_series import fold_metric_reports  # here: it imports this module
+            if not rows:
+                return flags
+            from .metric_series import queue_metric_folds  # here: it imports this module
 
-            for group, pairs in folded.items():
-                fold_metric_reports(s, trial_id, group, pairs)
+            # One executemany of plain rows (no ORM objects), and the reports queued for
+            # the lazy fold in the same transaction: committed means durable and
+            # eventually charted (metric_series.MetricFolder; readers fold first).
+            s.execute(insert(MetricRow.__table__), rows)
+            for group in sorted({row["kind"] for row in rows}):
+                batches = [row["total_batches"] for row in rows if row["kind"] == group]
+                queue_metric_folds(s, trial_id, group, batches)
             return flags
 
     def _note_validation(self, trial: Any, exp: Any, metrics: dict[str, Any]) -> None:

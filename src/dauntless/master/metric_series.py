@@ -14,29 +14,46 @@ at most ``4 * cap_buckets`` points however long the series grows, doubling its w
 it has too many buckets, and new reports are folded in without reading old ones again.
 
 The summaries live in the database (``metric_summaries``, one row per trial, group and
-metric; :class:`~dauntless.master.db.models.MetricSummaryRow`): :func:`fold_metric_reports`
-folds each report in, in the transaction that stores it, so a chart
+metric; :class:`~dauntless.master.db.models.MetricSummaryRow`), so a chart
 (:func:`read_experiment_series`) reads at most ``4 * CAP_BUCKETS`` points per series,
-never the ``metrics`` table, and a restarted master has them at once. Reports stored
-before that table existed (an upgraded database) are summarised from the ``metrics`` rows
-once per trial and group, on first use (:func:`build_missing_summaries`), then kept.
+never the ``metrics`` table, and a restarted master has them at once.
+
+Reports are folded in lazily and in bulk (issue 19): the transaction that stores a
+report (one ``metrics`` row) also adds a ``metric_folds_pending`` row for it
+(:func:`queue_metric_folds`) and is acknowledged when it commits; :class:`MetricFolder`
+folds what is pending every :data:`FOLD_INTERVAL` seconds, many reports of a trial per
+transaction (:func:`fold_pending`, :func:`fold_metric_reports`), and every reader folds
+what is pending for its trials first, so no answer misses an acknowledged report. A
+restarted master folds what was pending when it stopped. Folding k reports at once costs
+about what folding one does (a read and a write of each summary), and gives the same
+summaries byte for byte. The invariant: the summaries of a (trial, group) are the fold of
+exactly its ``metrics`` rows that have no pending row.
+
+Reports stored before the summaries table existed (an upgraded database) are summarised
+from the ``metrics`` rows once per trial and group, on first use
+(:func:`build_missing_summaries`), then kept.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Text, bindparam, cast, delete, insert, select, update
+import orjson
+from sqlalchemy import Text, bindparam, cast, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from .db import Database, ExperimentRow, MetricRow, TrialRow
-from .db.models import MetricSummaryRow
+from .db.models import MetricFoldPendingRow, MetricSummaryRow
 from .errors import NotFound
+
+log = logging.getLogger("dauntless.master.metric_series")
 
 MAX_POINTS = 1024
 """The most points per series an answer may ask for (``max_points``)."""
@@ -50,6 +67,12 @@ POINT_BUDGET = 200_000
 
 MAX_NAME_LENGTH = 256
 """The longest metric name that is summarised (characters)."""
+
+FOLD_INTERVAL = 2.0
+"""Seconds between the background folds of pending reports (:class:`MetricFolder`)."""
+
+FOLD_CHUNK = 1000
+"""The most pending reports of one (trial, group) folded in one write transaction."""
 
 _IN_CHUNK = 500  # trial ids per IN (...) list
 _BUILD_CHUNK = 16  # trials summarised from metrics rows per write transaction
@@ -338,6 +361,9 @@ def _name_ok(name: Any) -> bool:
 
 _SUMMARIES = MetricSummaryRow.__table__
 _METRICS = MetricRow.__table__
+_PENDING = MetricFoldPendingRow.__table__
+# Metrics rows already folded (those without a pending row): what the summaries hold.
+_FOLDED = ~exists().where(_PENDING.c.metric_id == _METRICS.c.id)
 _C = _SUMMARIES.c
 # Built once: the per-report statements then skip SQL construction and compilation.
 _INSERT = insert(_SUMMARIES)
@@ -400,7 +426,8 @@ def _rows(trial_id: int, group: str, series: Mapping[str, M4Series]) -> list[dic
 def _summaries_from_metrics(
     s: Session, trial_ids: Sequence[int], group: str, skip_batches: frozenset[int] = frozenset()
 ) -> dict[int, dict[str, M4Series]]:
-    """Summaries built from the ``metrics`` rows of ``trial_ids`` in ``group``.
+    """Summaries built from the folded ``metrics`` rows of ``trial_ids`` in ``group``
+    (those with no ``metric_folds_pending`` row: the pending ones are folded later).
 
     Returns:
         ``{trial_id: {name: summary}}``; rows whose batch count is in ``skip_batches``
@@ -411,16 +438,15 @@ def _summaries_from_metrics(
     text = cast(_METRICS.c["values"], Text)
     for i in range(0, len(trial_ids), _IN_CHUNK):
         q = select(_METRICS.c.trial_id, _METRICS.c.total_batches, text).where(
-            _METRICS.c.trial_id.in_(list(trial_ids[i : i + _IN_CHUNK])), _METRICS.c.kind == group
+            _METRICS.c.trial_id.in_(list(trial_ids[i : i + _IN_CHUNK])),
+            _METRICS.c.kind == group,
+            _FOLDED,
         )
         for trial_id, batches, doc in s.execute(q):
             if batches in skip_batches:
                 continue
             points = raw.setdefault(trial_id, {})
-            try:
-                values = json.loads(doc) if doc is not None else None
-            except ValueError:
-                continue
+            values = _load_values(doc)
             if not isinstance(values, dict):
                 continue
             for name, v in values.items():
@@ -438,6 +464,22 @@ def _summaries_from_metrics(
     return out
 
 
+def _load_values(doc: str | bytes | None) -> Any:
+    """A stored ``metrics.values`` document parsed, or None when it is not JSON.
+
+    orjson first (several times faster on 256-value reports); Python's parser for what
+    orjson refuses, such as the bare ``NaN`` an older master wrote into SQLite."""
+    if doc is None:
+        return None
+    try:
+        return orjson.loads(doc)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(doc)
+        except ValueError:
+            return None
+
+
 def fold_metric_reports(
     s: Session,
     trial_id: int,
@@ -446,14 +488,21 @@ def fold_metric_reports(
 ) -> None:
     """Fold newly stored metric reports of one trial into its persisted summaries.
 
-    Call it in the write transaction that adds the reports' ``metrics`` rows, with
-    exactly those reports (the master does, per report, in
-    ``ExperimentManager.report_metrics``): every later chart then reads the summaries
-    only. Only finite int and float values (not bools) of names that
+    Call it in a write transaction, either with reports whose ``metrics`` rows that
+    transaction adds (seeding does) or with reports taken off ``metric_folds_pending``
+    (:func:`fold_pending`, which then deletes their pending rows): every later chart
+    reads the summaries only. Only finite int and float values (not bools) of names that
     :func:`check_metric_name` accepts are kept. When the trial has no summaries of
-    ``group`` yet but has older ``metrics`` rows (an upgraded database), those are
+    ``group`` yet but has older folded ``metrics`` rows (an upgraded database), those are
     summarised first, once. Costs one read of the summaries of the reported names and
-    one write per name changed (a summary holds at most ``4 * CAP_BUCKETS`` points).
+    one write per name changed (a summary holds at most ``4 * CAP_BUCKETS`` points), so
+    folding k reports at once costs about what folding one does: the master folds
+    lazily, in bulk, for that reason.
+
+    Folding several reports at once gives the same summary, byte for byte, as folding
+    them one at a time in any order: the buckets nest (see the module docstring), the
+    width that ends up chosen is the smallest power of two, no narrower than the
+    stored one, at which all points fit, and ties keep the earliest point either way.
 
     Args:
         s: a session of ``Database.write()`` (under the write lock).
@@ -498,7 +547,7 @@ def fold_metric_reports(
             b
             for b in s.scalars(
                 select(_METRICS.c.total_batches).where(
-                    _METRICS.c.trial_id == trial_id, _METRICS.c.kind == group
+                    _METRICS.c.trial_id == trial_id, _METRICS.c.kind == group, _FOLDED
                 )
             )
             if b not in seen
@@ -540,6 +589,136 @@ def fold_metric_reports(
         s.execute(_UPDATE_NAMED, updates)
     if inserts:
         s.execute(_INSERT, _rows(trial_id, group, inserts)[1:])
+
+
+def queue_metric_folds(s: Session, trial_id: int, group: str, batches: Sequence[int]) -> None:
+    """Record that the just-inserted reports of ``trial_id`` at ``batches`` (in
+    ``group``) still have to be folded into the summaries: one ``INSERT ... SELECT``
+    into ``metric_folds_pending``, in the transaction that stores the reports, so what
+    is acknowledged is durable and a restarted master folds what was left.
+
+    Args:
+        s: the session of ``Database.write()`` that inserted the ``metrics`` rows.
+        trial_id: the reporting trial.
+        group: ``"training"`` or ``"validation"``.
+        batches: the reports' ``total_batches`` (distinct), at most a few thousand.
+    """
+    if not batches:
+        return
+    m = _METRICS.c
+    s.execute(
+        insert(_PENDING).from_select(
+            ["metric_id", "trial_id", "kind"],
+            select(m.id, m.trial_id, m.kind).where(
+                m.trial_id == trial_id, m.kind == group, m.total_batches.in_(list(batches))
+            ),
+        )
+    )
+
+
+def fold_pending(db: Database, trial_ids: Iterable[int] | None = None) -> int:
+    """Fold the pending reports (``metric_folds_pending``) into the summaries, in bulk.
+
+    Each (trial, group) gets its own write transaction of at most :data:`FOLD_CHUNK`
+    reports (reading the pending reports, :func:`fold_metric_reports`, deleting their
+    pending rows), so reports being acknowledged wait on the write lock for one such
+    fold at most. A reader calls this first for the trials it reads, so the summaries
+    it reads hold every report acknowledged before; the background
+    :class:`MetricFolder` calls it for all trials.
+
+    Args:
+        db: the master database.
+        trial_ids: only these trials (None: every trial with pending reports).
+
+    Returns:
+        The number of reports folded.
+    """
+    p = _PENDING.c
+    q = select(p.trial_id, p.kind).distinct()
+    ids = None if trial_ids is None else sorted(set(trial_ids))
+    with db.read() as s:
+        if ids is None:
+            todo = sorted((t, g) for t, g in s.execute(q))
+        else:
+            todo = sorted(
+                (t, g)
+                for i in range(0, len(ids), _IN_CHUNK)
+                for t, g in s.execute(q.where(p.trial_id.in_(ids[i : i + _IN_CHUNK])))
+            )
+    m = _METRICS.c
+    folded = 0
+    for trial_id, group in todo:
+        while True:
+            with db.write() as s:
+                rows = list(
+                    s.execute(
+                        select(m.id, m.total_batches, cast(m["values"], Text))
+                        .join(_PENDING, p.metric_id == m.id)
+                        .where(p.trial_id == trial_id, p.kind == group)
+                        .order_by(m.id)
+                        .limit(FOLD_CHUNK)
+                    )
+                )
+                if not rows:
+                    break
+                reports = []
+                for _, batches, doc in rows:
+                    values = _load_values(doc)
+                    reports.append((batches, values if isinstance(values, dict) else {}))
+                fold_metric_reports(s, trial_id, group, reports)
+                s.execute(delete(_PENDING).where(p.metric_id.in_([r[0] for r in rows])))
+            folded += len(rows)
+            if len(rows) < FOLD_CHUNK:
+                break
+    return folded
+
+
+class MetricFolder:
+    """The master's background fold of pending metric reports: :func:`fold_pending`
+    at start (what a stopped master left) and then every ``interval`` seconds.
+
+    Folding a trial's reports every couple of seconds rather than one by one as they
+    are acknowledged costs one read and one write of each summary per fold instead of
+    per report (issue 19: a report of 256 metrics took ~27 ms of master CPU to fold
+    alone, most of the ingest cost). Readers never wait for it: they fold what is
+    pending for them first.
+
+    Args:
+        db: the master database.
+        interval: seconds between folds (> 0).
+
+    Raises:
+        ValueError: ``interval`` <= 0.
+    """
+
+    def __init__(self, db: Database, interval: float = FOLD_INTERVAL) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        self.db = db
+        self.interval = interval
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Fold until :attr:`stop` is set (a failed fold is logged and retried later)."""
+        while True:
+            try:
+                fold_pending(self.db)
+            except Exception:  # keep folding; the reports stay pending until it works
+                log.exception("folding pending metric reports failed")
+            if self.stop.wait(self.interval):
+                return
+
+    def start(self) -> None:
+        """Run :meth:`run` in a daemon thread."""
+        self.thread = threading.Thread(target=self.run, name="metric-folder", daemon=True)
+        self.thread.start()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread and wait up to ``timeout`` seconds for its fold to end."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
 
 
 def build_missing_summaries(db: Database, trial_ids: Iterable[int], group: str) -> list[int]:
@@ -633,7 +812,8 @@ def read_experiment_series(
     trial_ids: Iterable[int] | None = None,
 ) -> dict[str, Any]:
     """One metric of an experiment's trials, each series M4-downsampled, from the stored
-    summaries (trials with reports from before them are summarised first, once).
+    summaries (the trials' pending reports are folded first, and trials with reports
+    from before the summaries are summarised first, once).
 
     Args:
         db: the master database.
@@ -657,6 +837,11 @@ def read_experiment_series(
         raise ValueError(f"group must be 'training' or 'validation', got {group!r}")
     if not 8 <= max_points <= MAX_POINTS:
         raise ValueError(f"max_points must be within 8..{MAX_POINTS}, got {max_points}")
+    with db.read() as s:
+        if s.get(ExperimentRow, exp_id) is None:
+            raise NotFound(f"experiment {exp_id} not found")
+        every = list(s.scalars(select(TrialRow.id).where(TrialRow.experiment_id == exp_id)))
+    fold_pending(db, every if trial_ids is None else set(trial_ids) & set(every))
     with db.read() as s:
         exp = s.get(ExperimentRow, exp_id)
         if exp is None:
@@ -752,7 +937,8 @@ def read_trial_series(
     """A trial's metrics, each series M4-downsampled, from the stored summaries (the
     trial's reports from before them are summarised first, once): what ``GET
     /trials/{id}/metrics?downsample=N`` answers, in time independent of the number of
-    reports (at most ``4 * CAP_BUCKETS`` points read per series).
+    reports (at most ``4 * CAP_BUCKETS`` points read per series). The trial's pending
+    reports are folded first, so every report acknowledged before is in the answer.
 
     Args:
         db: the master database.
@@ -772,6 +958,7 @@ def read_trial_series(
         raise ValueError(f"downsample must be within 8..{MAX_POINTS}, got {max_points}")
     for name in names or ():
         check_metric_name(name)
+    fold_pending(db, [trial_id])
     c = _SUMMARIES.c
     out: list[dict[str, Any]] = []
     for group in groups:
