@@ -134,7 +134,7 @@ def test_acknowledged_reports_survive_master_sigkill(cluster_factory, db_url):
         t.join(60)
     assert cluster.master is not None and cluster.master.returncode == -signal.SIGKILL
 
-    # Reports kept arriving until the kill and the master folds every 2 s: some of the
+    # Reports kept arriving until the kill and the master folds every 5 s: some of the
     # acknowledged ones were still unfolded, so the restart has to fold them.
     engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
     try:

@@ -68,7 +68,7 @@ POINT_BUDGET = 200_000
 MAX_NAME_LENGTH = 256
 """The longest metric name that is summarised (characters)."""
 
-FOLD_INTERVAL = 2.0
+FOLD_INTERVAL = 5.0
 """Seconds between the background folds of pending reports (:class:`MetricFolder`)."""
 
 FOLD_CHUNK = 1000
@@ -163,6 +163,23 @@ def _one_point(x: Any, y: Any) -> tuple[int, float] | None:
         return None
 
 
+_FEW = 64  # at most this many new points take the plain-Python path of M4Series.extend
+
+
+def _few_points(x: Any, y: Any) -> tuple[list[int], list[float]] | None:
+    """The finite points of lists ``x`` (ints) and ``y`` (floats) of one length 2..64,
+    sorted by ``x`` (stably, as numpy's stable argsort orders them), else None (the
+    caller takes the numpy path)."""
+    if type(x) is not list or type(y) is not list or not 1 < len(x) == len(y) <= _FEW:
+        return None
+    if not all(type(a) is int for a in x) or not all(type(b) is float for b in y):
+        return None
+    pts = sorted(
+        ((a, b) for a, b in zip(x, y, strict=True) if math.isfinite(b)), key=lambda p: p[0]
+    )
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
 class M4Series:
     """An incremental M4 summary of one series (x: batches, y: a metric's values).
 
@@ -227,14 +244,24 @@ class M4Series:
             ValueError: ``x`` and ``y`` differ in length.
         """
         one = _one_point(x, y)
+        few = None if one is not None else _few_points(x, y)
         if one is not None:  # a report adds one point per metric: skip numpy for it
             if not math.isfinite(one[1]):
                 return
             self.raw_points += 1
-            if self.x.size and one[0] > self.x[-1] and self._append_one(*one):
+            if self.x.size and one[0] > self.x[-1] and self._append_few([one[0]], [one[1]]):
                 return
             nx = np.array([one[0]], dtype=np.int64)
             ny = np.array([one[1]], dtype=np.float64)
+        elif few is not None:  # a lazy fold adds a few points per metric: no numpy either
+            fx, fy = few
+            if not fx:
+                return
+            self.raw_points += len(fx)
+            if self.x.size and fx[0] > self.x[-1] and self._append_few(fx, fy):
+                return
+            nx = np.array(fx, dtype=np.int64)
+            ny = np.array(fy, dtype=np.float64)
         else:
             nx = np.asarray(x, dtype=np.int64).reshape(-1)
             ny = np.asarray(y, dtype=np.float64).reshape(-1)
@@ -256,26 +283,37 @@ class M4Series:
         keep = m4_indices(xs, ys, self.width)
         self.x, self.y = xs[keep], ys[keep]
 
-    def _append_one(self, x: int, y: float) -> bool:
-        """:meth:`_append` for one point after the kept ones, in plain Python; the same
-        result (M4 keeps, per bucket, the first, the last and the earliest smallest and
-        largest points). False (nothing changed) when the buckets from the first kept
-        one's to the new point's are more than ``cap_buckets``: a bound on the bucket
-        count, so :meth:`_append` then decides exactly."""
+    def _append_few(self, xs: list[int], ys: list[float]) -> bool:
+        """:meth:`_append` in plain Python for a few points (ascending in ``xs``, all
+        after the kept ones): the same result (M4 keeps, per bucket, the first, the last
+        and the earliest smallest and largest points), without numpy's per-call cost,
+        which dominates for the handful of points a report or a lazy fold adds to each
+        metric. False (nothing changed) when the buckets from the first kept one's to
+        the last new point's are more than ``cap_buckets``: a bound on the bucket count,
+        so :meth:`_append` then decides exactly."""
         width = self.width
-        bucket = x // width
-        if bucket - int(self.x[0]) // width + 1 > self.cap_buckets:
+        if xs[-1] // width - int(self.x[0]) // width + 1 > self.cap_buckets:
             return False
-        if bucket != int(self.x[-1]) // width:  # a new bucket: the point alone
-            self.x = np.append(self.x, np.int64(x))
-            self.y = np.append(self.y, np.float64(y))
-            return True
-        start = int(np.searchsorted(self.x, bucket * width))
-        tx = [*self.x[start:].tolist(), x]
-        ty = [*self.y[start:].tolist(), y]
-        keep = sorted({0, len(tx) - 1, ty.index(min(ty)), ty.index(max(ty))})
-        self.x = np.concatenate((self.x[:start], np.array([tx[i] for i in keep], np.int64)))
-        self.y = np.concatenate((self.y[:start], np.array([ty[i] for i in keep], np.float64)))
+        start = self.x.size
+        if xs[0] // width == int(self.x[-1]) // width:  # the last kept bucket grows
+            start = int(np.searchsorted(self.x, (xs[0] // width) * width))
+        tx = [*self.x[start:].tolist(), *xs]
+        ty = [*self.y[start:].tolist(), *ys]
+        kx: list[int] = []
+        ky: list[float] = []
+        i, n = 0, len(tx)
+        while i < n:
+            bucket = tx[i] // width
+            j = i + 1
+            while j < n and tx[j] // width == bucket:
+                j += 1
+            seg = ty[i:j]
+            for k in sorted({i, j - 1, i + seg.index(min(seg)), i + seg.index(max(seg))}):
+                kx.append(tx[k])
+                ky.append(ty[k])
+            i = j
+        self.x = np.concatenate((self.x[:start], np.array(kx, dtype=np.int64)))
+        self.y = np.concatenate((self.y[:start], np.array(ky, dtype=np.float64)))
         return True
 
     def _append(self, nx: np.ndarray, ny: np.ndarray) -> bool:
@@ -677,7 +715,7 @@ class MetricFolder:
     """The master's background fold of pending metric reports: :func:`fold_pending`
     at start (what a stopped master left) and then every ``interval`` seconds.
 
-    Folding a trial's reports every couple of seconds rather than one by one as they
+    Folding a trial's reports every few seconds rather than one by one as they
     are acknowledged costs one read and one write of each summary per fold instead of
     per report (issue 19: a report of 256 metrics took ~27 ms of master CPU to fold
     alone, most of the ingest cost). Readers never wait for it: they fold what is

@@ -508,3 +508,43 @@ def _experiment_trials(db: Database, exp_id: int, n: int) -> list[int]:
             s.flush()
             ids.append(trial.id)
         return ids
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from([-2.0, -1.0, -0.0, 0.0, 1.0, 2.5, math.inf, -math.inf]), max_size=500),
+    st.integers(2, 70),
+    st.sampled_from([1, 2, 5]),
+    st.integers(1, 6),
+    st.randoms(use_true_random=False),
+)
+def test_a_few_points_at_a_time_fold_like_one_pass(values, chunk, stride, cap, rnd):
+    """Points folded a few at a time as Python lists, as a lazy fold of a few
+    seconds' reports adds them to each metric (the plain-Python path up to 64 points,
+    numpy beyond), each chunk shuffled and sometimes reaching back before the kept
+    points, with ties, signed zeros and non-finite values: the same summary, width and
+    bytes, as one pass."""
+    x = [(i + 1) * stride for i in range(len(values))]
+    order = list(zip(x, values, strict=True))
+    for _ in range(len(order) // 10):  # some reports arrive late, out of order
+        i, j = rnd.randrange(len(order)), rnd.randrange(len(order))
+        order[i], order[j] = order[j], order[i]
+    summary = M4Series(cap_buckets=cap)
+    for i in range(0, len(order), chunk):
+        pairs = order[i : i + chunk]
+        rnd.shuffle(pairs)
+        summary.extend([p[0] for p in pairs], [p[1] for p in pairs])
+    finite = [(a, b) for a, b in zip(x, values, strict=True) if math.isfinite(b)]
+    assert summary.raw_points == len(finite)
+    if not finite:
+        assert summary.x.size == 0
+        return
+    fx = np.array([p[0] for p in finite], dtype=np.int64)
+    fy = np.array([p[1] for p in finite])
+    width = 1
+    while np.unique(fx // width).size > cap:
+        width *= 2
+    wx, wy = m4(fx, fy, width)
+    assert summary.width == width
+    assert summary.x.tobytes() == wx.astype("<i8").tobytes()
+    assert summary.y.tobytes() == wy.astype("<f8").tobytes()
