@@ -41,8 +41,9 @@ import json
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -556,6 +557,31 @@ def fold_metric_reports(
             int, or repeated.
         TypeError: a report's metrics are not a mapping.
     """
+    plan = _plan_fold(s, trial_id, group, reports)
+    if plan is not None:
+        _write_fold(s, plan)
+
+
+class _FoldWrite(NamedTuple):
+    """What a fold writes for one (trial, group): with ``replace`` every summary row of
+    it is deleted first; then ``updates`` (parameters of ``_UPDATE_NAMED``) and
+    ``inserts`` (rows of ``metric_summaries``)."""
+
+    trial_id: int
+    group: str
+    replace: bool
+    updates: list[dict[str, Any]]
+    inserts: list[dict[str, Any]]
+
+
+def _plan_fold(
+    s: Session,
+    trial_id: int,
+    group: str,
+    reports: Sequence[tuple[int, Mapping[str, Any]]],
+) -> _FoldWrite | None:
+    """The reads and the computation of :func:`fold_metric_reports` (any session:
+    nothing is written); None when there is nothing to write. Raises as it does."""
     if not isinstance(group, str) or not 0 < len(group) <= 16:
         raise ValueError(f"group must be a name of 1..16 characters, got {group!r}")
     seen: set[int] = set()
@@ -575,7 +601,7 @@ def fold_metric_reports(
                 xs.append(int(batches))
                 ys.append(f)
     if not seen:
-        return
+        return None
     stored = {
         row[0]: row[1:]
         for row in s.execute(_SELECT_NAMED, {"tid": trial_id, "grp": group, "names": ["", *points]})
@@ -597,13 +623,8 @@ def fold_metric_reports(
         )
         for name, (xs, ys) in points.items():
             series.setdefault(name, M4Series()).extend(xs, ys)
-        s.execute(
-            delete(_SUMMARIES).where(  # none, or left without a marker
-                _C.trial_id == trial_id, _C.kind == group
-            )
-        )
-        s.execute(_INSERT, _rows(trial_id, group, series))
-        return
+        # replace: there are none, or some left without a marker
+        return _FoldWrite(trial_id, group, True, [], _rows(trial_id, group, series))
     updates, inserts = [], {}
     for name, (xs, ys) in points.items():
         summary = _unpack(*stored[name]) if name in stored else M4Series()
@@ -623,10 +644,17 @@ def fold_metric_reports(
             )
         else:
             inserts[name] = summary
-    if updates:
-        s.execute(_UPDATE_NAMED, updates)
-    if inserts:
-        s.execute(_INSERT, _rows(trial_id, group, inserts)[1:])
+    return _FoldWrite(trial_id, group, False, updates, _rows(trial_id, group, inserts)[1:])
+
+
+def _write_fold(s: Session, plan: _FoldWrite) -> None:
+    """Write what :func:`_plan_fold` computed (in a ``Database.write()`` session)."""
+    if plan.replace:
+        s.execute(delete(_SUMMARIES).where(_C.trial_id == plan.trial_id, _C.kind == plan.group))
+    if plan.updates:
+        s.execute(_UPDATE_NAMED, plan.updates)
+    if plan.inserts:
+        s.execute(_INSERT, plan.inserts)
 
 
 def queue_metric_folds(s: Session, trial_id: int, group: str, batches: Sequence[int]) -> None:
@@ -657,10 +685,12 @@ def queue_metric_folds(s: Session, trial_id: int, group: str, batches: Sequence[
 def fold_pending(db: Database, trial_ids: Iterable[int] | None = None) -> int:
     """Fold the pending reports (``metric_folds_pending``) into the summaries, in bulk.
 
-    Each (trial, group) gets its own write transaction of at most :data:`FOLD_CHUNK`
-    reports (reading the pending reports, :func:`fold_metric_reports`, deleting their
-    pending rows), so reports being acknowledged wait on the write lock for one such
-    fold at most. A reader calls this first for the trials it reads, so the summaries
+    Per (trial, group) and per :data:`FOLD_CHUNK` of its reports, the pending reports
+    and the summaries are read and the new summaries computed in a read session, then
+    written, with the reports' pending rows deleted, in one short write transaction:
+    reports are acknowledged meanwhile (the write lock is held for the writes only).
+    Folders are serialised by a lock of their own (see :func:`_fold_lock`), so what was
+    read is still current when it is written; a trial deleted meanwhile is skipped. A reader calls this first for the trials it reads, so the summaries
     it reads hold every report acknowledged before; the background
     :class:`MetricFolder` calls it for all trials.
 
@@ -685,30 +715,56 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None) -> int:
             )
     m = _METRICS.c
     folded = 0
-    for trial_id, group in todo:
-        while True:
-            with db.write() as s:
-                rows = list(
-                    s.execute(
-                        select(m.id, m.total_batches, cast(m["values"], Text))
-                        .join(_PENDING, p.metric_id == m.id)
-                        .where(p.trial_id == trial_id, p.kind == group)
-                        .order_by(m.id)
-                        .limit(FOLD_CHUNK)
+    with _fold_lock(db):
+        for trial_id, group in todo:
+            while True:
+                with db.read() as s:  # read and compute without the write lock
+                    rows = list(
+                        s.execute(
+                            select(m.id, m.total_batches, cast(m["values"], Text))
+                            .join(_PENDING, p.metric_id == m.id)
+                            .where(p.trial_id == trial_id, p.kind == group)
+                            .order_by(m.id)
+                            .limit(FOLD_CHUNK)
+                        )
                     )
-                )
-                if not rows:
+                    if not rows:
+                        break
+                    reports = []
+                    for _, batches, doc in rows:
+                        values = _load_values(doc)
+                        reports.append((batches, values if isinstance(values, dict) else {}))
+                    plan = _plan_fold(s, trial_id, group, reports)
+                ids = [r[0] for r in rows]
+                with db.write() as s:  # then write it in a short transaction
+                    result = s.execute(delete(_PENDING).where(p.metric_id.in_(ids)))
+                    gone = int(getattr(result, "rowcount", -1))  # a CursorResult's
+                    if gone == len(ids) and plan is not None:
+                        _write_fold(s, plan)
+                    # else the trial was deleted meanwhile, its rows with it: skip it
+                if gone != len(ids):
                     break
-                reports = []
-                for _, batches, doc in rows:
-                    values = _load_values(doc)
-                    reports.append((batches, values if isinstance(values, dict) else {}))
-                fold_metric_reports(s, trial_id, group, reports)
-                s.execute(delete(_PENDING).where(p.metric_id.in_([r[0] for r in rows])))
-            folded += len(rows)
-            if len(rows) < FOLD_CHUNK:
-                break
+                folded += len(rows)
+                if len(rows) < FOLD_CHUNK:
+                    break
     return folded
+
+
+_FOLD_LOCKS: weakref.WeakKeyDictionary[Database, threading.RLock] = weakref.WeakKeyDictionary()
+_FOLD_LOCKS_GUARD = threading.Lock()
+
+
+def _fold_lock(db: Database) -> threading.RLock:
+    """The lock that serialises the writers of ``db``'s summaries other than the eager
+    :func:`fold_metric_reports` (:func:`fold_pending`, :func:`build_missing_summaries`):
+    they read and compute outside the write lock, so reports are acknowledged meanwhile,
+    and write what they computed only while no other of them can have changed it. The
+    master is one process (as for ``Database.write_lock``)."""
+    with _FOLD_LOCKS_GUARD:
+        lock = _FOLD_LOCKS.get(db)
+        if lock is None:
+            lock = _FOLD_LOCKS[db] = threading.RLock()
+        return lock
 
 
 class MetricFolder:
@@ -783,30 +839,31 @@ def build_missing_summaries(db: Database, trial_ids: Iterable[int], group: str) 
         raise ValueError(f"group must be a name of 1..16 characters, got {group!r}")
     ids = sorted(set(trial_ids))
     done: list[int] = []
-    for i in range(0, len(ids), _BUILD_CHUNK):
-        chunk = ids[i : i + _BUILD_CHUNK]
-        with db.write() as s:
-            have = set(
-                s.scalars(
-                    select(_SUMMARIES.c.trial_id).where(
-                        _SUMMARIES.c.trial_id.in_(chunk),
-                        _SUMMARIES.c.kind == group,
-                        _SUMMARIES.c.name == "",
+    with _fold_lock(db):  # no lazy fold writes these trials' summaries meanwhile
+        for i in range(0, len(ids), _BUILD_CHUNK):
+            chunk = ids[i : i + _BUILD_CHUNK]
+            with db.write() as s:
+                have = set(
+                    s.scalars(
+                        select(_SUMMARIES.c.trial_id).where(
+                            _SUMMARIES.c.trial_id.in_(chunk),
+                            _SUMMARIES.c.kind == group,
+                            _SUMMARIES.c.name == "",
+                        )
                     )
                 )
-            )
-            alive = set(s.scalars(select(TrialRow.id).where(TrialRow.id.in_(chunk))))
-            todo = [t for t in chunk if t in alive and t not in have]
-            if not todo:
-                continue
-            built = _summaries_from_metrics(s, todo, group)
-            s.execute(
-                delete(_SUMMARIES).where(
-                    _SUMMARIES.c.trial_id.in_(todo), _SUMMARIES.c.kind == group
+                alive = set(s.scalars(select(TrialRow.id).where(TrialRow.id.in_(chunk))))
+                todo = [t for t in chunk if t in alive and t not in have]
+                if not todo:
+                    continue
+                built = _summaries_from_metrics(s, todo, group)
+                s.execute(
+                    delete(_SUMMARIES).where(
+                        _SUMMARIES.c.trial_id.in_(todo), _SUMMARIES.c.kind == group
+                    )
                 )
-            )
-            s.execute(_INSERT, [row for t in todo for row in _rows(t, group, built.get(t, {}))])
-            done.extend(todo)
+                s.execute(_INSERT, [row for t in todo for row in _rows(t, group, built.get(t, {}))])
+                done.extend(todo)
     return done
 
 
