@@ -34,7 +34,10 @@ from .db import Database
 
 T = TypeVar("T")
 
-_POLL_SECONDS = 0.002  # how often a waiting caller checks whether it may lead
+_POLL_SECONDS = 0.02
+"""How often a waiting caller checks whether the write lock is free when nobody tells
+it: a leader of queued jobs wakes the next queued caller when it is done, but another
+writer of the database (the scheduling loop) releases the lock without doing so."""
 
 
 class _Job(Generic[T]):
@@ -43,6 +46,7 @@ class _Job(Generic[T]):
     def __init__(self, fn: Callable[[Session], T]) -> None:
         self.fn = fn
         self.done = threading.Event()
+        self.wake = threading.Event()  # set when done, or when the lock was let go
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -86,15 +90,20 @@ class GroupCommit:
             self._queue.append(job)
         while not job.done.is_set():
             # Lead when the write lock is free: run what is queued, ours included unless
-            # a leader took it already; else wait a little for a leader to run ours.
+            # a leader took it already; else wait for a leader to run ours, or to wake us
+            # when it is done and ours is still queued.
             if self.db.write_lock.acquire(blocking=False):
                 try:
                     if not job.done.is_set():
                         self._lead()
                 finally:
                     self.db.write_lock.release()
+                with self._lock:
+                    if self._queue:
+                        self._queue[0].wake.set()
             else:
-                job.done.wait(_POLL_SECONDS)
+                job.wake.wait(_POLL_SECONDS)
+                job.wake.clear()
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[no-any-return]
@@ -130,3 +139,4 @@ class GroupCommit:
         finally:
             for job in jobs:
                 job.done.set()
+                job.wake.set()
