@@ -548,3 +548,35 @@ def test_a_few_points_at_a_time_fold_like_one_pass(values, chunk, stride, cap, r
     assert summary.width == width
     assert summary.x.tobytes() == wx.astype("<i8").tobytes()
     assert summary.y.tobytes() == wy.astype("<f8").tobytes()
+
+
+def test_a_trial_deleted_during_a_lazy_fold_is_skipped(db_url, monkeypatch):
+    """The fold computes outside the write lock: a trial deleted between its read and
+    its write (its reports and pending rows go with it) is skipped, not resurrected as
+    orphan summaries, and the other trials are folded."""
+    db = Database(db_url)
+    db.migrate()
+    try:
+        _, (doomed, kept) = _experiment(db, 2)
+        for t in (doomed, kept):
+            _store(db, t, "training", [(1, {"loss": 1.0})])  # summaries exist: updates
+            _store(db, t, "training", [(2, {"loss": 2.0, "new": 1.0})], fold=False)
+            with db.write() as s:
+                queue_metric_folds(s, t, "training", [2])
+        plan = metric_series._plan_fold
+
+        def delete_then_plan(s, trial_id, group, reports):
+            out = plan(s, trial_id, group, reports)
+            if trial_id == doomed:
+                with db.write() as w:
+                    w.execute(delete(TrialRow).where(TrialRow.id == doomed))
+            return out
+
+        monkeypatch.setattr(metric_series, "_plan_fold", delete_then_plan)
+        assert fold_pending(db) == 1  # the kept trial's report only
+        assert _summary_rows(db, doomed) == {}
+        assert _stored(db, kept, "training", "loss").raw_points == 2
+        assert _stored(db, kept, "training", "new").raw_points == 1
+        assert _pending_count(db) == 0
+    finally:
+        db.dispose()
