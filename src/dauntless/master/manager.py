@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dauntless.config import (
@@ -481,7 +481,13 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
 
     def _store_metrics(self, s: Session, trial_id: int, reports: Sequence[MetricsIn]) -> list[bool]:
         """:meth:`report_metrics_batch` in the write session ``s``."""
-        trial, exp = self._get_trial(s, trial_id)
+        if all(r.group == "training" for r in reports):  # no searcher: the trial only
+            trial = s.get(TrialRow, trial_id)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} not found")
+            exp = None
+        else:
+            trial, exp = self._get_trial(s, trial_id)
         keys = {(r.group, r.steps_completed) for r in reports}
         stored_keys = {
             (kind, batches)
@@ -518,19 +524,17 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
             )
             trial.total_batches = max(trial.total_batches, r.steps_completed)
             if r.group == "validation":
+                assert exp is not None  # read above whenever a report is a validation
                 self._note_validation(trial, exp, metrics)
                 self._searcher_sees_validation(s, trial, exp, metrics)
         if not rows:
             return flags
-        from .metric_series import queue_metric_folds  # here: it imports this module
+        from .metric_series import store_metric_rows  # here: it imports this module
 
-        # One executemany of plain rows (no ORM objects), and the reports queued for
-        # the lazy fold in the same transaction: committed means durable and
-        # eventually charted (metric_series.MetricFolder; readers fold first).
-        s.execute(insert(MetricRow.__table__), rows)
-        for group in sorted({row["kind"] for row in rows}):
-            batches = [row["total_batches"] for row in rows if row["kind"] == group]
-            queue_metric_folds(s, trial_id, group, batches)
+        # Plain rows (no ORM objects) and the reports queued for the lazy fold, in the
+        # same transaction: committed means durable and eventually charted
+        # (metric_series.MetricFolder; readers fold first).
+        store_metric_rows(s, rows)
         return flags
 
     def _note_validation(self, trial: Any, exp: Any, metrics: dict[str, Any]) -> None:
