@@ -41,6 +41,7 @@ import json
 import logging
 import math
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -71,6 +72,9 @@ MAX_NAME_LENGTH = 256
 
 FOLD_INTERVAL = 5.0
 """Seconds between the background folds of pending reports (:class:`MetricFolder`)."""
+
+FOLD_PAUSE = 0.01
+"""Seconds the background fold sleeps between trials (see :func:`fold_pending`)."""
 
 FOLD_CHUNK = 1000
 """The most pending reports of one (trial, group) folded in one write transaction."""
@@ -716,7 +720,7 @@ def store_metric_rows(s: Session, rows: Sequence[Mapping[str, Any]]) -> None:
         queue_metric_folds(s, trial_id, group, batches)
 
 
-def fold_pending(db: Database, trial_ids: Iterable[int] | None = None) -> int:
+def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: float = 0.0) -> int:
     """Fold the pending reports (``metric_folds_pending``) into the summaries, in bulk.
 
     Per (trial, group) and per :data:`FOLD_CHUNK` of its reports, the pending reports
@@ -731,6 +735,10 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None) -> int:
     Args:
         db: the master database.
         trial_ids: only these trials (None: every trial with pending reports).
+        pause: seconds to sleep after each (trial, group), without the fold lock: the
+            background fold spreads its CPU so that requests (which share the
+            interpreter lock with it) are not held up by one long burst; readers,
+            waiting for their answer, pass 0.
 
     Returns:
         The number of reports folded.
@@ -749,8 +757,10 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None) -> int:
             )
     m = _METRICS.c
     folded = 0
-    with _fold_lock(db):
-        for trial_id, group in todo:
+    for trial_id, group in todo:
+        if pause > 0 and folded:
+            time.sleep(pause)
+        with _fold_lock(db):
             while True:
                 with db.read() as s:  # read and compute without the write lock
                     rows = list(
@@ -831,7 +841,7 @@ class MetricFolder:
         """Fold until :attr:`stop` is set (a failed fold is logged and retried later)."""
         while True:
             try:
-                fold_pending(self.db)
+                fold_pending(self.db, pause=FOLD_PAUSE)
             except Exception:  # keep folding; the reports stay pending until it works
                 log.exception("folding pending metric reports failed")
             if self.stop.wait(self.interval):
