@@ -212,6 +212,8 @@ def _drive(pid, specs, reporter, metrics, seconds, latencies, stop, errors) -> d
         "p50_ms": latencies[n // 2] * 1e3,
         "p99_ms": latencies[min(n - 1, int(0.99 * n))] * 1e3,
         "master_cpu_ms_per_report": cpu / max(n, 1) * 1e3,
+        "wall_s": wall,
+        "master_cpu_s": cpu,
     }
 
 
@@ -279,7 +281,8 @@ def main() -> None:
             f"{args.db}, {trials} trial(s) x {args.metrics} metrics{mode}: "
             f"{res['values_per_s']:,.0f} values/s ({res['reports_per_s']:.1f} reports/s), "
             f"ack p50 {res['p50_ms']:.1f} ms, p99 {res['p99_ms']:.1f} ms, "
-            f"master CPU {res['master_cpu_ms_per_report']:.1f} ms/report"
+            f"master CPU {res['master_cpu_ms_per_report']:.1f} ms/report "
+            f"({res['master_cpu_s']:.2f} CPU s in {res['wall_s']:.2f} s wall)"
         )
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
 

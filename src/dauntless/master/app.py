@@ -20,6 +20,7 @@ from .api_spec import declare_errors
 from .auth import AuthService, authenticate
 from .db import ClusterRow, Database
 from .manager import ExperimentManager
+from .metric_series import MetricFolder
 from .provisioner import build_provisioners
 from .proxy import make_proxy_app, proxy_client
 from .routes import install_error_handlers
@@ -54,9 +55,10 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
     """Build the master application.
 
     At start-up the database is migrated to the newest schema, the cluster identity is
-    made if new, the built-in users get their first password if they have none, and
-    (with ``run_loop``) the background scheduling loop starts; it stops with the
-    application.
+    made if new, the built-in users get their first password if they have none, the
+    background fold of metric reports starts
+    (:class:`~dauntless.master.metric_series.MetricFolder`), and (with ``run_loop``) the
+    background scheduling loop starts; both stop with the application.
 
     Every route depends on :func:`dauntless.master.auth.authenticate` (an application
     dependency, so no route can miss it): the caller must present a valid credential and
@@ -91,6 +93,10 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
             manager.loop_hooks.append(slurm.step)
         stop = threading.Event()
         thread = None
+        # Metric reports are acknowledged unfolded; this folds them in bulk (and, first,
+        # what a stopped master left pending). Readers fold their trials' share first.
+        folder = MetricFolder(db)
+        folder.start()
         if run_loop:
             thread = threading.Thread(
                 target=manager.run_loop, args=(stop,), name="experiment-manager", daemon=True
@@ -108,6 +114,7 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
         finally:
             stop.set()
             manager.wake.set()
+            folder.close()
             if thread is not None:
                 thread.join(timeout=10)
             await app.state.proxy_client.aclose()

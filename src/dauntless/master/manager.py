@@ -65,6 +65,7 @@ from .db import (
 )
 from .environments import check_pool_can_run, task_environment
 from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound  # re-exported: routes import them here
+from .group_commit import GroupCommit
 from .lifecycle import LifecycleMixin
 from .models import allocations, trials
 from .progress import experiment_progress
@@ -158,6 +159,8 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         self.config = config
         self.clock = clock
         self.wake = threading.Event()
+        # Concurrent trials' training reports share transactions (issue 19).
+        self.metric_commits = GroupCommit(db)
         self._configs: dict[int, ExperimentConfig] = {}
         # experiment id -> SHA-256 (hex) of its stored context, "" for none (immutable).
         self._context_digests: dict[int, str] = {}
@@ -495,6 +498,9 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         ``reports``, is ignored. A trial's harness sends its training reports this way,
         gathered over about a second, so that a trial reporting every few milliseconds
         costs the master one request and one transaction per second, not one per report.
+        Training-only reports of concurrent requests (other trials') may share that
+        transaction (:class:`~dauntless.master.group_commit.GroupCommit`); either way
+        this returns once it has committed, so what it acknowledges is durable.
 
         Args:
             trial_id: the reporting trial.
@@ -508,52 +514,71 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         """
         if not reports:
             return []
+        if all(r.group == "training" for r in reports):
+            # Training reports of concurrent requests share a transaction (and its
+            # commit); a validation report feeds the searcher, whose in-memory state a
+            # shared transaction's rollback and rerun could not undo: alone.
+            return self.metric_commits.run(lambda s: self._store_metrics(s, trial_id, reports))
         with self.db.write() as s:
-            trial, exp = self._get_trial(s, trial_id)
-            keys = {(r.group, r.steps_completed) for r in reports}
-            stored_keys = {
-                (kind, batches)
-                for kind, batches in s.execute(
-                    select(MetricRow.kind, MetricRow.total_batches).where(
-                        MetricRow.trial_id == trial_id,
-                        MetricRow.total_batches.in_({k[1] for k in keys}),
-                    )
-                )
-            }
-            now = self.clock()
-            flags: list[bool] = []
-            folded: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-            for r in reports:
-                key = (r.group, r.steps_completed)
-                if key in stored_keys:
-                    flags.append(False)
-                    continue
-                stored_keys.add(key)
-                flags.append(True)
-                metrics = finite_json(r.metrics)
-                epoch = metrics.get("epochs")
-                s.add(
-                    MetricRow(
-                        trial_id=trial_id,
-                        kind=r.group,
-                        total_batches=r.steps_completed,
-                        epoch=float(epoch) if isinstance(epoch, (int, float)) else None,
-                        trial_run_id=r.trial_run_id,
-                        values=metrics,
-                        batch_metrics=finite_json(r.batch_metrics),
-                        reported_at=now,
-                    )
-                )
-                folded.setdefault(r.group, []).append((r.steps_completed, metrics))
-                trial.total_batches = max(trial.total_batches, r.steps_completed)
-                if r.group == "validation":
-                    self._note_validation(trial, exp, metrics)
-                    self._searcher_sees_validation(s, trial, exp, metrics)
-            from .metric_series import fold_metric_reports  # here: it imports this module
+            return self._store_metrics(s, trial_id, reports)
 
-            for group, pairs in folded.items():
-                fold_metric_reports(s, trial_id, group, pairs)
+    def _store_metrics(self, s: Session, trial_id: int, reports: Sequence[MetricsIn]) -> list[bool]:
+        """:meth:`report_metrics_batch` in the write session ``s``."""
+        if all(r.group == "training" for r in reports):  # no searcher: the trial only
+            trial = s.get(TrialRow, trial_id)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} not found")
+            exp = None
+        else:
+            trial, exp = self._get_trial(s, trial_id)
+        keys = {(r.group, r.steps_completed) for r in reports}
+        stored_keys = {
+            (kind, batches)
+            for kind, batches in s.execute(
+                select(MetricRow.kind, MetricRow.total_batches).where(
+                    MetricRow.trial_id == trial_id,
+                    MetricRow.total_batches.in_({k[1] for k in keys}),
+                )
+            )
+        }
+        now = self.clock()
+        flags: list[bool] = []
+        rows: list[dict[str, Any]] = []
+        for r in reports:
+            key = (r.group, r.steps_completed)
+            if key in stored_keys:
+                flags.append(False)
+                continue
+            stored_keys.add(key)
+            flags.append(True)
+            metrics = finite_json(r.metrics)
+            epoch = metrics.get("epochs")
+            rows.append(
+                {
+                    "trial_id": trial_id,
+                    "kind": r.group,
+                    "total_batches": r.steps_completed,
+                    "epoch": float(epoch) if isinstance(epoch, (int, float)) else None,
+                    "trial_run_id": r.trial_run_id,
+                    "values": metrics,
+                    "batch_metrics": finite_json(r.batch_metrics),
+                    "reported_at": now,
+                }
+            )
+            trial.total_batches = max(trial.total_batches, r.steps_completed)
+            if r.group == "validation":
+                assert exp is not None  # read above whenever a report is a validation
+                self._note_validation(trial, exp, metrics)
+                self._searcher_sees_validation(s, trial, exp, metrics)
+        if not rows:
             return flags
+        from .metric_series import store_metric_rows  # here: it imports this module
+
+        # Plain rows (no ORM objects) and the reports queued for the lazy fold, in the
+        # same transaction: committed means durable and eventually charted
+        # (metric_series.MetricFolder; readers fold first).
+        store_metric_rows(s, rows)
+        return flags
 
     def _note_validation(self, trial: Any, exp: Any, metrics: dict[str, Any]) -> None:
         """Keep ``trial.best_validation`` the best searcher-metric value validated."""

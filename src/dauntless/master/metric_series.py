@@ -14,29 +14,48 @@ at most ``4 * cap_buckets`` points however long the series grows, doubling its w
 it has too many buckets, and new reports are folded in without reading old ones again.
 
 The summaries live in the database (``metric_summaries``, one row per trial, group and
-metric; :class:`~dauntless.master.db.models.MetricSummaryRow`): :func:`fold_metric_reports`
-folds each report in, in the transaction that stores it, so a chart
+metric; :class:`~dauntless.master.db.models.MetricSummaryRow`), so a chart
 (:func:`read_experiment_series`) reads at most ``4 * CAP_BUCKETS`` points per series,
-never the ``metrics`` table, and a restarted master has them at once. Reports stored
-before that table existed (an upgraded database) are summarised from the ``metrics`` rows
-once per trial and group, on first use (:func:`build_missing_summaries`), then kept.
+never the ``metrics`` table, and a restarted master has them at once.
+
+Reports are folded in lazily and in bulk (issue 19): the transaction that stores a
+report (one ``metrics`` row) also adds a ``metric_folds_pending`` row for it
+(:func:`queue_metric_folds`) and is acknowledged when it commits; :class:`MetricFolder`
+folds what is pending every :data:`FOLD_INTERVAL` seconds, many reports of a trial per
+transaction (:func:`fold_pending`, :func:`fold_metric_reports`), and every reader folds
+what is pending for its trials first, so no answer misses an acknowledged report. A
+restarted master folds what was pending when it stopped. Folding k reports at once costs
+about what folding one does (a read and a write of each summary), and gives the same
+summaries byte for byte. The invariant: the summaries of a (trial, group) are the fold of
+exactly its ``metrics`` rows that have no pending row.
+
+Reports stored before the summaries table existed (an upgraded database) are summarised
+from the ``metrics`` rows once per trial and group, on first use
+(:func:`build_missing_summaries`), then kept.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
+import threading
+import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-from sqlalchemy import Text, bindparam, cast, delete, insert, select, update
+import orjson
+from sqlalchemy import Text, bindparam, cast, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from .db import Database, ExperimentRow, MetricRow, TrialRow
-from .db.models import MetricSummaryRow
+from .db.models import MetricFoldPendingRow, MetricSummaryRow
 from .errors import NotFound
+
+log = logging.getLogger("dauntless.master.metric_series")
 
 MAX_POINTS = 1024
 """The most points per series an answer may ask for (``max_points``)."""
@@ -50,6 +69,15 @@ POINT_BUDGET = 200_000
 
 MAX_NAME_LENGTH = 256
 """The longest metric name that is summarised (characters)."""
+
+FOLD_INTERVAL = 5.0
+"""Seconds between the background folds of pending reports (:class:`MetricFolder`)."""
+
+FOLD_PAUSE = 0.01
+"""Seconds the background fold sleeps between trials (see :func:`fold_pending`)."""
+
+FOLD_CHUNK = 1000
+"""The most pending reports of one (trial, group) folded in one write transaction."""
 
 _IN_CHUNK = 500  # trial ids per IN (...) list
 _BUILD_CHUNK = 16  # trials summarised from metrics rows per write transaction
@@ -140,6 +168,23 @@ def _one_point(x: Any, y: Any) -> tuple[int, float] | None:
         return None
 
 
+_FEW = 64  # at most this many new points take the plain-Python path of M4Series.extend
+
+
+def _few_points(x: Any, y: Any) -> tuple[list[int], list[float]] | None:
+    """The finite points of lists ``x`` (ints) and ``y`` (floats) of one length 2..64,
+    sorted by ``x`` (stably, as numpy's stable argsort orders them), else None (the
+    caller takes the numpy path)."""
+    if type(x) is not list or type(y) is not list or not 1 < len(x) == len(y) <= _FEW:
+        return None
+    if not all(type(a) is int for a in x) or not all(type(b) is float for b in y):
+        return None
+    pts = sorted(
+        ((a, b) for a, b in zip(x, y, strict=True) if math.isfinite(b)), key=lambda p: p[0]
+    )
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
 class M4Series:
     """An incremental M4 summary of one series (x: batches, y: a metric's values).
 
@@ -204,14 +249,24 @@ class M4Series:
             ValueError: ``x`` and ``y`` differ in length.
         """
         one = _one_point(x, y)
+        few = None if one is not None else _few_points(x, y)
         if one is not None:  # a report adds one point per metric: skip numpy for it
             if not math.isfinite(one[1]):
                 return
             self.raw_points += 1
-            if self.x.size and one[0] > self.x[-1] and self._append_one(*one):
+            if self.x.size and one[0] > self.x[-1] and self._append_few([one[0]], [one[1]]):
                 return
             nx = np.array([one[0]], dtype=np.int64)
             ny = np.array([one[1]], dtype=np.float64)
+        elif few is not None:  # a lazy fold adds a few points per metric: no numpy either
+            fx, fy = few
+            if not fx:
+                return
+            self.raw_points += len(fx)
+            if self.x.size and fx[0] > self.x[-1] and self._append_few(fx, fy):
+                return
+            nx = np.array(fx, dtype=np.int64)
+            ny = np.array(fy, dtype=np.float64)
         else:
             nx = np.asarray(x, dtype=np.int64).reshape(-1)
             ny = np.asarray(y, dtype=np.float64).reshape(-1)
@@ -233,26 +288,37 @@ class M4Series:
         keep = m4_indices(xs, ys, self.width)
         self.x, self.y = xs[keep], ys[keep]
 
-    def _append_one(self, x: int, y: float) -> bool:
-        """:meth:`_append` for one point after the kept ones, in plain Python; the same
-        result (M4 keeps, per bucket, the first, the last and the earliest smallest and
-        largest points). False (nothing changed) when the buckets from the first kept
-        one's to the new point's are more than ``cap_buckets``: a bound on the bucket
-        count, so :meth:`_append` then decides exactly."""
+    def _append_few(self, xs: list[int], ys: list[float]) -> bool:
+        """:meth:`_append` in plain Python for a few points (ascending in ``xs``, all
+        after the kept ones): the same result (M4 keeps, per bucket, the first, the last
+        and the earliest smallest and largest points), without numpy's per-call cost,
+        which dominates for the handful of points a report or a lazy fold adds to each
+        metric. False (nothing changed) when the buckets from the first kept one's to
+        the last new point's are more than ``cap_buckets``: a bound on the bucket count,
+        so :meth:`_append` then decides exactly."""
         width = self.width
-        bucket = x // width
-        if bucket - int(self.x[0]) // width + 1 > self.cap_buckets:
+        if xs[-1] // width - int(self.x[0]) // width + 1 > self.cap_buckets:
             return False
-        if bucket != int(self.x[-1]) // width:  # a new bucket: the point alone
-            self.x = np.append(self.x, np.int64(x))
-            self.y = np.append(self.y, np.float64(y))
-            return True
-        start = int(np.searchsorted(self.x, bucket * width))
-        tx = [*self.x[start:].tolist(), x]
-        ty = [*self.y[start:].tolist(), y]
-        keep = sorted({0, len(tx) - 1, ty.index(min(ty)), ty.index(max(ty))})
-        self.x = np.concatenate((self.x[:start], np.array([tx[i] for i in keep], np.int64)))
-        self.y = np.concatenate((self.y[:start], np.array([ty[i] for i in keep], np.float64)))
+        start = self.x.size
+        if xs[0] // width == int(self.x[-1]) // width:  # the last kept bucket grows
+            start = int(np.searchsorted(self.x, (xs[0] // width) * width))
+        tx = [*self.x[start:].tolist(), *xs]
+        ty = [*self.y[start:].tolist(), *ys]
+        kx: list[int] = []
+        ky: list[float] = []
+        i, n = 0, len(tx)
+        while i < n:
+            bucket = tx[i] // width
+            j = i + 1
+            while j < n and tx[j] // width == bucket:
+                j += 1
+            seg = ty[i:j]
+            for k in sorted({i, j - 1, i + seg.index(min(seg)), i + seg.index(max(seg))}):
+                kx.append(tx[k])
+                ky.append(ty[k])
+            i = j
+        self.x = np.concatenate((self.x[:start], np.array(kx, dtype=np.int64)))
+        self.y = np.concatenate((self.y[:start], np.array(ky, dtype=np.float64)))
         return True
 
     def _append(self, nx: np.ndarray, ny: np.ndarray) -> bool:
@@ -338,6 +404,9 @@ def _name_ok(name: Any) -> bool:
 
 _SUMMARIES = MetricSummaryRow.__table__
 _METRICS = MetricRow.__table__
+_PENDING = MetricFoldPendingRow.__table__
+# Metrics rows already folded (those without a pending row): what the summaries hold.
+_FOLDED = ~exists().where(_PENDING.c.metric_id == _METRICS.c.id)
 _C = _SUMMARIES.c
 # Built once: the per-report statements then skip SQL construction and compilation.
 _INSERT = insert(_SUMMARIES)
@@ -400,7 +469,8 @@ def _rows(trial_id: int, group: str, series: Mapping[str, M4Series]) -> list[dic
 def _summaries_from_metrics(
     s: Session, trial_ids: Sequence[int], group: str, skip_batches: frozenset[int] = frozenset()
 ) -> dict[int, dict[str, M4Series]]:
-    """Summaries built from the ``metrics`` rows of ``trial_ids`` in ``group``.
+    """Summaries built from the folded ``metrics`` rows of ``trial_ids`` in ``group``
+    (those with no ``metric_folds_pending`` row: the pending ones are folded later).
 
     Returns:
         ``{trial_id: {name: summary}}``; rows whose batch count is in ``skip_batches``
@@ -411,16 +481,15 @@ def _summaries_from_metrics(
     text = cast(_METRICS.c["values"], Text)
     for i in range(0, len(trial_ids), _IN_CHUNK):
         q = select(_METRICS.c.trial_id, _METRICS.c.total_batches, text).where(
-            _METRICS.c.trial_id.in_(list(trial_ids[i : i + _IN_CHUNK])), _METRICS.c.kind == group
+            _METRICS.c.trial_id.in_(list(trial_ids[i : i + _IN_CHUNK])),
+            _METRICS.c.kind == group,
+            _FOLDED,
         )
         for trial_id, batches, doc in s.execute(q):
             if batches in skip_batches:
                 continue
             points = raw.setdefault(trial_id, {})
-            try:
-                values = json.loads(doc) if doc is not None else None
-            except ValueError:
-                continue
+            values = _load_values(doc)
             if not isinstance(values, dict):
                 continue
             for name, v in values.items():
@@ -438,6 +507,22 @@ def _summaries_from_metrics(
     return out
 
 
+def _load_values(doc: str | bytes | None) -> Any:
+    """A stored ``metrics.values`` document parsed, or None when it is not JSON.
+
+    orjson first (several times faster on 256-value reports); Python's parser for what
+    orjson refuses, such as the bare ``NaN`` an older master wrote into SQLite."""
+    if doc is None:
+        return None
+    try:
+        return orjson.loads(doc)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(doc)
+        except ValueError:
+            return None
+
+
 def fold_metric_reports(
     s: Session,
     trial_id: int,
@@ -446,14 +531,21 @@ def fold_metric_reports(
 ) -> None:
     """Fold newly stored metric reports of one trial into its persisted summaries.
 
-    Call it in the write transaction that adds the reports' ``metrics`` rows, with
-    exactly those reports (the master does, per report, in
-    ``ExperimentManager.report_metrics``): every later chart then reads the summaries
-    only. Only finite int and float values (not bools) of names that
+    Call it in a write transaction, either with reports whose ``metrics`` rows that
+    transaction adds (seeding does) or with reports taken off ``metric_folds_pending``
+    (:func:`fold_pending`, which then deletes their pending rows): every later chart
+    reads the summaries only. Only finite int and float values (not bools) of names that
     :func:`check_metric_name` accepts are kept. When the trial has no summaries of
-    ``group`` yet but has older ``metrics`` rows (an upgraded database), those are
+    ``group`` yet but has older folded ``metrics`` rows (an upgraded database), those are
     summarised first, once. Costs one read of the summaries of the reported names and
-    one write per name changed (a summary holds at most ``4 * CAP_BUCKETS`` points).
+    one write per name changed (a summary holds at most ``4 * CAP_BUCKETS`` points), so
+    folding k reports at once costs about what folding one does: the master folds
+    lazily, in bulk, for that reason.
+
+    Folding several reports at once gives the same summary, byte for byte, as folding
+    them one at a time in any order: the buckets nest (see the module docstring), the
+    width that ends up chosen is the smallest power of two, no narrower than the
+    stored one, at which all points fit, and ties keep the earliest point either way.
 
     Args:
         s: a session of ``Database.write()`` (under the write lock).
@@ -469,6 +561,31 @@ def fold_metric_reports(
             int, or repeated.
         TypeError: a report's metrics are not a mapping.
     """
+    plan = _plan_fold(s, trial_id, group, reports)
+    if plan is not None:
+        _write_fold(s, plan)
+
+
+class _FoldWrite(NamedTuple):
+    """What a fold writes for one (trial, group): with ``replace`` every summary row of
+    it is deleted first; then ``updates`` (parameters of ``_UPDATE_NAMED``) and
+    ``inserts`` (rows of ``metric_summaries``)."""
+
+    trial_id: int
+    group: str
+    replace: bool
+    updates: list[dict[str, Any]]
+    inserts: list[dict[str, Any]]
+
+
+def _plan_fold(
+    s: Session,
+    trial_id: int,
+    group: str,
+    reports: Sequence[tuple[int, Mapping[str, Any]]],
+) -> _FoldWrite | None:
+    """The reads and the computation of :func:`fold_metric_reports` (any session:
+    nothing is written); None when there is nothing to write. Raises as it does."""
     if not isinstance(group, str) or not 0 < len(group) <= 16:
         raise ValueError(f"group must be a name of 1..16 characters, got {group!r}")
     seen: set[int] = set()
@@ -488,7 +605,7 @@ def fold_metric_reports(
                 xs.append(int(batches))
                 ys.append(f)
     if not seen:
-        return
+        return None
     stored = {
         row[0]: row[1:]
         for row in s.execute(_SELECT_NAMED, {"tid": trial_id, "grp": group, "names": ["", *points]})
@@ -498,7 +615,7 @@ def fold_metric_reports(
             b
             for b in s.scalars(
                 select(_METRICS.c.total_batches).where(
-                    _METRICS.c.trial_id == trial_id, _METRICS.c.kind == group
+                    _METRICS.c.trial_id == trial_id, _METRICS.c.kind == group, _FOLDED
                 )
             )
             if b not in seen
@@ -510,13 +627,8 @@ def fold_metric_reports(
         )
         for name, (xs, ys) in points.items():
             series.setdefault(name, M4Series()).extend(xs, ys)
-        s.execute(
-            delete(_SUMMARIES).where(  # none, or left without a marker
-                _C.trial_id == trial_id, _C.kind == group
-            )
-        )
-        s.execute(_INSERT, _rows(trial_id, group, series))
-        return
+        # replace: there are none, or some left without a marker
+        return _FoldWrite(trial_id, group, True, [], _rows(trial_id, group, series))
     updates, inserts = [], {}
     for name, (xs, ys) in points.items():
         summary = _unpack(*stored[name]) if name in stored else M4Series()
@@ -536,10 +648,215 @@ def fold_metric_reports(
             )
         else:
             inserts[name] = summary
-    if updates:
-        s.execute(_UPDATE_NAMED, updates)
-    if inserts:
-        s.execute(_INSERT, _rows(trial_id, group, inserts)[1:])
+    return _FoldWrite(trial_id, group, False, updates, _rows(trial_id, group, inserts)[1:])
+
+
+def _write_fold(s: Session, plan: _FoldWrite) -> None:
+    """Write what :func:`_plan_fold` computed (in a ``Database.write()`` session)."""
+    if plan.replace:
+        s.execute(delete(_SUMMARIES).where(_C.trial_id == plan.trial_id, _C.kind == plan.group))
+    if plan.updates:
+        s.execute(_UPDATE_NAMED, plan.updates)
+    if plan.inserts:
+        s.execute(_INSERT, plan.inserts)
+
+
+def queue_metric_folds(s: Session, trial_id: int, group: str, batches: Sequence[int]) -> None:
+    """Record that the just-inserted reports of ``trial_id`` at ``batches`` (in
+    ``group``) still have to be folded into the summaries: one ``INSERT ... SELECT``
+    into ``metric_folds_pending``, in the transaction that stores the reports, so what
+    is acknowledged is durable and a restarted master folds what was left.
+
+    Args:
+        s: the session of ``Database.write()`` that inserted the ``metrics`` rows.
+        trial_id: the reporting trial.
+        group: ``"training"`` or ``"validation"``.
+        batches: the reports' ``total_batches`` (distinct), at most a few thousand.
+    """
+    if not batches:
+        return
+    m = _METRICS.c
+    s.execute(
+        insert(_PENDING).from_select(
+            ["metric_id", "trial_id", "kind"],
+            select(m.id, m.trial_id, m.kind).where(
+                m.trial_id == trial_id, m.kind == group, m.total_batches.in_(list(batches))
+            ),
+        )
+    )
+
+
+def store_metric_rows(s: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert reports into ``metrics`` and queue them for the lazy fold, in ``s``'s
+    transaction (what the master does for each acknowledged report).
+
+    On PostgreSQL this is one statement (``WITH ins AS (INSERT INTO metrics ...
+    RETURNING ...) INSERT INTO metric_folds_pending SELECT ... FROM ins``): every
+    statement is a round trip to the server, and under the write lock those round trips
+    bound the reports per second. Elsewhere (SQLite, in-process) an executemany and one
+    :func:`queue_metric_folds` per group.
+
+    Args:
+        s: a session of ``Database.write()``.
+        rows: ``metrics`` rows (column name to value) of one trial, with distinct
+            ``(kind, total_batches)`` not stored before, at most a few thousand.
+    """
+    if not rows:
+        return
+    if s.get_bind().dialect.name == "postgresql":
+        m = _METRICS.c
+        ins = insert(_METRICS).values(list(rows)).returning(m.id, m.trial_id, m.kind).cte("ins")
+        s.execute(
+            insert(_PENDING).from_select(
+                ["metric_id", "trial_id", "kind"], select(ins.c.id, ins.c.trial_id, ins.c.kind)
+            )
+        )
+        return
+    s.execute(insert(_METRICS), list(rows))
+    for trial_id, group in sorted({(r["trial_id"], r["kind"]) for r in rows}):
+        batches = [
+            r["total_batches"] for r in rows if r["trial_id"] == trial_id and r["kind"] == group
+        ]
+        queue_metric_folds(s, trial_id, group, batches)
+
+
+def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: float = 0.0) -> int:
+    """Fold the pending reports (``metric_folds_pending``) into the summaries, in bulk.
+
+    Per (trial, group) and per :data:`FOLD_CHUNK` of its reports, the pending reports
+    and the summaries are read and the new summaries computed in a read session, then
+    written, with the reports' pending rows deleted, in one short write transaction:
+    reports are acknowledged meanwhile (the write lock is held for the writes only).
+    Folders are serialised by a lock of their own (see :func:`_fold_lock`), so what was
+    read is still current when it is written; a trial deleted meanwhile is skipped. A reader calls this first for the trials it reads, so the summaries
+    it reads hold every report acknowledged before; the background
+    :class:`MetricFolder` calls it for all trials.
+
+    Args:
+        db: the master database.
+        trial_ids: only these trials (None: every trial with pending reports).
+        pause: seconds to sleep after each (trial, group), without the fold lock: the
+            background fold spreads its CPU so that requests (which share the
+            interpreter lock with it) are not held up by one long burst; readers,
+            waiting for their answer, pass 0.
+
+    Returns:
+        The number of reports folded.
+    """
+    p = _PENDING.c
+    q = select(p.trial_id, p.kind).distinct()
+    ids = None if trial_ids is None else sorted(set(trial_ids))
+    with db.read() as s:
+        if ids is None:
+            todo = sorted((t, g) for t, g in s.execute(q))
+        else:
+            todo = sorted(
+                (t, g)
+                for i in range(0, len(ids), _IN_CHUNK)
+                for t, g in s.execute(q.where(p.trial_id.in_(ids[i : i + _IN_CHUNK])))
+            )
+    m = _METRICS.c
+    folded = 0
+    for trial_id, group in todo:
+        if pause > 0 and folded:
+            time.sleep(pause)
+        with _fold_lock(db):
+            while True:
+                with db.read() as s:  # read and compute without the write lock
+                    rows = list(
+                        s.execute(
+                            select(m.id, m.total_batches, cast(m["values"], Text))
+                            .join(_PENDING, p.metric_id == m.id)
+                            .where(p.trial_id == trial_id, p.kind == group)
+                            .order_by(m.id)
+                            .limit(FOLD_CHUNK)
+                        )
+                    )
+                    if not rows:
+                        break
+                    reports = []
+                    for _, batches, doc in rows:
+                        values = _load_values(doc)
+                        reports.append((batches, values if isinstance(values, dict) else {}))
+                    plan = _plan_fold(s, trial_id, group, reports)
+                ids = [r[0] for r in rows]
+                with db.write() as s:  # then write it in a short transaction
+                    result = s.execute(delete(_PENDING).where(p.metric_id.in_(ids)))
+                    gone = int(getattr(result, "rowcount", -1))  # a CursorResult's
+                    if gone == len(ids) and plan is not None:
+                        _write_fold(s, plan)
+                    # else the trial was deleted meanwhile, its rows with it: skip it
+                if gone != len(ids):
+                    break
+                folded += len(rows)
+                if len(rows) < FOLD_CHUNK:
+                    break
+    return folded
+
+
+_FOLD_LOCKS: weakref.WeakKeyDictionary[Database, threading.RLock] = weakref.WeakKeyDictionary()
+_FOLD_LOCKS_GUARD = threading.Lock()
+
+
+def _fold_lock(db: Database) -> threading.RLock:
+    """The lock that serialises the writers of ``db``'s summaries other than the eager
+    :func:`fold_metric_reports` (:func:`fold_pending`, :func:`build_missing_summaries`):
+    they read and compute outside the write lock, so reports are acknowledged meanwhile,
+    and write what they computed only while no other of them can have changed it. The
+    master is one process (as for ``Database.write_lock``)."""
+    with _FOLD_LOCKS_GUARD:
+        lock = _FOLD_LOCKS.get(db)
+        if lock is None:
+            lock = _FOLD_LOCKS[db] = threading.RLock()
+        return lock
+
+
+class MetricFolder:
+    """The master's background fold of pending metric reports: :func:`fold_pending`
+    at start (what a stopped master left) and then every ``interval`` seconds.
+
+    Folding a trial's reports every few seconds rather than one by one as they
+    are acknowledged costs one read and one write of each summary per fold instead of
+    per report (issue 19: a report of 256 metrics took ~27 ms of master CPU to fold
+    alone, most of the ingest cost). Readers never wait for it: they fold what is
+    pending for them first.
+
+    Args:
+        db: the master database.
+        interval: seconds between folds (> 0).
+
+    Raises:
+        ValueError: ``interval`` <= 0.
+    """
+
+    def __init__(self, db: Database, interval: float = FOLD_INTERVAL) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        self.db = db
+        self.interval = interval
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Fold until :attr:`stop` is set (a failed fold is logged and retried later)."""
+        while True:
+            try:
+                fold_pending(self.db, pause=FOLD_PAUSE)
+            except Exception:  # keep folding; the reports stay pending until it works
+                log.exception("folding pending metric reports failed")
+            if self.stop.wait(self.interval):
+                return
+
+    def start(self) -> None:
+        """Run :meth:`run` in a daemon thread."""
+        self.thread = threading.Thread(target=self.run, name="metric-folder", daemon=True)
+        self.thread.start()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread and wait up to ``timeout`` seconds for its fold to end."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
 
 
 def build_missing_summaries(db: Database, trial_ids: Iterable[int], group: str) -> list[int]:
@@ -566,30 +883,31 @@ def build_missing_summaries(db: Database, trial_ids: Iterable[int], group: str) 
         raise ValueError(f"group must be a name of 1..16 characters, got {group!r}")
     ids = sorted(set(trial_ids))
     done: list[int] = []
-    for i in range(0, len(ids), _BUILD_CHUNK):
-        chunk = ids[i : i + _BUILD_CHUNK]
-        with db.write() as s:
-            have = set(
-                s.scalars(
-                    select(_SUMMARIES.c.trial_id).where(
-                        _SUMMARIES.c.trial_id.in_(chunk),
-                        _SUMMARIES.c.kind == group,
-                        _SUMMARIES.c.name == "",
+    with _fold_lock(db):  # no lazy fold writes these trials' summaries meanwhile
+        for i in range(0, len(ids), _BUILD_CHUNK):
+            chunk = ids[i : i + _BUILD_CHUNK]
+            with db.write() as s:
+                have = set(
+                    s.scalars(
+                        select(_SUMMARIES.c.trial_id).where(
+                            _SUMMARIES.c.trial_id.in_(chunk),
+                            _SUMMARIES.c.kind == group,
+                            _SUMMARIES.c.name == "",
+                        )
                     )
                 )
-            )
-            alive = set(s.scalars(select(TrialRow.id).where(TrialRow.id.in_(chunk))))
-            todo = [t for t in chunk if t in alive and t not in have]
-            if not todo:
-                continue
-            built = _summaries_from_metrics(s, todo, group)
-            s.execute(
-                delete(_SUMMARIES).where(
-                    _SUMMARIES.c.trial_id.in_(todo), _SUMMARIES.c.kind == group
+                alive = set(s.scalars(select(TrialRow.id).where(TrialRow.id.in_(chunk))))
+                todo = [t for t in chunk if t in alive and t not in have]
+                if not todo:
+                    continue
+                built = _summaries_from_metrics(s, todo, group)
+                s.execute(
+                    delete(_SUMMARIES).where(
+                        _SUMMARIES.c.trial_id.in_(todo), _SUMMARIES.c.kind == group
+                    )
                 )
-            )
-            s.execute(_INSERT, [row for t in todo for row in _rows(t, group, built.get(t, {}))])
-            done.extend(todo)
+                s.execute(_INSERT, [row for t in todo for row in _rows(t, group, built.get(t, {}))])
+                done.extend(todo)
     return done
 
 
@@ -633,7 +951,8 @@ def read_experiment_series(
     trial_ids: Iterable[int] | None = None,
 ) -> dict[str, Any]:
     """One metric of an experiment's trials, each series M4-downsampled, from the stored
-    summaries (trials with reports from before them are summarised first, once).
+    summaries (the trials' pending reports are folded first, and trials with reports
+    from before the summaries are summarised first, once).
 
     Args:
         db: the master database.
@@ -657,6 +976,11 @@ def read_experiment_series(
         raise ValueError(f"group must be 'training' or 'validation', got {group!r}")
     if not 8 <= max_points <= MAX_POINTS:
         raise ValueError(f"max_points must be within 8..{MAX_POINTS}, got {max_points}")
+    with db.read() as s:
+        if s.get(ExperimentRow, exp_id) is None:
+            raise NotFound(f"experiment {exp_id} not found")
+        every = list(s.scalars(select(TrialRow.id).where(TrialRow.experiment_id == exp_id)))
+    fold_pending(db, every if trial_ids is None else set(trial_ids) & set(every))
     with db.read() as s:
         exp = s.get(ExperimentRow, exp_id)
         if exp is None:
@@ -752,7 +1076,8 @@ def read_trial_series(
     """A trial's metrics, each series M4-downsampled, from the stored summaries (the
     trial's reports from before them are summarised first, once): what ``GET
     /trials/{id}/metrics?downsample=N`` answers, in time independent of the number of
-    reports (at most ``4 * CAP_BUCKETS`` points read per series).
+    reports (at most ``4 * CAP_BUCKETS`` points read per series). The trial's pending
+    reports are folded first, so every report acknowledged before is in the answer.
 
     Args:
         db: the master database.
@@ -772,6 +1097,7 @@ def read_trial_series(
         raise ValueError(f"downsample must be within 8..{MAX_POINTS}, got {max_points}")
     for name in names or ():
         check_metric_name(name)
+    fold_pending(db, [trial_id])
     c = _SUMMARIES.c
     out: list[dict[str, Any]] = []
     for group in groups:

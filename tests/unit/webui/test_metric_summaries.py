@@ -21,16 +21,19 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, func, insert, select
 
 from dauntless.config import MasterConfig
+from dauntless.master import metric_series
 from dauntless.master.app import create_app
 from dauntless.master.db import Database, ExperimentRow, MetricRow, TrialRow, current_revision
 from dauntless.master.db.engine import MIGRATIONS_DIR
-from dauntless.master.db.models import MetricSummaryRow
+from dauntless.master.db.models import MetricFoldPendingRow, MetricSummaryRow
 from dauntless.master.metric_series import (
     CAP_BUCKETS,
     M4Series,
     build_missing_summaries,
     fold_metric_reports,
+    fold_pending,
     m4,
+    queue_metric_folds,
 )
 from dauntless.master.testing import sign_in
 
@@ -371,3 +374,209 @@ def test_one_point_at_a_time_folds_like_one_pass(values, stride, cap):
     assert summary.width == width
     assert summary.x.tolist() == wx.tolist() and summary.y.tolist() == wy.tolist()
     assert summary.x.dtype == np.int64 and summary.y.dtype == np.float64
+
+
+def _summary_rows(db: Database, trial_id: int) -> dict[tuple[str, str], tuple]:
+    """Every stored summary column of a trial, by (group, name)."""
+    c = MetricSummaryRow.__table__.c
+    with db.read() as s:
+        return {
+            (kind, name): rest
+            for kind, name, *rest in s.execute(
+                select(c.kind, c.name, c.width, c.raw_points, c.batches, c["values"]).where(
+                    c.trial_id == trial_id
+                )
+            )
+        }
+
+
+def _pending_count(db: Database) -> int:
+    with db.read() as s:
+        return s.scalar(select(func.count()).select_from(MetricFoldPendingRow)) or 0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_lazy_fold_equals_eager_fold(db_url, monkeypatch, seed):
+    """Reports stored unfolded and folded later in bulk (in chunks smaller than what is
+    pending, at random moments) give summaries byte-identical to folding each
+    transaction's reports as it is stored; the pending queue ends empty."""
+    monkeypatch.setattr(metric_series, "FOLD_CHUNK", 37)  # several chunks per fold
+    db = Database(db_url)
+    db.migrate()
+    try:
+        _, (eager, lazy) = _experiment(db, 2)
+        rng = random.Random(seed)
+        reports = {"training": [], "validation": []}
+        for b in range(1, 1501):
+            group = "validation" if b % 10 == 0 else "training"
+            metrics = {f"m{i}": rng.choice([rng.gauss(0, 1), 0.0, 1.0]) for i in range(6)}
+            metrics["m0"] = None if b % 17 == 0 else metrics["m0"]  # a NaN as stored
+            metrics["note"] = "x" if b % 23 == 0 else metrics["m1"]
+            reports[group].append((b, metrics))
+        todo = [(g, r) for g, rs in reports.items() for r in rs]
+        rng.shuffle(todo)  # out of order, in transactions of 1..120 reports
+        i = 0
+        while i < len(todo):
+            step = rng.choice([1, 5, 120])
+            chunk = todo[i : i + step]
+            i += step
+            for group in ("training", "validation"):
+                mine = [r for g, r in chunk if g == group]
+                if not mine:
+                    continue
+                _store(db, eager, group, mine)
+                _store(db, lazy, group, mine, fold=False)
+                with db.write() as s:
+                    queue_metric_folds(s, lazy, group, [b for b, _ in mine])
+            if rng.random() < 0.2:
+                fold_pending(db, [lazy])
+        assert _pending_count(db) > 0
+        assert fold_pending(db) > 0
+        assert _pending_count(db) == 0
+        want, got = _summary_rows(db, eager), _summary_rows(db, lazy)
+        assert set(got) == set(want) and len(want) > 10
+        for key in want:
+            assert got[key] == want[key], key
+        assert fold_pending(db) == 0  # nothing left: folding again changes nothing
+        assert _summary_rows(db, lazy) == got
+    finally:
+        db.dispose()
+
+
+def test_reads_after_acknowledged_reports_see_every_one(db_url, tmp_path):
+    """Every chart and series read answers with every report acknowledged before it,
+    whether the background fold ran yet or not; a report over the HTTP route is
+    acknowledged only once its row and its pending row are committed."""
+    config = MasterConfig(data_dir=str(tmp_path), db_url=db_url)
+    app = create_app(config, run_loop=False)
+    with TestClient(app) as client:
+        sign_in(client)
+        mgr = app.state.manager
+        r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
+        exp_id = r.json()["experiment"]["id"]
+        (trial_id,) = _experiment_trials(mgr.db, exp_id, 1)
+        url = f"/api/v1/experiments/{exp_id}/metrics"
+        params = {"group": "training", "name": "loss", "max_points": 1024}
+        rng = random.Random(5)
+        sent: dict[int, float] = {}
+        b = 0
+        for _ in range(12):
+            batch = []
+            for _ in range(rng.choice([1, 4, 30])):
+                b += rng.choice([1, 2])
+                sent[b] = rng.gauss(0, 1)
+                batch.append(
+                    {
+                        "group": "training",
+                        "steps_completed": b,
+                        "metrics": {"loss": sent[b], "acc": 1.0},
+                    }
+                )
+            r = client.post(f"/api/v1/trials/{trial_id}/metrics/batch", json={"reports": batch})
+            assert r.status_code == 200, r.text
+            assert all(r.json()["stored"])
+            series = client.get(url, params=params).json()["series"]
+            assert [s["trial_id"] for s in series] == [trial_id]
+            assert series[0]["raw_points"] == len(sent)
+            assert series[0]["batches"] == sorted(sent)
+            assert series[0]["values"] == [sent[k] for k in sorted(sent)]
+            trial = client.get(
+                f"/api/v1/trials/{trial_id}/metrics",
+                params={"downsample": 1024, "names": "loss,acc", "group": "training"},
+            ).json()["series"]
+            assert {s["name"]: s["raw_points"] for s in trial} == {
+                "acc": len(sent),
+                "loss": len(sent),
+            }
+        assert _pending_count(mgr.db) == 0  # the reads folded what they needed
+
+
+def _experiment_trials(db: Database, exp_id: int, n: int) -> list[int]:
+    """Add ``n`` ACTIVE trials to an experiment; their ids."""
+    with db.write() as s:
+        ids = []
+        for i in range(n):
+            trial = TrialRow(
+                experiment_id=exp_id,
+                request_id=uuid.uuid4().hex,
+                state="ACTIVE",
+                hparams={},
+                seed=i,
+                start_time=time.time(),
+            )
+            s.add(trial)
+            s.flush()
+            ids.append(trial.id)
+        return ids
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from([-2.0, -1.0, -0.0, 0.0, 1.0, 2.5, math.inf, -math.inf]), max_size=500),
+    st.integers(2, 70),
+    st.sampled_from([1, 2, 5]),
+    st.integers(1, 6),
+    st.randoms(use_true_random=False),
+)
+def test_a_few_points_at_a_time_fold_like_one_pass(values, chunk, stride, cap, rnd):
+    """Points folded a few at a time as Python lists, as a lazy fold of a few
+    seconds' reports adds them to each metric (the plain-Python path up to 64 points,
+    numpy beyond), each chunk shuffled and sometimes reaching back before the kept
+    points, with ties, signed zeros and non-finite values: the same summary, width and
+    bytes, as one pass."""
+    x = [(i + 1) * stride for i in range(len(values))]
+    order = list(zip(x, values, strict=True))
+    for _ in range(len(order) // 10):  # some reports arrive late, out of order
+        i, j = rnd.randrange(len(order)), rnd.randrange(len(order))
+        order[i], order[j] = order[j], order[i]
+    summary = M4Series(cap_buckets=cap)
+    for i in range(0, len(order), chunk):
+        pairs = order[i : i + chunk]
+        rnd.shuffle(pairs)
+        summary.extend([p[0] for p in pairs], [p[1] for p in pairs])
+    finite = [(a, b) for a, b in zip(x, values, strict=True) if math.isfinite(b)]
+    assert summary.raw_points == len(finite)
+    if not finite:
+        assert summary.x.size == 0
+        return
+    fx = np.array([p[0] for p in finite], dtype=np.int64)
+    fy = np.array([p[1] for p in finite])
+    width = 1
+    while np.unique(fx // width).size > cap:
+        width *= 2
+    wx, wy = m4(fx, fy, width)
+    assert summary.width == width
+    assert summary.x.tobytes() == wx.astype("<i8").tobytes()
+    assert summary.y.tobytes() == wy.astype("<f8").tobytes()
+
+
+def test_a_trial_deleted_during_a_lazy_fold_is_skipped(db_url, monkeypatch):
+    """The fold computes outside the write lock: a trial deleted between its read and
+    its write (its reports and pending rows go with it) is skipped, not resurrected as
+    orphan summaries, and the other trials are folded."""
+    db = Database(db_url)
+    db.migrate()
+    try:
+        _, (doomed, kept) = _experiment(db, 2)
+        for t in (doomed, kept):
+            _store(db, t, "training", [(1, {"loss": 1.0})])  # summaries exist: updates
+            _store(db, t, "training", [(2, {"loss": 2.0, "new": 1.0})], fold=False)
+            with db.write() as s:
+                queue_metric_folds(s, t, "training", [2])
+        plan = metric_series._plan_fold
+
+        def delete_then_plan(s, trial_id, group, reports):
+            out = plan(s, trial_id, group, reports)
+            if trial_id == doomed:
+                with db.write() as w:
+                    w.execute(delete(TrialRow).where(TrialRow.id == doomed))
+            return out
+
+        monkeypatch.setattr(metric_series, "_plan_fold", delete_then_plan)
+        assert fold_pending(db) == 1  # the kept trial's report only
+        assert _summary_rows(db, doomed) == {}
+        assert _stored(db, kept, "training", "loss").raw_points == 2
+        assert _stored(db, kept, "training", "new").raw_points == 1
+        assert _pending_count(db) == 0
+    finally:
+        db.dispose()

@@ -346,6 +346,26 @@ class MetricSummaryRow(Base):
     values: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class MetricFoldPendingRow(Base):
+    """A stored metrics report (``metrics.id``) of a trial and group (``kind``) whose
+    values are not yet folded into ``metric_summaries``.
+
+    Written in the transaction that stores the report, deleted in the one that folds it
+    (:mod:`dauntless.master.metric_series`): so an acknowledged report is durable as
+    soon as its ``metrics`` row is, and the summaries of a (trial, group) are exactly
+    the fold of its ``metrics`` rows that have no row here.
+    """
+
+    __tablename__ = "metric_folds_pending"
+    __table_args__ = (Index("ix_metric_folds_pending_trial_id", "trial_id", "kind"),)
+
+    metric_id: Mapped[int] = mapped_column(
+        ForeignKey("metrics.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+
+
 class InstanceRow(Base):
     """An instance the provisioner launched for a resource pool (a local agent process,
     an EC2 or a Compute Engine instance), kept so that a restarted master knows what it

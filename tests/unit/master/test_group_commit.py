@@ -1,0 +1,100 @@
+"""Group commit: concurrent callers' jobs share transactions, each caller gets its own
+result or error, and what a call returned is committed. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from databases import fresh_postgres_database, postgres_available
+from sqlalchemy import func, insert, select
+
+from dauntless.master.db import ClusterRow, Database
+from dauntless.master.group_commit import GroupCommit
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/g.db"
+        database = Database(url)
+        database.migrate()
+        yield database
+        database.dispose()
+        return
+    if not postgres_available():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
+    with fresh_postgres_database() as url:
+        database = Database(url)
+        database.migrate()
+        yield database
+        database.dispose()
+
+
+def _count(db: Database) -> int:
+    with db.read() as s:
+        return s.scalar(select(func.count()).select_from(ClusterRow)) or 0
+
+
+def test_concurrent_jobs_share_transactions_and_keep_their_own_outcome(db):
+    commits = GroupCommit(db, max_jobs=8)
+    transactions: list[int] = []  # the thread that ran each job
+    callers: dict[int, int] = {}  # job -> its caller's thread
+    ran_in: dict[int, int] = {}  # job -> the thread whose transaction committed it
+    seen_committed: dict[int, bool] = {}
+    errors: dict[int, str] = {}
+    hold = threading.Event()
+
+    def job(i: int):
+        def fn(s):
+            transactions.append(threading.get_ident())
+            ran_in[i] = threading.get_ident()
+            if i == 0:
+                hold.wait(5)  # the first leader holds the write lock: the others queue
+            if i == 13:
+                raise ValueError(f"job {i} refused")
+            s.execute(
+                insert(ClusterRow.__table__).values(
+                    id=100 + i, cluster_id=f"c{i}", created_at=time.time()
+                )
+            )
+            return i * 10
+
+        return fn
+
+    def caller(i: int) -> None:
+        callers[i] = threading.get_ident()
+        try:
+            assert commits.run(job(i)) == i * 10
+            with db.read() as s:  # returned: committed, visible to another session
+                seen_committed[i] = s.get(ClusterRow, 100 + i) is not None
+        except ValueError as exc:
+            errors[i] = str(exc)
+
+    first = threading.Thread(target=caller, args=(0,))
+    first.start()
+    while not transactions:
+        time.sleep(0.01)
+    others = [threading.Thread(target=caller, args=(i,)) for i in range(1, 20)]
+    for t in others:
+        t.start()
+    time.sleep(0.3)  # let them queue behind the held lock
+    hold.set()
+    for t in [first, *others]:
+        t.join(30)
+    assert errors == {13: "job 13 refused"}
+    assert seen_committed == {i: True for i in range(20) if i != 13}
+    assert _count(db) == 19
+    # jobs queued behind the held lock ran in a leader's transaction, not their own
+    led = [i for i in range(1, 20) if ran_in[i] != callers[i]]
+    assert led, "every job ran in its own caller's transaction"
+
+
+def test_a_lone_job_runs_and_raises_as_itself(db):
+    commits = GroupCommit(db)
+    assert commits.run(lambda s: 7) == 7
+    with pytest.raises(KeyError):
+        commits.run(lambda s: {}["missing"])
+    with pytest.raises(ValueError, match="max_jobs"):
+        GroupCommit(db, max_jobs=0)
