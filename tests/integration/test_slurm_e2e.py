@@ -230,7 +230,9 @@ def test_two_slot_digits_completes_through_sbatch(cluster, tmp_path):
 
 
 def test_one_slot_pause_activate_complete_then_kill(cluster, tmp_path):
-    exp_id = _create(cluster, tmp_path, slots=1, batches=150)
+    # Long enough that the pause reaches the trial mid-training (150 batches took
+    # 1.5 s, and the pause came after its last batch).
+    exp_id = _create(cluster, tmp_path, slots=1, batches=600)
     _wait(lambda: _trial(cluster, exp_id)["total_batches"] >= 50, 180, "a checkpoint", cluster)
     assert len(_our_jobs(cluster)) == 1
     cluster.det("experiment", "pause", str(exp_id))
@@ -240,12 +242,12 @@ def test_one_slot_pause_activate_complete_then_kill(cluster, tmp_path):
     assert body["experiment"]["state"] == "PAUSED"
     paused = body["trials"][0]
     assert paused["restarts"] == 0 and paused["latest_checkpoint"]
-    assert paused["total_batches"] < 150
+    assert paused["total_batches"] < 600
     cluster.det("experiment", "activate", str(exp_id))
     body = cluster.wait_experiment(exp_id, timeout=240)
     assert body["experiment"]["state"] == "COMPLETED", cluster.dump_logs(exp_id)
     trial = body["trials"][0]
-    assert trial["total_batches"] == 150 and trial["restarts"] == 0
+    assert trial["total_batches"] == 600 and trial["restarts"] == 0
     assert trial["run_id"] >= 2  # it ran again, as a new Slurm job, after the pause
     assert len(list((tmp_path / "slurm-work" / "jobs").glob("*.sh"))) == 2
 

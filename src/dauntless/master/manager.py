@@ -396,6 +396,10 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         }.get(State(exp.state), State.COMPLETED)
         if final is State.COMPLETED and states and all(st == State.ERROR.value for st in states):
             final = State.ERROR
+        if final is State.COMPLETED and State(exp.state) is State.PAUSED:
+            # Paused after its last trials had done their work (the pause reached them
+            # as they finished): nothing is left to resume, so it completes.
+            self._set_experiment_state(exp, State.STOPPING_COMPLETED)
         self._set_experiment_state(exp, final)
         exp.progress = 1.0 if final is State.COMPLETED else exp.progress
         log.info("experiment %s is %s", exp.id, final.value)

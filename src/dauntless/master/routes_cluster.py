@@ -8,6 +8,7 @@ JSON view helpers the route modules share."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -32,6 +33,9 @@ from .schemas import (
     RendezvousIn,
     agent_view,
 )
+from .states import IllegalTransition
+
+log = logging.getLogger("dauntless.master")
 
 router = APIRouter(prefix="/api/v1")
 
@@ -148,6 +152,12 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
             mgr.allocation_exited(ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
         except NotFound:
             continue
+        except IllegalTransition:
+            # A master bug must not stop the agent's heartbeats (the agent would retry
+            # this answer forever and look dead): say so loudly and go on; the
+            # allocation, still RUNNING here, is then missing from the agent's
+            # ``running`` list and is handled as lost.
+            log.exception("recording the exit of allocation %s failed", ex.allocation_id)
     return mgr.heartbeat(agent_id, body.running)
 
 

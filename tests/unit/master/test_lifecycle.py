@@ -277,3 +277,27 @@ def test_every_action_in_every_state_is_2xx_or_409_never_500(tmp_path, first):
         assert r.status_code == 200
         r = client.delete(f"/api/v1/experiments/{exp_id}")
         assert r.status_code in (200, 409), r.text
+
+
+def test_trial_that_finishes_its_work_while_the_experiment_pauses(master):
+    """The pause reaches the trial after it trained its whole length: it validates,
+    completes its operation and exits 0 as preempted. Its exit is recorded (no 409 the
+    agent would retry forever), and the experiment, with nothing left to resume,
+    completes."""
+    client, mgr, tmp = master
+    exp_id, spec = _start(client, mgr)
+    alloc, tid = spec["allocation_id"], spec["trial_id"]
+    r = client.post(f"/api/v1/experiments/{exp_id}/pause")
+    assert r.status_code == 200 and r.json()["experiment"]["state"] == "PAUSED"
+    _checkpoint(client, tmp, tid, "last-ck", 30, loss=0.5)
+    r = client.post(
+        f"/api/v1/trials/{tid}/searcher/completed_operation",
+        json={"op": {"length": 30}, "searcher_metric": 0.5},
+    )
+    assert r.status_code == 200, r.text
+    r = client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": 0})
+    assert r.status_code == 200, r.text
+    assert _state(client, exp_id) == ("COMPLETED", "COMPLETED")
+    body = client.get(f"/api/v1/experiments/{exp_id}").json()
+    assert body["experiment"]["progress"] == 1.0 and body["experiment"]["end_time"]
+    assert mgr.schedule_pass() == 0
