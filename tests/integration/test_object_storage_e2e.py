@@ -61,6 +61,7 @@ def _create(cluster, tmp_path: Path, storage: dict, name: str, max_length: int) 
 def _wait(cond, what: str, cluster, timeout: float = 120.0, exp_ids=(), server=None):
     """Poll ``cond`` every 0.1 s; on timeout fail with the cluster's logs, the trial logs
     of ``exp_ids`` and the end of the store's own log."""
+    timeout = cluster.deadline(timeout)  # scaled to the machine's load now
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = cond()
