@@ -24,6 +24,7 @@ from .metric_series import MetricFolder
 from .provisioner import build_provisioners
 from .proxy import make_proxy_app, proxy_client
 from .routes import install_error_handlers
+from .routes_allocations import router as allocations_router
 from .routes_auth import router as auth_router
 from .routes_charts import router as charts_router
 from .routes_checkpoints import router as checkpoints_router
@@ -150,6 +151,7 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
     app.include_router(files_router)  # issue 22: model definition files one by one
     app.include_router(charts_router)  # issue 22: batch-level training metrics
     app.include_router(stream_router)
+    app.include_router(allocations_router)
     app.include_router(webui_router)  # last: its catch-all serves the UI's pages
     declare_errors(app)
     return app

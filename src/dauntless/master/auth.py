@@ -30,31 +30,36 @@ guessed, so one fast unsalted hash loses nothing, keeps a database leak from yie
 usable tokens, and lets a request find its session with one indexed lookup.
 
 **Abuse.** :class:`LoginThrottle` slows repeated failed logins per username.
+
+The hashes and tokens live in :mod:`dauntless.master.auth_secrets`, the principals and
+access rules in :mod:`dauntless.master.auth_access`, the throttle in
+:mod:`dauntless.master.auth_throttle`; this module imports them all, so they may still be
+imported from here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
-import os
-import secrets
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any
 
-from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from fastapi import HTTPException, Request
+from fastapi import Request
 from sqlalchemy import delete, select
 from starlette.concurrency import run_in_threadpool
 
 from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
 from dauntless.config import MasterConfig
 
+from .auth_access import ACCESS_ATTR as ACCESS_ATTR
+from .auth_access import DEFAULT_ACCESS as DEFAULT_ACCESS
+from .auth_access import Access, Principal, forbidden, route_access, unauthorized
+from .auth_access import access as access
+from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
+from .auth_secrets import hash_password, hash_token, load_cluster_secret, new_token
+from .auth_secrets import verify_password as verify_password
+from .auth_throttle import LoginThrottle
 from .db import (
     AllocationRow,
     CheckpointRow,
@@ -75,219 +80,8 @@ TRIAL_TOKEN_REREAD_SECONDS = 5.0
 MAX_REMEMBERED_TRIAL_TOKENS = 10_000
 """Trial tokens remembered at most; past that the memory is cleared."""
 
-CLUSTER_SECRET_FILE = "cluster_secret"
-"""The file in the data directory holding the generated cluster secret."""
-
 BUILTIN_USERS = (("admin", True), ("determined", False))
 """The users every cluster starts with: (username, admin)."""
-
-_hasher = PasswordHasher()
-_dummy_hash: str | None = None
-
-
-# ---------------------------------------------------------------------- secrets
-
-
-def hash_password(password: str) -> str:
-    """The argon2id hash of ``password`` (encoded, salt and parameters included)."""
-    return _hasher.hash(password)
-
-
-def verify_password(stored: str | None, password: str) -> bool:
-    """Whether ``password`` matches the stored argon2 hash (False for no hash).
-
-    With no stored hash a dummy hash is checked anyway, so that an unknown user costs
-    as much time as a wrong password (no user enumeration by timing).
-    """
-    global _dummy_hash
-    if stored is None:
-        if _dummy_hash is None:
-            _dummy_hash = _hasher.hash(secrets.token_hex(16))
-        stored, password = _dummy_hash, password + "\0"
-    try:
-        return _hasher.verify(stored, password)
-    except (VerifyMismatchError, VerificationError, InvalidHashError):
-        return False
-
-
-def new_token() -> str:
-    """A new random bearer token (256 bits, URL-safe text)."""
-    return secrets.token_urlsafe(32)
-
-
-def hash_token(token: str) -> str:
-    """SHA-256 (hex) of a token: how tokens are stored and looked up (see the module)."""
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def load_cluster_secret(config: MasterConfig) -> str:
-    """The cluster secret: ``security.cluster_secret``, else the one in
-    ``<data_dir>/cluster_secret``, made (random, mode 0600) when missing."""
-    if config.security.cluster_secret is not None:
-        value = config.security.cluster_secret.get_secret_value()
-        if not value:
-            raise ValueError("security.cluster_secret must not be empty")
-        return value
-    path = os.path.join(config.data_dir, CLUSTER_SECRET_FILE)
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = f.read().strip()
-        if value:
-            return value
-    except FileNotFoundError:
-        pass
-    value = secrets.token_urlsafe(32)
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(value + "\n")
-    os.replace(path + ".tmp", path)
-    log.info("made a cluster secret for agents in %s", path)
-    return value
-
-
-# ---------------------------------------------------------------------- principals
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who made a request.
-
-    Attributes:
-        kind: ``user``, ``agent`` or ``trial``.
-        user_id, username, admin, session_id: for a user (``session_id`` is the login
-            session the token belongs to).
-        trial_id, experiment_id, allocation_id, part_id: for a trial: its trial and
-            experiment, its allocation (``DET_ALLOCATION_ID``) and the part the token
-            was made for.
-        task_id: for a generic task's session token (kind ``trial``, no trial id): the
-            task (commands, notebooks ...; :mod:`dauntless.master.tasks`).
-    """
-
-    kind: Literal["user", "agent", "trial"]
-    user_id: int | None = None
-    username: str | None = None
-    admin: bool = False
-    session_id: int | None = None
-    trial_id: int | None = None
-    experiment_id: int | None = None
-    allocation_id: str | None = None
-    part_id: str | None = None
-    task_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Access:
-    """Who may call a route (attach with :func:`access`).
-
-    Attributes:
-        open: no credential needed at all.
-        users: which signed-in users: ``any``; ``owner`` (the owner of the experiment
-            the path names, by ``exp_id``, ``trial_id`` or ``uuid``); ``admin``; or
-            ``none``. Admins always pass.
-        agent: whether the cluster secret (an agent) may call it.
-        trial: whether a trial's session token may call it: ``none``; ``own`` (every
-            one of the path's ``trial_id``, ``allocation_id``, ``exp_id`` and ``uuid``
-            must be the trial's own; a path with none of them is refused); ``route``
-            (the route checks the body with :func:`require_own_trial`).
-        what: what the rule protects, for refusals (``"pause it"``, ``"manage
-            agents"``); may name path parameters (``"{action} it"``).
-    """
-
-    open: bool = False
-    users: Literal["any", "owner", "admin", "none"] = "any"
-    agent: bool = False
-    trial: Literal["none", "own", "route"] = "none"
-    what: str = ""
-
-
-DEFAULT_ACCESS = Access()
-"""The rule of a route that declares none: any signed-in user."""
-
-ACCESS_ATTR = "__dauntless_access__"
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def access(**rule: Any) -> Callable[[F], F]:
-    """Declare a route's :class:`Access` rule. Put it *below* the ``@router.get(...)``
-    line, so that it marks the function before the router registers it."""
-    value = Access(**rule)
-
-    def mark(fn: F) -> F:
-        setattr(fn, ACCESS_ATTR, value)
-        return fn
-
-    return mark
-
-
-def route_access(endpoint: Any) -> Access:
-    """The rule of a route's endpoint (:data:`DEFAULT_ACCESS` when it declares none)."""
-    return getattr(endpoint, ACCESS_ATTR, DEFAULT_ACCESS)
-
-
-def unauthorized(detail: str) -> HTTPException:
-    """A 401 answer asking for a bearer token."""
-    return HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
-
-
-def forbidden(detail: str) -> HTTPException:
-    """A 403 answer naming the rule that refused."""
-    return HTTPException(403, detail)
-
-
-# ---------------------------------------------------------------------- login throttle
-
-
-class LoginThrottle:
-    """Slows repeated failed logins, per username (in memory: one master process).
-
-    The first :attr:`free` consecutive failures of a username cost nothing; after that a
-    login for it is refused without checking the password (429, with ``Retry-After``)
-    until ``min(cap, base * 2**(failures - free))`` seconds have passed since the last
-    failure, so guessing slows exponentially: 1 s, 2 s, 4 s, ... up to 5 minutes. A
-    success resets the count. Unknown usernames count like known ones (nothing tells
-    them apart). Refusing instead of sleeping keeps a flood of attempts from holding the
-    master's threads. The table keeps the :attr:`max_entries` most recent usernames; it
-    is lost when the master restarts, which only grants a fresh :attr:`free` tries.
-    """
-
-    def __init__(
-        self,
-        *,
-        free: int = 3,
-        base: float = 1.0,
-        cap: float = 300.0,
-        max_entries: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.free, self.base, self.cap, self.max_entries = free, base, cap, max_entries
-        self.clock = clock
-        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def wait_seconds(self, username: str) -> float:
-        """Seconds until ``username`` may try again (0: now)."""
-        with self._lock:
-            entry = self._failures.get(username)
-        if entry is None or entry[0] < self.free:
-            return 0.0
-        count, last = entry
-        delay = min(self.cap, self.base * 2 ** (count - self.free))
-        return max(0.0, last + delay - self.clock())
-
-    def failed(self, username: str) -> None:
-        """Count a failed login."""
-        with self._lock:
-            count = self._failures.pop(username, (0, 0.0))[0]
-            self._failures[username] = (count + 1, self.clock())
-            while len(self._failures) > self.max_entries:
-                self._failures.popitem(last=False)
-
-    def succeeded(self, username: str) -> None:
-        """Forget the failures of ``username``."""
-        with self._lock:
-            self._failures.pop(username, None)
-
 
 # ---------------------------------------------------------------------- the service
 

@@ -20,11 +20,12 @@ deactivation, an ended allocation): the caller's token is checked again every
 | route | events |
 |---|---|
 | ``GET /stream/experiments?archived=false&limit=1000&offset=0`` | ``experiments``: the body of ``GET /experiments`` (``archived``: false, true or all) |
-| ``GET /stream/experiments/{id}?chart_group=&chart_name=&chart_top=&chart_all_up_to=0&chart_trial_id=&chart_max_points=400`` | ``summary`` first when ``chart_group`` is given: ``{"experiment", "chart_trial_ids", "chart"}`` (see :func:`experiment_summary`); then ``experiment``: the body of ``GET /experiments/{id}`` (experiment and trials); ``gone`` when it is deleted |
+| ``GET /stream/experiments/{id}?chart_group=&chart_name=&chart_top=&chart_all_up_to=0&chart_trial_id=&chart_max_points=400`` | ``summary`` first when ``chart_group`` is given: ``{"experiment", "chart_trial_ids", "chart"}`` (see :func:`~dauntless.master.routes_charts.experiment_summary`); then ``experiment``: the body of ``GET /experiments/{id}`` (experiment and trials); ``gone`` when it is deleted |
 | ``GET /stream/trials/{id}/logs?after_id=0`` | ``logs``: ``{"logs": [LogLine], "trial_state"}`` with ``id:`` the last line's id; ``state``: ``{"trial_state"}`` when only the state changed |
 | ``GET /stream/cluster`` | ``cluster``: ``{"agents": [Agent], "allocations": [Allocation], "resource_pools": [...]}`` |
 
-REST routes for charts and the cluster view:
+REST routes for charts (in :mod:`dauntless.master.routes_charts`) and the cluster view
+(in :mod:`dauntless.master.routes_allocations`):
 
 | route | answer |
 |---|---|
@@ -33,14 +34,13 @@ REST routes for charts and the cluster view:
 | ``GET /allocations?trial_id=&active=`` | ``{"allocations": [Allocation]}`` with Allocation ``{id, trial_id, experiment_id, task_id, agent_id, slot_ids, state, run_id, exit_code, exit_message, created_at, started_at, ended_at}`` (a trial's: ``task_id`` null; a command's, notebook's, shell's or TensorBoard's: ``trial_id`` and ``experiment_id`` null) |
 
 Series are downsampled on the server with M4 from summaries kept in the database as
-reports arrive (:mod:`dauntless.master.metric_series`).
+reports arrive (:mod:`dauntless.master.metric_series`). Events are framed by
+:mod:`dauntless.master.stream_framing`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import signal
 import threading
 import time
@@ -49,19 +49,18 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import or_, select
 from starlette.concurrency import run_in_threadpool
 
-from . import responses as R
 from .api_spec import INT32_MAX, DbId
-from .auth import access, principal
-from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
-from .manager import BadRequest, NotFound
-from .metric_series import MAX_POINTS, read_experiment_series, read_metric_names
-from .routes import _experiment_views, _get_experiment
+from .manager import NotFound
+from .metric_series import MAX_POINTS
+from .routes import _get_experiment
+from .routes_allocations import _allocations
+from .routes_charts import experiment_summary
 from .routes_cluster import list_agents
 from .routes_experiments import experiments_page, get_experiment
 from .routes_trials import get_trial_logs
+from .stream_framing import dumps_json, sse_event
 
 POLL_SECONDS = 0.5
 """How often a stream reads the database (seconds)."""
@@ -152,55 +151,6 @@ async def _ended(request: Request, credential: _Credential) -> bytes | None:
     if detail is not None:
         return sse_event("unauthorized", dumps_json({"detail": detail}))
     return None
-
-
-# ---------------------------------------------------------------------- SSE framing
-
-
-def _finite(obj: Any) -> Any:
-    """``obj`` with every non-finite float (NaN, ±inf: not JSON) replaced by None."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def dumps_json(obj: Any) -> str:
-    """Compact, strict JSON text of ``obj``; NaN and infinities become ``null``.
-
-    Args:
-        obj: JSON-able data (dicts, lists, str, numbers, bool, None).
-
-    Raises:
-        TypeError: ``obj`` holds something JSON cannot represent.
-    """
-    try:
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False)
-
-
-def sse_event(event: str, data: str, event_id: int | None = None) -> bytes:
-    """One server-sent event, framed.
-
-    Args:
-        event: the event name (no newlines).
-        data: the payload text; each of its lines becomes one ``data:`` field.
-        event_id: the ``id:`` field (a client's ``Last-Event-ID`` on reconnection).
-
-    Raises:
-        ValueError: ``event`` is empty or holds a newline.
-    """
-    if not event or "\n" in event or "\r" in event:
-        raise ValueError(f"event must be a non-empty single-line name, got {event!r}")
-    head = f"event: {event}\n"
-    if event_id is not None:
-        head += f"id: {int(event_id)}\n"
-    body = "".join(f"data: {line}\n" for line in data.split("\n"))
-    return (head + body + "\n").encode()
 
 
 async def _poll(
@@ -309,68 +259,6 @@ def _experiment_changes(request: Request) -> Callable[[], int] | None:
     """The change version of experiment bodies (None on a manager without one)."""
     flag = getattr(request.app.state.manager, "experiment_changes", None)
     return flag.version if flag is not None else None
-
-
-def experiment_summary(
-    request: Request,
-    exp_id: int,
-    group: str,
-    name: str | None,
-    max_points: int,
-    top: int | None = None,
-    all_up_to: int = 0,
-    trial_ids: list[int] | None = None,
-) -> dict[str, Any]:
-    """What the experiment page draws first: the experiment and its learning-curve chart,
-    without the trials (issue 22: the full body of 1,000 trials is about 600 KB, the chart
-    of the top 10 about 60 KB).
-
-    The chart's trials are ``trial_ids`` when given; else the best ``top`` by the
-    searcher metric (its ``smaller_is_better``; trials without a value last, ties by id:
-    the order the WebUI ranks them in), or every trial when ``top`` is None or the
-    experiment has at most ``all_up_to`` trials.
-
-    Args:
-        exp_id: the experiment.
-        group: ``"training"`` or ``"validation"``.
-        name: the metric; None: the searcher metric.
-        max_points: per series (8..:data:`~dauntless.master.metric_series.MAX_POINTS`).
-        top: how many of the best trials (>= 1), or None.
-        all_up_to: every trial when there are at most this many.
-        trial_ids: these trials only (ids of other experiments are left out).
-
-    Returns:
-        ``{"experiment": Experiment (as in ``GET /experiments/{id}``), "chart_trial_ids":
-        [id] (the trials chosen, best first, or null for every trial), "chart": the body
-        of ``GET /experiments/{id}/metrics`` for them}``.
-
-    Raises:
-        NotFound: no such experiment.
-        BadRequest: bad ``group``, ``name`` or ``max_points`` (names the field).
-    """
-    db = request.app.state.manager.db
-    with db.read() as s:
-        exp = _get_experiment(s, exp_id)
-        view = _experiment_views(s, [exp])[0]
-        ranked = s.execute(
-            select(TrialRow.id, TrialRow.best_validation).where(TrialRow.experiment_id == exp_id)
-        ).all()
-    chosen: list[int] | None = None
-    if trial_ids is not None:
-        chosen = list(dict.fromkeys(trial_ids))
-    elif top is not None and len(ranked) > all_up_to:
-        sign = 1.0 if view["smaller_is_better"] else -1.0
-        ranked.sort(key=lambda r: (r[1] is None, sign * r[1] if r[1] is not None else 0.0, r[0]))
-        chosen = [r[0] for r in ranked[:top]]
-    try:
-        chart = read_experiment_series(db, exp_id, group, name, max_points, chosen)
-    except ValueError as exc:
-        field = "chart_max_points" if "max_points" in str(exc) else "chart_name"
-        raise BadRequest(str(exc), [(field, str(exc))]) from None
-    if chosen is not None:
-        known = {r[0] for r in ranked}
-        chosen = [t for t in chosen if t in known]
-    return {"experiment": view, "chart_trial_ids": chosen, "chart": chart}
 
 
 @router.get("/stream/experiments/{exp_id}")
@@ -516,123 +404,3 @@ async def stream_trial_logs(
             await asyncio.sleep(POLL_SECONDS)
 
     return _stream(gen())
-
-
-# ---------------------------------------------------------------------- allocations
-
-
-def _allocations(
-    request: Request, trial_id: int | None, active: bool | None, owner_id: int | None = None
-) -> list[dict]:
-    # Trials' allocations and tasks' (commands, notebooks, shells, TensorBoards), whose
-    # trial_id and experiment_id are None.
-    with request.app.state.manager.db.read() as s:
-        q = select(AllocationRow, TrialRow.experiment_id).join(
-            TrialRow, TrialRow.id == AllocationRow.trial_id, isouter=True
-        )
-        if owner_id is not None:
-            q = (
-                q.join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id, isouter=True)
-                .join(TaskRow, TaskRow.id == AllocationRow.task_id, isouter=True)
-                .where(or_(ExperimentRow.owner_id == owner_id, TaskRow.owner_id == owner_id))
-            )
-        if trial_id is not None:
-            q = q.where(AllocationRow.trial_id == trial_id)
-        if active is True:
-            q = q.where(AllocationRow.state != "TERMINATED")
-        elif active is False:
-            q = q.where(AllocationRow.state == "TERMINATED")
-        rows = s.execute(q.order_by(AllocationRow.created_at, AllocationRow.id)).all()
-        return [
-            {
-                "id": a.id,
-                "trial_id": a.trial_id,
-                "experiment_id": exp_id,
-                "task_id": a.task_id,
-                "agent_id": a.agent_id,
-                "slot_ids": [str(x) for x in a.slot_ids],
-                "state": a.state,
-                "run_id": a.run_id,
-                "exit_code": a.exit_code,
-                "exit_message": a.exit_message,
-                "created_at": a.created_at,
-                "started_at": a.started_at,
-                "ended_at": a.ended_at,
-            }
-            for a, exp_id in rows
-        ]
-
-
-@router.get("/allocations", response_model=R.AllocationsOut)
-@access(trial="route")
-def list_allocations(
-    request: Request,
-    trial_id: int | None = Query(
-        None, ge=0, le=INT32_MAX, description="only this trial's allocations"
-    ),
-    active: bool | None = Query(
-        None, description="true: not yet terminated; false: terminated; omit: all"
-    ),
-) -> dict[str, Any]:
-    """Allocations (one per run of a trial on slots of an agent), oldest first: which
-    trial holds which slots, and how each earlier run ended (its restarts).
-
-    Admins see every allocation; other users those of the experiments they own; a
-    trial's token only its own trial's (it may leave ``trial_id`` out)."""
-    who = principal(request)
-    owner_id = None
-    if who.kind == "trial":
-        if who.trial_id is None:  # a command's, notebook's, shell's or TensorBoard's token
-            raise HTTPException(
-                403, f"a task's session token (task {who.task_id}) may not list allocations"
-            )
-        if trial_id is not None and trial_id != who.trial_id:
-            raise HTTPException(
-                403, f"a trial's session token may read only its own trial ({who.trial_id})"
-            )
-        trial_id = who.trial_id
-    elif not who.admin:
-        owner_id = who.user_id
-    return {"allocations": _allocations(request, trial_id, active, owner_id)}
-
-
-# ---------------------------------------------------------------------- metrics for charts
-
-
-@router.get("/experiments/{exp_id}/metrics", response_model=R.ExperimentSeriesOut)
-def get_experiment_metrics(
-    exp_id: DbId,
-    request: Request,
-    group: str = Query("validation", pattern="^(training|validation)$"),
-    name: str | None = Query(
-        None,
-        min_length=1,
-        max_length=256,
-        description="the metric (default: the experiment's searcher metric)",
-    ),
-    max_points: int = Query(400, ge=8, le=MAX_POINTS, description="per trial, at most"),
-    trial_id: list[int] | None = Query(None, description="only these trials (repeatable)"),
-) -> dict[str, Any]:
-    """One metric of every trial (or of the ``trial_id`` ones), each series downsampled
-    on the server to at most ``max_points`` points with M4 (extremes kept).
-
-    Raises:
-        NotFound: no such experiment (404).
-        BadRequest: the metric name cannot be looked up (400).
-    """
-    try:
-        return read_experiment_series(
-            request.app.state.manager.db, exp_id, group, name, max_points, trial_id
-        )
-    except ValueError as exc:
-        raise BadRequest(str(exc), [("name", str(exc))]) from None
-
-
-@router.get("/experiments/{exp_id}/metrics/names", response_model=R.MetricNamesOut)
-def get_experiment_metric_names(exp_id: DbId, request: Request) -> dict[str, list[str]]:
-    """The numeric metric names in each trial's latest training and validation report.
-
-    Raises:
-        NotFound: no such experiment (404).
-    """
-    return read_metric_names(request.app.state.manager.db, exp_id)

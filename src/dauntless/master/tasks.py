@@ -24,6 +24,10 @@ Notebooks, shells and TensorBoards are web services: their process
 and reports its address to ``POST /tasks/{id}/service`` with the task's session token;
 the master's proxy (:mod:`dauntless.master.proxy`) then forwards
 ``/proxy/<task id>/...`` to it.
+
+The states, constants and errors are in :mod:`dauntless.master.task_states`, the
+scheduler hooks in :mod:`dauntless.master.task_scheduling` (the base class of
+:class:`TaskService`); the states, constants and errors may still be imported from here.
 """
 
 from __future__ import annotations
@@ -32,17 +36,14 @@ import builtins
 import logging
 import secrets
 from collections.abc import Sequence
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dauntless.config import ConfigError
-from dauntless.config._task import TASK_TYPES, TaskConfig, parse_task_config
-from dauntless.scheduler import Allocation, Request
+from dauntless.config._task import TASK_TYPES, parse_task_config
 
-from .auth import hash_token, new_token
 from .db import (
     AllocationRow,
     ExperimentRow,
@@ -50,75 +51,20 @@ from .db import (
     TaskRow,
     TrialRow,
     UserRow,
-    UserSessionRow,
 )
+from .task_scheduling import TaskScheduling
+from .task_states import DEFAULT_SLOTS as DEFAULT_SLOTS
+from .task_states import EXTRAS as EXTRAS
+from .task_states import REQUEST_PREFIX as REQUEST_PREFIX
+from .task_states import SERVICE_TYPES, TASK_TERMINAL, NotFound, TaskState
+from .task_states import TASK_TRANSITIONS as TASK_TRANSITIONS
+from .task_states import TaskConflict as TaskConflict
+from .task_states import check_task_transition as check_task_transition
 
 if TYPE_CHECKING:
     from .manager import ExperimentManager
 
 log = logging.getLogger("dauntless.master.tasks")
-
-
-class TaskState(str, Enum):
-    """States of a generic task."""
-
-    QUEUED = "QUEUED"
-    ASSIGNED = "ASSIGNED"
-    RUNNING = "RUNNING"
-    TERMINATING = "TERMINATING"
-    COMPLETED = "COMPLETED"
-    ERROR = "ERROR"
-    CANCELED = "CANCELED"
-
-
-TASK_TERMINAL = frozenset({TaskState.COMPLETED, TaskState.ERROR, TaskState.CANCELED})
-
-TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.QUEUED: frozenset({TaskState.ASSIGNED, TaskState.CANCELED, TaskState.ERROR}),
-    TaskState.ASSIGNED: frozenset(
-        {TaskState.RUNNING, TaskState.TERMINATING, TaskState.CANCELED, TaskState.ERROR}
-    ),
-    TaskState.RUNNING: frozenset(
-        {TaskState.TERMINATING, TaskState.COMPLETED, TaskState.ERROR, TaskState.CANCELED}
-    ),
-    TaskState.TERMINATING: frozenset({TaskState.CANCELED, TaskState.ERROR, TaskState.COMPLETED}),
-    TaskState.COMPLETED: frozenset(),
-    TaskState.ERROR: frozenset(),
-    TaskState.CANCELED: frozenset(),
-}
-
-SERVICE_TYPES = frozenset({"NOTEBOOK", "SHELL", "TENSORBOARD"})
-"""Task types that serve HTTP/WebSocket through the proxy."""
-
-DEFAULT_SLOTS = {"COMMAND": 1, "NOTEBOOK": 1, "SHELL": 1, "TENSORBOARD": 0}
-"""``resources.slots`` when the config names none (Determined: TensorBoards take none)."""
-
-REQUEST_PREFIX = "task:"
-"""Scheduler request ids of tasks are ``task:<id>`` (trials' are their ids)."""
-
-EXTRAS = {"NOTEBOOK": "notebook", "TENSORBOARD": "tensorboard"}
-"""The optional extra of ``dauntless`` each service needs in the agent's environment."""
-
-
-class NotFound(LookupError):
-    """No such task (404)."""
-
-
-class TaskConflict(Exception):
-    """A state change the task's state forbids (409)."""
-
-
-def check_task_transition(current: str, requested: TaskState) -> None:
-    """Accept a task state change or raise :class:`TaskConflict` naming what is allowed."""
-    cur = TaskState(current)
-    if cur == requested:
-        return
-    allowed = TASK_TRANSITIONS[cur]
-    if requested not in allowed:
-        names = ", ".join(sorted(s.value for s in allowed)) or "none (final state)"
-        raise TaskConflict(
-            f"task is {cur.value}; it cannot become {requested.value} (allowed: {names})"
-        )
 
 
 def _bad(field: str, message: str):
@@ -127,7 +73,7 @@ def _bad(field: str, message: str):
     return BadRequest(f"invalid task: {field}: {message}", [(field, message)])
 
 
-class TaskService:
+class TaskService(TaskScheduling):
     """Creates, lists, kills and runs generic tasks (one per master; see the module).
 
     Args:
@@ -507,207 +453,6 @@ class TaskService:
                     raise _bad("checkpoint_storage", str(exc)) from None
                 logdirs[f"exp{exp.id}-trial{t.id}"] = path
         return sorted(set(experiment_ids)), sorted(set(trial_ids)), logdirs
-
-    # ------------------------------------------------------------------ scheduler hooks
-
-    def pending(self, s: Session) -> builtins.list[TaskRow]:
-        """Queued tasks (oldest first) without a live allocation."""
-        return list(
-            s.scalars(
-                select(TaskRow)
-                .where(TaskRow.state == TaskState.QUEUED.value)
-                .order_by(TaskRow.created_at, TaskRow.id)
-            )
-        )
-
-    @staticmethod
-    def requests(pending: builtins.list[TaskRow], pool_name: str) -> builtins.list[Request]:
-        """Scheduler requests of the queued tasks of one pool (never preemptible: a
-        notebook or command cannot checkpoint)."""
-        out = []
-        for row in pending:
-            res = row.config["resources"]
-            if (res.get("resource_pool") or "default") != pool_name:
-                continue
-            out.append(
-                Request(
-                    id=REQUEST_PREFIX + row.id,
-                    group_id=REQUEST_PREFIX + row.id,
-                    slots_needed=int(res["slots"]),
-                    priority=res.get("priority"),
-                    weight=float(res.get("weight", 1.0)),
-                    submitted_at=row.created_at,
-                    preemptible=False,
-                )
-            )
-        return out
-
-    @staticmethod
-    def running(alloc: AllocationRow, config: dict[str, Any]) -> Allocation:
-        """The scheduler's view of a live task allocation."""
-        return Allocation(
-            id=REQUEST_PREFIX + str(alloc.task_id),
-            group_id=REQUEST_PREFIX + str(alloc.task_id),
-            slots={alloc.agent_id: tuple(str(x) for x in alloc.slot_ids)},
-            priority=config["resources"].get("priority"),
-            weight=float(config["resources"].get("weight", 1.0)),
-            preemptible=False,
-        )
-
-    def allocate(self, s: Session, request_id: str, parts: dict[str, tuple[str, ...]]) -> bool:
-        """Create the allocation of a placed task. A task runs on one agent: a placement
-        over several agents is declined (the task stays queued).
-
-        Returns:
-            Whether an allocation was made.
-        """
-        row = s.get(TaskRow, request_id[len(REQUEST_PREFIX) :])
-        if row is None or row.state != TaskState.QUEUED.value:
-            return False
-        if len(parts) != 1:
-            log.info("task %s needs its %d slots on one agent; it waits", row.id, len(parts))
-            return False
-        ((agent_id, slot_ids),) = parts.items()
-        row.run_id += 1
-        check_task_transition(row.state, TaskState.ASSIGNED)
-        row.state = TaskState.ASSIGNED.value
-        s.add(
-            AllocationRow(
-                id=f"{row.id}.{row.run_id}",
-                group_id=f"{row.id}.{row.run_id}",
-                part_index=0,
-                num_parts=1,
-                rank_offset=0,
-                world_size=1,
-                trial_id=None,
-                task_id=row.id,
-                agent_id=agent_id,
-                slot_ids=list(slot_ids),
-                state="ASSIGNED",
-                run_id=row.run_id,
-                kill_requested=False,
-                preempt_requested=False,
-                created_at=self.mgr.clock(),
-            )
-        )
-        return True
-
-    def task_spec(self, s: Session, alloc: AllocationRow) -> dict[str, Any]:
-        """The TaskSpec handing a task's allocation to its agent (docs/protocol.md); the
-        task becomes RUNNING. The owner gets a login session for the task's processes
-        (``DET_USER_TOKEN``), revoked when the task ends."""
-        row = s.get(TaskRow, alloc.task_id)
-        assert row is not None
-        cfg = TaskConfig.model_validate(row.config)
-        now = self.mgr.clock()
-        env = dict(cfg.environment.variables_for("cpu"))
-        env.update(
-            {
-                "DET_MASTER": self.mgr.public_url(),
-                "DET_TASK_ID": row.id,
-                "DET_TASK_TYPE": row.type,
-                "DET_ALLOCATION_ID": alloc.id,
-                "DET_AGENT_ID": alloc.agent_id,
-                "DET_SLOT_IDS": ",".join(str(x) for x in alloc.slot_ids),
-                "DET_USER": row.owner,
-                "DAUNTLESS_PROXY_PREFIX": f"/proxy/{row.id}/",
-            }
-        )
-        if row.owner_id is not None:
-            token = new_token()
-            session = UserSessionRow(
-                user_id=row.owner_id,
-                token_hash=hash_token(token),
-                created_at=now,
-                expires_at=now + self.mgr.config.security.token.max_lifespan,
-            )
-            s.add(session)
-            s.flush()
-            row.user_session_id = session.id
-            env["DET_USER_TOKEN"] = token
-        if row.service_token:
-            env["DAUNTLESS_SERVICE_TOKEN"] = row.service_token
-        if cfg.idle_timeout is not None:
-            env["DAUNTLESS_IDLE_TIMEOUT"] = str(cfg.idle_timeout)
-        if cfg.debug:
-            env["DAUNTLESS_DEBUG"] = "1"
-        if row.type == "TENSORBOARD":
-            env["DAUNTLESS_TENSORBOARD_LOGDIRS"] = ",".join(
-                f"{k}:{v}" for k, v in sorted(row.meta.get("logdirs", {}).items())
-            )
-        check_task_transition(row.state, TaskState.RUNNING)
-        row.state = TaskState.RUNNING.value
-        row.start_time = now
-        has_context = s.scalar(
-            select(TaskRow.id).where(TaskRow.id == row.id, TaskRow.context.is_not(None))
-        )
-        return {
-            "allocation_id": alloc.id,
-            "task_id": row.id,
-            "task_type": row.type,
-            "trial_id": None,
-            "experiment_id": None,
-            "slot_ids": list(alloc.slot_ids),
-            "entrypoint": row.entrypoint,
-            "env": env,
-            "context_url": f"/api/v1/tasks/{row.id}/context" if has_context else None,
-            "work_dir": cfg.work_dir,
-            "bind_mounts": [b.model_dump(mode="json") for b in cfg.bind_mounts],
-        }
-
-    def on_exit(self, s: Session, alloc: AllocationRow) -> None:
-        """A task's allocation ended (exit reported, kill, or its agent lost)."""
-        row = s.get(TaskRow, alloc.task_id)
-        if row is None or TaskState(row.state) in TASK_TERMINAL:
-            return
-        code, message = alloc.exit_code, alloc.exit_message
-        if row.kill_requested:
-            self._end(s, row, TaskState.CANCELED, code, row.exit_message or "killed")
-        elif code == 0:
-            self._end(s, row, TaskState.COMPLETED, 0, None)
-        else:
-            # A service's own reason (e.g. a missing extra) beats "exit code 3".
-            why = row.exit_message or message or f"exit code {code}"
-            self._end(s, row, TaskState.ERROR, code, why)
-
-    def _end(
-        self, s: Session, row: TaskRow, state: TaskState, code: int | None, message: str | None
-    ) -> None:
-        check_task_transition(row.state, state)
-        row.state = state.value
-        row.exit_code = code
-        row.exit_message = message
-        row.end_time = self.mgr.clock()
-        row.service_addr = row.service_port = None
-        if row.user_session_id is not None:
-            s.execute(delete(UserSessionRow).where(UserSessionRow.id == row.user_session_id))
-            row.user_session_id = None
-        self.proxy_activity.pop(row.id, None)
-        log.info("task %s is %s (%s)", row.id, state.value, message or f"exit code {code}")
-
-    def idle_check(self, s: Session, now: float) -> None:
-        """Kill TensorBoards nobody reached through the proxy for their ``idle_timeout``
-        (notebooks and shells watch their own activity, see
-        :mod:`dauntless.exec.task_service`)."""
-        for row in s.scalars(
-            select(TaskRow).where(
-                TaskRow.type == "TENSORBOARD", TaskRow.state == TaskState.RUNNING.value
-            )
-        ):
-            timeout = row.config.get("idle_timeout")
-            if timeout is None or row.ready_time is None:
-                continue
-            last = max(self.proxy_activity.get(row.id, 0.0), row.ready_time)
-            if now - last > timeout:
-                row.kill_requested = True
-                row.exit_message = f"idle for {now - last:.0f} s (idle_timeout {timeout:g} s)"
-                row.state = TaskState.TERMINATING.value
-                for a in s.scalars(
-                    select(AllocationRow).where(
-                        AllocationRow.task_id == row.id, AllocationRow.state != "TERMINATED"
-                    )
-                ):
-                    a.kill_requested = True
 
 
 def _default_description(task_type: str, task_id: str, entrypoint: Any) -> str:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, func, insert, select
 
 from dauntless.config import MasterConfig
-from dauntless.master import metric_series
+from dauntless.master import metric_fold
 from dauntless.master.app import create_app
 from dauntless.master.db import Database, ExperimentRow, MetricRow, TrialRow, current_revision
 from dauntless.master.db.engine import MIGRATIONS_DIR
@@ -400,7 +400,7 @@ def test_lazy_fold_equals_eager_fold(db_url, monkeypatch, seed):
     """Reports stored unfolded and folded later in bulk (in chunks smaller than what is
     pending, at random moments) give summaries byte-identical to folding each
     transaction's reports as it is stored; the pending queue ends empty."""
-    monkeypatch.setattr(metric_series, "FOLD_CHUNK", 37)  # several chunks per fold
+    monkeypatch.setattr(metric_fold, "FOLD_CHUNK", 37)  # several chunks per fold
     db = Database(db_url)
     db.migrate()
     try:
@@ -563,7 +563,7 @@ def test_a_trial_deleted_during_a_lazy_fold_is_skipped(db_url, monkeypatch):
             _store(db, t, "training", [(2, {"loss": 2.0, "new": 1.0})], fold=False)
             with db.write() as s:
                 queue_metric_folds(s, t, "training", [2])
-        plan = metric_series._plan_fold
+        plan = metric_fold._plan_fold
 
         def delete_then_plan(s, trial_id, group, reports):
             out = plan(s, trial_id, group, reports)
@@ -572,7 +572,7 @@ def test_a_trial_deleted_during_a_lazy_fold_is_skipped(db_url, monkeypatch):
                     w.execute(delete(TrialRow).where(TrialRow.id == doomed))
             return out
 
-        monkeypatch.setattr(metric_series, "_plan_fold", delete_then_plan)
+        monkeypatch.setattr(metric_fold, "_plan_fold", delete_then_plan)
         assert fold_pending(db) == 1  # the kept trial's report only
         assert _summary_rows(db, doomed) == {}
         assert _stored(db, kept, "training", "loss").raw_points == 2

@@ -1,0 +1,81 @@
+"""Secrets of the master's authentication (:mod:`dauntless.master.auth`): argon2id
+password hashes, random bearer tokens and their SHA-256 (how tokens are stored; the
+reasons are in that module's docstring), and the cluster secret agents present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+from dauntless.config import MasterConfig
+
+log = logging.getLogger("dauntless.master.auth")
+
+CLUSTER_SECRET_FILE = "cluster_secret"
+"""The file in the data directory holding the generated cluster secret."""
+
+_hasher = PasswordHasher()
+_dummy_hash: str | None = None
+
+
+def hash_password(password: str) -> str:
+    """The argon2id hash of ``password`` (encoded, salt and parameters included)."""
+    return _hasher.hash(password)
+
+
+def verify_password(stored: str | None, password: str) -> bool:
+    """Whether ``password`` matches the stored argon2 hash (False for no hash).
+
+    With no stored hash a dummy hash is checked anyway, so that an unknown user costs
+    as much time as a wrong password (no user enumeration by timing).
+    """
+    global _dummy_hash
+    if stored is None:
+        if _dummy_hash is None:
+            _dummy_hash = _hasher.hash(secrets.token_hex(16))
+        stored, password = _dummy_hash, password + "\0"
+    try:
+        return _hasher.verify(stored, password)
+    except (VerifyMismatchError, VerificationError, InvalidHashError):
+        return False
+
+
+def new_token() -> str:
+    """A new random bearer token (256 bits, URL-safe text)."""
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 (hex) of a token: how tokens are stored and looked up (see the module)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def load_cluster_secret(config: MasterConfig) -> str:
+    """The cluster secret: ``security.cluster_secret``, else the one in
+    ``<data_dir>/cluster_secret``, made (random, mode 0600) when missing."""
+    if config.security.cluster_secret is not None:
+        value = config.security.cluster_secret.get_secret_value()
+        if not value:
+            raise ValueError("security.cluster_secret must not be empty")
+        return value
+    path = os.path.join(config.data_dir, CLUSTER_SECRET_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = secrets.token_urlsafe(32)
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(value + "\n")
+    os.replace(path + ".tmp", path)
+    log.info("made a cluster secret for agents in %s", path)
+    return value

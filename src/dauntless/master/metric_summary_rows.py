@@ -1,0 +1,191 @@
+"""The stored form of metric summaries (``metric_summaries`` rows) and the metric names
+and values that are summarised: the statements, the packing of an :class:`M4Series` into
+a row and back, and the summaries rebuilt from ``metrics`` rows
+(:mod:`dauntless.master.metric_series` describes the scheme).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from sqlalchemy import Text, bindparam, cast, exists, insert, select, update
+from sqlalchemy.orm import Session
+
+from .db import MetricRow
+from .db.models import MetricFoldPendingRow, MetricSummaryRow
+from .m4_series import M4Series
+
+MAX_NAME_LENGTH = 256
+"""The longest metric name that is summarised (characters)."""
+
+_IN_CHUNK = 500  # trial ids per IN (...) list
+_X_DTYPE = np.dtype("<i8")  # stored batches: little-endian int64
+_Y_DTYPE = np.dtype("<f8")  # stored values: little-endian float64
+
+
+def check_metric_name(name: str) -> str:
+    """``name`` if it can be summarised and asked for.
+
+    Raises:
+        ValueError: not a string, empty, longer than :data:`MAX_NAME_LENGTH`, or holding a
+            double quote or a control character.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"metric name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"metric name must be at most {MAX_NAME_LENGTH} characters, got {len(name)}"
+        )
+    if '"' in name or any(ord(c) < 32 for c in name):
+        raise ValueError(f"metric name {name!r} must hold no double quote or control character")
+    return name
+
+
+def _chartable(name: Any, value: Any) -> float | None:
+    """``value`` as a float if it is a finite int or float (not a bool) and ``name`` a
+    metric name :func:`check_metric_name` accepts; else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    if not math.isfinite(f) or not _name_ok(name):
+        return None
+    return f
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_ok(name: Any) -> bool:
+    try:
+        check_metric_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+_SUMMARIES = MetricSummaryRow.__table__
+_METRICS = MetricRow.__table__
+_PENDING = MetricFoldPendingRow.__table__
+# Metrics rows already folded (those without a pending row): what the summaries hold.
+_FOLDED = ~exists().where(_PENDING.c.metric_id == _METRICS.c.id)
+_C = _SUMMARIES.c
+# Built once: the per-report statements then skip SQL construction and compilation.
+_INSERT = insert(_SUMMARIES)
+_SELECT_NAMED = select(_C.name, _C.width, _C.raw_points, _C.batches, _C["values"]).where(
+    _C.trial_id == bindparam("tid"),
+    _C.kind == bindparam("grp"),
+    _C.name.in_(bindparam("names", expanding=True)),
+)
+_UPDATE_NAMED = (
+    update(_SUMMARIES)
+    .where(_C.trial_id == bindparam("tid"), _C.kind == bindparam("grp"), _C.name == bindparam("nm"))
+    .values(
+        width=bindparam("w"),
+        raw_points=bindparam("r"),
+        batches=bindparam("bx"),
+        values=bindparam("by"),
+    )
+)
+
+
+def _pack(series: M4Series) -> dict[str, Any]:
+    """The stored columns of a summary."""
+    return {
+        "width": series.width,
+        "raw_points": series.raw_points,
+        "batches": series.x.astype(_X_DTYPE).tobytes(),
+        "values": series.y.astype(_Y_DTYPE).tobytes(),
+    }
+
+
+def _unpack(width: int, raw_points: int, batches: bytes, values: bytes) -> M4Series:
+    return M4Series.restore(
+        width,
+        raw_points,
+        np.frombuffer(batches, dtype=_X_DTYPE).astype(np.int64),
+        np.frombuffer(values, dtype=_Y_DTYPE).astype(np.float64),
+    )
+
+
+def _rows(trial_id: int, group: str, series: Mapping[str, M4Series]) -> list[dict[str, Any]]:
+    """Rows to insert: the (trial, group) marker and one per summary."""
+    rows = [
+        {
+            "trial_id": trial_id,
+            "kind": group,
+            "name": "",
+            "width": 0,
+            "raw_points": 0,
+            "batches": b"",
+            "values": b"",
+        }
+    ]
+    rows.extend(
+        {"trial_id": trial_id, "kind": group, "name": name, **_pack(summary)}
+        for name, summary in series.items()
+    )
+    return rows
+
+
+def _summaries_from_metrics(
+    s: Session, trial_ids: Sequence[int], group: str, skip_batches: frozenset[int] = frozenset()
+) -> dict[int, dict[str, M4Series]]:
+    """Summaries built from the folded ``metrics`` rows of ``trial_ids`` in ``group``
+    (those with no ``metric_folds_pending`` row: the pending ones are folded later).
+
+    Returns:
+        ``{trial_id: {name: summary}}``; rows whose batch count is in ``skip_batches``
+        are left out, and so are documents that are not JSON objects (SQLite may also hold
+        the bare word ``NaN`` an older master wrote, which Python's parser reads).
+    """
+    raw: dict[int, dict[str, tuple[list[int], list[float]]]] = {}
+    text = cast(_METRICS.c["values"], Text)
+    for i in range(0, len(trial_ids), _IN_CHUNK):
+        q = select(_METRICS.c.trial_id, _METRICS.c.total_batches, text).where(
+            _METRICS.c.trial_id.in_(list(trial_ids[i : i + _IN_CHUNK])),
+            _METRICS.c.kind == group,
+            _FOLDED,
+        )
+        for trial_id, batches, doc in s.execute(q):
+            if batches in skip_batches:
+                continue
+            points = raw.setdefault(trial_id, {})
+            values = _load_values(doc)
+            if not isinstance(values, dict):
+                continue
+            for name, v in values.items():
+                f = _chartable(name, v)
+                if f is not None:
+                    xs, ys = points.setdefault(name, ([], []))
+                    xs.append(batches)
+                    ys.append(f)
+    out: dict[int, dict[str, M4Series]] = {}
+    for trial_id, points in raw.items():
+        out[trial_id] = {}
+        for name, (xs, ys) in points.items():
+            out[trial_id][name] = M4Series()
+            out[trial_id][name].extend(xs, ys)
+    return out
+
+
+def _load_values(doc: str | bytes | None) -> Any:
+    """A stored ``metrics.values`` document parsed, or None when it is not JSON.
+
+    orjson first (several times faster on 256-value reports); Python's parser for what
+    orjson refuses, such as the bare ``NaN`` an older master wrote into SQLite."""
+    if doc is None:
+        return None
+    try:
+        return orjson.loads(doc)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(doc)
+        except ValueError:
+            return None
