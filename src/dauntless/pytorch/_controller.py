@@ -244,7 +244,7 @@ class _TrialController(_StateMixin):
             writer = self.context._tensorboard_writer
             if writer is not None:
                 writer.close()
-            self.context._sync_tensorboard()
+            self.context._sync_tensorboard(wait=True)
 
     def _operations(self) -> Iterator[Any]:
         if self.local or self.core.searcher._own_length is not False:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,8 @@ class _TrialFacts:
         self._stop_requested = False
         self._tensorboard_logging = bool(enable_tensorboard_logging)
         self._tensorboard_path: Path | None = None
+        # The checkpoint-time TensorBoard upload in flight (see _sync_tensorboard).
+        self._tensorboard_sync: threading.Thread | None = None
         self._tensorboard_writer: SummaryWriter | None = None
 
     # ----------------------------------------------------------------- the trial
@@ -218,10 +221,17 @@ class _TrialFacts:
     def _tensorboard_rel(self) -> str:
         return f"tensorboard/experiment/{self.get_experiment_id()}/trial/{self.get_trial_id()}"
 
-    def _sync_tensorboard(self) -> None:
+    def _sync_tensorboard(self, wait: bool = False) -> None:
         """Upload this trial's TensorBoard files to an object store (chief only; a file
         system storage needs nothing). A failure is logged: event files must not end a
-        trial."""
+        trial.
+
+        After a checkpoint (``wait`` False) the upload runs on a thread of its own, so a
+        slow or unreachable store never holds up training (nor the next checkpoint's
+        report); while one is in flight the next is skipped (each uploads the whole
+        directory). At the end of training (``wait`` True) it waits for the one in
+        flight, then uploads the final files before returning.
+        """
         storage = self._core.checkpoint.storage if self._core is not None else None
         path = self._tensorboard_path
         if (
@@ -236,12 +246,29 @@ class _TrialFacts:
         writer = self._tensorboard_writer
         if writer is not None:
             writer.flush()
-        try:
-            storage.upload_prefix(path, self._tensorboard_rel())
-        except Exception as exc:
-            logging.getLogger("dauntless.pytorch").warning(
-                "uploading TensorBoard files to checkpoint storage failed: %s", exc
-            )
+        rel = self._tensorboard_rel()
+
+        def upload() -> None:
+            try:
+                storage.upload_prefix(path, rel)
+            except Exception as exc:
+                logging.getLogger("dauntless.pytorch").warning(
+                    "uploading TensorBoard files to checkpoint storage failed: %s", exc
+                )
+
+        in_flight = self._tensorboard_sync
+        if wait:
+            if in_flight is not None:
+                in_flight.join()
+            self._tensorboard_sync = None
+            upload()
+            return
+        if in_flight is not None and in_flight.is_alive():
+            return
+        self._tensorboard_sync = threading.Thread(
+            target=upload, name="tensorboard-sync", daemon=True
+        )
+        self._tensorboard_sync.start()
 
     def get_tensorboard_writer(self) -> SummaryWriter:
         """A ``torch.utils.tensorboard.SummaryWriter`` writing under
