@@ -214,8 +214,13 @@ def test_webui_pages_live_updates_and_actions(cluster, tmp_path):
         page.wait_for_selector(f"#hparam-scatter[data-points='{n_trials}'] canvas")
         page.wait_for_selector("#trials-table tbody tr[data-trial]")
         assert page.locator("#trials-table tbody tr[data-trial]").count() == n_trials
-        assert page.locator("#checkpoints-table tbody tr[data-uuid]").count() == len(
-            cluster.api(f"/experiments/{search_id}/checkpoints")["checkpoints"]
+        # The checkpoints load after the chart and the trials (the page draws those from
+        # the stream's first event): wait for their rows.
+        n_ckpts = len(cluster.api(f"/experiments/{search_id}/checkpoints")["checkpoints"])
+        assert n_ckpts > 0
+        page.wait_for_function(
+            "document.querySelectorAll('#checkpoints-table tbody tr[data-uuid]').length"
+            f" === {n_ckpts}"
         )
         assert "searcher:" in page.inner_text("#config-yaml")
         page.select_option("#curve-group", "training")
