@@ -1,35 +1,53 @@
-"""Metric ingest: 32 trials each reporting 256 metrics per report, as fast as acked.
+"""Metric ingest: 32 trials each reporting 256 metrics per report.
 
 Starts a real master (a subprocess) on SQLite in a temporary directory, or on a fresh
 PostgreSQL database (``--db postgres``: 127.0.0.1:5432, user postgres, trust auth; the
 database is dropped afterwards), registers a pretend agent with ``--trials`` slots over
 REST, creates one ``random`` search of that many trials and takes their task specs (and
-session tokens) in a heartbeat. Then ``--trials`` threads, one per trial, each with its
-own HTTP connection, post training reports (``POST /trials/{id}/metrics``, ``--metrics``
-values each, batch counts 1, 2, ...) back to back for ``--seconds``, as a trial's
-metrics sender does. Each report is acknowledged when the master answers 200, which it
-does after the transaction that stores it committed.
+session tokens) in a heartbeat.
 
-With ``--sender-rate R`` each trial instead makes R reports a second and sends what
-gathered while its previous request was in flight as one ``POST /metrics/batch``, as the
-Core API's background sender does; a report's latency then runs from its making to its
-acknowledgement.
+The load comes from ``--processes`` generator processes (the trials dealt out among
+them), a thread per trial, each with its own keep-alive ``http.client`` connection and
+bodies encoded by orjson, as a trial's ``LiteClient`` sends them: a generator sharing
+the master's interpreter lock, or spending milliseconds of CPU per request in a heavier
+client, would add its own delays to the latencies it measures. Each trial first sends
+one untimed report (its connection's set-up and the master's first look at its token);
+then all start together, and report for ``--seconds``:
 
-Printed: metric values per second (acknowledged), reports per second, p50/p99 of the
-acknowledgement latency, and the master's CPU per report. The baseline of the same run is
-one trial reporting alone (``--trials 1`` figures are printed first). Targets: >= 20,000
-values/s with 32 trials x 256 metrics, p99 <= 50 ms.
+- by default back to back, one report per ``POST /trials/{id}/metrics`` (``--metrics``
+  values, batch counts 2, 3, ...), each sent when the previous one was acknowledged;
+- with ``--sender-rate R``, each trial makes R reports a second and sends what gathered
+  while its previous request was in flight as one ``POST /metrics/batch``, as the Core
+  API's background sender does; a report's latency runs from its making to its
+  acknowledgement. With ``--phase spread`` (the default) trial i's reports are made
+  i / (trials x R) seconds later than trial 0's, as independent trials' are; ``--phase
+  same`` makes them all at the same instants (bursts of 32 reports).
+
+A report is acknowledged when the master answers 200, which it does after the
+transaction that stores it committed.
+
+Printed per run: metric values per second (acknowledged, over the time from the start
+to the last acknowledgement), reports per second, p50/p99/max of the acknowledgement
+latency, the CPU seconds of the master (and per report) and of the generator processes
+over the timed part, and the load average. The baseline of the same run is one trial
+reporting alone (printed first) and, with ``--compare-src DIR``, the same load on a
+master run from another source tree (e.g. main's ``src/``). Targets (issue 19):
+>= 20,000 values/s with 32 trials x 256 metrics, p99 <= 50 ms.
 
 Usage::
 
     python benchmarks/metric_ingest.py [--db sqlite|postgres] [--trials 32]
                                        [--metrics 256] [--seconds 10] [--sender-rate R]
+                                       [--phase spread|same] [--processes 2]
+                                       [--compare-src DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
+import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -39,8 +57,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,8 +89,13 @@ def database(kind: str, tmp: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def master(tmp: Path, db_url: str) -> Iterator[tuple[str, int]]:
+def master(tmp: Path, db_url: str, src: str | None = None) -> Iterator[tuple[str, int]]:
+    """A master subprocess on ``db_url``: its URL and pid (``src``: run the package
+    found in that directory instead of the installed one)."""
     port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [
@@ -90,7 +115,7 @@ def master(tmp: Path, db_url: str) -> Iterator[tuple[str, int]]:
         ],
         stdout=open(tmp / "master.log", "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("DET_")},
+        env=env,
     )
     try:
         deadline = time.time() + 60
@@ -143,111 +168,189 @@ def start_trials(url: str, n: int) -> list[dict]:
     return specs
 
 
-def run_sender(
-    url: str, pid: int, specs: list[dict], metrics: int, seconds: float, rate: float
-) -> dict:
-    """Each trial makes ``rate`` reports per second and sends what has gathered while
-    its previous request was in flight as one ``POST /metrics/batch``, as the Core API's
-    background sender does; a report's latency is from its making to its ack."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-    errors: list[str] = []
-
-    def reporter(spec: dict) -> None:
-        token = spec["env"]["DET_SESSION_TOKEN"]
-        mine: list[float] = []
-        made = 0
-        start = time.perf_counter()
-        with httpx.Client(
-            base_url=url + "/api/v1", timeout=60, headers={"Authorization": f"Bearer {token}"}
-        ) as c:
-            while not stop.is_set():
-                due = int((time.perf_counter() - start) * rate)
-                if due <= made:
-                    time.sleep(max(0.0, (made + 1) / rate - (time.perf_counter() - start)))
-                    continue
-                batch, times = [], []
-                for b in range(made + 1, due + 1):
-                    batch.append(
-                        {
-                            "group": "training",
-                            "steps_completed": b,
-                            "trial_run_id": 1,
-                            "metrics": {f"metric_{i}": b * 0.001 + i for i in range(metrics)},
-                        }
-                    )
-                    times.append(start + b / rate)
-                made = due
-                r = c.post(f"/trials/{spec['trial_id']}/metrics/batch", json={"reports": batch})
-                if r.status_code != 200:
-                    errors.append(f"{r.status_code} {r.text[:200]}")
-                    return
-                acked = time.perf_counter()
-                mine += [acked - t for t in times]
-        with lock:
-            latencies.extend(mine)
-
-    return _drive(pid, specs, reporter, metrics, seconds, latencies, stop, errors)
+def _post(conn: http.client.HTTPConnection, path: str, token: str, body: Any) -> int:
+    """POST ``body`` as JSON (orjson, as the Core API's ``LiteClient`` does); the status."""
+    conn.request(
+        "POST",
+        path,
+        body=orjson.dumps(body),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    r = conn.getresponse()
+    data = r.read()
+    if r.status != 200:
+        raise RuntimeError(f"{path}: {r.status} {data[:200]!r}")
+    return r.status
 
 
-def _drive(pid, specs, reporter, metrics, seconds, latencies, stop, errors) -> dict:  # noqa: ANN001
-    threads = [threading.Thread(target=reporter, args=(s,)) for s in specs]
-    c0, t0 = cpu_seconds(pid), time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(120)
-    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
-    if errors:
-        raise RuntimeError(f"reports refused: {errors[:3]}")
-    latencies.sort()
-    n = len(latencies)
+def _report(b: int, metrics: int) -> dict:
     return {
-        "reports": n,
-        "values_per_s": n * metrics / wall,
-        "reports_per_s": n / wall,
-        "p50_ms": latencies[n // 2] * 1e3,
-        "p99_ms": latencies[min(n - 1, int(0.99 * n))] * 1e3,
-        "master_cpu_ms_per_report": cpu / max(n, 1) * 1e3,
-        "wall_s": wall,
-        "master_cpu_s": cpu,
+        "group": "training",
+        "steps_completed": b,
+        "trial_run_id": 1,
+        "metrics": {f"metric_{i}": b * 0.001 + i for i in range(metrics)},
     }
 
 
-def run(url: str, pid: int, specs: list[dict], metrics: int, seconds: float) -> dict:
+def _generator(
+    port: int,
+    specs: list[dict],
+    args: dict,
+    ready: Any,
+    go: Any,
+    out: Any,
+) -> None:
+    """One generator process: a thread per trial of ``specs``, each with its own
+    keep-alive ``http.client`` connection (a trial's sender has one). Each first sends
+    one untimed report (connection set-up, the master's first look at its token), then
+    waits for ``go`` and reports for ``args["seconds"]``. Puts ``(latencies, cpu_s,
+    error)`` on ``out``: the acknowledgement latencies in seconds and this process's CPU
+    seconds over the timed part."""
+    metrics, seconds, rate = args["metrics"], args["seconds"], args["rate"]
     latencies: list[float] = []
     lock = threading.Lock()
-    stop = threading.Event()
     errors: list[str] = []
+    warm = threading.Barrier(len(specs) + 1)
+    t_go: list[float] = []
+    last_ack = [0.0]
+    started = threading.Event()
 
-    def reporter(spec: dict) -> None:
+    def trial(spec: dict, offset: float) -> None:
         token = spec["env"]["DET_SESSION_TOKEN"]
+        tid = spec["trial_id"]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         mine: list[float] = []
-        with httpx.Client(
-            base_url=url + "/api/v1", timeout=60, headers={"Authorization": f"Bearer {token}"}
-        ) as c:
-            batches = 0
-            while not stop.is_set():
-                batches += 1
-                body = {
-                    "group": "training",
-                    "steps_completed": batches,
-                    "trial_run_id": 1,
-                    "metrics": {f"metric_{i}": batches * 0.001 + i for i in range(metrics)},
-                }
-                t = time.perf_counter()
-                r = c.post(f"/trials/{spec['trial_id']}/metrics", json=body)
-                if r.status_code != 200:
-                    errors.append(f"{r.status_code} {r.text[:200]}")
-                    return
-                mine.append(time.perf_counter() - t)
-        with lock:
-            latencies.extend(mine)
+        try:
+            _post(
+                conn,
+                f"/api/v1/trials/{tid}/metrics/batch",
+                token,
+                {"reports": [_report(1, metrics)]},
+            )
+            warm.wait()
+            started.wait()
+            start, stop_at = t_go[0] + offset, t_go[0] + seconds
+            made = 1  # batch counts 2, 3, ... are timed
+            while True:
+                now = time.perf_counter()
+                if now >= stop_at:
+                    break
+                if rate > 0:
+                    # report b (2, 3, ...) is made at start + (b - 2) / rate
+                    due = 2 + int((now - start) * rate) if now >= start else 1
+                    if due <= made:
+                        time.sleep(max(0.0, start + (made - 1) / rate - now))
+                        continue
+                    batch = [_report(b, metrics) for b in range(made + 1, due + 1)]
+                    times = [start + (b - 2) / rate for b in range(made + 1, due + 1)]
+                    made = due
+                    _post(conn, f"/api/v1/trials/{tid}/metrics/batch", token, {"reports": batch})
+                else:
+                    made += 1
+                    times = [time.perf_counter()]
+                    _post(conn, f"/api/v1/trials/{tid}/metrics", token, _report(made, metrics))
+                acked = time.perf_counter()
+                mine += [acked - t for t in times]
+                with lock:
+                    last_ack[0] = max(last_ack[0], acked)
+        except Exception as exc:  # noqa: BLE001 - reported by the parent
+            errors.append(f"trial {tid}: {exc}")
+        finally:
+            conn.close()
+            with lock:
+                latencies.extend(mine)
 
-    return _drive(pid, specs, reporter, metrics, seconds, latencies, stop, errors)
+    offsets = args["offsets"]
+    threads = [
+        threading.Thread(target=trial, args=(spec, off))
+        for spec, off in zip(specs, offsets, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    warm.wait()
+    ready.set()
+    t_go.append(go.get())
+    c0 = time.process_time()
+    started.set()
+    for t in threads:
+        t.join()
+    out.put((latencies, time.process_time() - c0, errors, last_ack[0]))
+
+
+def drive(
+    url: str,
+    pid: int,
+    specs: list[dict],
+    metrics: int,
+    seconds: float,
+    rate: float,
+    processes: int,
+    phase: str,
+) -> dict:
+    """Report from ``processes`` generator processes (``specs`` dealt round robin) and
+    measure: ``rate`` > 0 makes that many reports a second per trial, sent as the Core
+    API's background sender does (what gathered while the previous request was in flight,
+    as one ``POST /metrics/batch``; a report's latency runs from when it was due to its
+    acknowledgement); ``rate`` 0 posts one report per ``POST /metrics`` back to back.
+    ``phase`` "spread": trial i's schedule starts i/(n*rate) s late, so reports arrive
+    evenly; "same": all trials report at the same instants (a burst of n reports)."""
+    port = int(url.rsplit(":", 1)[1])
+    ctx = mp.get_context("fork")
+    n = len(specs)
+    offsets = [(i / (n * rate) if phase == "spread" and rate > 0 else 0.0) for i in range(n)]
+    out = ctx.Queue()
+    gens = []
+    for k in range(processes):
+        mine = list(range(k, n, processes))
+        ready, go = ctx.Event(), ctx.Queue()
+        args = {
+            "metrics": metrics,
+            "seconds": seconds,
+            "rate": rate,
+            "offsets": [offsets[i] for i in mine],
+        }
+        p = ctx.Process(
+            target=_generator, args=(port, [specs[i] for i in mine], args, ready, go, out)
+        )
+        p.start()
+        gens.append((p, ready, go))
+    for _, ready, _ in gens:
+        if not ready.wait(120):
+            raise RuntimeError("the generator processes did not warm up")
+    c0 = cpu_seconds(pid)
+    t0 = time.perf_counter() + 0.05
+    for _, _, go in gens:
+        go.put(t0)
+    latencies: list[float] = []
+    gen_cpu, end = 0.0, t0
+    errors: list[str] = []
+    for _ in gens:
+        lat, cpu, errs, last = out.get(timeout=seconds + 300)
+        end = max(end, last)
+        latencies += lat
+        gen_cpu += cpu
+        errors += errs
+    # values/s over the time from the start to the last acknowledgement; the master's
+    # CPU until every generator is done (it includes any fold running meanwhile)
+    wall, cpu = end - t0, cpu_seconds(pid) - c0
+    for p, _, _ in gens:
+        p.join(30)
+    if errors:
+        raise RuntimeError(f"reports refused: {errors[:3]}")
+    latencies.sort()
+    k = len(latencies)
+    return {
+        "reports": k,
+        "values_per_s": k * metrics / wall,
+        "reports_per_s": k / wall,
+        "p50_ms": latencies[k // 2] * 1e3,
+        "p99_ms": latencies[min(k - 1, int(0.99 * k))] * 1e3,
+        "max_ms": latencies[-1] * 1e3,
+        "master_cpu_ms_per_report": cpu / max(k, 1) * 1e3,
+        "wall_s": wall,
+        "master_cpu_s": cpu,
+        "generator_cpu_s": gen_cpu,
+    }
 
 
 def main() -> None:
@@ -263,26 +366,58 @@ def main() -> None:
         help="instead of one report per request as fast as acked: each trial makes this "
         "many reports per second, sent in batches as the Core API's sender does",
     )
+    p.add_argument(
+        "--phase",
+        choices=["spread", "same"],
+        default="spread",
+        help="with --sender-rate: trials' reports evenly spread in time (as independent "
+        "trials are), or all at the same instants (bursts of --trials reports)",
+    )
+    p.add_argument(
+        "--processes", type=int, default=2, help="load generator processes (trials dealt out)"
+    )
+    p.add_argument(
+        "--compare-src",
+        metavar="DIR",
+        help="also measure a master run from this source tree (e.g. a checkout of main's "
+        "src/), first, as the baseline of the same run",
+    )
     args = p.parse_args()
     print(f"load average: {open('/proc/loadavg').read().strip()}")
-    for trials in (1, args.trials):
+    runs: list[tuple[str, str | None, int]] = [("this tree", None, 1)]
+    if args.compare_src:
+        runs.append((args.compare_src, args.compare_src, args.trials))
+    runs.append(("this tree", None, args.trials))
+    for label, src, trials in runs:
         with (
             tempfile.TemporaryDirectory(prefix="dauntless-ingest-") as tmp_s,
             database(args.db, Path(tmp_s)) as db_url,
-            master(Path(tmp_s), db_url) as (url, pid),
+            master(Path(tmp_s), db_url, src) as (url, pid),
         ):
             specs = start_trials(url, trials)
-            if args.sender_rate > 0:
-                res = run_sender(url, pid, specs, args.metrics, args.seconds, args.sender_rate)
-            else:
-                res = run(url, pid, specs, args.metrics, args.seconds)
-        mode = f", {args.sender_rate:g} reports/s each, batched" if args.sender_rate else ""
+            res = drive(
+                url,
+                pid,
+                specs,
+                args.metrics,
+                args.seconds,
+                args.sender_rate,
+                min(args.processes, trials),
+                args.phase,
+            )
+        mode = (
+            f", {args.sender_rate:g} reports/s each ({args.phase}), batched"
+            if args.sender_rate
+            else ", back to back"
+        )
         print(
-            f"{args.db}, {trials} trial(s) x {args.metrics} metrics{mode}: "
+            f"[{label}] {args.db}, {trials} trial(s) x {args.metrics} metrics{mode}: "
             f"{res['values_per_s']:,.0f} values/s ({res['reports_per_s']:.1f} reports/s), "
             f"ack p50 {res['p50_ms']:.1f} ms, p99 {res['p99_ms']:.1f} ms, "
-            f"master CPU {res['master_cpu_ms_per_report']:.1f} ms/report "
-            f"({res['master_cpu_s']:.2f} CPU s in {res['wall_s']:.2f} s wall)"
+            f"max {res['max_ms']:.1f} ms; master {res['master_cpu_s']:.2f} CPU s "
+            f"({res['master_cpu_ms_per_report']:.1f} ms/report), generator "
+            f"{res['generator_cpu_s']:.2f} CPU s, in {res['wall_s']:.2f} s wall; "
+            f"load {open('/proc/loadavg').read().split()[0]}"
         )
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
 
