@@ -17,6 +17,13 @@ rolled back and each of its jobs is run again in a transaction of its own, so ea
 caller gets its own result or its own error. Jobs must therefore be safe to run again
 after a rollback (they write only through the session they are given).
 
+A caller may instead queue an item for a batch function (:meth:`GroupCommit.run_batched`):
+the items of one transaction that name the same function are handed to it together, so
+that work the callers share (a read of all their rows, one ``INSERT`` of all their
+rows) is done once per transaction instead of once per caller: each statement is a
+round trip to PostgreSQL, and under the write lock those round trips bound the
+reports per second (issue 19).
+
 This is the classic group commit of databases (e.g. D. J. DeWitt et al., "Implementation
 techniques for main memory database systems", SIGMOD 1984), done here in the master
 because the write lock, not the database, is what serialises its transactions.
@@ -33,6 +40,7 @@ from sqlalchemy.orm import Session
 from .db import Database
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741 - an item of a batch
 
 _POLL_SECONDS = 0.02
 """How often a waiting caller checks whether the write lock is free when nobody tells
@@ -41,10 +49,18 @@ writer of the database (the scheduling loop) releases the lock without doing so.
 
 
 class _Job(Generic[T]):
-    """One caller's job, its outcome, and the event set when it has one."""
+    """One caller's job (a function of the session, or an item for a batch function),
+    its outcome, and the event set when it has one."""
 
-    def __init__(self, fn: Callable[[Session], T]) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Session], T] | None = None,
+        batch: Callable[[Session, list[Any]], list[T]] | None = None,
+        item: Any = None,
+    ) -> None:
         self.fn = fn
+        self.batch = batch
+        self.item = item
         self.done = threading.Event()
         self.wake = threading.Event()  # set when done, or when the lock was let go
         self.result: Any = None
@@ -85,7 +101,32 @@ class GroupCommit:
             Whatever ``fn`` raised, in a transaction of its own (nothing of it is
             committed).
         """
-        job: _Job[T] = _Job(fn)
+        return self._wait(_Job(fn))
+
+    def run_batched(self, batch: Callable[[Session, list[I]], list[T]], item: I) -> T:
+        """Run ``batch(session, items)`` in a write transaction, with ``item`` among the
+        ``items`` (those of the callers whose jobs share the transaction and passed the
+        same ``batch``, in the order they were queued), and return ``item``'s result
+        once that transaction has committed.
+
+        Args:
+            batch: takes the session and a non-empty list of items and returns one result
+                per item, in their order; it may run again (after a rollback, each item
+                alone, when it or another job raised), so it writes only through its
+                session.
+            item: this caller's item.
+
+        Returns:
+            ``batch``'s result for ``item``.
+
+        Raises:
+            Whatever ``batch`` raised given ``item`` alone (nothing of it is
+            committed); ValueError when it returned a list of another length.
+        """
+        return self._wait(_Job(batch=batch, item=item))
+
+    def _wait(self, job: _Job[T]) -> T:
+        """Queue ``job`` and return its result once committed (see :meth:`run`)."""
         with self._lock:
             self._queue.append(job)
         while not job.done.is_set():
@@ -115,10 +156,22 @@ class GroupCommit:
         if not jobs:
             return
         try:
-            results = []
+            results: dict[int, Any] = {}
             with self.db.write() as s:
+                batches: dict[Any, list[_Job[Any]]] = {}
                 for job in jobs:
-                    results.append(job.fn(s))
+                    if job.batch is None:
+                        results[id(job)] = _call(job, s)
+                    else:
+                        batches.setdefault(job.batch, []).append(job)
+                for batch, group in batches.items():
+                    out = batch(s, [job.item for job in group])
+                    if len(out) != len(group):
+                        raise ValueError(
+                            f"a batch function returned {len(out)} results for {len(group)} items"
+                        )
+                    for job, result in zip(group, out, strict=True):
+                        results[id(job)] = result
         except BaseException as exc:
             if not isinstance(exc, Exception):  # an interrupt: fail every caller with it
                 for job in jobs:
@@ -130,13 +183,29 @@ class GroupCommit:
                 for job in jobs:
                     try:
                         with self.db.write() as s:
-                            job.result = job.fn(s)
+                            job.result = _alone(job, s)
                     except Exception as one:
                         job.error = one
         else:
-            for job, result in zip(jobs, results, strict=True):
-                job.result = result
+            for job in jobs:
+                job.result = results[id(job)]
         finally:
             for job in jobs:
                 job.done.set()
                 job.wake.set()
+
+
+def _call(job: _Job[T], s: Session) -> T:
+    """A plain job's result."""
+    assert job.fn is not None
+    return job.fn(s)
+
+
+def _alone(job: _Job[T], s: Session) -> T:
+    """A job's result when run alone in ``s``."""
+    if job.batch is None:
+        return _call(job, s)
+    out = job.batch(s, [job.item])
+    if len(out) != 1:
+        raise ValueError(f"a batch function returned {len(out)} results for 1 item")
+    return out[0]

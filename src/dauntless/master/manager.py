@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import secrets
 import threading
 import time
@@ -67,6 +66,7 @@ from .environments import check_pool_can_run, task_environment
 from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound  # re-exported: routes import them here
 from .group_commit import GroupCommit
 from .lifecycle import LifecycleMixin
+from .metric_store import finite_json, store_training_rows, training_rows
 from .models import allocations, trials
 from .progress import experiment_progress
 from .states import STOPPING, State, check_transition, is_terminal
@@ -115,21 +115,6 @@ _PLACEMENT_COARSE: dict[type, dict[str, Callable[[Any], Hashable]]] = {
 """A placement sees only whether an allocation is live: ASSIGNED -> RUNNING (the
 hand-over at a heartbeat) does not call for a new one, an end does."""
 """Seconds after hand-over during which an agent may not yet list a new allocation."""
-
-
-def finite_json(value: Any) -> Any:
-    """``value`` with every NaN or infinite float replaced by None (recursively).
-
-    JSON has no NaN or infinity: PostgreSQL refuses them in JSON columns and the API could
-    not answer them, so a diverged loss is stored as null.
-    """
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    return value
 
 
 class MetricsIn(NamedTuple):
@@ -521,8 +506,10 @@ class ExperimentManager(LifecycleMixin, ClusterMixin, Compat038Mixin, Checkpoint
         if all(r.group == "training" for r in reports):
             # Training reports of concurrent requests share a transaction (and its
             # commit); a validation report feeds the searcher, whose in-memory state a
-            # shared transaction's rollback and rerun could not undo: alone.
-            return self.metric_commits.run(lambda s: self._store_metrics(s, trial_id, reports))
+            # shared transaction's rollback and rerun could not undo: alone. The rows are
+            # made here, without the lock; the transaction's jobs store theirs together.
+            rows = training_rows(trial_id, reports, self.clock())
+            return self.metric_commits.run_batched(store_training_rows, (trial_id, rows))
         with self.db.write() as s:
             return self._store_metrics(s, trial_id, reports)
 

@@ -45,7 +45,8 @@ FOLD_INTERVAL = 5.0
 """Seconds between the background folds of pending reports (:class:`MetricFolder`)."""
 
 FOLD_PAUSE = 0.01
-"""Seconds the background fold sleeps between trials (see :func:`fold_pending`)."""
+"""Seconds the background fold sleeps at least between trials (see :func:`fold_pending`):
+it sleeps as long as its last (trial, group) took, and no less than this."""
 
 FOLD_CHUNK = 1000
 """The most pending reports of one (trial, group) folded in one write transaction."""
@@ -265,10 +266,12 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
     Args:
         db: the master database.
         trial_ids: only these trials (None: every trial with pending reports).
-        pause: seconds to sleep after each (trial, group), without the fold lock: the
-            background fold spreads its CPU so that requests (which share the
-            interpreter lock with it) are not held up by one long burst; readers,
-            waiting for their answer, pass 0.
+        pause: when > 0, after each (trial, group) sleep, without the fold lock, as
+            long as folding it took and at least ``pause`` seconds: the background fold
+            spreads its CPU so that requests, which share the interpreter lock with it,
+            find the lock free at least half the time and are not held up by one long
+            burst (issue 19: the fold was most of the p99 acknowledgement time);
+            readers, waiting for their answer, pass 0.
 
     Returns:
         The number of reports folded.
@@ -287,9 +290,11 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
             )
     m = _METRICS.c
     folded = 0
+    took = 0.0
     for trial_id, group in todo:
         if pause > 0 and folded:
-            time.sleep(pause)
+            time.sleep(max(pause, took))
+        started = time.monotonic()
         with _fold_lock(db):
             while True:
                 with db.read() as s:  # read and compute without the write lock
@@ -321,6 +326,7 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
                 folded += len(rows)
                 if len(rows) < FOLD_CHUNK:
                     break
+        took = time.monotonic() - started
     return folded
 
 

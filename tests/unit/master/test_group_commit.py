@@ -98,3 +98,75 @@ def test_a_lone_job_runs_and_raises_as_itself(db):
         commits.run(lambda s: {}["missing"])
     with pytest.raises(ValueError, match="max_jobs"):
         GroupCommit(db, max_jobs=0)
+
+
+def _wait_queued(commits: GroupCommit, n: int) -> None:
+    """Until ``n`` jobs are queued (callers queue at once, then wait for a leader)."""
+    queued = threading.Event()
+    deadline = time.monotonic() + 30
+    while len(commits._queue) < n:
+        assert time.monotonic() < deadline, f"only {len(commits._queue)} of {n} jobs queued"
+        queued.wait(0.005)
+
+
+def test_batched_items_of_one_transaction_go_to_their_function_together(db):
+    commits = GroupCommit(db, max_jobs=16)
+    calls: list[list[int]] = []  # the items of each call of the batch function
+
+    def store(s, items: list[int]) -> list[int]:
+        calls.append(list(items))
+        if 13 in items:
+            raise ValueError("item 13 refused")
+        for i in items:
+            s.execute(
+                insert(ClusterRow.__table__).values(
+                    id=200 + i, cluster_id=f"b{i}", created_at=time.time()
+                )
+            )
+        return [i * 10 for i in items]
+
+    results: dict[int, int] = {}
+    errors: dict[int, str] = {}
+
+    def caller(i: int) -> None:
+        try:
+            results[i] = commits.run_batched(store, i)
+        except ValueError as exc:
+            errors[i] = str(exc)
+
+    # Hold the write lock so that the callers queue; then one of them leads them all.
+    with db.write_lock:
+        threads = [threading.Thread(target=caller, args=(i,)) for i in (1, 2, 3)]
+        for t in threads:
+            t.start()
+        _wait_queued(commits, 3)
+        plain = threading.Thread(target=lambda: results.update(plain=commits.run(lambda s: 99)))
+        plain.start()
+        _wait_queued(commits, 4)
+    for t in [*threads, plain]:
+        t.join(30)
+    assert results == {1: 10, 2: 20, 3: 30, "plain": 99}
+    assert [sorted(c) for c in calls] == [[1, 2, 3]]  # one call for the three
+    assert _count(db) == 3
+
+    # A refused item: the shared transaction is rolled back, each item then runs alone.
+    calls.clear()
+    results.clear()
+    with db.write_lock:
+        threads = [threading.Thread(target=caller, args=(i,)) for i in (4, 13, 5)]
+        for t in threads:
+            t.start()
+        _wait_queued(commits, 3)
+    for t in threads:
+        t.join(30)
+    assert results == {4: 40, 5: 50}
+    assert errors == {13: "item 13 refused"}
+    assert sorted(calls[0]) == [4, 5, 13] and sorted(calls[1:]) == [[4], [5], [13]]
+    assert _count(db) == 5
+
+
+def test_a_batch_function_must_answer_each_item(db):
+    commits = GroupCommit(db)
+    with pytest.raises(ValueError, match="returned 0 results for 1 item"):
+        commits.run_batched(lambda s, items: [], 1)
+    assert commits.run_batched(lambda s, items: [x + 1 for x in items], 1) == 2
