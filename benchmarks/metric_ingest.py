@@ -203,9 +203,11 @@ def _generator(
     """One generator process: a thread per trial of ``specs``, each with its own
     keep-alive ``http.client`` connection (a trial's sender has one). Each first sends
     one untimed report (connection set-up, the master's first look at its token), then
-    waits for ``go`` and reports for ``args["seconds"]``. Puts ``(latencies, cpu_s,
-    error)`` on ``out``: the acknowledgement latencies in seconds and this process's CPU
-    seconds over the timed part."""
+    waits for ``go`` (the start, a ``time.perf_counter()`` value: the clock is the
+    system's monotonic one, shared by processes) and reports for ``args["seconds"]``.
+    Puts ``(latencies, cpu_s, errors, last_ack)`` on ``out``: the acknowledgement
+    latencies in seconds, this process's CPU seconds over the timed part, what failed,
+    and the time of its last acknowledgement."""
     metrics, seconds, rate = args["metrics"], args["seconds"], args["rate"]
     latencies: list[float] = []
     lock = threading.Lock()
@@ -255,6 +257,7 @@ def _generator(
                     last_ack[0] = max(last_ack[0], acked)
         except Exception as exc:  # noqa: BLE001 - reported by the parent
             errors.append(f"trial {tid}: {exc}")
+            warm.abort()  # the others (and the process) stop waiting for this one
         finally:
             conn.close()
             with lock:
@@ -262,12 +265,17 @@ def _generator(
 
     offsets = args["offsets"]
     threads = [
-        threading.Thread(target=trial, args=(spec, off))
+        threading.Thread(target=trial, args=(spec, off), daemon=True)
         for spec, off in zip(specs, offsets, strict=True)
     ]
     for t in threads:
         t.start()
-    warm.wait()
+    try:
+        warm.wait()
+    except threading.BrokenBarrierError:  # a trial's warm-up report failed
+        out.put(([], 0.0, errors, 0.0))
+        ready.set()
+        return
     ready.set()
     t_go.append(go.get())
     c0 = time.process_time()
