@@ -91,11 +91,6 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
     return config
 
 
-SWITCH_INTERVAL = 0.001
-"""Seconds a thread of the master may hold the interpreter lock while another waits for
-it (``sys.setswitchinterval``; Python's default is 0.005)."""
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the master until interrupted."""
     config = parse_args(argv)
@@ -107,11 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     if config.log_level.lower() != "debug":
         # httpx logs every request at INFO: a line per proxied notebook/TensorBoard request.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    # Requests wait for the interpreter lock after each database round trip; with the
-    # default 5 ms switch interval a thread computing (the metric fold, a chart) keeps
-    # it that long each time, and a report's acknowledgement took tens of ms more
-    # (issue 19, benchmarks/metric_ingest.py). 1 ms: a few more switches, much less wait.
-    sys.setswitchinterval(SWITCH_INTERVAL)
     app = create_app(config, freeze_heap=True)
     tls = config.security.tls
     # With security.tls the master serves HTTPS only (clients verify it: --cert-file).
