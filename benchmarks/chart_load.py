@@ -49,6 +49,7 @@ from dauntless.master.metric_series import (
     M4Series,
     fold_metric_reports,
 )
+from dauntless.master.models import metrics
 from dauntless.master.testing import sign_in
 
 TARGET_SECONDS = 1.0
@@ -168,7 +169,9 @@ def report_cost(mgr, trial_id: int, start: int, reports: int) -> tuple[float, fl
     folds: list[float] = []
     for k in range(reports):
         t0 = time.perf_counter()
-        mgr.report_metrics(trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)}, None)
+        metrics.report_metrics(
+            mgr, trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)}, None
+        )
         calls.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         folded = fold_pending(mgr.db, [trial_id])

@@ -37,8 +37,7 @@ from .auth import (
     verify_password,
 )
 from .db import UserRow
-from .lifecycle import Conflict
-from .manager import NotFound
+from .errors import Conflict, NotFound
 
 router = APIRouter(prefix="/api/v1")
 

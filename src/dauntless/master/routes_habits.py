@@ -23,9 +23,10 @@ from dauntless.config import parse_experiment_config
 from . import responses as R
 from .api_spec import DbId
 from .auth import access
+from .context import MasterContext
 from .db import CheckpointRow, ExperimentRow
-from .lifecycle import Conflict
-from .manager import BadRequest, ExperimentManager, NotFound
+from .errors import BadRequest, Conflict, NotFound
+from .models import checkpoints
 from .states import is_terminal
 
 router = APIRouter(prefix="/api/v1")
@@ -34,11 +35,11 @@ MAX_LABEL_LENGTH = 255
 """The longest label accepted, in characters."""
 
 
-def _mgr(request: Request) -> ExperimentManager:
+def _mgr(request: Request) -> MasterContext:
     return request.app.state.manager
 
 
-def _edit_labels(mgr: ExperimentManager, exp_id: int, label: str, add: bool) -> list[str]:
+def _edit_labels(mgr: MasterContext, exp_id: int, label: str, add: bool) -> list[str]:
     if not label.strip() or len(label) > MAX_LABEL_LENGTH:
         raise BadRequest(
             "invalid label", [("label", f"a non-empty string of at most {MAX_LABEL_LENGTH} chars")]
@@ -54,7 +55,7 @@ def _edit_labels(mgr: ExperimentManager, exp_id: int, label: str, add: bool) -> 
         elif not add:
             labels = [x for x in labels if x != label]
         config["labels"] = labels
-        mgr._configs[exp.id] = parse_experiment_config(config)
+        mgr.configs[exp.id] = parse_experiment_config(config)
         exp.config = config
         return labels
 
@@ -98,5 +99,5 @@ def delete_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
         ckpt.state = "DELETED"
         config = dict(exp.config)
     if not already:
-        mgr._remove_checkpoints(config, [uuid])
+        checkpoints.remove_checkpoints(config, [uuid])
     return {"uuid": uuid, "state": "DELETED"}

@@ -25,7 +25,7 @@ from dauntless.searcher import (
 )
 
 from . import responses as R
-from .manager import BadRequest
+from .errors import BadRequest
 
 MAX_SEED = 2**32 - 1
 """The largest experiment seed the searchers accept."""

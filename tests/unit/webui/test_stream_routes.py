@@ -16,11 +16,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from dauntless.config import MasterConfig
-from dauntless.master import routes_stream
+from dauntless.master import loop, routes_stream
 from dauntless.master.app import create_app
 from dauntless.master.db import MetricRow, TaskLogRow, TrialRow
 from dauntless.master.db.models import MetricSummaryRow
 from dauntless.master.metric_series import fold_metric_reports
+from dauntless.master.models import experiments
 from dauntless.master.routes_stream import dumps_json, sse_event
 from dauntless.master.testing import bearer, login, sign_in
 
@@ -230,11 +231,11 @@ def test_allocations_say_which_trial_holds_which_slots(master):
     client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}, {"id": "cpu1"}]})
     r = client.post("/api/v1/experiments", data={"config": SINGLE})
     exp_id = r.json()["experiment"]["id"]
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     first = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     client.post(f"/api/v1/allocations/{first['allocation_id']}/exited", json={"exit_code": 137})
     # The restart was placed when the exit was reported (this pass places nothing more).
-    assert mgr.schedule_pass() == 0
+    assert loop.schedule_pass(mgr) == 0
     second = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     trial_id = first["trial_id"]
 
@@ -270,7 +271,7 @@ def test_experiments_stream_sends_changes_only(master):
 
     def rename() -> None:
         time.sleep(0.8)
-        mgr.patch_experiment(exp_id, "renamed", None, None)
+        experiments.patch_experiment(mgr, exp_id, "renamed", None, None)
 
     thread = threading.Thread(target=rename)
     thread.start()
