@@ -17,6 +17,7 @@ from dauntless.storage import build_storage
 
 from ..context import MasterContext
 from ..db import CheckpointRow, ExperimentRow, MetricRow, TrialRow
+from ..errors import Conflict, NotFound
 from ..gc import CheckpointFacts, GCPolicy, checkpoints_to_delete
 from ..states import is_terminal
 from . import trials
@@ -181,3 +182,32 @@ def schedule_gc_after_start(s: Session, ctx: MasterContext) -> None:
         )
     )
     ctx.gc_due.update(ids)
+
+
+def mark_deleted(s: Session, uuid: str) -> tuple[bool, dict[str, Any]]:
+    """Mark one checkpoint of a finished experiment DELETED (``det checkpoint delete``);
+    the caller deletes its files once this commits.
+
+    Returns:
+        Whether it was DELETED already, and its experiment's config (JSON form: the
+        checkpoint storage to delete the files from).
+
+    Raises:
+        NotFound: no such checkpoint.
+        Conflict: its experiment is not finished (a running trial may resume from any
+            of its checkpoints).
+    """
+    ckpt = s.get(CheckpointRow, uuid)
+    if ckpt is None:
+        raise NotFound(f"checkpoint {uuid} not found")
+    exp = s.get(ExperimentRow, ckpt.experiment_id)
+    if exp is None:
+        raise NotFound(f"checkpoint {uuid} not found")
+    if not is_terminal(exp.state):
+        raise Conflict(
+            f"checkpoint {uuid} belongs to experiment {exp.id}, which is {exp.state}; "
+            "checkpoints can be deleted once the experiment has finished"
+        )
+    already = ckpt.state == "DELETED"
+    ckpt.state = "DELETED"
+    return already, dict(exp.config)

@@ -365,6 +365,40 @@ def delete_experiment(ctx: MasterContext, exp_id: int) -> None:
         raise
 
 
+#: The longest label accepted, in characters.
+MAX_LABEL_LENGTH = 255
+
+
+def edit_labels(s: Session, ctx: MasterContext, exp_id: int, label: str, add: bool) -> list[str]:
+    """Add (``add``) or remove one of the experiment's labels (kept in its config's
+    ``labels``); adding a present label or removing an absent one changes nothing.
+
+    Returns:
+        The experiment's labels after the edit.
+
+    Raises:
+        BadRequest: an empty label or one over :data:`MAX_LABEL_LENGTH` characters.
+        NotFound: no such experiment.
+    """
+    if not label.strip() or len(label) > MAX_LABEL_LENGTH:
+        raise BadRequest(
+            "invalid label", [("label", f"a non-empty string of at most {MAX_LABEL_LENGTH} chars")]
+        )
+    exp = s.get(ExperimentRow, exp_id)
+    if exp is None or exp.state == "DELETED":
+        raise NotFound(f"experiment {exp_id} not found")
+    config = dict(exp.config)
+    labels = [str(x) for x in config.get("labels") or []]
+    if add and label not in labels:
+        labels.append(label)
+    elif not add:
+        labels = [x for x in labels if x != label]
+    config["labels"] = labels
+    ctx.configs[exp.id] = parse_experiment_config(config)
+    exp.config = config
+    return labels
+
+
 def continue_experiment(s: Session, ctx: MasterContext, exp_id: int, overrides: Any = None) -> None:
     """Continue a finished experiment (``det experiment continue``, reference §7.3).
 
