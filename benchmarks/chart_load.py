@@ -12,7 +12,7 @@ were stored: every metrics row of the experiment read (SQLite ``json_extract``) 
 run over it. The two answers must hold the same points; the script fails if not.
 
 It also times the cost of storing one report the master's way
-(``ExperimentManager.report_metrics``: the row, and the report queued for the lazy fold)
+(``dauntless.master.models.metrics.report_metrics``: the row, and the report queued for the lazy fold)
 on a trial whose summary is full, and of folding that report into the summary afterwards
 (:func:`dauntless.master.metric_fold.fold_pending`, as a reader or the background folder
 does).

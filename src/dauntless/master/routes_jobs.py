@@ -159,7 +159,7 @@ def list_jobs(mgr: MasterContext, resource_pool: str | None = None) -> list[dict
     jobs in its scheduler's order with ``queue_position`` (1-based) set.
 
     Args:
-        mgr: the master's experiment manager.
+        mgr: the master's context.
         resource_pool: only this pool's jobs (None: all pools).
 
     Raises:

@@ -6,7 +6,7 @@ events"). Each stream polls the database every :data:`POLL_SECONDS` on the serve
 sends an event only when the JSON it would send has changed; a comment line keeps idle
 connections open every :data:`KEEPALIVE_SECONDS`. The experiment streams rebuild their
 body only when the master committed a change to experiments, trials, metric reports or
-checkpoints since the last build (the manager's ``experiment_changes``,
+checkpoints since the last build (the master context's ``experiment_changes``,
 :class:`~dauntless.master.db.changes.ChangeFlag`), or :data:`STALE_SECONDS` passed (a
 change the master's ORM did not see: another process, a bulk statement). Every stream takes ``max_seconds``
 (default: until the client leaves); a browser's ``EventSource`` reconnects by itself when

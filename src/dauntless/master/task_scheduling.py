@@ -36,7 +36,9 @@ class TaskHost(Protocol):
     wake: threading.Event
     clock: Callable[[], float]
 
-    def public_url(self) -> str: ...
+    def public_url(self) -> str:
+        """The URL tasks use to reach the master."""
+        ...
 
 
 class TaskScheduling:

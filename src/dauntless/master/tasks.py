@@ -26,8 +26,8 @@ the master's proxy (:mod:`dauntless.master.proxy`) then forwards
 ``/proxy/<task id>/...`` to it.
 
 The states, constants and errors are in :mod:`dauntless.master.task_states`, the
-scheduler hooks in :mod:`dauntless.master.task_scheduling` (the base class of
-:class:`TaskService`); the states, constants and errors may still be imported from here.
+scheduler hooks in :mod:`dauntless.master.task_scheduling` (held by
+:class:`TaskService` as ``scheduling``); the states, constants and errors may still be imported from here.
 """
 
 from __future__ import annotations
