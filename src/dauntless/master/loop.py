@@ -10,11 +10,9 @@ import logging
 import threading
 import time
 
-from sqlalchemy import select
-
 from . import scheduling
 from .context import MasterContext
-from .db import AgentRow, ExperimentRow
+from .db import ExperimentRow
 from .models import agents, checkpoints, runs
 from .task_policies import enforce_preemption_timeouts
 
@@ -119,8 +117,7 @@ def on_start(ctx: MasterContext) -> None:
     the master was away) and collect checkpoints of experiments that ended."""
     now = ctx.clock()
     with ctx.db.write() as s:
-        for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")):
-            agent.last_heartbeat = now
+        agents.refresh_heartbeats(s, now)
     with ctx.db.read() as s:
         checkpoints.schedule_gc_after_start(s, ctx)
 

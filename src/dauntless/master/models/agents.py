@@ -166,6 +166,13 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
     return {"start": start, "kill": sorted(set(kill))}
 
 
+def refresh_heartbeats(s: Session, now: float) -> None:
+    """Give every ACTIVE agent a fresh heartbeat deadline from ``now`` (seconds since the
+    epoch): at master start, its agents were not lost, the master was away."""
+    for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")):
+        agent.last_heartbeat = now
+
+
 def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
     """Mark ACTIVE agents whose heartbeats stopped for ``agent_timeout`` LOST and end
     their live allocation parts (the trials restart elsewhere)."""
