@@ -14,9 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from argon2 import PasswordHasher
 
 from dauntless import _http
 from dauntless.cli import _util
+from dauntless.master import auth_secrets
 from dauntless.master.testing import Cluster, serve
 
 
@@ -44,8 +46,17 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """The real master in this process (SQLite under ``tmp_path``), with its parties."""
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """The real master in this process (SQLite under ``tmp_path``), with its parties.
+
+    Its passwords are hashed with argon2id at the library's smallest costs: each test's
+    master hashes the built-in users' passwords and checks every sign-in, and at the
+    default costs (about 0.13 s a hash here) that was most of these tests' time. The
+    hashing itself is tested in tests/unit/master/test_auth.py.
+    """
+    monkeypatch.setattr(
+        auth_secrets, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    )
     with serve(str(tmp_path / "master")) as live:
         c = Cluster(live.url, live.app)
         try:
