@@ -17,6 +17,7 @@ import yaml
 
 from dauntless.cli import main
 from dauntless.cli._util import fmt_duration, fmt_time
+from dauntless.client import Session
 from dauntless.master.testing import Cluster
 
 pytestmark = pytest.mark.usefixtures("no_backoff")
@@ -257,6 +258,17 @@ def test_master_rejection_prints_its_field_errors(
     assert _no_experiments(cluster)
 
 
+def end_everything(cluster: Cluster, exp_id: int) -> None:
+    """After a failed step of a test's player: end the experiment (cancel it, and fail
+    whatever the agent runs), so that a command following it returns instead of waiting
+    forever; the test then reports the player's error."""
+    with contextlib.suppress(Exception):
+        cluster.action(exp_id, "cancel")
+    for alloc in list(cluster.running.get("agent-0", [])):
+        with contextlib.suppress(Exception):
+            cluster.exited(alloc, 1)
+
+
 @contextlib.contextmanager
 def trial_in_background(cluster: Cluster, final: str, length: int = 100) -> Iterator[None]:
     """Play agent-0 and its trial while the command under test runs: once experiment 1's
@@ -283,6 +295,7 @@ def trial_in_background(cluster: Cluster, final: str, length: int = 100) -> Iter
                 cluster.exited(alloc, 0)
         except BaseException as exc:  # re-raised in the test's thread
             errors.append(exc)
+            end_everything(cluster, 1)
 
     thread = threading.Thread(target=act, daemon=True)
     thread.start()
@@ -319,9 +332,14 @@ def test_follow_when_the_trial_fails_without_a_line(
     cfg = tmp_path / "const.yaml"
     cfg.write_text(VALID + "max_restarts: 0\n")
     cluster.register_agent("agent-0", slots=1)
-    thread = threading.Thread(
-        target=lambda: cluster.exited(cluster.start_trials(1)[0][1], 1), daemon=True
-    )
+
+    def fail() -> None:
+        try:
+            cluster.exited(cluster.start_trials(1)[0][1], 1)
+        finally:
+            end_everything(cluster, 1)  # a no-op once the experiment is over
+
+    thread = threading.Thread(target=fail, daemon=True)
     thread.start()
     rc, out, _ = run(capsys, "-m", cluster.url, "e", "create", str(cfg), "--follow")
     thread.join(60)
@@ -454,18 +472,38 @@ def test_trial_logs_prints_all_pages_and_follows(
     lines = run(capsys, "-m", populated.url, "t", "logs", str(busy), "--json")[1].splitlines()
     assert [json.loads(x)["log"] for x in lines] == [f"line {i}" for i in range(5)]
 
-    # Following: a late line, then the trial is canceled and exits; the command prints
-    # every line and returns once the trial has ended.
+    # Following: once the command has read every stored line (a page came back empty),
+    # a late line comes, then the trial is canceled and exits; the command prints the
+    # line and returns once the trial has ended.
+    caught_up = threading.Event()
+    read = Session.get_trial_logs
+
+    def noted(self: Session, trial_id: int, after_id: int = 0, limit: int = 1000) -> Any:
+        page = read(self, trial_id, after_id=after_id, limit=limit)
+        if not page["logs"]:
+            caught_up.set()
+        return page
+
+    monkeypatch.setattr(Session, "get_trial_logs", noted)
+    errors: list[BaseException] = []
+
     def late() -> None:
-        populated.log(alloc, "late line", rank_id=None)
-        populated.action(3, "cancel")
-        populated.wait_preempted(alloc)
-        populated.exited(alloc, 0)
+        try:
+            assert caught_up.wait(60), "the command never caught up with the stored lines"
+            populated.log(alloc, "late line", rank_id=None)
+            populated.action(3, "cancel")
+            populated.wait_preempted(alloc)
+            populated.exited(alloc, 0)
+        except BaseException as exc:  # re-raised below
+            errors.append(exc)
+            end_everything(populated, 3)
 
     follower = threading.Thread(target=late, daemon=True)
     follower.start()
     code, out, _ = run(capsys, "-m", populated.url, "t", "logs", str(busy), "-f")
     follower.join(60)
+    if errors:
+        raise errors[0]
     assert code == 0 and out.splitlines()[-1] == "late line"
     assert out.splitlines()[:-1] == [f"[rank=0] line {i}" for i in range(5)]
     assert populated.experiment(3)["trials"][0]["state"] == "CANCELED"
