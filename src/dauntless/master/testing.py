@@ -11,13 +11,15 @@ import socket
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from dauntless._auth import CLUSTER_SECRET_HEADER
+
+T = TypeVar("T")
 
 
 def login(client: Any, username: str = "admin", password: str = "") -> str:
@@ -85,9 +87,9 @@ def serve(
     uvicorn in a thread of this process, on a port of 127.0.0.1 the OS picks, until the
     block ends.
 
-    The listening socket is bound before the server starts, so the port can neither be
-    taken by another process in between nor be refused while uvicorn starts up: a client
-    may connect as soon as this yields (its first request waits for the start-up).
+    The socket is bound before the application is built (its config names the port), so
+    no other process can take the port in between; this yields once the application's
+    start-up has run and the server listens.
 
     Args:
         data_dir: the master's data directory (its SQLite database unless ``db_url``).
@@ -144,8 +146,15 @@ def serve(
 DEADLINE = 60.0
 
 
-def wait_for(what: str, check: Any, interval: float = 0.02) -> Any:
-    """Call ``check()`` until it returns something truthy, and return that.
+def wait_for(what: str, check: Callable[[], T], interval: float = 0.02) -> T:
+    """Call ``check()`` until it returns something truthy, and return that: a wait on a
+    condition that has no event to wait on (it comes from another process or thread).
+
+    Args:
+        what: what is waited for, for the error (``"the trial to start"``).
+        check: the condition; called at once, then every ``interval`` seconds.
+        interval: seconds between calls (0: call again at once, for a ``check`` that
+            itself waits, such as a long poll).
 
     Raises:
         AssertionError: naming ``what``, when :data:`DEADLINE` seconds pass first.
@@ -165,7 +174,15 @@ class Cluster:
 
     ``admin`` is an HTTP client signed in as the built-in administrator; ``agent`` presents
     the cluster secret as agents do. The trial-side calls (reports, logs, checkpoints) are
-    made as the administrator, whom the master lets make them.
+    made as the administrator, whom the master lets make them. ``running`` holds, per
+    agent, the allocation ids the agent runs (what its heartbeats report).
+
+    Every call raises AssertionError (naming the request and the answer) when the master
+    refuses it, and the waits raise it after :data:`DEADLINE` seconds.
+
+    Args:
+        url: the master's base URL (``http://127.0.0.1:<port>``).
+        app: its application (for the cluster secret agents present).
     """
 
     def __init__(self, url: str, app: Any) -> None:
@@ -183,11 +200,13 @@ class Cluster:
         self.close()
 
     def close(self) -> None:
+        """Close the HTTP clients."""
         self.admin.close()
         self.agent.close()
 
     def _ok(self, r: httpx.Response) -> Any:
-        assert r.status_code < 300, f"{r.request.method} {r.request.url}: {r.status_code} {r.text}"
+        if r.status_code >= 300:
+            raise AssertionError(f"{r.request.method} {r.request.url}: {r.status_code} {r.text}")
         return r.json()
 
     # -- as the administrator ----------------------------------------------------------
@@ -213,15 +232,17 @@ class Cluster:
     def wait_state(self, exp_id: int, *states: str) -> dict[str, Any]:
         """Wait until the experiment is in one of ``states``; its ``GET`` answer."""
 
-        def reached() -> dict[str, Any] | None:
+        def reached() -> dict[str, Any]:
             body = self.experiment(exp_id)
-            return body if body["experiment"]["state"] in states else None
+            return body if body["experiment"]["state"] in states else {}
 
-        return dict(wait_for(f"experiment {exp_id} to reach {states}", reached))
+        return wait_for(f"experiment {exp_id} to reach {states}", reached)
 
     # -- as an agent -------------------------------------------------------------------
 
     def register_agent(self, agent_id: str = "agent-0", slots: int = 2) -> None:
+        """Register an agent on host ``box`` in the default pool with ``slots`` CPU slots
+        (ids ``"0"``, ``"1"``, ...; devices ``cpu0``, ...), running nothing."""
         self.running[agent_id] = []
         self._ok(
             self.agent.post(
@@ -273,12 +294,15 @@ class Cluster:
         wait_for(f"the master to signal {alloc} to stop", signalled, interval=0)
 
     def exited(self, alloc: str, code: int, agent_id: str = "agent-0") -> None:
+        """Report, as the agent, that ``alloc``'s process exited with ``code``."""
         self._ok(self.agent.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": code}))
         self.running[agent_id].remove(alloc)
 
     # -- as a trial --------------------------------------------------------------------
 
     def report(self, trial_id: int, group: str, batches: int, metrics: dict[str, Any]) -> None:
+        """Report ``metrics`` of ``group`` (``training``/``validation``) after ``batches``
+        batches, as the trial's first run."""
         self._ok(
             self.admin.post(
                 f"/api/v1/trials/{trial_id}/metrics",
@@ -292,6 +316,7 @@ class Cluster:
         )
 
     def log(self, alloc: str, *lines: str, rank_id: int | None = 0) -> None:
+        """Ship ``lines`` of ``alloc``'s stdout (of rank ``rank_id``; None: no rank)."""
         self._ok(
             self.admin.post(
                 "/api/v1/task/logs",
@@ -302,6 +327,8 @@ class Cluster:
         )
 
     def checkpoint(self, trial_id: int, alloc: str, uuid: str, batches: int, **fields: Any) -> None:
+        """Report checkpoint ``uuid`` taken after ``batches`` batches; ``fields`` adds
+        ``resources`` (``{path: bytes}``) and ``metadata``."""
         self._ok(
             self.admin.post(
                 "/api/v1/checkpoints",
@@ -316,6 +343,8 @@ class Cluster:
         )
 
     def complete(self, trial_id: int, length: int, metric: float) -> None:
+        """Tell the searcher the trial trained to ``length`` batches, with its searcher
+        ``metric``."""
         self._ok(
             self.admin.post(
                 f"/api/v1/trials/{trial_id}/searcher/completed_operation",
