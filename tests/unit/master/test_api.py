@@ -523,8 +523,20 @@ def test_preemption_long_poll_reads_the_allocation_only_when_it_changes(master, 
         return read(session, allocation_id)
 
     monkeypatch.setattr(allocations, "preemption_signal", counted)
+    # Count the long poll's in-memory checks of the allocation's version.
+    checks = threading.Semaphore(0)
+    versions = mgr.allocation_versions
+    version = versions.version
+
+    def counted_version(key):
+        checks.release()
+        return version(key)
+
+    monkeypatch.setattr(versions, "version", counted_version)
     thread, result = _long_poll(client, alloc, 20)
-    time.sleep(1.5)  # six in-memory checks, no change: still the first read only
+    for _ in range(7):  # the version read with the allocation, then six checks
+        assert checks.acquire(timeout=30), "the long poll stopped checking"
+    # Six in-memory checks, no change: still the first read only.
     assert reads == [alloc] and not result
     paused = time.monotonic()
     assert client.post(f"/api/v1/experiments/{exp_id}/pause").status_code == 200
@@ -538,8 +550,20 @@ def test_preemption_long_poll_rereads_for_changes_the_orm_does_not_see(master, m
     client, mgr = master
     _, alloc = _running_allocation(client, mgr)
     monkeypatch.setattr(routes_cluster, "PREEMPTION_REREAD_SECONDS", 0.5)
+    first_read = threading.Event()
+    read = allocations.preemption_signal
+
+    def noted(session, allocation_id):
+        try:
+            return read(session, allocation_id)
+        finally:
+            first_read.set()
+
+    monkeypatch.setattr(allocations, "preemption_signal", noted)
     thread, result = _long_poll(client, alloc, 20)
-    time.sleep(0.3)
+    # The change comes after the poll's first read (which saw no signal), so only a
+    # reread can find it.
+    assert first_read.wait(30), "the long poll never read the allocation"
     with mgr.db.write() as s:  # a bulk UPDATE: no ORM object changes, no version bump
         s.execute(
             update(AllocationRow)

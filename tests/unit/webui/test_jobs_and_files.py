@@ -4,14 +4,10 @@ definition's files one by one, on a real master in-process."""
 from __future__ import annotations
 
 import io
-import socket
 import tarfile
-import threading
-import time
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from dauntless.cli import main
@@ -19,7 +15,7 @@ from dauntless.config import MasterConfig
 from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.models import metrics
-from dauntless.master.testing import bearer, login, sign_in
+from dauntless.master.testing import bearer, login, serve, sign_in
 
 CONFIG = """
 name: {name}
@@ -138,23 +134,9 @@ def test_model_def_tree_and_files(master):
     assert client.get("/api/v1/experiments/999/model_def/tree").status_code == 404
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_det_job_list_and_update(tmp_path, capsys):
-    port = _free_port()
-    app = create_app(MasterConfig(data_dir=str(tmp_path), port=port), run_loop=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.time() + 30
-        while not server.started and time.time() < deadline:
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}"
+    with serve(str(tmp_path), run_loop=False) as live:
+        url = live.url
         with httpx.Client(base_url=url) as client:
             sign_in(client)
             exp = _create(client, "cli-job")
@@ -169,9 +151,6 @@ def test_det_job_list_and_update(tmp_path, capsys):
             == 0
         )
         assert "priority 7, queue position 1" in capsys.readouterr().out
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def test_batch_metrics_are_placed_per_batch_and_downsampled(master):
