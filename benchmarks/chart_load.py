@@ -12,7 +12,7 @@ were stored: every metrics row of the experiment read (SQLite ``json_extract``) 
 run over it. The two answers must hold the same points; the script fails if not.
 
 It also times the cost of storing one report the master's way
-(``ExperimentManager.report_metrics``: the row, and the report queued for the lazy fold)
+(``dauntless.master.models.metrics.report_metrics``: the row, and the report queued for the lazy fold)
 on a trial whose summary is full, and of folding that report into the summary afterwards
 (:func:`dauntless.master.metric_fold.fold_pending`, as a reader or the background folder
 does).
@@ -49,6 +49,7 @@ from dauntless.master.metric_series import (
     M4Series,
     fold_metric_reports,
 )
+from dauntless.master.models import metrics
 from dauntless.master.testing import sign_in
 
 TARGET_SECONDS = 1.0
@@ -168,7 +169,9 @@ def report_cost(mgr, trial_id: int, start: int, reports: int) -> tuple[float, fl
     folds: list[float] = []
     for k in range(reports):
         t0 = time.perf_counter()
-        mgr.report_metrics(trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)}, None)
+        metrics.report_metrics(
+            mgr, trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)}, None
+        )
         calls.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         folded = fold_pending(mgr.db, [trial_id])

@@ -17,10 +17,11 @@ from sqlalchemy import select
 import dauntless
 from dauntless.config import MasterConfig
 
+from . import loop
 from .api_spec import declare_errors
 from .auth import AuthService, authenticate
+from .context import MasterContext
 from .db import ClusterRow, Database
-from .manager import ExperimentManager
 from .metric_series import MetricFolder
 from .provisioner import build_provisioners
 from .proxy import make_proxy_app, proxy_client
@@ -94,7 +95,7 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
     """
     os.makedirs(config.data_dir, exist_ok=True)
     db = Database(default_db_url(config))
-    manager = ExperimentManager(db, config)
+    manager = MasterContext(db, config)
     manager.port = config.port
     auth = AuthService(db, config, allocation_versions=manager.allocation_versions)
 
@@ -105,7 +106,7 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
             if s.scalar(select(ClusterRow)) is None:
                 s.add(ClusterRow(id=1, cluster_id=str(uuid.uuid4()), created_at=time.time()))
         auth.bootstrap()
-        manager.on_start()
+        loop.on_start(manager)
         provisioners = app.state.provisioners = build_provisioners(manager)
         if provisioners is not None:
             manager.loop_hooks.append(provisioners.step)
@@ -123,7 +124,7 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
         folder.start()
         if run_loop:
             thread = threading.Thread(
-                target=manager.run_loop, args=(stop,), name="experiment-manager", daemon=True
+                target=loop.run_loop, args=(manager, stop), name="experiment-manager", daemon=True
             )
             thread.start()
         if freeze_heap:

@@ -70,6 +70,7 @@ from .db import (
     UserSessionRow,
 )
 from .db.changes import RowVersions, Version
+from .models import users
 
 log = logging.getLogger("dauntless.master.auth")
 
@@ -100,7 +101,7 @@ class AuthService:
         config: the master config (``security``).
         clock: seconds since the epoch (session expiry); tests may pass their own.
         allocation_versions: change counters of allocation rows by group id
-            (``ExperimentManager.allocation_versions``); None: no remembering.
+            (``MasterContext.allocation_versions``); None: no remembering.
     """
 
     def __init__(
@@ -172,7 +173,7 @@ class AuthService:
 
     def revoke_user_sessions(self, s: Any, user_id: int) -> None:
         """End every session of a user, inside the caller's write session ``s``."""
-        s.execute(delete(UserSessionRow).where(UserSessionRow.user_id == user_id))
+        users.revoke_sessions(s, user_id)
 
     # ------------------------------------------------------------------ identify
 

@@ -17,18 +17,16 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 
 from dauntless.config import parse_experiment_config
 from dauntless.storage import StorageManager, build_storage
 
-from .db import CheckpointRow, ExperimentRow
-
-if TYPE_CHECKING:
-    from .manager import ExperimentManager
+from .db import CheckpointRow, Database, ExperimentRow
 
 log = logging.getLogger("dauntless.master")
 
@@ -50,71 +48,64 @@ class _Retry:
     last_error: str
 
 
-class CheckpointDeletionMixin:
-    """Adds :meth:`process_deletions` and the start-up catch-up to ExperimentManager."""
+class CheckpointDeletions:
+    """The deletion of ``DELETING`` checkpoints' files, with its retry state (one per
+    master, :attr:`~dauntless.master.context.MasterContext.deletions`).
 
-    _deletion_retries: dict[str, _Retry]
-    _deletion_thread: threading.Thread | None = None
-    #: One deletion pass at a time (the loop's thread and a GC-policy request).
-    _deletion_lock = threading.Lock()
+    Args:
+        db: the master database.
+        clock: returns seconds since the epoch.
+    """
 
-    def _retry_state(self: ExperimentManager) -> dict[str, _Retry]:
-        if not hasattr(self, "_deletion_retries"):
-            self._deletion_retries = {}
-        return self._deletion_retries
+    def __init__(self, db: Database, clock: Callable[[], float]) -> None:
+        self.db = db
+        self.clock = clock
+        #: uuid -> the backoff of a checkpoint whose delete failed (or is settling).
+        self.retries: dict[str, _Retry] = {}
+        #: uuid -> when its first delete succeeded (None: not yet), for uploads whose
+        #: trial died mid-upload.
+        self.orphans: dict[str, float | None] = {}
+        self._thread: threading.Thread | None = None
+        #: One deletion pass at a time (the loop's thread and a GC-policy request).
+        self._lock = threading.Lock()
 
-    def note_orphaned_uploads(self: ExperimentManager, uuids: list[str]) -> None:
+    def note_orphaned_uploads(self, uuids: list[str]) -> None:
         """Mark these DELETING checkpoints as uploads whose trial died mid-upload (see
         :data:`ORPHAN_SETTLE_SECONDS`). Kept in memory: after a master restart they are
         deleted once."""
-        if not hasattr(self, "_orphans"):
-            self._orphans: dict[str, float | None] = {}
         for uuid in uuids:
-            self._orphans.setdefault(uuid, None)
+            self.orphans.setdefault(uuid, None)
 
-    def start_deletions(self: ExperimentManager, wait: float = 0.0) -> None:
-        """Run :meth:`process_deletions` on a background thread unless one is running
-        (the master's loop calls it every pass, so a store that hangs never holds up
+    def start(self, wait: float = 0.0) -> None:
+        """Run :meth:`process` on a background thread unless one is running (the
+        master's loop calls it every pass, so a store that hangs never holds up
         scheduling for more than ``wait`` seconds).
 
         Args:
             wait: seconds to wait for the pass to finish (a fast store's deletions then
                 land within the loop pass that decided them, as before).
         """
-        thread = self._deletion_thread
+        thread = self._thread
         if thread is not None and thread.is_alive():
             return
 
         def run() -> None:
             try:
-                self.process_deletions()
+                self.process()
             except Exception:  # the next pass retries
                 log.exception("checkpoint deletion pass failed")
 
-        self._deletion_thread = threading.Thread(target=run, name="checkpoint-gc", daemon=True)
-        self._deletion_thread.start()
+        self._thread = threading.Thread(target=run, name="checkpoint-gc", daemon=True)
+        self._thread.start()
         if wait > 0:
-            self._deletion_thread.join(wait)
+            self._thread.join(wait)
 
-    def schedule_gc_after_start(self: ExperimentManager) -> None:
-        """Queue checkpoint GC for every experiment that has live checkpoints, so GC
-        that was due when the master stopped runs now (the decision is idempotent)."""
-        with self.db.read() as s:
-            ids = set(
-                s.scalars(
-                    select(CheckpointRow.experiment_id)
-                    .where(CheckpointRow.state.in_(("COMPLETED", "UPLOADING")))
-                    .distinct()
-                )
-            )
-        self._gc_due.update(ids)
+    def process(self, experiment_id: int | None = None) -> int:
+        """See :meth:`_process` (this holds the one-pass-at-a-time lock)."""
+        with self._lock:
+            return self._process(experiment_id)
 
-    def process_deletions(self: ExperimentManager, experiment_id: int | None = None) -> int:
-        """See :meth:`_process_deletions` (this holds the one-pass-at-a-time lock)."""
-        with self._deletion_lock:
-            return self._process_deletions(experiment_id)
-
-    def _process_deletions(self: ExperimentManager, experiment_id: int | None = None) -> int:
+    def _process(self, experiment_id: int | None = None) -> int:
         """Delete the files of ``DELETING`` checkpoints whose retry time has come.
 
         Args:
@@ -125,7 +116,7 @@ class CheckpointDeletionMixin:
             How many checkpoints were deleted (rows now ``DELETED``).
         """
         now = self.clock()
-        retries = self._retry_state()
+        retries = self.retries
         with self.db.read() as s:
             query = select(CheckpointRow.uuid, CheckpointRow.experiment_id).where(
                 CheckpointRow.state == "DELETING"
@@ -157,10 +148,10 @@ class CheckpointDeletionMixin:
                     raise storage
                 storage.delete(uuid)
             except Exception as exc:
-                self._deletion_failed(uuid, exc, now)
+                self._failed(uuid, exc, now)
                 continue
             retries.pop(uuid, None)
-            orphans = getattr(self, "_orphans", {})
+            orphans = self.orphans
             if uuid in orphans:
                 first = orphans[uuid]
                 done_at = self.clock()  # the delete itself may have waited on the store
@@ -180,10 +171,8 @@ class CheckpointDeletionMixin:
             log.info("deleted %d checkpoint(s) from storage", len(done))
         return len(done)
 
-    def _deletion_failed(
-        self: ExperimentManager, uuid: str, exc: BaseException, now: float
-    ) -> None:
-        retries = self._retry_state()
+    def _failed(self, uuid: str, exc: BaseException, now: float) -> None:
+        retries = self.retries
         prev = retries.get(uuid)
         failures = (prev.failures if prev else 0) + 1
         delay = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * math.pow(2, failures - 1))

@@ -1,8 +1,8 @@
 """The master's domain errors, which the app's exception handlers turn into HTTP answers.
 
 They live in this leaf module (it imports nothing of the master) so that every module of
-``master/`` can raise them without importing the experiment manager, which would close an
-import circle; ``manager`` and ``lifecycle`` re-export them under their old names.
+``master/`` (the model functions, the loop, the routes) can raise them without an import
+circle.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def finite_json(value: Any) -> Any:
 
 
 class Report(Protocol):
-    """A metrics report as the harness sends it (``MetricsIn`` of the manager)."""
+    """A metrics report as the harness sends it (``models.metrics.MetricsIn``)."""
 
     @property
     def group(self) -> str: ...

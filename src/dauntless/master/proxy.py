@@ -246,7 +246,7 @@ async def _websocket(ws: WebSocket) -> None:
 
 def make_proxy_app(state: Any) -> Starlette:
     """The ASGI app mounted at ``/proxy`` (sharing the master app's ``state``: its
-    AuthService and ExperimentManager). Its httpx client is made on first use."""
+    AuthService and MasterContext). Its httpx client is made on first use."""
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
     app = Starlette(
         routes=[

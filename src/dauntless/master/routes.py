@@ -6,9 +6,9 @@ The routes themselves live in one module per aggregate, registered by
 :func:`dauntless.master.app.create_app` in this order: :mod:`.routes_cluster` (master,
 agents, resource pools, allocations, task logs), :mod:`.routes_experiments`,
 :mod:`.routes_trials`, :mod:`.routes_checkpoints` and :mod:`.routes_harness` (what the
-trial harness reports). They are thin: they parse the request, call the
-:class:`ExperimentManager` (which owns the transaction) or run a read query, and return
-JSON views. Domain errors map to HTTP statuses once, here.
+trial harness reports). They are thin: they parse the request, call a model function of
+:mod:`.models` in a transaction they open (:func:`_read`, :func:`_write`) or run a read
+query, and return JSON views. Domain errors map to HTTP statuses once, here.
 
 Who may call each route is declared next to it with ``@access(...)``
 (:mod:`dauntless.master.auth`; a route without one is for any signed-in user) and checked
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,9 +27,9 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
+from .context import MasterContext
 from .db import CheckpointRow, ExperimentRow, MetricRow, TrialRow
-from .lifecycle import Conflict
-from .manager import BadRequest, ExperimentManager, NotFound
+from .errors import BadRequest, Conflict, NotFound
 from .schemas import checkpoint_view, experiment_view, trial_view
 from .states import IllegalTransition
 
@@ -38,11 +38,12 @@ class StoreUnavailable(Exception):
     """The checkpoint store refused a request or could not be reached (HTTP 502)."""
 
 
-def _mgr(request: Request) -> ExperimentManager:
+def _mgr(request: Request) -> MasterContext:
     return request.app.state.manager
 
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 def _read(request: Request, fn: Callable[..., _T], *args: Any) -> _T:
@@ -50,6 +51,19 @@ def _read(request: Request, fn: Callable[..., _T], *args: Any) -> _T:
     a read session of the master's database (for async routes, through a thread)."""
     with _mgr(request).db.read() as s:
         return fn(s, *args)
+
+
+def _write(
+    request: Request,
+    fn: Callable[Concatenate[Session, MasterContext, _P], _T],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> _T:
+    """``fn(session, ctx, *args, **kwargs)``, a session-first model function
+    (:mod:`.models`), called in one write transaction of the master's database
+    (committed when it returns); ``ctx`` is the master's
+    :class:`~.context.MasterContext`."""
+    return _mgr(request).write(fn, *args, **kwargs)
 
 
 def _error(status: int, detail: str, errors: list[tuple[str, str]] | None = None) -> JSONResponse:

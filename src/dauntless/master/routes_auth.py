@@ -21,7 +21,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
-from sqlalchemy import func, select
 
 from dauntless._auth import COOKIE_NAME
 
@@ -37,8 +36,7 @@ from .auth import (
     verify_password,
 )
 from .db import UserRow
-from .lifecycle import Conflict
-from .manager import NotFound
+from .models import users
 
 router = APIRouter(prefix="/api/v1")
 
@@ -91,13 +89,6 @@ def _auth(request: Request) -> AuthService:
     return request.app.state.auth
 
 
-def _user(s: Any, user_id: int) -> UserRow:
-    user = s.get(UserRow, user_id)
-    if user is None:
-        raise NotFound(f"user {user_id} not found")
-    return user
-
-
 # ---------------------------------------------------------------------- sessions
 
 
@@ -116,7 +107,7 @@ def login(body: LoginBody, request: Request) -> JSONResponse:
             content={"detail": f"too many failed logins for {name!r}; try again in {seconds} s"},
         )
     with auth.db.read() as s:
-        user = s.scalar(select(UserRow).where(UserRow.username == name))
+        user = users.read_user_by_name(s, name)
     ok = verify_password(user.password_hash if user else None, body.password.get_secret_value())
     if user is None or not ok:
         auth.throttle.failed(name)
@@ -158,7 +149,7 @@ def logout(request: Request) -> JSONResponse:
 def _me(request: Request) -> dict[str, Any]:
     who = principal(request)
     with _auth(request).db.read() as s:
-        return {"user": user_view(_user(s, who.user_id or 0))}
+        return {"user": user_view(users.read_user(s, who.user_id or 0))}
 
 
 @router.get("/auth/user", response_model=R.UserBody)
@@ -180,7 +171,7 @@ def get_me(request: Request) -> dict[str, Any]:
 def list_users(request: Request) -> dict[str, Any]:
     """Every user, by id."""
     with _auth(request).db.read() as s:
-        return {"users": [user_view(u) for u in s.scalars(select(UserRow).order_by(UserRow.id))]}
+        return {"users": [user_view(u) for u in users.read_users(s)]}
 
 
 @router.post("/users", status_code=201, response_model=R.UserBody)
@@ -190,31 +181,10 @@ def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
     auth = _auth(request)
     hashed = hash_password(body.password.get_secret_value())
     with auth.db.write() as s:
-        if s.scalar(select(UserRow.id).where(UserRow.username == body.username)) is not None:
-            raise Conflict(f"user {body.username} already exists")
-        user = UserRow(
-            username=body.username,
-            password_hash=hashed,
-            admin=body.admin,
-            active=True,
-            display_name=body.display_name,
-            modified_at=auth.clock(),
+        user = users.create_user(
+            s, body.username, hashed, body.admin, body.display_name, auth.clock()
         )
-        s.add(user)
-        s.flush()
         return {"user": user_view(user)}
-
-
-def _last_admin(s: Any, user: UserRow) -> bool:
-    """Whether ``user`` is the only active admin."""
-    if not (user.admin and user.active):
-        return False
-    count = s.scalar(
-        select(func.count())
-        .select_from(UserRow)
-        .where(UserRow.admin.is_(True), UserRow.active.is_(True))
-    )
-    return (count or 0) <= 1
 
 
 @router.patch("/users/{user_id}", response_model=R.UserBody)
@@ -230,18 +200,15 @@ def patch_user(user_id: DbId, body: PatchUserBody, request: Request) -> dict[str
             raise forbidden("only an admin may activate, deactivate or change admin rights")
     auth = _auth(request)
     with auth.db.write() as s:
-        user = _user(s, user_id)
-        if (body.active is False or body.admin is False) and _last_admin(s, user):
-            raise Conflict(f"{user.username} is the only active admin; make another admin first")
-        if body.active is not None:
-            user.active = body.active
-            if not body.active:
-                auth.revoke_user_sessions(s, user.id)
-        if body.admin is not None:
-            user.admin = body.admin
-        if "display_name" in body.model_fields_set:
-            user.display_name = body.display_name or None
-        user.modified_at = auth.clock()
+        user = users.update_user(
+            s,
+            user_id,
+            auth.clock(),
+            active=body.active,
+            admin=body.admin,
+            display_name=body.display_name,
+            set_display_name="display_name" in body.model_fields_set,
+        )
         return {"user": user_view(user)}
 
 
@@ -258,16 +225,14 @@ def set_password(user_id: DbId, body: PasswordBody, request: Request) -> dict[st
         raise forbidden("only an admin may change another user's password")
     auth = _auth(request)
     with auth.db.read() as s:
-        current = _user(s, user_id).password_hash
+        current = users.read_user(s, user_id).password_hash
     if body.old_password is not None and not verify_password(
         current, body.old_password.get_secret_value()
     ):
         raise forbidden("the old password is wrong")
     hashed = hash_password(body.password.get_secret_value())
     with auth.db.write() as s:
-        user = _user(s, user_id)
-        user.password_hash, user.modified_at = hashed, auth.clock()
-        auth.revoke_user_sessions(s, user.id)
+        user = users.set_password(s, user_id, hashed, auth.clock())
         return {"user": user_view(user)}
 
 

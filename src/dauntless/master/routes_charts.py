@@ -32,7 +32,7 @@ from . import responses as R
 from .api_spec import DbId
 from .auth import access
 from .db import MetricRow, TrialRow
-from .manager import BadRequest, NotFound
+from .errors import BadRequest, NotFound
 from .metric_series import MAX_POINTS, m4, read_experiment_series, read_metric_names
 from .responses import BatchMetricsOut
 from .routes import _experiment_views, _get_experiment

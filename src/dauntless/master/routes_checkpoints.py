@@ -21,8 +21,7 @@ from dauntless.storage import StoreError, build_storage
 from . import responses as R
 from .auth import access
 from .db import CheckpointRow
-from .lifecycle import Conflict
-from .manager import NotFound
+from .errors import Conflict, NotFound
 from .routes import StoreUnavailable, _checkpoint_views, _get_experiment, _mgr, _storage_dir
 
 router = APIRouter(prefix="/api/v1")

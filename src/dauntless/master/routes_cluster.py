@@ -18,12 +18,13 @@ from starlette.concurrency import run_in_threadpool
 
 import dauntless
 
+from . import loop
 from . import responses as R
 from .auth import access
 from .db import AgentRow, AllocationRow, ClusterRow
-from .manager import NotFound
-from .models import allocations
-from .routes import _mgr, _read
+from .errors import NotFound
+from .models import agents, allocations, logs
+from .routes import _mgr, _read, _write
 from .schemas import (
     AgentSwitch,
     AllocationExited,
@@ -70,15 +71,17 @@ def list_agents(request: Request) -> dict[str, Any]:
         for alloc in s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")):
             for sid in alloc.slot_ids:
                 used.setdefault(alloc.agent_id, {})[str(sid)] = alloc.id
-        agents = s.scalars(select(AgentRow).order_by(AgentRow.id)).all()
-        return {"agents": [agent_view(a, used.get(a.id, {})) for a in agents]}
+        rows = s.scalars(select(AgentRow).order_by(AgentRow.id)).all()
+        return {"agents": [agent_view(a, used.get(a.id, {})) for a in rows]}
 
 
 @router.post("/agents", response_model=R.AgentBody)
 @access(users="admin", agent=True, what="register agents")
 def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
     """An agent announces itself and its slots."""
-    agent = _mgr(request).register_agent(
+    agent = _write(
+        request,
+        agents.register_agent,
         body.id,
         body.resource_pool,
         body.hostname,
@@ -93,7 +96,7 @@ def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
 @access(users="admin", what="enable agents")
 def enable_agent(agent_id: str, request: Request) -> dict[str, Any]:
     """Let the scheduler use this agent again."""
-    return _agent_json(request, _mgr(request).set_agent_enabled(agent_id, True).id)
+    return _agent_json(request, _write(request, agents.set_agent_enabled, agent_id, True).id)
 
 
 @router.post("/agents/{agent_id}/disable", response_model=R.AgentBody)
@@ -101,7 +104,9 @@ def enable_agent(agent_id: str, request: Request) -> dict[str, Any]:
 def disable_agent(agent_id: str, request: Request, body: AgentSwitch | None = None) -> dict:
     """No new work on this agent; without ``drain`` its trials are preempted now."""
     drain = body.drain if body else False
-    return _agent_json(request, _mgr(request).set_agent_enabled(agent_id, False, drain).id)
+    return _agent_json(
+        request, _write(request, agents.set_agent_enabled, agent_id, False, drain).id
+    )
 
 
 @router.post("/agents/{agent_id}/slots/{slot_id}/{action}", response_model=R.AgentBody)
@@ -110,7 +115,7 @@ def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> d
     """``enable`` or ``disable`` one slot of an agent."""
     if action not in ("enable", "disable"):
         raise NotFound(f"no slot action {action!r}; use enable or disable")
-    _mgr(request).set_slot_enabled(agent_id, slot_id, action == "enable")
+    _write(request, agents.set_slot_enabled, agent_id, slot_id, action == "enable")
     return _agent_json(request, agent_id)
 
 
@@ -118,7 +123,7 @@ def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> d
 @access(agent=True)
 def list_resource_pools(request: Request) -> dict[str, Any]:
     """Declared pools with their schedulers and slots used and free."""
-    return {"resource_pools": _mgr(request).resource_pools()}
+    return {"resource_pools": _read(request, agents.resource_pools, _mgr(request))}
 
 
 def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
@@ -149,7 +154,7 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
     mgr = _mgr(request)
     for ex in body.exited:
         try:
-            mgr.allocation_exited(ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
+            loop.allocation_exited(mgr, ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
         except NotFound:
             continue
         except IllegalTransition:
@@ -158,14 +163,14 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
             # allocation, still RUNNING here, is then missing from the agent's
             # ``running`` list and is handled as lost.
             log.exception("recording the exit of allocation %s failed", ex.allocation_id)
-    return mgr.heartbeat(agent_id, body.running)
+    return mgr.write(agents.heartbeat, agent_id, body.running)
 
 
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)
 @access(users="none", agent=True, what="report task exits")
 def allocation_exited(allocation_id: str, body: AllocationExited, request: Request) -> dict:
     """The agent reports that a task's process ended."""
-    _mgr(request).allocation_exited(allocation_id, body.exit_code, body.message, body.fatal)
+    loop.allocation_exited(_mgr(request), allocation_id, body.exit_code, body.message, body.fatal)
     return {}
 
 
@@ -206,7 +211,8 @@ async def preemption_signal(
 @access(users="none", trial="own", what="publish a rendezvous")
 def post_rendezvous(allocation_id: str, body: RendezvousIn, request: Request) -> dict:
     """The chief launcher of a distributed allocation says where its ranks meet."""
-    _mgr(request).set_rendezvous(allocation_id, body.addr, body.port)
+    with _mgr(request).db.write() as s:
+        allocations.set_rendezvous(s, allocation_id, body.addr, body.port)
     return {}
 
 
@@ -229,5 +235,5 @@ async def get_rendezvous(
 @access(users="none", agent=True, what="ship task logs")
 def post_logs(body: LogBatch, request: Request) -> dict[str, int]:
     """Agents ship task output here in batches."""
-    n = _mgr(request).ingest_logs([line.model_dump() for line in body.logs])
+    n = _write(request, logs.ingest_logs, [line.model_dump() for line in body.logs])
     return {"stored": n}

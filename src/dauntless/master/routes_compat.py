@@ -16,7 +16,8 @@ from . import responses as R
 from .api_spec import INT32_MAX
 from .auth import principal
 from .db import ExperimentRow
-from .manager import NotFound
+from .errors import NotFound
+from .models import experiments
 
 router = APIRouter(prefix="/api/v1")
 
@@ -51,5 +52,7 @@ async def continue_experiment(body: ContinueExperiment, request: Request) -> dic
                 403,
                 f"only the owner of experiment {exp.id} ({exp.owner}) or an admin may continue it",
             )
-    await run_in_threadpool(mgr.continue_experiment, body.id, body.override_config)
+    await run_in_threadpool(
+        mgr.write, experiments.continue_experiment, body.id, body.override_config
+    )
     return _experiment_json(mgr, body.id)

@@ -6,18 +6,22 @@ JSON view helpers the route modules share."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from . import responses as R
 from .api_spec import INT32_MAX, DbId, method_not_allowed
 from .auth import access, principal
+from .context import MasterContext
 from .db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
-from .manager import MAX_CONTEXT_BYTES, BadRequest, ExperimentManager, NotFound
+from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound
+from .models import experiments, lifecycle
 from .routes import _checkpoint_views, _experiment_views, _get_experiment, _mgr, _trial_views
 from .schemas import PatchExperiment
 
@@ -126,7 +130,13 @@ async def create_experiment(request: Request) -> dict[str, Any]:
         return {"experiment": None, "warnings": _config_warnings(config)}
     owner = principal(request)
     exp_id = await run_in_threadpool(
-        mgr.create_experiment, config, data, activate, owner.username or "determined", parent_id
+        experiments.create_experiment,
+        mgr,
+        config,
+        data,
+        activate,
+        owner.username or "determined",
+        parent_id,
     )
     with mgr.db.read() as s:
         exp = _get_experiment(s, exp_id)
@@ -243,17 +253,18 @@ def get_model_def(exp_id: DbId, request: Request) -> Response:
         return Response(content=md.content, media_type="application/gzip")
 
 
-_ACTIONS = {
-    "pause": lambda m, i: m.pause_experiment(i),
-    "activate": lambda m, i: m.activate_experiment(i),
-    "cancel": lambda m, i: m.cancel_experiment(i),
-    "kill": lambda m, i: m.cancel_experiment(i, kill=True),
-    "archive": lambda m, i: m.archive_experiment(i, True),
-    "unarchive": lambda m, i: m.archive_experiment(i, False),
+_ACTIONS: dict[str, Callable[[Session, MasterContext, int], None]] = {
+    "pause": lifecycle.pause_experiment,
+    "activate": lifecycle.activate_experiment,
+    "cancel": lifecycle.cancel_experiment,
+    "kill": lambda s, c, i: lifecycle.cancel_experiment(s, c, i, kill=True),
+    "archive": lambda s, c, i: experiments.archive_experiment(s, c, i, True),
+    "unarchive": lambda s, c, i: experiments.archive_experiment(s, c, i, False),
 }
+"""The experiment actions: model functions run in one write transaction."""
 
 
-def _experiment_json(mgr: ExperimentManager, exp_id: int) -> dict[str, Any]:
+def _experiment_json(mgr: MasterContext, exp_id: int) -> dict[str, Any]:
     with mgr.db.read() as s:
         return {"experiment": _experiment_views(s, [_get_experiment(s, exp_id)])[0]}
 
@@ -273,7 +284,7 @@ def experiment_action(exp_id: DbId, action: str, request: Request) -> dict[str, 
             return wrong_method  # type: ignore[return-value]
         raise NotFound(f"no experiment action {action!r}; one of {sorted(_ACTIONS)}")
     mgr = _mgr(request)
-    fn(mgr, exp_id)
+    mgr.write(fn, exp_id)
     return _experiment_json(mgr, exp_id)
 
 
@@ -284,7 +295,7 @@ def patch_experiment(exp_id: DbId, body: PatchExperiment, request: Request) -> d
     mgr = _mgr(request)
     gc = body.checkpoint_storage.model_dump(exclude_none=True) if body.checkpoint_storage else None
     res = body.resources.model_dump(exclude_none=True) if body.resources else None
-    mgr.patch_experiment(exp_id, body.name, body.description, gc or None, res or None)
+    experiments.patch_experiment(mgr, exp_id, body.name, body.description, gc or None, res or None)
     return _experiment_json(mgr, exp_id)
 
 
@@ -292,5 +303,5 @@ def patch_experiment(exp_id: DbId, body: PatchExperiment, request: Request) -> d
 @access(users="owner", what="delete it")
 def delete_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """Delete a finished experiment: checkpoints from storage, then every row."""
-    _mgr(request).delete_experiment(exp_id)
+    experiments.delete_experiment(_mgr(request), exp_id)
     return {}

@@ -26,7 +26,7 @@ from . import responses as R
 from .api_spec import DbId
 from .auth import access
 from .db import ExperimentRow, ModelDefinitionRow
-from .manager import BadRequest, NotFound
+from .errors import BadRequest, NotFound
 
 router = APIRouter(prefix="/api/v1")
 

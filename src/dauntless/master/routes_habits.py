@@ -18,59 +18,27 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from dauntless.config import parse_experiment_config
-
 from . import responses as R
 from .api_spec import DbId
 from .auth import access
-from .db import CheckpointRow, ExperimentRow
-from .lifecycle import Conflict
-from .manager import BadRequest, ExperimentManager, NotFound
-from .states import is_terminal
+from .models import checkpoints, experiments
+from .routes import _mgr, _write
 
 router = APIRouter(prefix="/api/v1")
-
-MAX_LABEL_LENGTH = 255
-"""The longest label accepted, in characters."""
-
-
-def _mgr(request: Request) -> ExperimentManager:
-    return request.app.state.manager
-
-
-def _edit_labels(mgr: ExperimentManager, exp_id: int, label: str, add: bool) -> list[str]:
-    if not label.strip() or len(label) > MAX_LABEL_LENGTH:
-        raise BadRequest(
-            "invalid label", [("label", f"a non-empty string of at most {MAX_LABEL_LENGTH} chars")]
-        )
-    with mgr.db.write() as s:
-        exp = s.get(ExperimentRow, exp_id)
-        if exp is None or exp.state == "DELETED":
-            raise NotFound(f"experiment {exp_id} not found")
-        config = dict(exp.config)
-        labels = [str(x) for x in config.get("labels") or []]
-        if add and label not in labels:
-            labels.append(label)
-        elif not add:
-            labels = [x for x in labels if x != label]
-        config["labels"] = labels
-        mgr._configs[exp.id] = parse_experiment_config(config)
-        exp.config = config
-        return labels
 
 
 @router.put("/experiments/{exp_id}/labels/{label}", response_model=R.LabelsOut)
 @access(users="owner", what="label it")
 def put_experiment_label(exp_id: DbId, label: str, request: Request) -> dict[str, Any]:
     """Add ``label`` to the experiment's labels (no change if it is there)."""
-    return {"labels": _edit_labels(_mgr(request), exp_id, label, add=True)}
+    return {"labels": _write(request, experiments.edit_labels, exp_id, label, True)}
 
 
 @router.delete("/experiments/{exp_id}/labels/{label}", response_model=R.LabelsOut)
 @access(users="owner", what="label it")
 def delete_experiment_label(exp_id: DbId, label: str, request: Request) -> dict[str, Any]:
     """Remove ``label`` from the experiment's labels (no change if it is absent)."""
-    return {"labels": _edit_labels(_mgr(request), exp_id, label, add=False)}
+    return {"labels": _write(request, experiments.edit_labels, exp_id, label, False)}
 
 
 @router.delete("/checkpoints/{uuid}", response_model=R.CheckpointDeleted)
@@ -81,22 +49,8 @@ def delete_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
     Refused (409) while its experiment is not finished: a running trial may resume from
     any of its checkpoints. Deleting a DELETED checkpoint again is a no-op.
     """
-    mgr = _mgr(request)
-    with mgr.db.write() as s:
-        ckpt = s.get(CheckpointRow, uuid)
-        if ckpt is None:
-            raise NotFound(f"checkpoint {uuid} not found")
-        exp = s.get(ExperimentRow, ckpt.experiment_id)
-        if exp is None:
-            raise NotFound(f"checkpoint {uuid} not found")
-        if not is_terminal(exp.state):
-            raise Conflict(
-                f"checkpoint {uuid} belongs to experiment {exp.id}, which is {exp.state}; "
-                "checkpoints can be deleted once the experiment has finished"
-            )
-        already = ckpt.state == "DELETED"
-        ckpt.state = "DELETED"
-        config = dict(exp.config)
+    with _mgr(request).db.write() as s:
+        already, config = checkpoints.mark_deleted(s, uuid)
     if not already:
-        mgr._remove_checkpoints(config, [uuid])
+        checkpoints.remove_checkpoints(config, [uuid])
     return {"uuid": uuid, "state": "DELETED"}

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Request
 from . import responses as R
 from .api_spec import DbId
 from .auth import access, require_own_trial
-from .manager import MetricsIn
-from .models import trials
-from .routes import _mgr
+from .models import checkpoints, metrics, search, trials
+from .models.metrics import MetricsIn
+from .routes import _mgr, _write
 from .schemas import (
     CheckpointReport,
     CompletedOperation,
@@ -41,14 +41,17 @@ def get_searcher_operation(trial_id: DbId, request: Request) -> dict[str, Any]:
 def complete_searcher_operation(trial_id: DbId, body: CompletedOperation, request: Request) -> dict:
     """The trial finished an operation and reports the searcher metric; the answer is
     its next operation, as the GET above would give it."""
-    return _mgr(request).complete_operation(trial_id, body.op.length, body.searcher_metric)
+    return _write(
+        request, search.complete_operation, trial_id, body.op.length, body.searcher_metric
+    )
 
 
 @router.post("/trials/{trial_id}/metrics", response_model=R.Stored)
 @access(users="none", trial="own", what="report metrics for trials")
 def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) -> dict:
     """Training or validation metrics at a batch count (idempotent)."""
-    stored = _mgr(request).report_metrics(
+    stored = metrics.report_metrics(
+        _mgr(request),
         trial_id,
         body.group,
         body.steps_completed,
@@ -64,7 +67,8 @@ def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) ->
 def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: Request) -> dict:
     """Several metrics reports of one trial, stored in one transaction, each as
     ``POST /trials/{id}/metrics`` would store it (idempotent per report)."""
-    stored = _mgr(request).report_metrics_batch(
+    stored = metrics.report_metrics_batch(
+        _mgr(request),
         trial_id,
         [
             MetricsIn(r.group, r.steps_completed, r.trial_run_id, r.metrics, r.batch_metrics)
@@ -78,7 +82,7 @@ def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: 
 @access(users="none", trial="own", what="report progress for trials")
 def post_trial_progress(trial_id: DbId, body: ProgressReport, request: Request) -> dict:
     """The trial's own progress estimate (0..1)."""
-    _mgr(request).report_progress(trial_id, body.progress)
+    _write(request, metrics.report_progress, trial_id, body.progress)
     return {}
 
 
@@ -86,7 +90,8 @@ def post_trial_progress(trial_id: DbId, body: ProgressReport, request: Request) 
 @access(users="none", trial="own", what="report early exits for trials")
 def post_early_exit(trial_id: DbId, body: EarlyExit, request: Request) -> dict:
     """The trial will exit early (invalid hyperparameters)."""
-    _mgr(request).report_early_exit(trial_id, body.reason)
+    with _mgr(request).db.write() as s:
+        trials.report_early_exit(s, trial_id, body.reason)
     return {}
 
 
@@ -95,7 +100,9 @@ def post_early_exit(trial_id: DbId, body: EarlyExit, request: Request) -> dict:
 def post_checkpoint(body: CheckpointReport, request: Request) -> dict:
     """A completed checkpoint written by a trial (a trial's token: its own trial only)."""
     require_own_trial(request, body.trial_id)
-    _mgr(request).report_checkpoint(
+    _write(
+        request,
+        checkpoints.report_checkpoint,
         body.uuid,
         body.trial_id,
         body.allocation_id,

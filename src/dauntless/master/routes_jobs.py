@@ -31,8 +31,10 @@ from dauntless.scheduler import pool_spec_from_config
 from . import responses as R
 from .api_spec import ErrorBody
 from .auth import forbidden, principal
+from .context import MasterContext
 from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
-from .manager import BadRequest, ExperimentManager, NotFound
+from .errors import BadRequest, NotFound
+from .models import experiments
 from .states import State
 from .tasks import TaskState
 
@@ -58,15 +60,15 @@ class JobUpdate(BaseModel):
         return self
 
 
-def _mgr(request: Request) -> ExperimentManager:
+def _mgr(request: Request) -> MasterContext:
     return request.app.state.manager
 
 
-def _pools(mgr: ExperimentManager) -> dict[str, Any]:
+def _pools(mgr: MasterContext) -> dict[str, Any]:
     return {p.pool_name: pool_spec_from_config(p) for p in mgr.config.resource_pools}
 
 
-def _experiment_jobs(mgr: ExperimentManager, s: Any) -> list[dict[str, Any]]:
+def _experiment_jobs(mgr: MasterContext, s: Any) -> list[dict[str, Any]]:
     exps = s.scalars(select(ExperimentRow).where(ExperimentRow.state == State.ACTIVE.value)).all()
     if not exps:
         return []
@@ -152,12 +154,12 @@ def _task_jobs(s: Any) -> list[dict[str, Any]]:
     return out
 
 
-def list_jobs(mgr: ExperimentManager, resource_pool: str | None = None) -> list[dict[str, Any]]:
+def list_jobs(mgr: MasterContext, resource_pool: str | None = None) -> list[dict[str, Any]]:
     """Every unfinished job, pool by pool (in the master config's pool order), each pool's
     jobs in its scheduler's order with ``queue_position`` (1-based) set.
 
     Args:
-        mgr: the master's experiment manager.
+        mgr: the master's context.
         resource_pool: only this pool's jobs (None: all pools).
 
     Raises:
@@ -249,7 +251,7 @@ def update_job(job_id: str, body: JobUpdate, request: Request) -> dict[str, Any]
             ],
         )
     if job["type"] == "EXPERIMENT":
-        mgr.patch_experiment(int(job["entity_id"]), None, None, None, {field: value})
+        experiments.patch_experiment(mgr, int(job["entity_id"]), None, None, None, {field: value})
     else:
         with mgr.db.write() as s:
             row = s.get(TaskRow, job["entity_id"])

@@ -4,7 +4,7 @@
 training lengths (batches) a config's searcher would create, computed by
 :func:`dauntless.searcher.preview_search` (every trial assumed to report the same metric,
 so an adaptive search promotes by its tie rule only). Bad input raises
-:class:`~dauntless.master.manager.BadRequest`, which the app's handlers answer with 400
+:class:`~dauntless.master.errors.BadRequest`, which the app's handlers answer with 400
 and the ``errors`` naming each config field.
 """
 
@@ -25,7 +25,7 @@ from dauntless.searcher import (
 )
 
 from . import responses as R
-from .manager import BadRequest
+from .errors import BadRequest
 
 MAX_SEED = 2**32 - 1
 """The largest experiment seed the searchers accept."""

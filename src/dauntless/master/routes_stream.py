@@ -6,7 +6,7 @@ events"). Each stream polls the database every :data:`POLL_SECONDS` on the serve
 sends an event only when the JSON it would send has changed; a comment line keeps idle
 connections open every :data:`KEEPALIVE_SECONDS`. The experiment streams rebuild their
 body only when the master committed a change to experiments, trials, metric reports or
-checkpoints since the last build (the manager's ``experiment_changes``,
+checkpoints since the last build (the master context's ``experiment_changes``,
 :class:`~dauntless.master.db.changes.ChangeFlag`), or :data:`STALE_SECONDS` passed (a
 change the master's ORM did not see: another process, a bulk statement). Every stream takes ``max_seconds``
 (default: until the client leaves); a browser's ``EventSource`` reconnects by itself when
@@ -52,9 +52,11 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from .api_spec import INT32_MAX, DbId
-from .manager import NotFound
+from .context import MasterContext
+from .errors import NotFound
 from .metric_series import MAX_POINTS
-from .routes import _get_experiment
+from .models import agents as agent_models
+from .routes import _get_experiment, _read
 from .routes_allocations import _allocations
 from .routes_charts import experiment_summary
 from .routes_cluster import list_agents
@@ -337,15 +339,15 @@ async def stream_cluster(
     ones: trials' and tasks', whose ``task_id`` is set), "resource_pools": [ResourcePool]}`` (the body of ``GET /resource-pools``;
     absent from masters without pool summaries)."""
     mgr = request.app.state.manager
-    pools = getattr(mgr, "resource_pools", None)
+    has_pools = isinstance(mgr, MasterContext)
 
     def read() -> tuple[str, Any]:
         agents = list_agents(request)["agents"]
         for agent in agents:
             agent.pop("last_heartbeat", None)
         body: dict[str, Any] = {"agents": agents, "allocations": _allocations(request, None, True)}
-        if callable(pools):
-            body["resource_pools"] = pools()
+        if has_pools:
+            body["resource_pools"] = _read(request, agent_models.resource_pools, mgr)
         return "cluster", body
 
     return _stream(_poll(request, read, max_seconds))

@@ -21,7 +21,8 @@ from starlette.concurrency import run_in_threadpool
 
 from . import responses as R
 from .auth import access, forbidden, principal
-from .manager import MAX_CONTEXT_BYTES, BadRequest, ExperimentManager
+from .context import MasterContext
+from .errors import MAX_CONTEXT_BYTES, BadRequest
 from .tasks import NotFound, TaskConflict, TaskService
 
 router = APIRouter(prefix="/api/v1")
@@ -36,7 +37,7 @@ FAMILIES = {
 
 
 def _tasks(request: Request) -> TaskService:
-    mgr: ExperimentManager = request.app.state.manager
+    mgr: MasterContext = request.app.state.manager
     return mgr.tasks
 
 

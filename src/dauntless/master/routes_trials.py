@@ -15,8 +15,9 @@ from . import responses as R
 from .api_spec import DbId
 from .auth import access
 from .db import CheckpointRow, MetricRow, TaskLogRow
-from .manager import BadRequest
+from .errors import BadRequest
 from .metric_series import read_trial_series
+from .models import lifecycle
 from .routes import _checkpoint_views, _get_experiment, _get_trial, _mgr, _trial_views
 from .schemas import log_view, metric_view
 
@@ -31,7 +32,7 @@ MAX_METRICS_PAGE = 10_000
 def kill_trial(trial_id: DbId, request: Request) -> dict[str, Any]:
     """Kill one trial; it ends CANCELED."""
     mgr = _mgr(request)
-    mgr.kill_trial(trial_id)
+    mgr.write(lifecycle.kill_trial, trial_id)
     with mgr.db.read() as s:
         return {"trial": _trial_views(s, [_get_trial(s, trial_id)])[0]}
 

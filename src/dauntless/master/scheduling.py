@@ -8,26 +8,24 @@ allocations for assignments, a preemption flag for preemptions.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from dauntless.scheduler import AgentState, Allocation, Request, pool_spec_from_config
 
+from .context import MasterContext
 from .db import AgentRow, AllocationRow, ExperimentRow, TaskRow, TrialRow
 from .environments import required_features, schedule_by_features
+from .models import allocations
 from .states import State
 from .task_policies import excluded_agents
 from .tasks import REQUEST_PREFIX as TASK_REQUEST_PREFIX
 
-if TYPE_CHECKING:
-    from .manager import ExperimentManager
-
 log = logging.getLogger("dauntless.master")
 
 
-def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
+def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
     """Run one scheduling pass inside the caller's transaction.
 
     Returns:
@@ -35,7 +33,7 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
     """
     live = s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")).all()
     live_trials = {a.trial_id for a in live if a.trial_id is not None}
-    pending_tasks = mgr.tasks.pending(s)
+    pending_tasks = mgr.tasks.scheduling.pending(s)
     task_configs = {}
     if any(a.task_id is not None for a in live):
         task_configs = {
@@ -116,14 +114,14 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
                 constrained.append((request, avoid))
             else:
                 requests.append(request)
-        requests.extend(mgr.tasks.requests(pending_tasks, pool.pool_name))
+        requests.extend(mgr.tasks.scheduling.requests(pending_tasks, pool.pool_name))
         running = []
         pool_agent_ids = {a.id for a in pool_agents}
         for alloc in live:
             if alloc.agent_id not in pool_agent_ids:
                 continue
             if alloc.task_id is not None:
-                running.append(mgr.tasks.running(alloc, task_configs[alloc.task_id]))
+                running.append(mgr.tasks.scheduling.running(alloc, task_configs[alloc.task_id]))
                 continue
             assert alloc.trial_id is not None  # not a task's, so a trial's allocation
             exp = running_meta[alloc.trial_id]
@@ -164,11 +162,16 @@ def place_pending(s: Session, mgr: ExperimentManager, now: float) -> int:
             ).assignments
         for assignment in assignments:
             if assignment.request_id.startswith(TASK_REQUEST_PREFIX):
-                created += mgr.tasks.allocate(s, assignment.request_id, dict(assignment.slots))
+                created += mgr.tasks.scheduling.allocate(
+                    s, assignment.request_id, dict(assignment.slots)
+                )
                 continue
             trial, _exp = trials_by_id[int(assignment.request_id)]
-            mgr.new_allocation(
-                s, trial, [(agent_id, list(slots)) for agent_id, slots in assignment.slots.items()]
+            allocations.new_allocation(
+                s,
+                trial,
+                [(agent_id, list(slots)) for agent_id, slots in assignment.slots.items()],
+                mgr.clock(),
             )
             created += 1
         for victim in decision.preemptions:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -32,8 +32,13 @@ from dauntless.config import ExperimentConfig
 from .db import AllocationRow, ExperimentRow, TaskLogRow, TrialRow
 from .models import allocations
 
-if TYPE_CHECKING:
-    from .manager import ExperimentManager
+
+class ConfigSource(Protocol):
+    """What this module needs of the master's context: its parsed-config cache
+    (:meth:`~dauntless.master.context.MasterContext.experiment_config`)."""
+
+    def experiment_config(self, exp: ExperimentRow) -> ExperimentConfig: ...
+
 
 log = logging.getLogger("dauntless.master")
 
@@ -82,7 +87,7 @@ def preemption_timeout(cfg: ExperimentConfig) -> float:
     )
 
 
-def enforce_preemption_timeouts(s: Session, mgr: ExperimentManager, now: float) -> None:
+def enforce_preemption_timeouts(s: Session, mgr: ConfigSource, now: float) -> None:
     """Stamp new stop requests and order a kill of every allocation whose request is
     older than its experiment's ``preemption_timeout`` (inside the caller's transaction).
 
@@ -125,10 +130,10 @@ class LogPolicyMatcher:
     """Applies log policies to task log lines as the master stores them.
 
     Args:
-        mgr: the experiment manager (its configs are cached there).
+        mgr: the master's context (its configs are cached there).
     """
 
-    def __init__(self, mgr: ExperimentManager) -> None:
+    def __init__(self, mgr: ConfigSource) -> None:
         self._mgr = mgr
         self._alloc: dict[str, tuple[int, str, int]] = {}  # id -> trial, agent, experiment
         self._policies: dict[int, list[CompiledPolicy]] = {}

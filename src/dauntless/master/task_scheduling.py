@@ -2,37 +2,58 @@
 their scheduler requests, the hand-over of an allocation to an agent (the task spec),
 the end of a task when its process exits, and the idle timeout of TensorBoards.
 :class:`TaskScheduling` holds these hooks; :class:`~dauntless.master.tasks.TaskService`
-inherits them.
+holds one (``TaskService.scheduling``).
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from dauntless.config import MasterConfig
 from dauntless.config._task import TaskConfig
 from dauntless.scheduler import Allocation, Request
 
 from .auth import hash_token, new_token
-from .db import AllocationRow, TaskRow, UserSessionRow
+from .db import AllocationRow, Database, TaskRow, UserSessionRow
 from .task_states import REQUEST_PREFIX, TASK_TERMINAL, TaskState, check_task_transition
-
-if TYPE_CHECKING:
-    from .manager import ExperimentManager
 
 log = logging.getLogger("dauntless.master.tasks")
 
 
-class TaskScheduling:
-    """The scheduler hooks of :class:`~dauntless.master.tasks.TaskService` (its base
-    class; see the module). The service sets :attr:`mgr` and :attr:`proxy_activity`."""
+class TaskHost(Protocol):
+    """What tasks need of the master's context
+    (:class:`~dauntless.master.context.MasterContext`)."""
 
-    mgr: ExperimentManager
-    proxy_activity: dict[str, float]
+    db: Database
+    config: MasterConfig
+    wake: threading.Event
+    clock: Callable[[], float]
+
+    def public_url(self) -> str:
+        """The URL tasks use to reach the master."""
+        ...
+
+
+class TaskScheduling:
+    """The scheduler hooks of :class:`~dauntless.master.tasks.TaskService` (see the
+    module).
+
+    Args:
+        mgr: the master's context.
+        proxy_activity: the service's map of task id -> last proxied request (seconds
+            since the epoch), shared with it.
+    """
+
+    def __init__(self, mgr: TaskHost, proxy_activity: dict[str, float]) -> None:
+        self.mgr = mgr
+        self.proxy_activity = proxy_activity
 
     def pending(self, s: Session) -> builtins.list[TaskRow]:
         """Queued tasks (oldest first) without a live allocation."""
@@ -186,17 +207,19 @@ class TaskScheduling:
             return
         code, message = alloc.exit_code, alloc.exit_message
         if row.kill_requested:
-            self._end(s, row, TaskState.CANCELED, code, row.exit_message or "killed")
+            self.end(s, row, TaskState.CANCELED, code, row.exit_message or "killed")
         elif code == 0:
-            self._end(s, row, TaskState.COMPLETED, 0, None)
+            self.end(s, row, TaskState.COMPLETED, 0, None)
         else:
             # A service's own reason (e.g. a missing extra) beats "exit code 3".
             why = row.exit_message or message or f"exit code {code}"
-            self._end(s, row, TaskState.ERROR, code, why)
+            self.end(s, row, TaskState.ERROR, code, why)
 
-    def _end(
+    def end(
         self, s: Session, row: TaskRow, state: TaskState, code: int | None, message: str | None
     ) -> None:
+        """End a task in ``state`` with its exit code and reason; its login session is
+        revoked."""
         check_task_transition(row.state, state)
         row.state = state.value
         row.exit_code = code

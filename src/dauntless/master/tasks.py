@@ -26,8 +26,8 @@ the master's proxy (:mod:`dauntless.master.proxy`) then forwards
 ``/proxy/<task id>/...`` to it.
 
 The states, constants and errors are in :mod:`dauntless.master.task_states`, the
-scheduler hooks in :mod:`dauntless.master.task_scheduling` (the base class of
-:class:`TaskService`); the states, constants and errors may still be imported from here.
+scheduler hooks in :mod:`dauntless.master.task_scheduling` (held by
+:class:`TaskService` as ``scheduling``); the states, constants and errors may still be imported from here.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import builtins
 import logging
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -52,7 +52,7 @@ from .db import (
     TrialRow,
     UserRow,
 )
-from .task_scheduling import TaskScheduling
+from .task_scheduling import TaskHost, TaskScheduling
 from .task_states import DEFAULT_SLOTS as DEFAULT_SLOTS
 from .task_states import EXTRAS as EXTRAS
 from .task_states import REQUEST_PREFIX as REQUEST_PREFIX
@@ -60,9 +60,6 @@ from .task_states import SERVICE_TYPES, TASK_TERMINAL, NotFound, TaskState
 from .task_states import TASK_TRANSITIONS as TASK_TRANSITIONS
 from .task_states import TaskConflict as TaskConflict
 from .task_states import check_task_transition as check_task_transition
-
-if TYPE_CHECKING:
-    from .manager import ExperimentManager
 
 log = logging.getLogger("dauntless.master.tasks")
 
@@ -73,19 +70,21 @@ def _bad(field: str, message: str):
     return BadRequest(f"invalid task: {field}: {message}", [(field, message)])
 
 
-class TaskService(TaskScheduling):
+class TaskService:
     """Creates, lists, kills and runs generic tasks (one per master; see the module).
 
     Args:
-        mgr: the experiment manager, whose database, config, clock, scheduler wake-up
+        mgr: the master's context, whose database, config, clock, scheduler wake-up
             and allocation hand-over tasks share.
     """
 
-    def __init__(self, mgr: ExperimentManager) -> None:
+    def __init__(self, mgr: TaskHost) -> None:
         self.mgr = mgr
         #: task id -> last time (seconds since the epoch) the proxy forwarded a request
         #: to it: a TensorBoard's activity (memory only; a restart counts as activity).
         self.proxy_activity: dict[str, float] = {}
+        #: The scheduler's hooks (queued tasks, hand-over, exits, idle timeouts).
+        self.scheduling = TaskScheduling(mgr, self.proxy_activity)
 
     # ------------------------------------------------------------------ create
 
@@ -332,7 +331,7 @@ class TaskService(TaskScheduling):
                 if state is TaskState.QUEUED or all(a.state == "ASSIGNED" for a in live):
                     for a in live:
                         a.state, a.exit_message, a.ended_at = "TERMINATED", reason, self.mgr.clock()
-                    self._end(s, row, TaskState.CANCELED, None, reason)
+                    self.scheduling.end(s, row, TaskState.CANCELED, None, reason)
                 else:
                     check_task_transition(row.state, TaskState.TERMINATING)
                     row.state = TaskState.TERMINATING.value

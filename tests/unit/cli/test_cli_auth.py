@@ -6,13 +6,18 @@ import io
 import json
 import os
 import stat
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from dauntless.cli import main
 from dauntless.client import AuthenticationError, Session, TokenStore, default_store_path
+from dauntless.master.testing import Cluster, bearer, login
 
 pytestmark = pytest.mark.usefixtures("no_backoff")
 
@@ -31,9 +36,31 @@ def run(
     return code, out, err
 
 
-def bearer(fm: Any, path: str) -> list[str]:
-    """The Authorization headers sent to ``path`` (``""`` for none), in order."""
-    return [r.headers.get("authorization", "") for r in fm.requests if r.path == path]
+def token_of(cluster: Cluster, username: str, password: str = "") -> str:
+    """A fresh token of ``username``, from the master's own sign-in route."""
+    with httpx.Client(base_url=cluster.url) as client:
+        return login(client, username, password)
+
+
+def valid(cluster: Cluster, token: str) -> bool:
+    """Whether the master still accepts ``token``."""
+    return cluster.admin.get("/api/v1/me", headers=bearer(token)).status_code == 200
+
+
+def user_id(cluster: Cluster, username: str) -> int:
+    users = cluster.admin.get("/api/v1/users").json()["users"]
+    return int(next(u["id"] for u in users if u["username"] == username))
+
+
+def add_user(cluster: Cluster, username: str, password: str) -> None:
+    r = cluster.admin.post("/api/v1/users", json={"username": username, "password": password})
+    assert r.status_code in (200, 201), r.text
+
+
+def set_password(cluster: Cluster, username: str, password: str) -> None:
+    uid = user_id(cluster, username)
+    r = cluster.admin.post(f"/api/v1/users/{uid}/password", json={"password": password})
+    assert r.status_code == 200, r.text
 
 
 # -- the token store --------------------------------------------------------------------
@@ -96,138 +123,164 @@ def test_store_reads_a_corrupt_file_as_empty(tmp_path: Path) -> None:
 # -- which credentials ------------------------------------------------------------------
 
 
-def _session(fm: Any, **kw: Any) -> Session:
-    return Session(fm.url, retries=0, **kw)
+def _session(cluster: Cluster, **kw: Any) -> Session:
+    return Session(cluster.url, retries=0, **kw)
 
 
-def test_new_cluster_signs_in_as_determined_and_saves_the_token(fake_master: Any) -> None:
-    fake_master.require_auth = True
-    with _session(fake_master) as s:
+def test_new_cluster_signs_in_as_determined_and_saves_the_token(cluster: Cluster) -> None:
+    with _session(cluster) as s:
         assert s.list_agents() == []
+        assert s.whoami()["username"] == "determined"
         token = s.token
-    # First try without credentials, then sign in with the empty password, then again.
-    assert bearer(fake_master, "/api/v1/agents") == ["", f"Bearer {token}"]
+    assert token is not None and valid(cluster, token)
     store = TokenStore()
-    assert store.active_user(fake_master.url) == "determined"
-    assert store.get_token(fake_master.url, "determined") == token
-    # The next session uses the saved token directly: no sign-in.
-    fake_master.requests.clear()
-    with _session(fake_master) as s:
+    assert store.active_user(cluster.url) == "determined"
+    assert store.get_token(cluster.url, "determined") == token
+    # The next session uses the saved token directly: signing in again would have made
+    # a new one.
+    with _session(cluster) as s:
         s.list_agents()
-    assert [r.path for r in fake_master.requests] == ["/api/v1/agents"]
-    assert bearer(fake_master, "/api/v1/agents") == [f"Bearer {token}"]
+        assert s.token == token
 
 
-def test_env_token_wins_and_is_not_saved(fake_master: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_master.require_auth = True
-    env_token = fake_master.issue_token("admin")
-    TokenStore().set_token(fake_master.url, "determined", fake_master.issue_token("determined"))
+def test_env_token_wins_and_is_not_saved(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_token = token_of(cluster, "admin")
+    TokenStore().set_token(cluster.url, "determined", token_of(cluster, "determined"))
     monkeypatch.setenv("DET_USER_TOKEN", env_token)
-    with _session(fake_master) as s:
+    with _session(cluster) as s:
         assert s.whoami()["username"] == "admin"
-    assert bearer(fake_master, "/api/v1/me") == [f"Bearer {env_token}"]
-    assert TokenStore().get_token(fake_master.url, "admin") is None
+        assert s.token == env_token
+    assert TokenStore().get_token(cluster.url, "admin") is None
 
 
 def test_refused_env_token_is_an_error_not_a_silent_login(
-    fake_master: Any, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_master.require_auth = True
     monkeypatch.setenv("DET_USER_TOKEN", "bogus")
-    with _session(fake_master) as s, pytest.raises(AuthenticationError, match="DET_USER_TOKEN"):
+    with _session(cluster) as s, pytest.raises(AuthenticationError, match="DET_USER_TOKEN"):
         s.list_agents()
+    assert TokenStore().users(cluster.url) == {}
 
 
-def test_saved_token_of_the_named_user(fake_master: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_master.require_auth = True
+def test_saved_token_of_the_named_user(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     store = TokenStore()
-    t_det = fake_master.issue_token("determined")
-    t_admin = fake_master.issue_token("admin")
-    store.set_token(fake_master.url, "admin", t_admin, activate=False)
-    store.set_token(fake_master.url, "determined", t_det)
-    with _session(fake_master) as s:  # the active user
+    store.set_token(cluster.url, "admin", token_of(cluster, "admin"), activate=False)
+    store.set_token(cluster.url, "determined", token_of(cluster, "determined"))
+    with _session(cluster) as s:  # the active user
         assert s.whoami()["username"] == "determined"
-    with _session(fake_master, user="admin") as s:  # -u
+    with _session(cluster, user="admin") as s:  # -u
         assert s.whoami()["username"] == "admin"
     monkeypatch.setenv("DET_USER", "admin")
-    with _session(fake_master) as s:  # DET_USER
+    with _session(cluster) as s:  # DET_USER
         assert s.whoami()["username"] == "admin"
 
 
-def test_det_user_and_det_pass_sign_in(fake_master: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_master.require_auth = True
-    fake_master.add_user("alice", password="s3cret")
+def test_det_user_and_det_pass_sign_in(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_user(cluster, "alice", "s3cret")
     monkeypatch.setenv("DET_USER", "alice")
     monkeypatch.setenv("DET_PASS", "s3cret")
-    with _session(fake_master) as s:
+    with _session(cluster) as s:
         assert s.whoami()["username"] == "alice"
-    logins = [json.loads(r.body) for r in fake_master.requests if r.path == "/api/v1/auth/login"]
-    assert logins == [{"username": "alice", "password": "s3cret"}]
+        token = s.token
+    assert TokenStore().get_token(cluster.url, "alice") == token
     monkeypatch.setenv("DET_PASS", "wrong")
-    TokenStore().drop_master(fake_master.url)
-    with _session(fake_master) as s, pytest.raises(AuthenticationError, match="alice"):
+    TokenStore().drop_master(cluster.url)
+    with _session(cluster) as s, pytest.raises(AuthenticationError, match="alice"):
         s.whoami()
 
 
-def test_password_set_without_terminal_says_to_log_in(fake_master: Any) -> None:
-    fake_master.require_auth = True
-    fake_master.users[2]["password"] = "changed"  # determined
-    with _session(fake_master) as s:
+def test_password_set_without_terminal_says_to_log_in(cluster: Cluster) -> None:
+    set_password(cluster, "determined", "changed")
+    with _session(cluster) as s:
         with pytest.raises(AuthenticationError, match="det user login determined"):
             s.list_agents()
 
 
-def test_password_set_asks_with_the_prompt(fake_master: Any) -> None:
-    fake_master.require_auth = True
-    fake_master.users[2]["password"] = "changed"
+def test_password_set_asks_with_the_prompt(cluster: Cluster) -> None:
+    set_password(cluster, "determined", "changed")
     asked: list[str] = []
 
     def prompt(msg: str) -> str:
         asked.append(msg)
         return "changed"
 
-    with _session(fake_master, prompt=prompt) as s:
+    with _session(cluster, prompt=prompt) as s:
         assert s.list_agents() == []
     assert asked == ["Password for user 'determined': "]
 
 
-def test_revoked_saved_token_is_dropped_and_signed_in_again_once(fake_master: Any) -> None:
-    fake_master.require_auth = True
+def test_revoked_saved_token_is_dropped_and_signed_in_again_once(cluster: Cluster) -> None:
+    revoked = token_of(cluster, "determined")
+    r = cluster.admin.post("/api/v1/auth/logout", headers=bearer(revoked))
+    assert r.status_code == 200 and not valid(cluster, revoked)
     store = TokenStore()
-    store.set_token(fake_master.url, "determined", "revoked-token")
-    with _session(fake_master) as s:
+    store.set_token(cluster.url, "determined", revoked)
+    with _session(cluster) as s:
         assert s.list_agents() == []
         new = s.token
-    assert new != "revoked-token"
-    assert bearer(fake_master, "/api/v1/agents") == ["Bearer revoked-token", f"Bearer {new}"]
-    assert store.get_token(fake_master.url, "determined") == new
+    assert new is not None and new != revoked and valid(cluster, new)
+    assert store.get_token(cluster.url, "determined") == new
 
 
-def test_a_second_401_is_not_retried_forever(fake_master: Any) -> None:
-    fake_master.require_auth = True
-    fake_master.forced[("GET", "/api/v1/agents")] = (401, {"detail": "token expired"})
-    with _session(fake_master) as s, pytest.raises(AuthenticationError):
+@pytest.fixture
+def refusing_server() -> Iterator[tuple[str, list[str]]]:
+    """A server that signs anyone in but then answers every other request 401 (as a
+    master whose tokens expire at once would; the real master cannot be made to), and
+    the paths it was asked, in order."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append(self.path)
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            if self.path == "/api/v1/auth/login":
+                status, body = 200, {"token": "t", "user": {"username": "determined"}}
+            else:
+                status, body = 401, {"detail": "token expired"}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_second_401_is_not_retried_forever(refusing_server: tuple[str, list[str]]) -> None:
+    url, seen = refusing_server
+    with Session(url, retries=0) as s, pytest.raises(AuthenticationError):
         s.list_agents()
-    assert len(bearer(fake_master, "/api/v1/agents")) == 2
+    assert seen.count("/api/v1/agents") == 2
 
 
-def test_login_false_raises_instead_of_signing_in(fake_master: Any) -> None:
-    fake_master.require_auth = True
-    with _session(fake_master, login=False) as s, pytest.raises(AuthenticationError):
+def test_login_false_raises_instead_of_signing_in(cluster: Cluster) -> None:
+    with _session(cluster, login=False) as s, pytest.raises(AuthenticationError):
         s.list_agents()
-    assert bearer(fake_master, "/api/v1/auth/login") == []
+    assert TokenStore().users(cluster.url) == {}
 
 
 # -- det user ---------------------------------------------------------------------------
 
 
-def test_cli_login_whoami_logout(fake_master: Any, capsys: Any, monkeypatch: Any) -> None:
-    fake_master.require_auth = True
-    fake_master.add_user("alice", password="pw")
+def test_cli_login_whoami_logout(cluster: Cluster, capsys: Any, monkeypatch: Any) -> None:
+    add_user(cluster, "alice", "pw")
     code, out, err = run(
         capsys,
         "-m",
-        fake_master.url,
+        cluster.url,
         "user",
         "login",
         "alice",
@@ -236,24 +289,25 @@ def test_cli_login_whoami_logout(fake_master: Any, capsys: Any, monkeypatch: Any
     )
     assert code == 0, err
     assert "Signed in as user 'alice'" in out
-    assert TokenStore().active_user(fake_master.url) == "alice"
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "whoami")
+    assert TokenStore().active_user(cluster.url) == "alice"
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "whoami")
     assert code == 0 and "'alice'" in out
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "whoami", "--json")
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "whoami", "--json")
     assert json.loads(out)["user"]["username"] == "alice"
-    token = TokenStore().get_token(fake_master.url, "alice")
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "logout")
+    token = TokenStore().get_token(cluster.url, "alice")
+    assert token is not None and valid(cluster, token)
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "logout")
     assert code == 0 and "alice" in out
-    assert token not in fake_master.tokens
-    assert TokenStore().users(fake_master.url) == {}
+    assert not valid(cluster, token)
+    assert TokenStore().users(cluster.url) == {}
 
 
-def test_cli_login_wrong_password(fake_master: Any, capsys: Any, monkeypatch: Any) -> None:
-    fake_master.add_user("alice", password="pw")
+def test_cli_login_wrong_password(cluster: Cluster, capsys: Any, monkeypatch: Any) -> None:
+    add_user(cluster, "alice", "pw")
     code, out, err = run(
         capsys,
         "-m",
-        fake_master.url,
+        cluster.url,
         "user",
         "login",
         "alice",
@@ -262,54 +316,50 @@ def test_cli_login_wrong_password(fake_master: Any, capsys: Any, monkeypatch: An
     )
     assert code == 1
     assert "invalid username or password" in err and "Traceback" not in err
-    assert TokenStore().users(fake_master.url) == {}
+    assert TokenStore().users(cluster.url) == {}
 
 
-def test_cli_logout_all(fake_master: Any, capsys: Any) -> None:
+def test_cli_logout_all(cluster: Cluster, capsys: Any) -> None:
     store = TokenStore()
-    t1, t2 = fake_master.issue_token("admin"), fake_master.issue_token("determined")
-    store.set_token(fake_master.url, "admin", t1)
-    store.set_token(fake_master.url, "determined", t2)
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "logout", "--all")
+    t1, t2 = token_of(cluster, "admin"), token_of(cluster, "determined")
+    store.set_token(cluster.url, "admin", t1)
+    store.set_token(cluster.url, "determined", t2)
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "logout", "--all")
     assert code == 0 and "2 user(s)" in out
-    assert fake_master.tokens == {}
-    assert store.users(fake_master.url) == {}
+    assert not valid(cluster, t1) and not valid(cluster, t2)
+    assert store.users(cluster.url) == {}
 
 
-def test_cli_global_user_flag(fake_master: Any, capsys: Any) -> None:
-    fake_master.require_auth = True
-    TokenStore().set_token(
-        fake_master.url, "admin", fake_master.issue_token("admin"), activate=False
-    )
-    code, out, _ = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "whoami")
+def test_cli_global_user_flag(cluster: Cluster, capsys: Any) -> None:
+    TokenStore().set_token(cluster.url, "admin", token_of(cluster, "admin"), activate=False)
+    code, out, _ = run(capsys, "-m", cluster.url, "-u", "admin", "user", "whoami")
     assert code == 0 and "'admin' (administrator)" in out
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "whoami", "-u", "admin")
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "whoami", "-u", "admin")
     assert code == 0 and "'admin'" in out
     # Without -u: the default user signs in with the empty password.
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "whoami")
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "whoami")
     assert code == 0 and "'determined'" in out
 
 
-def test_cli_list(fake_master: Any, capsys: Any) -> None:
-    fake_master.require_auth = True
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "ls")
+def test_cli_list(cluster: Cluster, capsys: Any) -> None:
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "ls")
     assert code == 0
     lines = out.splitlines()
     assert "Username" in lines[0]
     assert any("admin" in ln and "yes" in ln for ln in lines[1:])
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "list", "--json")
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "list", "--json")
+    assert json.loads(out) == cluster.admin.get("/api/v1/users").json()
     assert sorted(u["username"] for u in json.loads(out)["users"]) == ["admin", "determined"]
 
 
-def test_cli_create_needs_admin(fake_master: Any, capsys: Any) -> None:
-    fake_master.require_auth = True
-    code, out, err = run(capsys, "-m", fake_master.url, "user", "create", "bob")
+def test_cli_create_needs_admin(cluster: Cluster, capsys: Any) -> None:
+    code, out, err = run(capsys, "-m", cluster.url, "user", "create", "bob")
     assert code == 1
-    assert "Error: only administrators may create users" in err and "Traceback" not in err
+    assert err.startswith("Error: only an admin may ") and "Traceback" not in err
     code, out, err = run(
         capsys,
         "-m",
-        fake_master.url,
+        cluster.url,
         "-u",
         "admin",
         "user",
@@ -321,40 +371,42 @@ def test_cli_create_needs_admin(fake_master: Any, capsys: Any) -> None:
     )
     assert code == 0, err
     assert "Created administrator 'bob'" in out
-    bob = next(u for u in fake_master.users.values() if u["username"] == "bob")
-    assert bob["admin"] and bob["password"] == "pw"
+    users = cluster.admin.get("/api/v1/users").json()["users"]
+    assert next(u for u in users if u["username"] == "bob")["admin"] is True
+    assert valid(cluster, token_of(cluster, "bob", "pw"))
 
 
 def test_cli_change_own_password_keeps_you_signed_in(
-    fake_master: Any, capsys: Any, monkeypatch: Any
+    cluster: Cluster, capsys: Any, monkeypatch: Any
 ) -> None:
-    fake_master.require_auth = True
+    old = token_of(cluster, "determined")
+    TokenStore().set_token(cluster.url, "determined", old)
     code, _, err = run(
         capsys,
         "-m",
-        fake_master.url,
+        cluster.url,
         "user",
         "change-password",
         stdin="n3w\n",
         monkeypatch=monkeypatch,
     )
     assert code == 0, err
-    assert fake_master.users[2]["password"] == "n3w"
+    assert valid(cluster, token_of(cluster, "determined", "n3w"))
     # The old token was revoked; the CLI signed in again with the new password.
-    token = TokenStore().get_token(fake_master.url, "determined")
-    assert fake_master.tokens.get(token) == 2
-    code, out, _ = run(capsys, "-m", fake_master.url, "user", "whoami")
+    assert not valid(cluster, old)
+    token = TokenStore().get_token(cluster.url, "determined")
+    assert token is not None and token != old and valid(cluster, token)
+    code, out, _ = run(capsys, "-m", cluster.url, "user", "whoami")
     assert code == 0 and "'determined'" in out
 
 
 def test_cli_change_other_password_as_admin(
-    fake_master: Any, capsys: Any, monkeypatch: Any
+    cluster: Cluster, capsys: Any, monkeypatch: Any
 ) -> None:
-    fake_master.require_auth = True
     code, _, err = run(
         capsys,
         "-m",
-        fake_master.url,
+        cluster.url,
         "-u",
         "admin",
         "user",
@@ -364,11 +416,11 @@ def test_cli_change_other_password_as_admin(
         monkeypatch=monkeypatch,
     )
     assert code == 0, err
-    assert fake_master.users[2]["password"] == "x"
+    assert valid(cluster, token_of(cluster, "determined", "x"))
     code, _, err = run(
         capsys,
         "-m",
-        fake_master.url,
+        cluster.url,
         "user",
         "change-password",
         "admin",
@@ -379,19 +431,21 @@ def test_cli_change_other_password_as_admin(
     assert "det user login determined" in err and "Traceback" not in err
 
 
-def test_cli_activate_deactivate(fake_master: Any, capsys: Any, monkeypatch: Any) -> None:
-    fake_master.require_auth = True
-    fake_master.add_user("carol", password="pw")
-    code, out, err = run(
-        capsys, "-m", fake_master.url, "-u", "admin", "user", "deactivate", "carol"
-    )
+def test_cli_activate_deactivate(cluster: Cluster, capsys: Any, monkeypatch: Any) -> None:
+    add_user(cluster, "carol", "pw")
+
+    def active() -> bool:
+        users = cluster.admin.get("/api/v1/users").json()["users"]
+        return bool(next(u for u in users if u["username"] == "carol")["active"])
+
+    code, out, err = run(capsys, "-m", cluster.url, "-u", "admin", "user", "deactivate", "carol")
     assert code == 0, err
     assert "Deactivated user 'carol'" in out
-    assert fake_master.users[3]["active"] is False
+    assert active() is False
     code, _, err = run(
         capsys,
         "-m",
-        fake_master.url,
+        cluster.url,
         "user",
         "login",
         "carol",
@@ -399,25 +453,24 @@ def test_cli_activate_deactivate(fake_master: Any, capsys: Any, monkeypatch: Any
         monkeypatch=monkeypatch,
     )
     assert code == 1 and "deactivated" in err
-    code, out, _ = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "activate", "carol")
-    assert code == 0 and fake_master.users[3]["active"] is True
-    code, _, err = run(capsys, "-m", fake_master.url, "-u", "admin", "user", "activate", "nobody")
+    code, out, _ = run(capsys, "-m", cluster.url, "-u", "admin", "user", "activate", "carol")
+    assert code == 0 and active() is True
+    code, _, err = run(capsys, "-m", cluster.url, "-u", "admin", "user", "activate", "nobody")
     assert code == 1 and "user 'nobody' not found" in err
-    code, _, err = run(capsys, "-m", fake_master.url, "user", "deactivate", "admin")
-    assert code == 1 and "only administrators" in err
+    code, _, err = run(capsys, "-m", cluster.url, "user", "deactivate", "admin")
+    assert code == 1 and "Error: only an admin may edit another user" in err
 
 
-def test_cli_unauthenticated_error_is_clear(fake_master: Any, capsys: Any) -> None:
-    fake_master.require_auth = True
-    fake_master.users[2]["password"] = "set"
-    code, _, err = run(capsys, "-m", fake_master.url, "experiment", "list")
+def test_cli_unauthenticated_error_is_clear(cluster: Cluster, capsys: Any) -> None:
+    set_password(cluster, "determined", "set")
+    code, _, err = run(capsys, "-m", cluster.url, "experiment", "list")
     assert code == 1
     assert "Error: user 'determined' needs a password" in err and "Traceback" not in err
 
 
-def test_cli_missing_cert_file(fake_master: Any, capsys: Any, tmp_path: Path) -> None:
+def test_cli_missing_cert_file(cluster: Cluster, capsys: Any, tmp_path: Path) -> None:
     code, _, err = run(
-        capsys, "-m", fake_master.url, "--cert-file", str(tmp_path / "no.pem"), "experiment", "list"
+        capsys, "-m", cluster.url, "--cert-file", str(tmp_path / "no.pem"), "experiment", "list"
     )
     assert code == 1
     assert "CA bundle" in err and "does not exist" in err

@@ -1,13 +1,10 @@
 """Determined's ``det`` options: create -i/--include, --template, -t/--test-mode, and the
-log filters (the commands that need a real master run in
-tests/integration/test_determined_compat_e2e.py)."""
+log filters (against the real master, in this process)."""
 
 from __future__ import annotations
 
 import argparse
-import io
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +13,24 @@ import yaml
 
 from dauntless.cli import build_parser
 from dauntless.cli.compat_cmds import filter_lines, line_level
+from dauntless.master.testing import Cluster
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cli_commands import VALID, _script_run, run  # noqa: E402
+from test_cli_commands import VALID, run, trial_in_background  # noqa: E402
+
+
+def _model_def_files(cluster: Cluster, exp_id: int) -> list[str]:
+    r = cluster.admin.get(f"/api/v1/experiments/{exp_id}/model_def/tree")
+    return sorted(f["path"] for f in r.json()["files"] if f["type"] == "file")
+
+
+def _experiment_count(cluster: Cluster) -> int:
+    r = cluster.admin.get("/api/v1/experiments", params={"archived": "all"})
+    return int(r.json()["total"])
 
 
 def test_include_puts_paths_under_their_base_names(
-    tmp_path: Path, fake_master: Any, capsys
+    tmp_path: Path, cluster: Cluster, capsys
 ) -> None:
     cfg = tmp_path / "const.yaml"
     cfg.write_text(VALID)
@@ -35,34 +43,32 @@ def test_include_puts_paths_under_their_base_names(
     extra = tmp_path / "vocab.txt"
     extra.write_text("a b c\n")
     code, out, err = run(
-        capsys, "-m", fake_master.url, "e", "create", str(cfg), str(ctx), "-i", str(lib),
+        capsys, "-m", cluster.url, "e", "create", str(cfg), str(ctx), "-i", str(lib),
         "--include", str(extra),
     )  # fmt: skip
     assert code == 0, err
-    with tarfile.open(fileobj=io.BytesIO(fake_master.created[0]["context"][1]), mode="r:gz") as t:
-        names = sorted(n for n in t.getnames() if not t.getmember(n).isdir())
-    assert names == ["model_def.py", "shared_lib/pkg/util.py", "vocab.txt"]
+    assert _model_def_files(cluster, 1) == ["model_def.py", "shared_lib/pkg/util.py", "vocab.txt"]
     # A name clash with the context is refused before anything is sent.
     (ctx / "vocab.txt").write_text("clash\n")
     code, _, err = run(
-        capsys, "-m", fake_master.url, "e", "create", str(cfg), str(ctx), "-i", str(extra)
+        capsys, "-m", cluster.url, "e", "create", str(cfg), str(ctx), "-i", str(extra)
     )
     assert code != 0 and "vocab.txt already exists in the context directory" in err
-    code, _, err = run(capsys, "-m", fake_master.url, "e", "create", str(cfg), "-i", str(extra))
+    code, _, err = run(capsys, "-m", cluster.url, "e", "create", str(cfg), "-i", str(extra))
     assert code != 0 and "needs a context directory" in err
-    assert len(fake_master.created) == 1
+    assert _experiment_count(cluster) == 1
 
 
-def test_template_is_a_clear_error(tmp_path: Path, fake_master: Any, capsys) -> None:
+def test_template_is_a_clear_error(tmp_path: Path, cluster: Cluster, capsys) -> None:
     cfg = tmp_path / "const.yaml"
     cfg.write_text(VALID)
-    code, _, err = run(capsys, "-m", fake_master.url, "e", "create", str(cfg), "--template", "gpu")
+    code, _, err = run(capsys, "-m", cluster.url, "e", "create", str(cfg), "--template", "gpu")
     assert code != 0 and "--template gpu: this master has no config templates" in err
-    assert not fake_master.created
+    assert _experiment_count(cluster) == 0
 
 
 def test_test_mode_submits_a_one_batch_single_trial_and_follows(
-    tmp_path: Path, fake_master: Any, capsys
+    tmp_path: Path, cluster: Cluster, capsys
 ) -> None:
     raw = yaml.safe_load(VALID)
     raw["searcher"] = {
@@ -73,18 +79,18 @@ def test_test_mode_submits_a_one_batch_single_trial_and_follows(
     raw["searcher"]["max_length"] = {"batches": 500}
     cfg = tmp_path / "random.yaml"
     cfg.write_text(yaml.safe_dump(raw))
-    _script_run(fake_master, "COMPLETED")
-    code, out, err = run(capsys, "-m", fake_master.url, "e", "create", str(cfg), "-t")
+    with trial_in_background(cluster, "COMPLETED", length=1):
+        code, out, err = run(capsys, "-m", cluster.url, "e", "create", str(cfg), "-t")
     assert code == 0, err
-    sent = yaml.safe_load(fake_master.created[0]["config"][1])
-    assert sent["searcher"] == {
-        "name": "single",
-        "metric": raw["searcher"]["metric"],
-        "smaller_is_better": True,
-        "max_length": {"batches": 1},
-    }
-    assert sent["max_restarts"] == 0 and sent["min_validation_period"] == {"batches": 1}
+    body = cluster.experiment(1)
+    sent = body["experiment"]["config"]
+    assert sent["searcher"]["name"] == "single"
+    assert sent["searcher"]["metric"] == raw["searcher"]["metric"]
+    assert sent["searcher"]["smaller_is_better"] is True
+    assert sent["searcher"]["max_length"]["batches"] == 1
+    assert sent["max_restarts"] == 0 and sent["min_validation_period"]["batches"] == 1
     assert sent["name"].endswith("(test mode)")
+    assert len(body["trials"]) == 1
     assert "Experiment 1 finished: COMPLETED" in out and "Test mode" in err
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from email import policy
+from email.parser import BytesParser
 from typing import Any
 
 import httpx
@@ -15,6 +17,7 @@ from dauntless.client import (
     follow_trial_logs,
     wait_for_first_trial,
 )
+from dauntless.master.testing import Cluster
 
 
 def _session(handler: Any, sleeps: list[float] | None = None, **kw: Any) -> Session:
@@ -137,9 +140,18 @@ def test_api_error_from_fastapi_validation_and_plain_text() -> None:
     assert info.value.detail == "Internal Server Error" and info.value.errors == []
 
 
-def test_create_experiment_sends_multipart_config_context_and_activate(
-    parse_multipart: Any,
-) -> None:
+def parse_multipart(content_type: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """Decode a multipart/form-data body into ``{name: (filename, bytes)}``."""
+    raw = b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body
+    msg = BytesParser(policy=policy.HTTP).parsebytes(raw)
+    parts = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        parts[str(name)] = (part.get_filename(), part.get_payload(decode=True))
+    return parts
+
+
+def test_create_experiment_sends_multipart_config_context_and_activate() -> None:
     captured: dict[str, Any] = {}
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -244,12 +256,22 @@ def test_constructor_validation() -> None:
         Session("ftp://h:1")
 
 
-def test_session_against_real_server(fake_master: Any) -> None:
-    fake_master.add_experiment(1)
-    fake_master.add_trial(5, 1)
-    with Session(fake_master.url) as s:
-        assert s.master_info()["cluster_name"] == "fake"
-        assert s.get_experiment(1)["trials"][0]["id"] == 5
+GRID = """\
+name: grid
+entrypoint: model_def:T
+hyperparameters:
+  global_batch_size: 8
+  lr: {type: categorical, vals: [0.1, 0.2]}
+searcher: {name: grid, metric: loss, max_length: {batches: 10}}
+"""
+
+
+def test_session_against_real_server(cluster: Cluster) -> None:
+    exp = cluster.create_experiment(GRID)
+    trials = cluster.experiment(exp)["trials"]
+    with Session(cluster.url) as s:
+        assert s.master_info()["cluster_name"] == "dauntless"
+        assert s.get_experiment(exp)["trials"] == trials
         with pytest.raises(APIError) as info:
             s.get_trial(99)
         assert info.value.status == 404 and info.value.detail == "trial 99 not found"
@@ -331,24 +353,38 @@ def test_follow_survives_a_short_master_outage() -> None:
         list(follow_trial_logs(down, 1, sleep=lambda s: None, reconnect_timeout=0.0))  # type: ignore[arg-type]
 
 
-def test_wait_for_first_trial(fake_master: Any) -> None:
-    fake_master.add_experiment(1)
-    polls = []
+def test_wait_for_first_trial(cluster: Cluster) -> None:
+    exp = cluster.create_experiment(GRID)
+    first = min(t["id"] for t in cluster.experiment(exp)["trials"])
+    with Session(cluster.url) as s:
+        trial, state = wait_for_first_trial(s, exp, poll_interval=0.0)
+    assert trial is not None and trial["id"] == first and state == "ACTIVE"
 
-    def add_trials(fake: Any, method: str, path: str) -> None:
-        if path == "/api/v1/experiments/1":
-            polls.append(1)
-            if len(polls) == 3:
-                fake.add_trial(8, 1)
-                fake.add_trial(4, 1)
 
-    fake_master.hooks.append(add_trials)
-    with Session(fake_master.url) as s:
-        trial, state = wait_for_first_trial(s, 1, poll_interval=0.0)
-        assert trial is not None and trial["id"] == 4 and state == "ACTIVE"
-        fake_master.add_experiment(2, state="ERROR")
-        assert wait_for_first_trial(s, 2, poll_interval=0.0) == (None, "ERROR")
-    assert len(polls) == 3
+class _ScriptedExperiment:
+    """Answers get_experiment from a script of (trial ids, state) per call: the master
+    makes an experiment's trials as it creates it, so the cases where they come later
+    or never are played here."""
+
+    def __init__(self, script: list[tuple[list[int], str]]):
+        self.script = script
+        self.calls = 0
+
+    def get_experiment(self, experiment_id: int) -> Any:
+        ids, state = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        trials = [{"id": i, "state": "ACTIVE"} for i in ids]
+        return {"experiment": {"id": experiment_id, "state": state}, "trials": trials}
+
+
+def test_wait_for_first_trial_polls_until_one_appears_or_the_experiment_ends() -> None:
+    sleeps: list[float] = []
+    later = _ScriptedExperiment([([], "ACTIVE"), ([], "ACTIVE"), ([8, 4], "ACTIVE")])
+    trial, state = wait_for_first_trial(later, 1, poll_interval=0.5, sleep=sleeps.append)  # type: ignore[arg-type]
+    assert trial is not None and trial["id"] == 4 and state == "ACTIVE"
+    assert later.calls == 3 and sleeps == [0.5, 0.5]
+    never = _ScriptedExperiment([([], "ACTIVE"), ([], "ERROR")])
+    assert wait_for_first_trial(never, 2, sleep=lambda s: None) == (None, "ERROR")  # type: ignore[arg-type]
 
 
 def test_trial_metrics_are_read_page_by_page() -> None:

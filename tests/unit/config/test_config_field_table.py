@@ -26,6 +26,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from dauntless.config import FIELD_RULES, MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.testing import model_def_tarball, sign_in
 
@@ -692,7 +693,7 @@ def test_environment_variables_reach_the_task(master):
     exp = _create(client, config).json()["experiment"]
     client.post(f"/api/v1/experiments/{exp['id']}/activate")
     client.post("/api/v1/agents", json={"id": "env-agent", "slots": [{"id": "c0", "type": "cpu"}]})
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     starts = client.post("/api/v1/agents/env-agent/heartbeat", json={"running": []}).json()
     spec = next(s for s in starts["start"] if s["experiment_id"] == exp["id"])
     assert spec["env"]["MY_VAR"] == "42"

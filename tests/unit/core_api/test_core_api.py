@@ -22,6 +22,7 @@ from dauntless.core import (
     Session,
     TrialInfo,
 )
+from dauntless.master.testing import wait_for
 from dauntless.storage import DirectoryStorageManager
 
 # ---------------------------------------------------------------- a fake master
@@ -243,6 +244,11 @@ def test_init_refuses_multi_slot_trials_without_a_distributed_context(monkeypatc
 # ---------------------------------------------------------------- preemption long poll
 
 
+def _polls(master: FakeMaster) -> list[tuple[str, str, dict]]:
+    """The preemption long polls the fake master has been asked."""
+    return [r for r in list(master.requests) if r[1].endswith("/signals/preemption")]
+
+
 def _preempt_context(master: FakeMaster, **kwargs) -> tuple[PreemptContext, MasterBackend]:
     backend = MasterBackend(master.session())
     return PreemptContext(backend, "1.1", **kwargs), backend
@@ -256,14 +262,11 @@ def test_the_signal_is_watched_by_a_thread_not_asked_on_every_check():
         answers = [preempt.should_preempt() for _ in range(10_000)]
         assert not any(answers)
         assert time.monotonic() - start < 1.0, "a check must not wait for the master"
-        time.sleep(0.1)
+        wait_for("the watcher's first long poll", lambda: _polls(master))
         master.preempt()
-        deadline = time.monotonic() + 5
-        while not preempt.should_preempt() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_for("the signal to be seen", preempt.should_preempt)
         assert preempt.should_preempt() is True and preempt.acknowledged
-        polls = [r for r in master.requests if r[1].endswith("/signals/preemption")]
-        assert 1 <= len(polls) <= 10, "the thread long-polls; it does not poll per check"
+        assert 1 <= len(_polls(master)) <= 10, "the thread long-polls; it does not poll per check"
     finally:
         preempt.close()
         backend.close()
@@ -283,13 +286,8 @@ def test_start_background_starts_the_watcher_before_any_check(tmp_path):
     )
     with context:
         context.start_background()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not any(
-            r[1].endswith("/signals/preemption") for r in master.requests
-        ):
-            time.sleep(0.005)
         # The watcher polls although nothing has asked should_preempt() yet.
-        assert any(r[1].endswith("/signals/preemption") for r in master.requests)
+        wait_for("the watcher's first long poll", lambda: _polls(master))
         context.start_background()  # a second call starts nothing more
         watchers = [t for t in threading.enumerate() if t.name == "preemption-1.1"]
         assert len(watchers) == 1
@@ -301,9 +299,7 @@ def test_the_watcher_survives_master_errors():
     master.preempt()
     preempt, backend = _preempt_context(master, poll_seconds=0.2, error_backoff=0.01)
     try:
-        deadline = time.monotonic() + 5
-        while not preempt.should_preempt() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for("the signal to be seen", preempt.should_preempt)
         assert preempt.should_preempt() is True
     finally:
         preempt.close()

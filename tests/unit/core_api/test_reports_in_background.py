@@ -259,9 +259,7 @@ def test_closing_ends_the_long_poll_at_once(server):
     backend = MasterBackend(Session(server))
     preempt = PreemptContext(backend, "1.1", poll_seconds=30)
     assert preempt.should_preempt() is False  # starts the watcher
-    deadline = time.monotonic() + 5
-    while not _Handler.seen and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait_until(lambda: _Handler.seen)  # the watcher's first long poll
     assert _Handler.seen[0][0] == "/api/v1/allocations/1.1/signals/preemption?timeout_seconds=30"
     start = time.monotonic()
     preempt.stop()

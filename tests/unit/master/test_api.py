@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from dauntless.config import MasterConfig
-from dauntless.master import routes_cluster, routes_experiments
+from dauntless.master import loop, routes_cluster, routes_experiments
 from dauntless.master.app import create_app
 from dauntless.master.db import AllocationRow, MetricRow
-from dauntless.master.models import allocations
+from dauntless.master.models import allocations, metrics
 from dauntless.master.testing import model_def_tarball, sign_in
 
 CONFIG = """
@@ -123,9 +123,9 @@ def test_single_trial_lifecycle(master):
     assert trial["hparams"] == {"global_batch_size": 8, "lr": 0.1}
 
     # Nothing runs without an agent.
-    assert mgr.schedule_pass() == 0
+    assert loop.schedule_pass(mgr) == 0
     _register(client)
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()
     (spec,) = hb["start"]
     assert spec["trial_id"] == trial["id"] and spec["entrypoint"] == "model_def:Trial"
@@ -274,7 +274,7 @@ def test_metrics_batch_stores_each_report_once_in_order(master):
     assert [m["values"]["accuracy"] for m in validation] == [0.9, 0.95]
     trial = client.get(f"/api/v1/trials/{tid}").json()["trial"]
     assert trial["total_batches"] == 30
-    assert mgr.report_metrics_batch(tid, []) == []
+    assert metrics.report_metrics_batch(mgr, tid, []) == []
 
     # Bad batches are refused whole, naming the field; nothing of them is stored.
     for body, field in (
@@ -308,7 +308,7 @@ def test_failed_trial_restarts_then_errors(master):
     _register(client)
     for attempt in range(2):  # max_restarts: 1 -> the second failure is final
         # The first run is placed by this pass, the restart by the exit report itself.
-        assert mgr.schedule_pass() == (1 if attempt == 0 else 0)
+        assert loop.schedule_pass(mgr) == (1 if attempt == 0 else 0)
         spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
         assert spec["env"]["DET_TRIAL_RUN_ID"] == str(attempt + 1)
         client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 3})
@@ -316,14 +316,14 @@ def test_failed_trial_restarts_then_errors(master):
     assert body["trials"][0]["restarts"] == 2
     assert body["trials"][0]["state"] == "ERROR"
     assert body["experiment"]["state"] == "ERROR"
-    assert mgr.schedule_pass() == 0
+    assert loop.schedule_pass(mgr) == 0
 
 
 def test_lost_agent_restarts_trial_elsewhere(master, monkeypatch):
     client, mgr = master
     _create(client)
     _register(client, "a1")
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     client.post(
         "/api/v1/checkpoints",
@@ -341,7 +341,7 @@ def test_lost_agent_restarts_trial_elsewhere(master, monkeypatch):
     monkeypatch.setattr(mgr, "clock", lambda: clock[0])
     clock[0] += mgr.config.agent_timeout + 1
     client.post("/api/v1/agents/a2/heartbeat", json={"running": []})
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     agents = {a["id"]: a for a in client.get("/api/v1/agents").json()["agents"]}
     assert agents["a1"]["state"] == "LOST"
     spec2 = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"][0]
@@ -366,7 +366,7 @@ def test_resent_log_batches_are_stored_once(master):
     client, mgr = master
     _create(client)
     _register(client)
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     batch = {
         "logs": [
@@ -407,7 +407,7 @@ def test_agent_and_slot_switches_and_pools(master):
     assert [s["enabled"] for s in r.json()["agent"]["slots"]] == [True, False]
     assert client.post("/api/v1/agents/a1/slots/cpu9/disable").status_code == 404
     exp_id = _create(client).json()["experiment"]["id"]
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     assert spec["slot_ids"] == ["cpu0"]  # never the disabled slot
     pool = client.get("/api/v1/resource-pools").json()["resource_pools"][0]
@@ -419,11 +419,11 @@ def test_agent_and_slot_switches_and_pools(master):
     client.post("/api/v1/agents/a1/disable")
     assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json()["preempt"]
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": 0})
-    assert mgr.schedule_pass() == 0  # nowhere to go while a1 is disabled
+    assert loop.schedule_pass(mgr) == 0  # nowhere to go while a1 is disabled
     trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
     assert trial["state"] == "ACTIVE" and trial["restarts"] == 0
     client.post("/api/v1/agents/a1/enable")
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     r = client.patch(
         f"/api/v1/experiments/{exp_id}", json={"resources": {"priority": 10, "max_slots": 4}}
     )
@@ -441,7 +441,7 @@ def test_distributed_allocation_spans_agents_and_fails_together(master):
         CONFIG.replace("max_restarts: 1", "max_restarts: 1\nresources: {slots_per_trial: 2}"),
     )
     exp_id = exp_id.json()["experiment"]["id"]
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     s1 = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     s2 = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"][0]
     e1, e2 = s1["env"], s2["env"]
@@ -467,7 +467,7 @@ def test_distributed_allocation_spans_agents_and_fails_together(master):
     trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
     assert trial["restarts"] == 1 and trial["state"] == "ACTIVE"
     # The restart was placed when the last part's exit was reported.
-    assert mgr.schedule_pass() == 0
+    assert loop.schedule_pass(mgr) == 0
     live = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
     assert live["run_id"] == 2
 
@@ -476,7 +476,7 @@ def test_non_finite_metrics_are_stored_as_null(master):
     client, mgr = master
     _create(client)
     _register(client)
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     tid = spec["trial_id"]
     body = '{"group": "training", "steps_completed": 5, "metrics": {"loss": NaN, "x": Infinity, "n": [1.0, -Infinity]}}'
@@ -507,7 +507,7 @@ def _long_poll(client, alloc, timeout_seconds):
 def _running_allocation(client, mgr):
     exp_id = _create(client).json()["experiment"]["id"]
     _register(client)
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     return exp_id, spec["allocation_id"]
 
@@ -523,8 +523,20 @@ def test_preemption_long_poll_reads_the_allocation_only_when_it_changes(master, 
         return read(session, allocation_id)
 
     monkeypatch.setattr(allocations, "preemption_signal", counted)
+    # Count the long poll's in-memory checks of the allocation's version.
+    checks = threading.Semaphore(0)
+    versions = mgr.allocation_versions
+    version = versions.version
+
+    def counted_version(key):
+        checks.release()
+        return version(key)
+
+    monkeypatch.setattr(versions, "version", counted_version)
     thread, result = _long_poll(client, alloc, 20)
-    time.sleep(1.5)  # six in-memory checks, no change: still the first read only
+    for _ in range(7):  # the version read with the allocation, then six checks
+        assert checks.acquire(timeout=30), "the long poll stopped checking"
+    # Six in-memory checks, no change: still the first read only.
     assert reads == [alloc] and not result
     paused = time.monotonic()
     assert client.post(f"/api/v1/experiments/{exp_id}/pause").status_code == 200
@@ -538,8 +550,20 @@ def test_preemption_long_poll_rereads_for_changes_the_orm_does_not_see(master, m
     client, mgr = master
     _, alloc = _running_allocation(client, mgr)
     monkeypatch.setattr(routes_cluster, "PREEMPTION_REREAD_SECONDS", 0.5)
+    first_read = threading.Event()
+    read = allocations.preemption_signal
+
+    def noted(session, allocation_id):
+        try:
+            return read(session, allocation_id)
+        finally:
+            first_read.set()
+
+    monkeypatch.setattr(allocations, "preemption_signal", noted)
     thread, result = _long_poll(client, alloc, 20)
-    time.sleep(0.3)
+    # The change comes after the poll's first read (which saw no signal), so only a
+    # reread can find it.
+    assert first_read.wait(30), "the long poll never read the allocation"
     with mgr.db.write() as s:  # a bulk UPDATE: no ORM object changes, no version bump
         s.execute(
             update(AllocationRow)
@@ -557,7 +581,7 @@ def test_completed_operation_answers_the_next_operation(master):
     client, mgr = master
     _register(client)
     exp_id = _create(client).json()["experiment"]["id"]
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     client.post("/api/v1/agents/a1/heartbeat", json={"running": []})
     tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
     assert client.get(f"/api/v1/trials/{tid}/searcher/operation").json()["op"] == {"length": 20}
@@ -579,7 +603,7 @@ def test_heartbeat_carries_exits_and_answers_the_freed_slots_work(master):
         "max_length: {batches: 20}", "max_length: {batches: 20}\n  max_concurrent_trials: 1"
     )
     exp_id = _create(client, config).json()["experiment"]["id"]
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     (first,) = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
     r = client.post(
         "/api/v1/agents/a1/heartbeat",

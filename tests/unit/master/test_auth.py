@@ -16,6 +16,7 @@ from sqlalchemy import insert, select, text
 
 from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.auth import LoginThrottle, hash_token
 from dauntless.master.db import AllocationRow, Database, ExperimentRow, UserRow
@@ -63,7 +64,7 @@ class World:
             },
         )
         assert r.status_code == 200, r.text
-        assert self.mgr.schedule_pass() == 2
+        assert loop.schedule_pass(self.mgr) == 2
         r = client.post("/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": []})
         assert r.status_code == 200, r.text
         specs = sorted(r.json()["start"], key=lambda sp: sp["trial_id"])
@@ -96,7 +97,7 @@ class World:
         )
         assert r.status_code == 201, r.text
         self.task_id = r.json()["task"]["id"]
-        assert self.mgr.schedule_pass() == 1
+        assert loop.schedule_pass(self.mgr) == 1
         running = [sp["allocation_id"] for sp in specs]
         r = client.post(
             "/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": running}

@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.testing import model_def_tarball, sign_in
 
@@ -41,7 +42,7 @@ def _start(client, mgr, n=1):
         json={"id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(n)]},
     )
     assert r.status_code == 200, r.text
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     return client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
 
 
@@ -141,9 +142,9 @@ def test_warm_start_source_must_exist_and_starts_every_trial(master):
     r = _create(client, warm)
     assert r.status_code == 201, r.text
     assert r.json()["experiment"]["config"]["searcher"]["source_checkpoint_uuid"] == "src-ckpt"
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     r = client.post("/api/v1/agents", json={"id": "a2", "slots": [{"id": "x", "type": "cpu"}]})
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     started = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"]
     assert started and all(s["env"]["DET_LATEST_CHECKPOINT"] == "src-ckpt" for s in started)
     assert all(s["env"]["DET_STEPS_COMPLETED"] == "0" for s in started)
@@ -282,7 +283,7 @@ max_restarts: 0
     assert client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]["state"] == "ERROR"
     r = client.post("/api/v1/experiments/continue", json={"id": exp_id})
     assert r.status_code == 200, r.text
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     (again,) = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
     assert again["trial_id"] == spec["trial_id"]
     _validate(client, spec["trial_id"], 8, {"loss": 0.2, "epochs": 4})

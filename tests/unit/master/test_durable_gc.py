@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from object_stores import list_keys, start_fake_gcs
 
 from dauntless.config import MasterConfig
-from dauntless.master import checkpoint_gc
+from dauntless.master import checkpoint_gc, loop
 from dauntless.master.app import create_app
 from dauntless.master.testing import sign_in
 from dauntless.storage import GCSStorageManager
@@ -32,7 +32,7 @@ def _run_trial(client, mgr, config, checkpoints):
     """Create an experiment, report checkpoints ``[(uuid, batches, loss)]`` and end its
     trial COMPLETED; returns the experiment id."""
     exp = client.post("/api/v1/experiments", data={"config": config}).json()["experiment"]
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     tid = spec["trial_id"]
     for uuid, batches, loss in checkpoints:
@@ -82,7 +82,7 @@ def test_gc_due_when_the_master_died_runs_after_it_starts(tmp_path):
     app, client = _client(tmp_path)  # a new master process on the same database
     with client:
         sign_in(client)
-        app.state.manager.run_gc()
+        loop.run_gc(app.state.manager)
         assert _states(client, exp_id) == {"ck0": "DELETED", "ck1": "COMPLETED", "ck2": "COMPLETED"}
     assert not (tmp_path / "checkpoints" / "ck0").exists()
     assert (tmp_path / "checkpoints" / "ck1").exists()
@@ -115,15 +115,15 @@ def test_delete_is_retried_until_the_store_answers(tmp_path, monkeypatch):
             monkeypatch.setattr("dauntless.storage._object.MAX_ATTEMPTS", 1)
             monkeypatch.setattr("dauntless.storage._object.READ_TIMEOUT", 1.0)
             exp_id = _run_trial(client, mgr, config, [("g0", 10, 0.5), ("g1", 20, 0.2)])
-            mgr.run_gc()
+            loop.run_gc(mgr)
             assert _states(client, exp_id) == {"g0": "DELETING", "g1": "COMPLETED"}
-            assert mgr._deletion_retries["g0"].failures >= 1
+            assert mgr.deletions.retries["g0"].failures >= 1
             server = start_fake_gcs(tmp_path / "store", port=port)  # back, same objects
             assert list_keys(server, storage_cfg) == ["g0/state-dict.pth", "g1/state-dict.pth"]
-            mgr.process_deletions()  # its backoff has not passed: not tried again yet
+            mgr.deletions.process()  # its backoff has not passed: not tried again yet
             assert _states(client, exp_id) == {"g0": "DELETING", "g1": "COMPLETED"}
             now[0] += 3600.0  # past any backoff
-            mgr.process_deletions()
+            mgr.deletions.process()
             assert _states(client, exp_id) == {"g0": "DELETED", "g1": "COMPLETED"}
             assert list_keys(server, storage_cfg) == ["g1/state-dict.pth"]
     finally:

@@ -7,6 +7,7 @@ import pytest
 
 from dauntless.config import parse_experiment_config
 from dauntless.config._experiment import ConfigError, parse_size
+from dauntless.master import loop
 from dauntless.master.environments import (
     CONTAINERS,
     check_pool_can_run,
@@ -193,7 +194,7 @@ def test_the_master_picks_variables_by_slot_type_places_by_runtime_and_ends_fata
     gpu = {"id": "g", "slots": [{"id": "0", "type": "cuda"}], "runtime": PROCESS}
     assert client.post("/api/v1/agents", json=gpu).status_code == 200
     exp = client.post("/api/v1/experiments", data={"config": SCRIPT}).json()["experiment"]
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     (spec,) = client.post("/api/v1/agents/g/heartbeat", json={"running": []}).json()["start"]
     assert spec["env"]["WHERE"] == "cuda"  # was always the cpu list
     assert spec["environment"]["python_requirements"] == ["inflection"]
@@ -216,7 +217,7 @@ def test_the_master_picks_variables_by_slot_type_places_by_runtime_and_ends_fata
     assert client.post("/api/v1/agents", json=docker).json()["agent"]["runtime"] == DOCKER
     r = client.post("/api/v1/experiments", data={"config": image})
     assert r.status_code == 201, r.text
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     assert client.post("/api/v1/agents/g/heartbeat", json={"running": []}).json()["start"] == []
     (spec,) = client.post("/api/v1/agents/d/heartbeat", json={"running": []}).json()["start"]
     assert spec["env"]["WHERE"] == "cpu" and spec["environment"]["image"] == "my/image:1"

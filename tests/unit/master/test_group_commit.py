@@ -12,6 +12,7 @@ from sqlalchemy import func, insert, select
 
 from dauntless.master.db import ClusterRow, Database
 from dauntless.master.group_commit import GroupCommit
+from dauntless.master.testing import wait_for
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -45,13 +46,15 @@ def test_concurrent_jobs_share_transactions_and_keep_their_own_outcome(db):
     seen_committed: dict[int, bool] = {}
     errors: dict[int, str] = {}
     hold = threading.Event()
+    holding = threading.Event()
 
     def job(i: int):
         def fn(s):
             transactions.append(threading.get_ident())
             ran_in[i] = threading.get_ident()
             if i == 0:
-                hold.wait(5)  # the first leader holds the write lock: the others queue
+                holding.set()
+                hold.wait(60)  # the first leader holds the write lock: the others queue
             if i == 13:
                 raise ValueError(f"job {i} refused")
             s.execute(
@@ -74,12 +77,12 @@ def test_concurrent_jobs_share_transactions_and_keep_their_own_outcome(db):
 
     first = threading.Thread(target=caller, args=(0,))
     first.start()
-    while not transactions:
-        time.sleep(0.01)
+    assert holding.wait(30), "the first job never ran"
     others = [threading.Thread(target=caller, args=(i,)) for i in range(1, 20)]
     for t in others:
         t.start()
-    time.sleep(0.3)  # let them queue behind the held lock
+    # Let them all queue behind the held lock (the queue is GroupCommit's own state).
+    wait_for("19 jobs to queue", lambda: len(commits._queue) == 19)
     hold.set()
     for t in [first, *others]:
         t.join(30)
@@ -102,11 +105,7 @@ def test_a_lone_job_runs_and_raises_as_itself(db):
 
 def _wait_queued(commits: GroupCommit, n: int) -> None:
     """Until ``n`` jobs are queued (callers queue at once, then wait for a leader)."""
-    queued = threading.Event()
-    deadline = time.monotonic() + 30
-    while len(commits._queue) < n:
-        assert time.monotonic() < deadline, f"only {len(commits._queue)} of {n} jobs queued"
-        queued.wait(0.005)
+    wait_for(f"{n} jobs to queue", lambda: len(commits._queue) >= n)
 
 
 def test_batched_items_of_one_transaction_go_to_their_function_together(db):

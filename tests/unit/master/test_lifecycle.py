@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.gc import CheckpointFacts, GCPolicy, checkpoints_to_delete
 from dauntless.master.testing import sign_in
@@ -31,7 +32,7 @@ def master(tmp_path, db_url):
 
 def _start(client, mgr, config=CONFIG):
     exp = client.post("/api/v1/experiments", data={"config": config}).json()["experiment"]
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     return exp["id"], spec
 
@@ -71,10 +72,10 @@ def test_pause_checkpoints_and_activate_resumes(master):
     _checkpoint(client, tmp, tid, "paused-ck", 12)
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": 0})
     assert _state(client, exp_id) == ("PAUSED", "ACTIVE")
-    assert mgr.schedule_pass() == 0  # a paused experiment's trials wait
+    assert loop.schedule_pass(mgr) == 0  # a paused experiment's trials wait
     assert client.get(f"/api/v1/trials/{tid}").json()["trial"]["restarts"] == 0
     client.post(f"/api/v1/experiments/{exp_id}/activate")
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     spec2 = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     assert spec2["env"]["DET_LATEST_CHECKPOINT"] == "paused-ck"
     assert spec2["env"]["DET_STEPS_COMPLETED"] == "12"
@@ -102,7 +103,7 @@ def test_cancel_paused_experiment_without_running_trials(master):
     exp = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"}).json()
     exp_id = exp["experiment"]["id"]
     assert exp["experiment"]["state"] == "PAUSED"
-    assert mgr.schedule_pass() == 0
+    assert loop.schedule_pass(mgr) == 0
     client.post(f"/api/v1/experiments/{exp_id}/cancel")
     assert _state(client, exp_id) == ("CANCELED", "CANCELED")
 
@@ -164,7 +165,7 @@ def test_gc_policy_and_delete(master):
     )
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 0})
     assert _state(client, exp_id) == ("COMPLETED", "COMPLETED")
-    mgr.run_gc()  # defaults keep the trial's best (ck1) and latest (ck2)
+    loop.run_gc(mgr)  # defaults keep the trial's best (ck1) and latest (ck2)
     states = {
         c["uuid"]: c["state"]
         for c in client.get(f"/api/v1/experiments/{exp_id}/checkpoints").json()["checkpoints"]
@@ -300,4 +301,4 @@ def test_trial_that_finishes_its_work_while_the_experiment_pauses(master):
     assert _state(client, exp_id) == ("COMPLETED", "COMPLETED")
     body = client.get(f"/api/v1/experiments/{exp_id}").json()
     assert body["experiment"]["progress"] == 1.0 and body["experiment"]["end_time"]
-    assert mgr.schedule_pass() == 0
+    assert loop.schedule_pass(mgr) == 0

@@ -13,8 +13,9 @@ from dauntless.master.app import create_app
 from dauntless.master.db import MetricRow, TrialRow
 from dauntless.master.db.models import MetricFoldPendingRow
 from dauntless.master.errors import NotFound
-from dauntless.master.manager import MetricsIn
 from dauntless.master.metric_store import store_training_rows, training_rows
+from dauntless.master.models import metrics
+from dauntless.master.models.metrics import MetricsIn
 from dauntless.master.testing import sign_in
 
 CONFIG = """
@@ -60,7 +61,7 @@ def test_requests_stored_together_as_each_alone(master):
     client, mgr = master
     t1, t2, t3 = _trial(client), _trial(client), _trial(client)
     # Stored alone first: t1 at 1 (the batch below repeats it).
-    assert mgr.report_metrics_batch(t1, [_report(1, loss=1.0)]) == [True]
+    assert metrics.report_metrics_batch(mgr, t1, [_report(1, loss=1.0)]) == [True]
     requests = [
         (t1, [_report(1, loss=9.0), _report(2, loss=0.5), _report(2, loss=8.0)]),
         (t2, [_report(5, loss=float("inf"), epochs=2)]),
@@ -80,7 +81,7 @@ def test_requests_stored_together_as_each_alone(master):
     assert _stored(mgr, t2) == [(5, {"loss": None, "epochs": 2, "batches": 5}, 2.0, 1, None)]
     # The same reports stored alone, request by request, give the same rows.
     for reports in ([_report(1, loss=1.0)], requests[0][1], requests[2][1]):
-        mgr.report_metrics_batch(t3, reports)
+        metrics.report_metrics_batch(mgr, t3, reports)
     assert _stored(mgr, t3) == _stored(mgr, t1)
     with mgr.db.read() as s:
         batches = {t.id: t.total_batches for t in s.scalars(select(TrialRow))}
@@ -103,6 +104,6 @@ def test_an_unknown_trial_fails_the_batch_and_stores_nothing(master):
             )
     assert _stored(mgr, tid) == []
     # Through the group commit each request gets its own answer.
-    assert mgr.report_metrics_batch(tid, [_report(1, loss=1.0)]) == [True]
+    assert metrics.report_metrics_batch(mgr, tid, [_report(1, loss=1.0)]) == [True]
     with pytest.raises(NotFound):
-        mgr.report_metrics_batch(tid + 99, [_report(1, loss=1.0)])
+        metrics.report_metrics_batch(mgr, tid + 99, [_report(1, loss=1.0)])

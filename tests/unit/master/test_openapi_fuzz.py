@@ -24,6 +24,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.testing import bearer, login, model_def_tarball
 
@@ -68,7 +69,7 @@ def test_openapi_fuzz_as_admin_and_as_user(tmp_path):
         client.post(
             "/api/v1/agents", json={"id": "a1", "slots": [{"id": "0"}]}, headers=bearer(admin)
         )
-        app.state.manager.schedule_pass()
+        loop.schedule_pass(app.state.manager)
         client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=bearer(admin))
 
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -19,6 +19,7 @@ boto3 = pytest.importorskip("boto3", reason="boto3 (extra aws) is not installed"
 pytest.importorskip("moto", reason="moto[server] (extra test) is not installed")
 
 from dauntless.config import AWSProviderConfig, MasterConfig  # noqa: E402
+from dauntless.master import loop  # noqa: E402
 from dauntless.master.app import create_app  # noqa: E402
 from dauntless.master.provisioner.aws import run_instances_params  # noqa: E402
 from dauntless.master.testing import agent_headers, sign_in  # noqa: E402
@@ -129,7 +130,7 @@ def test_demand_sequence_launches_tags_and_terminates(tmp_path, moto_url, aws_en
                     headers=agent_headers(app),
                 ).json()
                 started += [spec["allocation_id"] for spec in beat["start"]]
-            mgr.schedule_pass()
+            loop.schedule_pass(mgr)
             prov.step(force=True)
 
         def register(name: str) -> None:
@@ -314,7 +315,7 @@ def test_restart_settles_launches_whose_outcome_was_not_recorded(tmp_path, moto_
                 )
         exp = client.post("/api/v1/experiments", data={"config": EXPERIMENT}).json()
         assert exp["experiment"]["id"]
-        mgr.schedule_pass()
+        loop.schedule_pass(mgr)
         prov.step(force=True)
         with mgr.db.read() as s:
             rows = {r.id: r for r in s.query(InstanceRow).all()}

@@ -6,6 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.testing import model_def_tarball, sign_in
 
@@ -33,7 +34,7 @@ def _start(client, mgr) -> dict:
     files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
     r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
     assert r.status_code == 201, r.text
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     return client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
 
 

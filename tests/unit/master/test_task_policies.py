@@ -6,7 +6,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
+from dauntless.master.models import metrics
 from dauntless.master.testing import bearer, model_def_tarball, sign_in
 
 CONFIG = """
@@ -49,7 +51,7 @@ def _create(client, extra: str = "") -> int:
 
 def _spec(client, mgr) -> dict:
     # A restart is placed when the failed run's exit is reported; a first run here.
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     for agent in ("a1", "a2"):
         start = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": []}).json()
         if start["start"]:
@@ -82,13 +84,13 @@ def test_trial_ignoring_a_pause_is_killed_after_preemption_timeout(master):
     spec = _spec(client, mgr)
     alloc, agent = spec["allocation_id"], spec["env"]["DET_AGENT_ID"]
     client.post(f"/api/v1/experiments/{exp_id}/pause")
-    mgr.schedule_pass()  # the request is stamped
+    loop.schedule_pass(mgr)  # the request is stamped
     mgr.clock.now += 29
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == []  # still within the timeout: asked, not killed
     mgr.clock.now += 2
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == [alloc]
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": -9})
@@ -104,13 +106,13 @@ def test_default_preemption_timeout_is_an_hour(master):
     spec = _spec(client, mgr)
     alloc, agent = spec["allocation_id"], spec["env"]["DET_AGENT_ID"]
     client.post(f"/api/v1/experiments/{exp_id}/cancel")
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     mgr.clock.now += 3599
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == []
     mgr.clock.now += 2
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == [alloc]
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": -15})
@@ -198,7 +200,7 @@ def test_grid_progress_adds_running_trials_over_planned_trials(master):
     ]["id"]
     trials = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"]
     assert len(trials) == 4
-    mgr.report_progress(trials[0]["id"], 0.5)
-    mgr.report_progress(trials[1]["id"], 1.0)
+    mgr.write(metrics.report_progress, trials[0]["id"], 0.5)
+    mgr.write(metrics.report_progress, trials[1]["id"], 1.0)
     exp = client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]
     assert exp["progress"] == pytest.approx(1.5 / 4)

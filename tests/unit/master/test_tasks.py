@@ -13,6 +13,7 @@ from dauntless.config import ConfigError, MasterConfig
 from dauntless.config._task import parse_duration, parse_task_config
 from dauntless.core._train import TrainContext
 from dauntless.exec.task_service import notebook_idle_since
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.tasks import TaskConflict, TaskState, check_task_transition
 from dauntless.master.testing import agent_headers, bearer, login, model_def_tarball, sign_in
@@ -72,9 +73,9 @@ def test_create_schedule_hand_over_exit_and_logs(master):
     assert r.status_code == 201, r.text
     task = r.json()["task"]
     assert task["state"] == "QUEUED" and task["owner"] == "determined"
-    assert mgr.schedule_pass() == 0  # no agent: stays queued
+    assert loop.schedule_pass(mgr) == 0  # no agent: stays queued
     _register(client, app)
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     assert client.get(f"/api/v1/tasks/{task['id']}").json()["task"]["state"] == "ASSIGNED"
     work = client.post(
         "/api/v1/agents/a1/heartbeat", json={"running": []}, headers=agent_headers(app)
@@ -160,7 +161,7 @@ def test_queued_notebook_waits_for_free_slots(master):
     first = client.post("/api/v1/commands", data={"entrypoint": '"sleep 100"'}).json()["task"]
     second = client.post("/api/v1/notebooks", data={}).json()["task"]
     zero = client.post("/api/v1/notebooks", data={"config": "resources: {slots: 0}"}).json()
-    mgr.schedule_pass()
+    loop.schedule_pass(mgr)
     states = {t["id"]: t["state"] for t in client.get("/api/v1/tasks").json()["tasks"]}
     assert states == {
         first["id"]: "ASSIGNED",

@@ -10,7 +10,7 @@ import dauntless.searcher._preview as searcher_preview
 from dauntless.config import MasterConfig
 from dauntless.master import routes_search
 from dauntless.master.app import create_app
-from dauntless.master.manager import BadRequest
+from dauntless.master.errors import BadRequest
 from dauntless.master.testing import sign_in
 
 ASHA = """

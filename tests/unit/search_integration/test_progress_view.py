@@ -18,6 +18,7 @@ from dauntless.cli._render import (
     trial_row,
 )
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.testing import sign_in
 
@@ -111,7 +112,7 @@ def test_describe_shows_rungs_targets_and_early_stops(master, capsys):
         json={"id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(4)]},
     )
     assert r.status_code == 200, r.text
-    assert mgr.schedule_pass() == 4
+    assert loop.schedule_pass(mgr) == 4
     specs = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
     alloc = {s["trial_id"]: s["allocation_id"] for s in specs}
     t1, t2, t3, t4 = sorted(alloc)

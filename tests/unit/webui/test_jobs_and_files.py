@@ -4,20 +4,18 @@ definition's files one by one, on a real master in-process."""
 from __future__ import annotations
 
 import io
-import socket
 import tarfile
-import threading
-import time
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from dauntless.cli import main
 from dauntless.config import MasterConfig
+from dauntless.master import loop
 from dauntless.master.app import create_app
-from dauntless.master.testing import bearer, login, sign_in
+from dauntless.master.models import metrics
+from dauntless.master.testing import bearer, login, serve, sign_in
 
 CONFIG = """
 name: {name}
@@ -106,7 +104,7 @@ def test_queue_order_priority_updates_and_refusals(master):
     # Once placed, the job is SCHEDULED and holds its slot; paused, it leaves the queue.
     r = client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0", "type": "cpu"}]})
     assert r.status_code == 200, r.text
-    app.state.manager.schedule_pass()
+    loop.schedule_pass(app.state.manager)
     head = _jobs(client)[0]
     assert (head["job_id"], head["state"], head["allocated_slots"]) == (
         f"experiment-{first}",
@@ -136,23 +134,9 @@ def test_model_def_tree_and_files(master):
     assert client.get("/api/v1/experiments/999/model_def/tree").status_code == 404
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_det_job_list_and_update(tmp_path, capsys):
-    port = _free_port()
-    app = create_app(MasterConfig(data_dir=str(tmp_path), port=port), run_loop=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.time() + 30
-        while not server.started and time.time() < deadline:
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}"
+    with serve(str(tmp_path), run_loop=False) as live:
+        url = live.url
         with httpx.Client(base_url=url) as client:
             sign_in(client)
             exp = _create(client, "cli-job")
@@ -167,9 +151,6 @@ def test_det_job_list_and_update(tmp_path, capsys):
             == 0
         )
         assert "priority 7, queue position 1" in capsys.readouterr().out
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def test_batch_metrics_are_placed_per_batch_and_downsampled(master):
@@ -180,7 +161,7 @@ def test_batch_metrics_are_placed_per_batch_and_downsampled(master):
     # Two training reports of 3000 batches each, with one dict per batch.
     for run, end in ((1, 3000), (1, 6000)):
         per_batch = [{"loss": float(i), "flag": True} for i in range(end - 3000, end)]
-        mgr.report_metrics(trial, "training", end, run, {"loss": 1.0}, per_batch)
+        metrics.report_metrics(mgr, trial, "training", end, run, {"loss": 1.0}, per_batch)
     r = client.get(f"/api/v1/trials/{trial}/batch-metrics", params={"max_points": 100})
     assert r.status_code == 200, r.text
     body = r.json()

@@ -35,6 +35,7 @@ from dauntless.master.metric_series import (
     m4,
     queue_metric_folds,
 )
+from dauntless.master.models import metrics
 from dauntless.master.testing import sign_in
 
 CONFIG = """
@@ -193,9 +194,13 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
             trial_id = trial.id
         order = sorted(points, key=lambda b: (b % 70, b))  # interleaved, not ascending
         for b in order:
-            assert mgr.report_metrics(trial_id, "training", b, 0, {"loss": points[b]}, None)
-        assert not mgr.report_metrics(trial_id, "training", 10, 0, {"loss": 99.0}, None)
-        assert mgr.report_metrics(trial_id, "training", 3010, 0, {"loss": float("nan")}, None)
+            assert metrics.report_metrics(
+                mgr, trial_id, "training", b, 0, {"loss": points[b]}, None
+            )
+        assert not metrics.report_metrics(mgr, trial_id, "training", 10, 0, {"loss": 99.0}, None)
+        assert metrics.report_metrics(
+            mgr, trial_id, "training", 3010, 0, {"loss": float("nan")}, None
+        )
         url = f"/api/v1/experiments/{exp_id}/metrics"
         params = {"group": "training", "name": "loss", "max_points": 1024}
         before = client.get(url, params=params).json()

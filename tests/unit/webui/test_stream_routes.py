@@ -16,13 +16,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from dauntless.config import MasterConfig
-from dauntless.master import routes_stream
+from dauntless.master import loop, routes_stream
 from dauntless.master.app import create_app
 from dauntless.master.db import MetricRow, TaskLogRow, TrialRow
 from dauntless.master.db.models import MetricSummaryRow
 from dauntless.master.metric_series import fold_metric_reports
+from dauntless.master.models import experiments
 from dauntless.master.routes_stream import dumps_json, sse_event
-from dauntless.master.testing import bearer, login, sign_in
+from dauntless.master.testing import bearer, login, sign_in, wait_for
 
 CONFIG = """
 name: charts
@@ -230,11 +231,11 @@ def test_allocations_say_which_trial_holds_which_slots(master):
     client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}, {"id": "cpu1"}]})
     r = client.post("/api/v1/experiments", data={"config": SINGLE})
     exp_id = r.json()["experiment"]["id"]
-    assert mgr.schedule_pass() == 1
+    assert loop.schedule_pass(mgr) == 1
     first = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     client.post(f"/api/v1/allocations/{first['allocation_id']}/exited", json={"exit_code": 137})
     # The restart was placed when the exit was reported (this pass places nothing more).
-    assert mgr.schedule_pass() == 0
+    assert loop.schedule_pass(mgr) == 0
     second = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     trial_id = first["trial_id"]
 
@@ -264,13 +265,30 @@ def test_allocations_say_which_trial_holds_which_slots(master):
         )
 
 
-def test_experiments_stream_sends_changes_only(master):
+def _reads_of(monkeypatch, name: str) -> threading.Semaphore:
+    """Count the calls of ``routes_stream.<name>`` (a stream's read): the semaphore is
+    released once each time a call has returned, so a test can wait for the Nth read."""
+    done = threading.Semaphore(0)
+    original = getattr(routes_stream, name)
+
+    def noted(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        finally:
+            done.release()
+
+    monkeypatch.setattr(routes_stream, name, noted)
+    return done
+
+
+def test_experiments_stream_sends_changes_only(master, monkeypatch):
     client, mgr = master
     exp_id = _experiment(client)
+    reads = _reads_of(monkeypatch, "experiments_page")
 
     def rename() -> None:
-        time.sleep(0.8)
-        mgr.patch_experiment(exp_id, "renamed", None, None)
+        assert reads.acquire(timeout=30)  # after the stream's first event
+        experiments.patch_experiment(mgr, exp_id, "renamed", None, None)
 
     thread = threading.Thread(target=rename)
     thread.start()
@@ -390,8 +408,10 @@ def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch
     original = routes_stream.get_experiment
 
     def counted(exp_id, request):
-        reads.append(time.monotonic())
-        return original(exp_id, request)
+        try:
+            return original(exp_id, request)
+        finally:
+            reads.append(time.monotonic())  # once the read is done
 
     monkeypatch.setattr(routes_stream, "get_experiment", counted)
     monkeypatch.setattr(routes_stream, "POLL_SECONDS", 0.05)
@@ -401,7 +421,7 @@ def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch
     assert [e[0] for e in events] == ["experiment"]
 
     def report() -> None:
-        time.sleep(0.5)
+        wait_for("the stream's first read", lambda: reads)
         _metrics(mgr, t, "validation", [(10, {"accuracy": 0.25})])
 
     reads.clear()
@@ -427,7 +447,7 @@ def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch
     assert len(calls) == 1
 
 
-def test_logs_stream_follows_new_lines_and_resumes(master):
+def test_logs_stream_follows_new_lines_and_resumes(master, monkeypatch):
     client, mgr = master
     exp_id = _experiment(client)
     t = _trial(mgr, exp_id, 0.05)
@@ -442,9 +462,11 @@ def test_logs_stream_follows_new_lines_and_resumes(master):
             )
 
     add("one", "two")
+    reads = _reads_of(monkeypatch, "get_trial_logs")
 
     def later() -> None:
-        time.sleep(0.7)
+        for _ in range(2):  # the route's check that the trial exists, the stream's first read
+            assert reads.acquire(timeout=30)
         add("three")
 
     thread = threading.Thread(target=later)
@@ -518,9 +540,10 @@ def test_a_stream_ends_when_its_token_is_revoked(master, monkeypatch):
     def watch() -> None:
         out["text"] = client.get("/api/v1/stream/experiments", headers=bearer(token)).text
 
+    reads = _reads_of(monkeypatch, "experiments_page")
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    time.sleep(0.6)
+    assert reads.acquire(timeout=30)  # the stream is open and sent its first event
     assert watcher.is_alive()  # no max_seconds: open until something ends it
     assert client.post("/api/v1/auth/logout", headers=bearer(token)).status_code == 200
     watcher.join(timeout=10)

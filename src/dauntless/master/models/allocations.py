@@ -1,14 +1,19 @@
 """Allocations: the rows of one trial run's parts (``AllocationRow``, one per agent),
-read with a caller's session."""
+read and changed with a caller's session.
+
+How an allocation's end moves its trial on is :mod:`.runs` (it needs the searcher);
+this module needs only the rows, so the task policies and the context may import it.
+"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ..db import AllocationRow
+from ..db import AllocationRow, TrialRow
 from ..errors import NotFound
 
 
@@ -60,3 +65,78 @@ def rendezvous(session: Session, allocation_id: str) -> dict[str, Any] | None:
         "world_size": chief.world_size,
         "num_parts": chief.num_parts,
     }
+
+
+def live_allocation(session: Session, trial_id: int) -> AllocationRow | None:
+    """A part of the trial's allocation that has not ended (the chief or another), or
+    None when none runs."""
+    return session.scalar(
+        select(AllocationRow).where(
+            AllocationRow.trial_id == trial_id, AllocationRow.state != "TERMINATED"
+        )
+    )
+
+
+def signal_stop(session: Session, alloc: AllocationRow) -> None:
+    """Ask a running allocation to checkpoint and exit (the searcher stopped it)."""
+    for part in parts(session, alloc.group_id):
+        if part.state != "TERMINATED":
+            part.preempt_requested = True
+
+
+def new_allocation(
+    session: Session, trial: TrialRow, parts: list[tuple[str, list[str]]], now: float
+) -> str:
+    """Create an ASSIGNED allocation of ``trial``: one part per ``(agent_id, slot_ids)``,
+    the first being the chief (ranks from 0). Returns the allocation (group) id.
+
+    The run has one rank per slot, or one rank for a zero-slot trial.
+
+    Args:
+        session: a write session.
+        trial: the trial (its ``run_id`` is advanced).
+        parts: ``(agent_id, slot_ids)`` per part, chief first.
+        now: the creation time (seconds since the epoch).
+
+    Raises:
+        ValueError: ``parts`` is empty.
+    """
+    if not parts:
+        raise ValueError("an allocation needs at least one part")
+    trial.run_id += 1
+    group = uuid.uuid4().hex
+    world = max(sum(len(slots) for _, slots in parts), 1)
+    offset = 0
+    for index, (agent_id, slot_ids) in enumerate(parts):
+        session.add(
+            AllocationRow(
+                id=group if index == 0 else f"{group}-{index}",
+                group_id=group,
+                part_index=index,
+                num_parts=len(parts),
+                rank_offset=offset,
+                world_size=world,
+                trial_id=trial.id,
+                agent_id=agent_id,
+                slot_ids=list(slot_ids),
+                state="ASSIGNED",
+                run_id=trial.run_id,
+                kill_requested=False,
+                preempt_requested=False,
+                created_at=now,
+            )
+        )
+        offset += len(slot_ids)
+    return group
+
+
+def set_rendezvous(session: Session, allocation_id: str, addr: str, port: int) -> None:
+    """Record where the chief of a distributed allocation listens (torch.distributed).
+
+    Raises:
+        NotFound: no such allocation.
+    """
+    chief = session.get(AllocationRow, allocation_id)
+    if chief is None or chief.part_index != 0:
+        raise NotFound(f"allocation {allocation_id} not found")
+    chief.rendezvous_addr, chief.rendezvous_port = addr, port

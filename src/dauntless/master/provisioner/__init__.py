@@ -16,7 +16,7 @@ from ._loop import PoolProvisioner, Provisioners
 if TYPE_CHECKING:
     from dauntless.config import ResourcePoolConfig
 
-    from ..manager import ExperimentManager
+    from ..context import MasterContext
 
 __all__ = [
     "PoolProvisioner",
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-def build_provider(manager: ExperimentManager, pool: ResourcePoolConfig) -> Provider:
+def build_provider(manager: MasterContext, pool: ResourcePoolConfig) -> Provider:
     """The provider of ``pool`` (which must have a ``provider`` section).
 
     Raises:
@@ -55,7 +55,7 @@ def build_provider(manager: ExperimentManager, pool: ResourcePoolConfig) -> Prov
     return GCPProvider(cfg, pool.pool_name, manager.config.cluster_name, master_url, secret)
 
 
-def build_provisioners(manager: ExperimentManager) -> Provisioners | None:
+def build_provisioners(manager: MasterContext) -> Provisioners | None:
     """The provisioners of every pool with a provider, or None when no pool has one."""
     pools = [
         PoolProvisioner(manager, pool, build_provider(manager, pool))

@@ -31,7 +31,7 @@ from ._base import Provider, ProviderError
 if TYPE_CHECKING:
     from dauntless.config import ResourcePoolConfig
 
-    from ..manager import ExperimentManager
+    from ..context import MasterContext
 
 log = logging.getLogger("dauntless.master.provisioner")
 
@@ -50,7 +50,7 @@ class PoolProvisioner:
     """Provisioning of one pool.
 
     Args:
-        manager: the master's experiment manager (database, config, clock).
+        manager: the master's context (database, config, clock).
         pool: the pool's config; ``pool.provider`` must be set.
         provider: the provider that starts and stops its instances.
         interval: least seconds between two decisions (provider calls are slow).
@@ -58,7 +58,7 @@ class PoolProvisioner:
 
     def __init__(
         self,
-        manager: ExperimentManager,
+        manager: MasterContext,
         pool: ResourcePoolConfig,
         provider: Provider,
         interval: float = 1.0,
@@ -125,7 +125,9 @@ class PoolProvisioner:
         # Queued commands, notebooks, shells and TensorBoards are demand too.
         out.extend(
             r.slots_needed
-            for r in self.mgr.tasks.requests(self.mgr.tasks.pending(s), self.pool.pool_name)
+            for r in self.mgr.tasks.scheduling.requests(
+                self.mgr.tasks.scheduling.pending(s), self.pool.pool_name
+            )
         )
         return out
 

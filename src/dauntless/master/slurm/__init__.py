@@ -44,11 +44,13 @@ from sqlalchemy import select
 
 from dauntless.config import ResourcePoolConfig, SlurmResourceManagerConfig
 
+from .. import loop
 from ..auth import CLUSTER_SECRET_FILE, hash_token, new_token
 from ..db import AgentRow, AllocationRow
+from ..models import runs
 
 if TYPE_CHECKING:
-    from ..manager import ExperimentManager
+    from ..context import MasterContext
 
 log = logging.getLogger("dauntless.master.slurm")
 
@@ -148,12 +150,12 @@ class SlurmResourceManager:
     """Runs the master's allocations as Slurm jobs; :meth:`step` is a loop hook.
 
     Args:
-        manager: the experiment manager; its ``config.resource_pools`` gain one pool per
+        manager: the master's context; its ``config.resource_pools`` gain one pool per
             partition at :meth:`start`.
         cfg: the ``resource_manager`` section.
     """
 
-    def __init__(self, manager: ExperimentManager, cfg: SlurmResourceManagerConfig) -> None:
+    def __init__(self, manager: MasterContext, cfg: SlurmResourceManagerConfig) -> None:
         self.mgr = manager
         self.cfg = cfg
         self.work_dir = os.path.abspath(
@@ -284,7 +286,7 @@ class SlurmResourceManager:
                     AllocationRow.agent_id.in_(list(self._agents)),
                 )
             ).all():
-                spec = self.mgr._task_spec(s, alloc)
+                spec = runs.task_spec(s, self.mgr, alloc)
                 token = new_token()
                 alloc.token_hash = hash_token(token)
                 spec["env"]["DET_SESSION_TOKEN"] = token
@@ -322,7 +324,7 @@ class SlurmResourceManager:
                 job_id = self._run(argv).strip().split(";")[0]
             except SlurmError as exc:
                 log.error("sbatch of allocation %s failed: %s", alloc_id, exc)
-                self.mgr.allocation_exited(alloc_id, None, f"sbatch failed: {exc}")
+                loop.allocation_exited(self.mgr, alloc_id, None, f"sbatch failed: {exc}")
                 continue
             log.info("allocation %s submitted as Slurm job %s on %s", alloc_id, job_id, node.name)
 
@@ -356,8 +358,12 @@ class SlurmResourceManager:
                 if job is None:
                     started = alloc.started_at or now
                     if now - started > LOST_JOB_GRACE_SECONDS:
-                        self.mgr._terminate(
-                            s, alloc, None, "its Slurm job ended without reporting an exit"
+                        runs.terminate(
+                            s,
+                            self.mgr,
+                            alloc,
+                            None,
+                            "its Slurm job ended without reporting an exit",
                         )
                         self.mgr.wake.set()
                 elif alloc.kill_requested and job not in self._cancelled:

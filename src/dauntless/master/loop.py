@@ -1,0 +1,151 @@
+"""The master's control loop: a scheduling pass (reap lost agents, enforce preemption
+and idle timeouts, place pending work) every ``scheduler_interval`` seconds or when woken,
+checkpoint GC, and the start-up catch-up. It calls the model functions of
+:mod:`dauntless.master.models`; each pass is one write transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from . import scheduling
+from .context import MasterContext
+from .db import ExperimentRow
+from .models import agents, checkpoints, runs
+from .task_policies import enforce_preemption_timeouts
+
+log = logging.getLogger("dauntless.master")
+
+MAINTENANCE_SECONDS = 1.0
+"""How often the loop reaps lost agents, enforces timeouts and deletes checkpoint files."""
+PLACEMENT_FALLBACK_SECONDS = 5.0
+"""A scheduling pass places pending work only when rows it depends on changed, or when
+this long has passed since it last did (changes the ORM cannot see)."""
+
+
+def schedule_pass(ctx: MasterContext, maintenance: bool = True, lazy: bool = False) -> int:
+    """Reap lost agents, enforce timeouts and place pending trials on free slots.
+
+    Args:
+        maintenance: reap agents whose heartbeats stopped, enforce preemption
+            timeouts and idle timeouts of tasks (time-driven work the loop does
+            every :data:`MAINTENANCE_SECONDS`).
+        lazy: place only when rows a placement reads changed since the last one
+            (:attr:`MasterContext.placement_changes`), or :data:`PLACEMENT_FALLBACK_SECONDS`
+            passed; the loop's passes are lazy, other callers' are not.
+
+    Returns:
+        The number of allocations created.
+    """
+    now = ctx.clock()
+    with ctx.db.write() as s:
+        if maintenance:
+            agents.reap_lost_agents(s, ctx, now)
+            enforce_preemption_timeouts(s, ctx, now)
+            ctx.tasks.scheduling.idle_check(s, now)
+        # Under the write lock: no commit comes between take() and the reads.
+        changed = ctx.placement_changes.take()
+        if lazy and not changed and now - ctx.placed_at < PLACEMENT_FALLBACK_SECONDS:
+            return 0
+        ctx.placed_at = now
+        created = scheduling.place_pending(s, ctx, now)
+        # The placement read every change flushed before it; what it wrote itself
+        # (new allocations, preemption flags) needs no second placement, so its
+        # commit does not set the flag (a change committed later still does).
+        ctx.placement_changes.forget(s)
+        return created
+
+
+def allocation_exited(
+    ctx: MasterContext,
+    allocation_id: str,
+    exit_code: int | None,
+    message: str | None,
+    fatal: bool = False,
+) -> None:
+    """Handle a task's exit as reported by its agent (idempotent).
+
+    Its own transaction (:func:`~dauntless.master.models.runs.record_exit`), then a
+    scheduling pass.
+
+    ``fatal``: the agent found the task cannot run in its environment (a Python
+    environment that does not build); the trial ends in ERROR without a restart.
+
+    Raises:
+        NotFound: no such allocation.
+    """
+    with ctx.db.write() as s:
+        if not runs.record_exit(s, ctx, allocation_id, exit_code, message, fatal):
+            return
+    # Place what waits on the freed slots now, before answering: the agent heartbeats
+    # right after reporting an exit and so gets the next task without waiting for the
+    # loop (the slot gap of issue 19). The loop's own pass follows as before.
+    try:
+        schedule_pass(ctx, maintenance=False)
+    except Exception:  # the exit is recorded; the loop's pass retries the placement
+        log.exception("scheduling pass after an exit failed")
+    ctx.wake.set()
+
+
+def run_gc(ctx: MasterContext, deletions: bool = True) -> bool:
+    """Apply the GC policy of every experiment one of whose trials ended since the
+    last call (marking checkpoints DELETING), then delete the files of DELETING
+    checkpoints whose retry time has come (checkpoint_gc); storage is touched after
+    the decision commits.
+
+    Returns:
+        Whether the policy marked any checkpoint DELETING.
+    """
+    marked = False
+    while ctx.gc_due:
+        exp_id = ctx.gc_due.pop()
+        with ctx.db.write() as s:
+            exp = s.get(ExperimentRow, exp_id)
+            doomed = checkpoints.collect(s, ctx, exp) if exp is not None else []
+        if doomed:
+            marked = True
+            log.info("checkpoint GC of experiment %s deletes %d checkpoint(s)", exp_id, len(doomed))
+    if deletions:
+        ctx.deletions.process()
+    return marked
+
+
+def on_start(ctx: MasterContext) -> None:
+    """At master start: give agents a fresh heartbeat deadline (they were not lost,
+    the master was away) and collect checkpoints of experiments that ended."""
+    now = ctx.clock()
+    with ctx.db.write() as s:
+        agents.refresh_heartbeats(s, now)
+    with ctx.db.read() as s:
+        checkpoints.schedule_gc_after_start(s, ctx)
+
+
+def run_loop(ctx: MasterContext, stop: threading.Event) -> None:
+    """The background loop: a scheduling pass every ``scheduler_interval`` seconds, or
+    sooner when an event sets ``ctx.wake``. Returns when ``stop`` is set."""
+    maintained_at = -MAINTENANCE_SECONDS
+    while not stop.is_set():
+        try:
+            now = time.monotonic()
+            # Time-driven work (lost agents, timeouts, file deletions) once a second;
+            # placement whenever something it reads changed (issue 19: an idle
+            # master with many running trials costs little CPU).
+            maintenance = now - maintained_at >= MAINTENANCE_SECONDS
+            # A deletion pass when GC just marked checkpoints (their files go at
+            # once) and with the time-driven work (retries); not after every trial
+            # end that marked nothing (a thread start and a query per trial).
+            marked = run_gc(ctx, deletions=False)
+            if maintenance or marked:
+                # Deleting files may wait on a slow store: off the scheduling path.
+                ctx.deletions.start(wait=2.0)
+            schedule_pass(ctx, maintenance=maintenance, lazy=True)
+            if maintenance:
+                maintained_at = now
+            for hook in ctx.loop_hooks:
+                hook()
+        except Exception:  # keep the master alive; the next pass retries
+            log.exception("scheduling pass failed")
+        ctx.wake.wait(ctx.config.scheduler_interval)
+        ctx.wake.clear()

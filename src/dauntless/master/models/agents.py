@@ -1,0 +1,305 @@
+"""Agents: registration (with reconciliation of what an agent still runs), heartbeats
+(handing over new work and kill orders), lost agents, the operator's switches of agents
+and slots, and the resource pool overview (seed 004; reference §5).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..auth import hash_token, new_token
+from ..context import MasterContext
+from ..db import AgentRow, AllocationRow, InstanceRow
+from ..errors import BadRequest, NotFound
+from . import runs
+
+log = logging.getLogger("dauntless.master")
+
+LOST_ALLOCATION_GRACE = 5.0
+"""Seconds after hand-over during which an agent may not yet list a new allocation."""
+
+
+def read_agent(s: Session, agent_id: str) -> AgentRow:
+    """A registered agent.
+
+    Raises:
+        NotFound: no such agent.
+    """
+    agent = s.get(AgentRow, agent_id)
+    if agent is None:
+        raise NotFound(f"agent {agent_id} not found")
+    return agent
+
+
+def register_agent(
+    s: Session,
+    ctx: MasterContext,
+    agent_id: str,
+    resource_pool: str,
+    hostname: str,
+    slots: list[dict[str, Any]],
+    running: list[str] | None = None,
+    runtime: dict[str, Any] | None = None,
+) -> AgentRow:
+    """Add or replace an agent and reconcile what it runs.
+
+    Allocation parts of this agent that it lists in ``running`` are adopted (they kept
+    running while the master or the connection was away); its other live parts that
+    had been started are treated as lost (the agent restarted) and end as failed.
+    Parts handed to it but not yet started stay assigned. Ids in ``running`` the
+    master does not know, or knows as ended, are killed at the next heartbeat.
+
+    Args:
+        agent_id: the agent's id.
+        resource_pool: its pool, one the master declares.
+        hostname: its host name.
+        slots: ``[{id, type, device}]``.
+        running: allocation part ids the agent still runs (None: none).
+
+    ``runtime`` is what the agent reported of its task runtime (``{name,
+    containers, mount_namespace}``; :mod:`dauntless.master.environments`).
+
+    Raises:
+        BadRequest: an unknown resource pool, or duplicate slot ids.
+    """
+    pools = [p.pool_name for p in ctx.config.resource_pools]
+    if resource_pool not in pools:
+        raise BadRequest(
+            f"unknown resource pool {resource_pool!r}; the master declares {pools}",
+            [("resource_pool", f"one of {pools}")],
+        )
+    ids = [str(sl["id"]) for sl in slots]
+    if len(set(ids)) != len(ids):
+        raise BadRequest("slot ids must be unique", [("slots", f"duplicates in {ids}")])
+    now = ctx.clock()
+    agent = s.get(AgentRow, agent_id)
+    clean = [
+        {
+            "id": str(sl["id"]),
+            "type": sl.get("type", "cpu"),
+            "device": sl.get("device", ""),
+            "enabled": True,
+        }
+        for sl in slots
+    ]
+    if agent is None:
+        agent = AgentRow(
+            id=agent_id,
+            resource_pool=resource_pool,
+            hostname=hostname,
+            state="ACTIVE",
+            enabled=True,
+            draining=False,
+            slots=clean,
+            registered_at=now,
+            last_heartbeat=now,
+            runtime=runtime,
+        )
+        s.add(agent)
+    else:
+        old = {sl["id"]: sl.get("enabled", True) for sl in agent.slots}
+        for sl in clean:
+            sl["enabled"] = old.get(sl["id"], True)
+        agent.resource_pool, agent.hostname, agent.slots = resource_pool, hostname, clean
+        agent.runtime = runtime
+        agent.state, agent.registered_at, agent.last_heartbeat = "ACTIVE", now, now
+        still = set(running or [])
+        for alloc in s.scalars(
+            select(AllocationRow).where(
+                AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+            )
+        ).all():
+            if alloc.id in still or alloc.state == "ASSIGNED":
+                if alloc.id in still:
+                    log.info("agent %s still runs %s: adopted", agent_id, alloc.id)
+                continue
+            runs.terminate(s, ctx, alloc, None, "the agent restarted")
+    ctx.wake_after_commit(s)
+    log.info("agent %s registered with %d slots in pool %s", agent_id, len(slots), resource_pool)
+    return agent
+
+
+def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str]) -> dict[str, Any]:
+    """Record an agent's heartbeat; hand it new tasks and kill orders.
+
+    Raises:
+        NotFound: the agent is not registered (it must register again).
+    """
+    now = ctx.clock()
+    agent = s.get(AgentRow, agent_id)
+    if agent is None:
+        raise NotFound(f"agent {agent_id} is not registered")
+    agent.last_heartbeat = now
+    if agent.state != "ACTIVE":
+        agent.state = "ACTIVE"
+        ctx.wake.set()
+    running_set = set(running)
+    start, kill = [], []
+    allocs = s.scalars(select(AllocationRow).where(AllocationRow.agent_id == agent_id)).all()
+    by_id = {a.id: a for a in allocs}
+    for alloc in allocs:
+        if alloc.state == "ASSIGNED":
+            spec = runs.task_spec(s, ctx, alloc)
+            # The part's session token: handed over once, stored only hashed.
+            token = new_token()
+            alloc.token_hash = hash_token(token)
+            spec["env"]["DET_SESSION_TOKEN"] = token
+            start.append(spec)
+            alloc.state, alloc.started_at = "RUNNING", now
+        elif alloc.state == "RUNNING":
+            if alloc.kill_requested:
+                kill.append(alloc.id)
+            if (
+                alloc.id not in running_set
+                and alloc.started_at is not None
+                and now - alloc.started_at > LOST_ALLOCATION_GRACE
+            ):
+                runs.terminate(s, ctx, alloc, None, "the agent no longer runs this task")
+    for alloc_id in running_set:
+        known = by_id.get(alloc_id)
+        if known is None or known.state == "TERMINATED":
+            kill.append(alloc_id)
+    return {"start": start, "kill": sorted(set(kill))}
+
+
+def refresh_heartbeats(s: Session, now: float) -> None:
+    """Give every ACTIVE agent a fresh heartbeat deadline from ``now`` (seconds since the
+    epoch): at master start, its agents were not lost, the master was away."""
+    for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")):
+        agent.last_heartbeat = now
+
+
+def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
+    """Mark ACTIVE agents whose heartbeats stopped for ``agent_timeout`` LOST and end
+    their live allocation parts (the trials restart elsewhere)."""
+    for agent in s.scalars(select(AgentRow).where(AgentRow.state == "ACTIVE")).all():
+        if now - agent.last_heartbeat > ctx.config.agent_timeout:
+            log.warning(
+                "agent %s missed heartbeats for %.0f s: lost",
+                agent.id,
+                now - agent.last_heartbeat,
+            )
+            agent.state = "LOST"
+            for alloc in s.scalars(
+                select(AllocationRow).where(
+                    AllocationRow.agent_id == agent.id,
+                    AllocationRow.state != "TERMINATED",
+                )
+            ).all():
+                runs.terminate(s, ctx, alloc, None, f"agent {agent.id} was lost")
+
+
+def set_agent_enabled(
+    s: Session, ctx: MasterContext, agent_id: str, enabled: bool, drain: bool = False
+) -> AgentRow:
+    """Enable or disable an agent.
+
+    A disabled agent gets no new work. Without ``drain`` the trials running on it are
+    preempted: they checkpoint, exit and resume elsewhere (not counted as restarts);
+    with ``drain`` they run to their end.
+
+    Raises:
+        NotFound: no such agent.
+    """
+    agent = read_agent(s, agent_id)
+    agent.enabled = enabled
+    agent.draining = (not enabled) and drain
+    if not enabled and not drain:
+        for alloc in s.scalars(
+            select(AllocationRow).where(
+                AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+            )
+        ):
+            if alloc.state == "ASSIGNED":
+                alloc.preempt_requested = True
+                runs.terminate(s, ctx, alloc, 0, "its agent was disabled")
+            else:
+                alloc.preempt_requested = True
+    ctx.wake_after_commit(s)
+    return agent
+
+
+def set_slot_enabled(
+    s: Session, ctx: MasterContext, agent_id: str, slot_id: str, enabled: bool
+) -> AgentRow:
+    """Enable or disable one slot; a trial using a disabled slot is preempted.
+
+    Raises:
+        NotFound: no such agent or slot.
+    """
+    agent = read_agent(s, agent_id)
+    slots = [dict(sl) for sl in agent.slots]
+    found = False
+    for sl in slots:
+        if str(sl["id"]) == slot_id:
+            sl["enabled"] = enabled
+            found = True
+    if not found:
+        raise NotFound(
+            f"agent {agent_id} has no slot {slot_id!r}; slots: {[sl['id'] for sl in slots]}"
+        )
+    agent.slots = slots
+    if not enabled:
+        for alloc in s.scalars(
+            select(AllocationRow).where(
+                AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+            )
+        ):
+            if slot_id in [str(x) for x in alloc.slot_ids]:
+                alloc.preempt_requested = True
+                if alloc.state == "ASSIGNED":
+                    runs.terminate(s, ctx, alloc, 0, "its slot was disabled")
+    ctx.wake_after_commit(s)
+    return agent
+
+
+def resource_pools(s: Session, ctx: MasterContext) -> list[dict[str, Any]]:
+    """Every declared pool with its scheduler and slot counts (total, used, free,
+    disabled) over its ACTIVE agents; for a pool with a ``provider``, its type,
+    ``min_instances``/``max_instances`` and the live instances it launched."""
+    agents = s.scalars(select(AgentRow)).all()
+    instances: dict[str, int] = {}
+    for pool_name in s.scalars(
+        select(InstanceRow.resource_pool).where(InstanceRow.state != "TERMINATED")
+    ):
+        instances[pool_name] = instances.get(pool_name, 0) + 1
+    used: dict[str, set[str]] = {}
+    for alloc in s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")):
+        used.setdefault(alloc.agent_id, set()).update(str(x) for x in alloc.slot_ids)
+    out = []
+    for pool in ctx.config.resource_pools:
+        members = [a for a in agents if a.resource_pool == pool.pool_name]
+        live = [a for a in members if a.state == "ACTIVE"]
+        counts = {"used": 0, "disabled": 0, "free": 0}
+        for a in live:
+            busy = used.get(a.id, set())
+            for sl in a.slots:
+                if str(sl["id"]) in busy:
+                    counts["used"] += 1
+                elif not a.enabled or a.draining or not sl.get("enabled", True):
+                    counts["disabled"] += 1
+                else:
+                    counts["free"] += 1
+        out.append(
+            {
+                "name": pool.pool_name,
+                "description": pool.description,
+                "scheduler": pool.scheduler.get("type", "priority"),
+                "preemption": bool(pool.scheduler.get("preemption", False)),
+                "agents": len(live),
+                "agents_lost": len(members) - len(live),
+                "slots_total": sum(counts.values()),
+                "slots_used": counts["used"],
+                "slots_disabled": counts["disabled"],
+                "slots_free": counts["free"],
+                "provider": pool.provider.type if pool.provider else None,
+                "min_instances": pool.provider.min_instances if pool.provider else None,
+                "max_instances": pool.provider.max_instances if pool.provider else None,
+                "instances": instances.get(pool.pool_name, 0) if pool.provider else None,
+            }
+        )
+    return out

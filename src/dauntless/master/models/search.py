@@ -1,0 +1,197 @@
+"""An experiment's search: its searcher restored from the rows, searcher operations
+applied to trials, state changes checked against the declarative rules of
+:mod:`dauntless.master.states`, and the experiment's end once its search is over.
+
+Every function runs in the caller's write session; the searcher's snapshot, the trials
+and the experiment change together (seed 001, reference §7).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from dauntless.config import searcher_length
+from dauntless.searcher import (
+    Close,
+    Create,
+    ExitedReason,
+    Operation,
+    Shutdown,
+    ValidateAfter,
+    restore_searcher,
+)
+
+from ..context import MasterContext
+from ..db import ExperimentRow, TrialRow
+from ..errors import BadRequest, NotFound
+from ..progress import experiment_progress
+from ..states import STOPPING, State, check_transition, is_terminal
+from . import allocations, trials
+
+log = logging.getLogger("dauntless.master")
+
+
+def read_experiment(s: Session, exp_id: int) -> ExperimentRow:
+    """A live (not deleted) experiment.
+
+    Raises:
+        NotFound: no such experiment, or it was deleted.
+    """
+    exp = s.get(ExperimentRow, exp_id)
+    if exp is None or exp.state == State.DELETED.value:
+        raise NotFound(f"experiment {exp_id} not found")
+    return exp
+
+
+def searcher_for(ctx: MasterContext, exp: ExperimentRow):
+    """The experiment's searcher, restored from its stored snapshot."""
+    return restore_searcher(ctx.experiment_config(exp), exp.searcher_state)
+
+
+def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -> None:
+    """Move an experiment to ``state`` (stamping its end time when terminal).
+
+    Raises:
+        IllegalTransition: the rules of :mod:`dauntless.master.states` refuse it.
+    """
+    check_transition("experiment", exp.state, state)
+    exp.state = state.value
+    if is_terminal(state):
+        exp.end_time = ctx.clock()
+
+
+def set_trial_state(ctx: MasterContext, trial: TrialRow, state: State) -> None:
+    """Move a trial to ``state``; a trial that ends queues its experiment for
+    checkpoint GC.
+
+    Raises:
+        IllegalTransition: the rules of :mod:`dauntless.master.states` refuse it.
+    """
+    check_transition("trial", trial.state, state)
+    trial.state = state.value
+    if is_terminal(state):
+        trial.end_time = ctx.clock()
+        ctx.gc_due.add(trial.experiment_id)
+
+
+def apply(
+    s: Session, ctx: MasterContext, exp: ExperimentRow, searcher, ops: Iterable[Operation]
+) -> None:
+    """Apply searcher operations in order, feeding follow-up events back in; then store
+    the searcher's snapshot and the experiment's progress, and end the experiment when
+    its search is over."""
+    queue: deque[Operation] = deque(ops)
+    while queue:
+        op = queue.popleft()
+        if isinstance(op, Create):
+            trial = TrialRow(
+                experiment_id=exp.id,
+                request_id=op.request_id,
+                state=State.ACTIVE.value,
+                hparams=op.hparams,
+                seed=op.seed,
+                restarts=0,
+                run_id=0,
+                total_batches=0,
+                searcher_closed=False,
+                start_time=ctx.clock(),
+            )
+            s.add(trial)
+            s.flush()
+            queue.extend(searcher.on_trial_created(op.request_id))
+        elif isinstance(op, ValidateAfter):
+            trial = trials.trial_by_request(s, exp.id, op.request_id)
+            trial.searcher_op_length = op.length
+        elif isinstance(op, Close):
+            trial = trials.trial_by_request(s, exp.id, op.request_id)
+            trial.searcher_closed = True
+            alloc = None if is_terminal(trial.state) else allocations.live_allocation(s, trial.id)
+            if not is_terminal(trial.state) and alloc is None:
+                set_trial_state(ctx, trial, State.COMPLETED)
+                queue.extend(searcher.on_trial_closed(op.request_id))
+            elif alloc is not None and searcher_length(ctx.experiment_config(exp)) is None:
+                # 0.38: the trial is not polling searcher operations; stop it through
+                # the preemption path (it checkpoints and exits; then COMPLETED).
+                allocations.signal_stop(s, alloc)
+        elif isinstance(op, Shutdown):
+            exp.searcher_shutdown = True
+        else:
+            raise TypeError(f"unknown searcher operation {op!r}")
+    exp.searcher_state = searcher.snapshot()
+    exp.progress = experiment_progress(s, exp, searcher)
+    maybe_finish_experiment(s, ctx, exp)
+
+
+def maybe_finish_experiment(s: Session, ctx: MasterContext, exp: ExperimentRow) -> None:
+    """End a stopping experiment, or one whose searcher shut down, once every trial has
+    ended: CANCELED after a cancel or kill, ERROR after a searcher error or when every
+    trial failed, else COMPLETED."""
+    stopping = State(exp.state) in STOPPING
+    if is_terminal(exp.state) or not (exp.searcher_shutdown or stopping):
+        return
+    states = [t.state for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id))]
+    if not all(is_terminal(st) for st in states):
+        return
+    final = {
+        State.STOPPING_CANCELED: State.CANCELED,
+        State.STOPPING_KILLED: State.CANCELED,
+        State.STOPPING_ERROR: State.ERROR,
+    }.get(State(exp.state), State.COMPLETED)
+    if final is State.COMPLETED and states and all(st == State.ERROR.value for st in states):
+        final = State.ERROR
+    if final is State.COMPLETED and State(exp.state) is State.PAUSED:
+        # Paused after its last trials had done their work (the pause reached them
+        # as they finished): nothing is left to resume, so it completes.
+        set_experiment_state(ctx, exp, State.STOPPING_COMPLETED)
+    set_experiment_state(ctx, exp, final)
+    exp.progress = 1.0 if final is State.COMPLETED else exp.progress
+    log.info("experiment %s is %s", exp.id, final.value)
+
+
+def trial_canceled(s: Session, ctx: MasterContext, exp: ExperimentRow, trial: TrialRow) -> None:
+    """A trial ends CANCELED; the searcher hears of it unless the whole experiment is
+    stopping (which then may end)."""
+    set_trial_state(ctx, trial, State.CANCELED)
+    if State(exp.state) in STOPPING:
+        maybe_finish_experiment(s, ctx, exp)
+        return
+    searcher = searcher_for(ctx, exp)
+    ops = searcher.on_trial_exited_early(trial.request_id, ExitedReason.USER_CANCELED)
+    ops += searcher.on_trial_closed(trial.request_id)
+    apply(s, ctx, exp, searcher, ops)
+
+
+def complete_operation(
+    s: Session, ctx: MasterContext, trial_id: int, length: int, metric: float
+) -> dict[str, Any]:
+    """Record that a trial validated at ``length`` batches with the searcher metric.
+
+    Returns:
+        The trial's next searcher operation as ``GET /trials/{id}/searcher/operation``
+        answers it after the completion (the trial need not ask; issue 19).
+
+    Raises:
+        NotFound: no such trial.
+        BadRequest: ``length`` is not the operation the trial was given.
+    """
+    trial, exp = trials.get_trial(s, trial_id)
+    done = trial.searcher_completed_length
+    if done is not None and length <= done:
+        return trials.searcher_operation(s, trial_id)  # a retried report
+    if trial.searcher_op_length is None or length != trial.searcher_op_length:
+        raise BadRequest(
+            f"trial {trial_id} was asked to train to {trial.searcher_op_length} "
+            f"batches, not {length}",
+            [("op.length", f"expected {trial.searcher_op_length}")],
+        )
+    trial.searcher_completed_length = length
+    searcher = searcher_for(ctx, exp)
+    ops = searcher.on_validation_completed(trial.request_id, float(metric), length)
+    apply(s, ctx, exp, searcher, ops)
+    return trials.searcher_operation(s, trial_id)

@@ -1,0 +1,132 @@
+"""Users: accounts (``UserRow``) and the revocation of their login sessions. Signing
+in, tokens and password hashing are :mod:`dauntless.master.auth`'s."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from ..db import UserRow, UserSessionRow
+from ..errors import Conflict, NotFound
+
+
+def user_id(session: Session, username: str) -> int | None:
+    """The id of the user named ``username``, None when there is none."""
+    return session.scalar(select(UserRow.id).where(UserRow.username == username))
+
+
+def read_user(session: Session, user_id: int) -> UserRow:
+    """A user by id.
+
+    Raises:
+        NotFound: no such user.
+    """
+    user = session.get(UserRow, user_id)
+    if user is None:
+        raise NotFound(f"user {user_id} not found")
+    return user
+
+
+def read_user_by_name(session: Session, username: str) -> UserRow | None:
+    """The user named ``username``, None when there is none."""
+    return session.scalar(select(UserRow).where(UserRow.username == username))
+
+
+def read_users(session: Session) -> list[UserRow]:
+    """Every user, by id."""
+    return list(session.scalars(select(UserRow).order_by(UserRow.id)))
+
+
+def create_user(
+    session: Session,
+    username: str,
+    password_hash: str,
+    admin: bool,
+    display_name: str | None,
+    now: float,
+) -> UserRow:
+    """Create an active user (its id assigned).
+
+    Args:
+        password_hash: the password as :func:`dauntless.master.auth.hash_password` stores
+            it (hashed before the transaction: hashing is slow on purpose).
+        now: seconds since the epoch (``modified_at``).
+
+    Raises:
+        Conflict: the name is taken.
+    """
+    if session.scalar(select(UserRow.id).where(UserRow.username == username)) is not None:
+        raise Conflict(f"user {username} already exists")
+    user = UserRow(
+        username=username,
+        password_hash=password_hash,
+        admin=admin,
+        active=True,
+        display_name=display_name,
+        modified_at=now,
+    )
+    session.add(user)
+    session.flush()
+    return user
+
+
+def is_last_admin(session: Session, user: UserRow) -> bool:
+    """Whether ``user`` is the only active admin."""
+    if not (user.admin and user.active):
+        return False
+    count = session.scalar(
+        select(func.count())
+        .select_from(UserRow)
+        .where(UserRow.admin.is_(True), UserRow.active.is_(True))
+    )
+    return (count or 0) <= 1
+
+
+def revoke_sessions(session: Session, user_id: int) -> None:
+    """End every login session of a user."""
+    session.execute(delete(UserSessionRow).where(UserSessionRow.user_id == user_id))
+
+
+def update_user(
+    session: Session,
+    user_id: int,
+    now: float,
+    *,
+    active: bool | None = None,
+    admin: bool | None = None,
+    display_name: str | None = None,
+    set_display_name: bool = False,
+) -> UserRow:
+    """Activate or deactivate a user (deactivating revokes its sessions), make or unmake
+    it admin, or (with ``set_display_name``) set its display name ("" or None: none).
+    None leaves a field as it is.
+
+    Raises:
+        NotFound: no such user.
+        Conflict: the change would leave no active admin.
+    """
+    user = read_user(session, user_id)
+    if (active is False or admin is False) and is_last_admin(session, user):
+        raise Conflict(f"{user.username} is the only active admin; make another admin first")
+    if active is not None:
+        user.active = active
+        if not active:
+            revoke_sessions(session, user.id)
+    if admin is not None:
+        user.admin = admin
+    if set_display_name:
+        user.display_name = display_name or None
+    user.modified_at = now
+    return user
+
+
+def set_password(session: Session, user_id: int, password_hash: str, now: float) -> UserRow:
+    """Store a user's new password (hashed) and revoke every session of that user.
+
+    Raises:
+        NotFound: no such user.
+    """
+    user = read_user(session, user_id)
+    user.password_hash, user.modified_at = password_hash, now
+    revoke_sessions(session, user.id)
+    return user

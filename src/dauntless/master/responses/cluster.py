@@ -1,0 +1,91 @@
+"""Answers of the cluster routes: the master's info, agents and their slots, resource pools
+and the job queue.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from ._base import _Open
+
+
+class MasterInfo(_Open):
+    version: str
+    cluster_name: str | None = None
+    cluster_id: str | None = None
+
+
+class SlotOut(_Open):
+    id: str
+    type: str
+    device: str
+    enabled: bool
+    allocation_id: str | None
+
+
+class AgentOut(_Open):
+    id: str
+    resource_pool: str
+    hostname: str
+    state: str
+    enabled: bool
+    draining: bool
+    registered_at: float
+    last_heartbeat: float
+    slots: list[SlotOut]
+
+
+class AgentBody(BaseModel):
+    agent: AgentOut
+
+
+class AgentsOut(BaseModel):
+    agents: list[AgentOut]
+
+
+class ResourcePoolOut(_Open):
+    name: str
+    scheduler: str
+    preemption: bool
+    agents: int
+    agents_lost: int
+    slots_total: int
+    slots_used: int
+    slots_free: int
+    slots_disabled: int
+
+
+class ResourcePoolsOut(BaseModel):
+    resource_pools: list[ResourcePoolOut]
+
+
+class JobOut(_Open):
+    """A job of the queue (:mod:`dauntless.master.routes_jobs`): an experiment
+    (``experiment-<id>``) or a task (``task-<id>``); ``priority`` None means the pool's
+    default (``effective_priority``); ``submission_time`` in seconds since the epoch."""
+
+    job_id: str
+    type: str
+    entity_id: str
+    name: str
+    owner: str
+    owner_id: int | None
+    resource_pool: str
+    priority: int | None
+    weight: float
+    requested_slots: int
+    allocated_slots: int
+    submission_time: float
+    state: str
+    preemptible: bool
+    effective_priority: int
+    scheduler: str
+    queue_position: int
+
+
+class JobBody(BaseModel):
+    job: JobOut
+
+
+class JobsOut(BaseModel):
+    jobs: list[JobOut]

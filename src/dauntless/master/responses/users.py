@@ -1,0 +1,33 @@
+"""Answers of the user and sign-in routes."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from ._base import _Open
+
+
+class UserOut(_Open):
+    """A user (never its password hash); ``modified_at`` in seconds since the epoch."""
+
+    id: int
+    username: str
+    admin: bool
+    active: bool
+    display_name: str | None
+    modified_at: float
+
+
+class UserBody(BaseModel):
+    user: UserOut
+
+
+class UsersOut(BaseModel):
+    users: list[UserOut]
+
+
+class LoginOut(BaseModel):
+    """A new session: the bearer token (also set as a cookie) and its user."""
+
+    token: str
+    user: UserOut
