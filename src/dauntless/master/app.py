@@ -129,7 +129,7 @@ def create_app(config: MasterConfig, run_loop: bool = True) -> FastAPI:
         lifespan=lifespan,
         dependencies=[Depends(authenticate)],
     )
-    app.state.manager = manager
+    app.state.ctx = manager
     app.state.auth = auth
     app.state.config = config
     install_error_handlers(app)

@@ -38,8 +38,8 @@ class StoreUnavailable(Exception):
     """The checkpoint store refused a request or could not be reached (HTTP 502)."""
 
 
-def _mgr(request: Request) -> MasterContext:
-    return request.app.state.manager
+def _ctx(request: Request) -> MasterContext:
+    return request.app.state.ctx
 
 
 _T = TypeVar("_T")
@@ -49,7 +49,7 @@ _P = ParamSpec("_P")
 def _read(request: Request, fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(session, *args)``, a session-first model function (:mod:`.models`), called in
     a read session of the master's database (for async routes, through a thread)."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         return fn(s, *args)
 
 
@@ -63,7 +63,7 @@ def _write(
     (:mod:`.models`), called in one write transaction of the master's database
     (committed when it returns); ``ctx`` is the master's
     :class:`~.context.MasterContext`."""
-    return _mgr(request).write(fn, *args, **kwargs)
+    return _ctx(request).write(fn, *args, **kwargs)
 
 
 def _error(status: int, detail: str, errors: list[tuple[str, str]] | None = None) -> JSONResponse:

@@ -24,7 +24,7 @@ def _allocations(
 ) -> list[dict]:
     # Trials' allocations and tasks' (commands, notebooks, shells, TensorBoards), whose
     # trial_id and experiment_id are None.
-    with request.app.state.manager.db.read() as s:
+    with request.app.state.ctx.db.read() as s:
         q = select(AllocationRow, TrialRow.experiment_id).join(
             TrialRow, TrialRow.id == AllocationRow.trial_id, isouter=True
         )

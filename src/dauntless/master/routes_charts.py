@@ -55,7 +55,7 @@ def get_batch_metrics(
     Raises:
         NotFound: no such trial (404).
     """
-    with request.app.state.manager.db.read() as s:
+    with request.app.state.ctx.db.read() as s:
         if s.get(TrialRow, trial_id) is None:
             raise NotFound(f"trial {trial_id} not found")
         rows = s.execute(
@@ -145,7 +145,7 @@ def experiment_summary(
         NotFound: no such experiment.
         BadRequest: bad ``group``, ``name`` or ``max_points`` (names the field).
     """
-    db = request.app.state.manager.db
+    db = request.app.state.ctx.db
     with db.read() as s:
         exp = _get_experiment(s, exp_id)
         view = _experiment_views(s, [exp])[0]
@@ -193,7 +193,7 @@ def get_experiment_metrics(
     """
     try:
         return read_experiment_series(
-            request.app.state.manager.db, exp_id, group, name, max_points, trial_id
+            request.app.state.ctx.db, exp_id, group, name, max_points, trial_id
         )
     except ValueError as exc:
         raise BadRequest(str(exc), [("name", str(exc))]) from None
@@ -206,4 +206,4 @@ def get_experiment_metric_names(exp_id: DbId, request: Request) -> dict[str, lis
     Raises:
         NotFound: no such experiment (404).
     """
-    return read_metric_names(request.app.state.manager.db, exp_id)
+    return read_metric_names(request.app.state.ctx.db, exp_id)

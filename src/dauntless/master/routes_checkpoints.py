@@ -22,7 +22,7 @@ from . import responses as R
 from .auth import access
 from .db import CheckpointRow
 from .errors import Conflict, NotFound
-from .routes import StoreUnavailable, _checkpoint_views, _get_experiment, _mgr, _storage_dir
+from .routes import StoreUnavailable, _checkpoint_views, _ctx, _get_experiment, _storage_dir
 
 router = APIRouter(prefix="/api/v1")
 
@@ -55,7 +55,7 @@ def _tar_object_checkpoint(config: dict[str, Any], uuid: str) -> str:
 @access(trial="own")
 def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
     """One checkpoint."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         c = s.get(CheckpointRow, uuid)
         if c is None:
             raise NotFound(f"checkpoint {uuid} not found")
@@ -67,7 +67,7 @@ def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
 @access(trial="own")
 def download_checkpoint(uuid: str, request: Request) -> FileResponse:
     """The checkpoint directory as a gzipped tar (streamed from a temporary file)."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         c = s.get(CheckpointRow, uuid)
         if c is None:
             raise NotFound(f"checkpoint {uuid} not found")

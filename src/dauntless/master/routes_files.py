@@ -35,7 +35,7 @@ MAX_FILE_BYTES = 5_000_000
 
 
 def _tar(request: Request, exp_id: int) -> tarfile.TarFile:
-    with request.app.state.manager.db.read() as s:
+    with request.app.state.ctx.db.read() as s:
         exp = s.get(ExperimentRow, exp_id)
         if exp is None or exp.state == "DELETED":
             raise NotFound(f"experiment {exp_id} not found")

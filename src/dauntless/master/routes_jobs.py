@@ -60,15 +60,15 @@ class JobUpdate(BaseModel):
         return self
 
 
-def _mgr(request: Request) -> MasterContext:
-    return request.app.state.manager
+def _ctx(request: Request) -> MasterContext:
+    return request.app.state.ctx
 
 
-def _pools(mgr: MasterContext) -> dict[str, Any]:
-    return {p.pool_name: pool_spec_from_config(p) for p in mgr.config.resource_pools}
+def _pools(ctx: MasterContext) -> dict[str, Any]:
+    return {p.pool_name: pool_spec_from_config(p) for p in ctx.config.resource_pools}
 
 
-def _experiment_jobs(mgr: MasterContext, s: Any) -> list[dict[str, Any]]:
+def _experiment_jobs(ctx: MasterContext, s: Any) -> list[dict[str, Any]]:
     exps = s.scalars(select(ExperimentRow).where(ExperimentRow.state == State.ACTIVE.value)).all()
     if not exps:
         return []
@@ -94,7 +94,7 @@ def _experiment_jobs(mgr: MasterContext, s: Any) -> list[dict[str, Any]]:
         tids = active.get(e.id, [])
         if not tids:
             continue
-        cfg = mgr.experiment_config(e)
+        cfg = ctx.experiment_config(e)
         allocated = sum(slots_of_trial.get(t, 0) for t in tids)
         out.append(
             {
@@ -154,22 +154,22 @@ def _task_jobs(s: Any) -> list[dict[str, Any]]:
     return out
 
 
-def list_jobs(mgr: MasterContext, resource_pool: str | None = None) -> list[dict[str, Any]]:
+def list_jobs(ctx: MasterContext, resource_pool: str | None = None) -> list[dict[str, Any]]:
     """Every unfinished job, pool by pool (in the master config's pool order), each pool's
     jobs in its scheduler's order with ``queue_position`` (1-based) set.
 
     Args:
-        mgr: the master's context.
+        ctx: the master's context.
         resource_pool: only this pool's jobs (None: all pools).
 
     Raises:
         NotFound: ``resource_pool`` is not a pool of this master (404).
     """
-    pools = _pools(mgr)
+    pools = _pools(ctx)
     if resource_pool is not None and resource_pool not in pools:
         raise NotFound(f"no resource pool {resource_pool!r}; pools: {sorted(pools)}")
-    with mgr.db.read() as s:
-        jobs = _experiment_jobs(mgr, s) + _task_jobs(s)
+    with ctx.db.read() as s:
+        jobs = _experiment_jobs(ctx, s) + _task_jobs(s)
     out: list[dict[str, Any]] = []
     for name, spec in pools.items():
         if resource_pool is not None and name != resource_pool:
@@ -210,7 +210,7 @@ def get_job_queue(
     Raises:
         NotFound: no such pool (404).
     """
-    return {"jobs": list_jobs(_mgr(request), resource_pool)}
+    return {"jobs": list_jobs(_ctx(request), resource_pool)}
 
 
 @router.patch("/jobs/{job_id}", response_model=R.JobBody)
@@ -225,9 +225,9 @@ def update_job(job_id: str, body: JobUpdate, request: Request) -> dict[str, Any]
         BadRequest: the field does not apply to the job's pool (400).
         HTTPException: 403 for another user's job.
     """
-    mgr = _mgr(request)
+    ctx = _ctx(request)
     who = principal(request)
-    jobs = {j["job_id"]: j for j in list_jobs(mgr)}
+    jobs = {j["job_id"]: j for j in list_jobs(ctx)}
     job = jobs.get(job_id)
     if job is None:
         raise NotFound(
@@ -251,14 +251,14 @@ def update_job(job_id: str, body: JobUpdate, request: Request) -> dict[str, Any]
             ],
         )
     if job["type"] == "EXPERIMENT":
-        experiments.patch_experiment(mgr, int(job["entity_id"]), None, None, None, {field: value})
+        experiments.patch_experiment(ctx, int(job["entity_id"]), None, None, None, {field: value})
     else:
-        with mgr.db.write() as s:
+        with ctx.db.write() as s:
             row = s.get(TaskRow, job["entity_id"])
             if row is None:
                 raise NotFound(f"no queued or running job {job_id!r}")
             config = dict(row.config)
             config["resources"] = {**(config.get("resources") or {}), field: value}
             row.config = config
-        mgr.wake.set()
-    return {"job": {j["job_id"]: j for j in list_jobs(mgr)}.get(job_id, job)}
+        ctx.wake.set()
+    return {"job": {j["job_id"]: j for j in list_jobs(ctx)}.get(job_id, job)}
