@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 import dauntless
@@ -21,7 +20,6 @@ import dauntless
 from . import loop
 from . import responses as R
 from .auth import access
-from .db import AgentRow, AllocationRow, ClusterRow
 from .errors import NotFound
 from .models import agents, allocations, logs
 from .routes import _ctx, _read, _write
@@ -53,12 +51,10 @@ though no change was seen (changes the ORM does not report, such as a cascade de
 def get_master(request: Request) -> dict[str, Any]:
     """Version and identity of this master."""
     ctx = _ctx(request)
-    with ctx.db.read() as s:
-        cluster = s.scalar(select(ClusterRow))
     return {
         "version": dauntless.__version__,
         "cluster_name": ctx.config.cluster_name,
-        "cluster_id": cluster.cluster_id if cluster else None,
+        "cluster_id": _read(request, agents.cluster_id),
     }
 
 
@@ -67,11 +63,8 @@ def get_master(request: Request) -> dict[str, Any]:
 def list_agents(request: Request) -> dict[str, Any]:
     """Every agent with its slots and which allocation holds each."""
     with _ctx(request).db.read() as s:
-        used: dict[str, dict[str, str]] = {}
-        for alloc in s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")):
-            for sid in alloc.slot_ids:
-                used.setdefault(alloc.agent_id, {})[str(sid)] = alloc.id
-        rows = s.scalars(select(AgentRow).order_by(AgentRow.id)).all()
+        used = agents.slot_holders(s)
+        rows = agents.all_agents(s)
         return {"agents": [agent_view(a, used.get(a.id, {})) for a in rows]}
 
 
@@ -128,17 +121,8 @@ def list_resource_pools(request: Request) -> dict[str, Any]:
 
 def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
-        agent = s.get(AgentRow, agent_id)
-        if agent is None:
-            raise NotFound(f"agent {agent_id} not found")
-        used: dict[str, str] = {}
-        for alloc in s.scalars(
-            select(AllocationRow).where(
-                AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
-            )
-        ):
-            for sid in alloc.slot_ids:
-                used[str(sid)] = alloc.id
+        agent = agents.read_agent(s, agent_id)
+        used = agents.slot_holders(s, agent_id).get(agent_id, {})
         return {"agent": agent_view(agent, used)}
 
 

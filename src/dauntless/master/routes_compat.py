@@ -15,9 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from . import responses as R
 from .api_spec import INT32_MAX
 from .auth import principal
-from .db import ExperimentRow
-from .errors import NotFound
-from .models import experiments
+from .models import experiment_reads, experiments
 
 router = APIRouter(prefix="/api/v1")
 
@@ -44,9 +42,7 @@ async def continue_experiment(body: ContinueExperiment, request: Request) -> dic
     ctx = _ctx(request)
     who = principal(request)
     with ctx.db.read() as s:
-        exp = s.get(ExperimentRow, body.id)
-        if exp is None:
-            raise NotFound(f"experiment {body.id} not found")
+        exp = experiment_reads.read_experiment(s, body.id)
         if not who.admin and exp.owner_id != who.user_id:
             raise HTTPException(
                 403,

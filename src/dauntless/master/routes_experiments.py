@@ -11,7 +11,6 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -19,10 +18,16 @@ from . import responses as R
 from .api_spec import INT32_MAX, DbId, method_not_allowed
 from .auth import access, principal
 from .context import MasterContext
-from .db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound
-from .models import experiments, lifecycle
-from .routes import _checkpoint_views, _ctx, _experiment_views, _get_experiment, _trial_views
+from .models import experiment_reads, experiments, lifecycle, trials
+from .routes import (
+    _checkpoint_views,
+    _ctx,
+    _experiment_views,
+    _get_experiment,
+    _read,
+    _trial_views,
+)
 from .schemas import PatchExperiment
 
 router = APIRouter(prefix="/api/v1")
@@ -192,12 +197,8 @@ def experiments_page(
         offset: skip this many first.
     """
     with _ctx(request).db.read() as s:
-        q = select(ExperimentRow)
-        if archived is not None:
-            q = q.where(ExperimentRow.archived == archived)
-        total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
-        exps = s.scalars(q.order_by(ExperimentRow.id.desc()).limit(limit).offset(offset)).all()
-        return {"experiments": _experiment_views(s, list(exps)), "total": total}
+        exps, total = experiment_reads.experiments_page(s, archived, limit, offset)
+        return {"experiments": _experiment_views(s, exps), "total": total}
 
 
 @router.get("/experiments/{exp_id}", response_model=R.ExperimentDetail)
@@ -206,12 +207,9 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """One experiment with its trials."""
     with _ctx(request).db.read() as s:
         exp = _get_experiment(s, exp_id)
-        trials = s.scalars(
-            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
-        ).all()
         return {
             "experiment": _experiment_views(s, [exp])[0],
-            "trials": _trial_views(s, list(trials)),
+            "trials": _trial_views(s, trials.experiment_trials(s, exp_id)),
         }
 
 
@@ -221,10 +219,7 @@ def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The trials of an experiment."""
     with _ctx(request).db.read() as s:
         _get_experiment(s, exp_id)
-        trials = s.scalars(
-            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
-        ).all()
-        return {"trials": _trial_views(s, list(trials))}
+        return {"trials": _trial_views(s, trials.experiment_trials(s, exp_id))}
 
 
 @router.get("/experiments/{exp_id}/checkpoints", response_model=R.CheckpointsOut)
@@ -233,24 +228,18 @@ def get_experiment_checkpoints(exp_id: DbId, request: Request) -> dict[str, Any]
     """The checkpoints of an experiment, oldest first."""
     with _ctx(request).db.read() as s:
         exp = _get_experiment(s, exp_id)
-        rows = s.scalars(
-            select(CheckpointRow)
-            .where(CheckpointRow.experiment_id == exp_id)
-            .order_by(CheckpointRow.report_time)
-        ).all()
-        return {"checkpoints": _checkpoint_views(s, exp, list(rows))}
+        rows = experiment_reads.experiment_checkpoints(s, exp_id)
+        return {"checkpoints": _checkpoint_views(s, exp, rows)}
 
 
 @router.get("/experiments/{exp_id}/model_def")
 @access(agent=True, trial="own")
 def get_model_def(exp_id: DbId, request: Request) -> Response:
     """The experiment's context directory as a gzipped tar."""
-    with _ctx(request).db.read() as s:
-        _get_experiment(s, exp_id)
-        md = s.get(ModelDefinitionRow, exp_id)
-        if md is None:
-            raise NotFound(f"experiment {exp_id} was created without a context directory")
-        return Response(content=md.content, media_type="application/gzip")
+    content = _read(request, experiments.model_definition, exp_id)
+    if content is None:
+        raise NotFound(f"experiment {exp_id} was created without a context directory")
+    return Response(content=content, media_type="application/gzip")
 
 
 _ACTIONS: dict[str, Callable[[Session, MasterContext, int], None]] = {

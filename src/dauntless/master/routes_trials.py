@@ -9,15 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from sqlalchemy import select
 
 from . import responses as R
 from .api_spec import DbId
 from .auth import access
-from .db import CheckpointRow, MetricRow, TaskLogRow
 from .errors import BadRequest
 from .metric_series import read_trial_series
-from .models import lifecycle
+from .models import lifecycle, trials
 from .routes import _checkpoint_views, _ctx, _get_experiment, _get_trial, _trial_views
 from .schemas import log_view, metric_view
 
@@ -96,22 +94,7 @@ def get_trial_metrics(
             "next_after_batches": None,
         }
     with ctx.db.read() as s:
-        q = select(MetricRow).where(MetricRow.trial_id == trial_id)
-        if group:
-            q = q.where(MetricRow.kind == group)
-        if after_batches is not None:
-            q = q.where(MetricRow.total_batches > after_batches)
-        q = q.order_by(MetricRow.total_batches, MetricRow.kind)
-        rows = list(s.scalars(q if limit is None else q.limit(limit)))
-        cursor = None
-        if limit is not None and len(rows) == limit:
-            # The rest of the last batch count's reports (the other group), so that the
-            # cursor never splits one count across pages.
-            cursor = rows[-1].total_batches
-            seen = {r.id for r in rows}
-            rows += [
-                r for r in s.scalars(q.where(MetricRow.total_batches == cursor)) if r.id not in seen
-            ]
+        rows, cursor = trials.metrics_page(s, trial_id, group, after_batches, limit)
         views = [metric_view(m) for m in rows]
     if wanted is not None:
         keep = set(wanted)
@@ -129,13 +112,7 @@ def get_trial_logs(
 ) -> dict[str, Any]:
     """Log lines of a trial with ids above ``after_id``; poll with the last id to follow."""
     with _ctx(request).db.read() as s:
-        trial = _get_trial(s, trial_id)
-        rows = s.scalars(
-            select(TaskLogRow)
-            .where(TaskLogRow.trial_id == trial_id, TaskLogRow.id > after_id)
-            .order_by(TaskLogRow.id)
-            .limit(limit)
-        ).all()
+        trial, rows = trials.trial_logs(s, trial_id, after_id, limit)
         return {"logs": [log_view(r) for r in rows], "trial_state": trial.state}
 
 
@@ -146,9 +123,4 @@ def get_trial_checkpoints(trial_id: DbId, request: Request) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
         trial = _get_trial(s, trial_id)
         exp = _get_experiment(s, trial.experiment_id)
-        rows = s.scalars(
-            select(CheckpointRow)
-            .where(CheckpointRow.trial_id == trial_id)
-            .order_by(CheckpointRow.total_batches)
-        ).all()
-        return {"checkpoints": _checkpoint_views(s, exp, list(rows))}
+        return {"checkpoints": _checkpoint_views(s, exp, trials.trial_checkpoints(s, trial_id))}
