@@ -115,6 +115,25 @@ def test_queue_order_priority_updates_and_refusals(master):
     assert [j["job_id"] for j in _jobs(client)] == [f"experiment-{first}"]
 
 
+def test_task_job_priority_update(master):
+    """A queued command is a job of its own; its priority is stored in the task's config,
+    and the loop is woken for a new placement."""
+    client, app = master
+    task = client.post("/api/v1/commands", data={"entrypoint": '"sleep 100"'}).json()["task"]
+    job_id = f"task-{task['id']}"
+    [job] = [j for j in _jobs(client) if j["job_id"] == job_id]
+    assert (job["type"], job["state"], job["priority"]) == ("COMMAND", "QUEUED", None)
+    app.state.ctx.wake.clear()
+    r = client.patch(f"/api/v1/jobs/{job_id}", json={"priority": 7})
+    assert r.status_code == 200, r.text
+    assert (r.json()["job"]["priority"], r.json()["job"]["effective_priority"]) == (7, 7)
+    assert app.state.ctx.wake.is_set()
+    [job] = [j for j in _jobs(client) if j["job_id"] == job_id]
+    assert job["priority"] == 7
+    r = client.patch("/api/v1/jobs/task-nope", json={"priority": 3})
+    assert r.status_code == 404 and "task-nope" in r.text, r.text
+
+
 def test_model_def_tree_and_files(master):
     client, _app = master
     exp = _create(client, "files")
