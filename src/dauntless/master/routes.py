@@ -177,4 +177,4 @@ def _checkpoint_views(
 
 def _trial_views(s: Session, rows: list[TrialRow]) -> list[dict[str, Any]]:
     latest = trials.latest_validations(s, [t.id for t in rows])
-    return [trial_view(t, latest[t.id].values if t.id in latest else None) for t in rows]
+    return [trial_view(t, latest.get(t.id)) for t in rows]
