@@ -158,7 +158,7 @@ def raw_scan(db: Database, exp_id: int) -> dict:
     return {"max_points": per_series, "series": series}
 
 
-def report_cost(mgr, trial_id: int, start: int, reports: int) -> tuple[float, float]:
+def report_cost(ctx, trial_id: int, start: int, reports: int) -> tuple[float, float]:
     """Median milliseconds of one ``report_metrics`` call (stored and acknowledged; its
     summary update is queued), and of folding that one report into the summaries
     (:func:`dauntless.master.metric_fold.fold_pending` for the trial, as a reader or the
@@ -170,11 +170,11 @@ def report_cost(mgr, trial_id: int, start: int, reports: int) -> tuple[float, fl
     for k in range(reports):
         t0 = time.perf_counter()
         metrics.report_metrics(
-            mgr, trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)}, None
+            ctx, trial_id, GROUP, start + 10 * (k + 1), 0, {NAME: 1.0 / (k + 1)}, None
         )
         calls.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        folded = fold_pending(mgr.db, [trial_id])
+        folded = fold_pending(ctx.db, [trial_id])
         folds.append(time.perf_counter() - t0)
         if folded != 1:
             raise RuntimeError(f"expected to fold the 1 report just made, folded {folded}")
@@ -236,19 +236,19 @@ def main() -> None:
                 repeats.append(time.perf_counter() - t0)
             body = r.json()
             t0 = time.perf_counter()
-            old = raw_scan(app.state.manager.db, exp_id)
+            old = raw_scan(app.state.ctx.db, exp_id)
             scan = time.perf_counter() - t0
             t0 = time.perf_counter()
             json.dumps(old)  # the old route answered the same JSON
             scan += time.perf_counter() - t0
-            last = app.state.manager.db
+            last = app.state.ctx.db
             with last.read() as s:
                 probe = s.scalar(
                     select(TrialRow.id)
                     .where(TrialRow.experiment_id == exp_id)
                     .order_by(TrialRow.id)
                 )
-            call_ms, fold_ms = report_cost(app.state.manager, probe, 10 * points, 200)
+            call_ms, fold_ms = report_cost(app.state.ctx, probe, 10 * points, 200)
         if body["max_points"] != old["max_points"] or body["series"] != old["series"]:
             raise SystemExit("FAIL: the stored summaries answer differs from the raw scan")
         n_pts = sum(len(s["batches"]) for s in body["series"])

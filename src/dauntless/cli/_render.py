@@ -183,7 +183,10 @@ def latest_validation(trial: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The batches and metric values of a trial's latest validation.
 
     ``latest_validation`` may be the values themselves or a Metric-like object with
-    ``values`` and ``total_batches``; both are understood.
+    ``values`` and ``total_batches``; both are understood. The batches of flat values
+    are the trial's ``latest_validation_batches`` (the batch count the master stored
+    with the report), else the values' own ``batches`` key (PyTorch trials report one,
+    Core API trials do not; masters before ``latest_validation_batches`` send only it).
 
     Returns:
         ``(batches or None, {name: value})``; empty values when there was no validation.
@@ -196,7 +199,9 @@ def latest_validation(trial: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         batches = raw.get("total_batches", values.get("batches"))
     else:
         values = dict(raw)
-        batches = values.get("batches")
+        batches = trial.get("latest_validation_batches")
+        if batches is None:
+            batches = values.get("batches")
     return batches, values
 
 

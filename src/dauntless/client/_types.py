@@ -63,7 +63,9 @@ class CreatedExperiment(Experiment):
 
 
 class Trial(TypedDict):
-    """A trial; ``total_batches`` counts the batches trained so far."""
+    """A trial; ``total_batches`` counts the batches trained so far;
+    ``latest_validation`` holds the values of its latest validation and
+    ``latest_validation_batches`` that validation's batch count."""
 
     id: int
     experiment_id: int
@@ -76,6 +78,7 @@ class Trial(TypedDict):
     total_batches: int
     best_validation: float | None
     latest_validation: dict[str, Any] | None
+    latest_validation_batches: int | None
     latest_checkpoint: str | None
     start_time: float | None
     end_time: float | None

@@ -154,7 +154,7 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
         lifespan=lifespan,
         dependencies=[Depends(authenticate)],
     )
-    app.state.manager = manager
+    app.state.ctx = manager
     app.state.auth = auth
     app.state.config = config
     install_error_handlers(app)

@@ -100,9 +100,9 @@ async def _target(conn: HTTPConnection, task_id: str) -> tuple[Any, str]:
         who = await run_in_threadpool(auth.identify, caller)
     except HTTPException as exc:
         raise _Refused(exc.status_code, str(exc.detail)) from None
-    mgr = app.state.manager
+    ctx = app.state.ctx
     try:
-        row, base = await run_in_threadpool(mgr.tasks.target, task_id)
+        row, base = await run_in_threadpool(ctx.tasks.target, task_id)
     except NotFound as exc:
         raise _Refused(404, str(exc)) from None
     if who.kind != "user":
@@ -117,7 +117,7 @@ async def _target(conn: HTTPConnection, task_id: str) -> tuple[Any, str]:
         if row.state in ("COMPLETED", "ERROR", "CANCELED"):
             raise _Refused(410, f"task {task_id} has ended ({row.state}): {row.exit_message}")
         raise _Refused(503, f"task {task_id} is {row.state}; its service is not ready yet")
-    mgr.tasks.proxy_activity[task_id] = time.time()
+    ctx.tasks.proxy_activity[task_id] = time.time()
     return row, base
 
 
@@ -219,8 +219,8 @@ async def _websocket(ws: WebSocket) -> None:
     async def service_to_client() -> None:
         try:
             async for data in upstream:
-                mgr = ws.app.state.manager
-                mgr.tasks.proxy_activity[task_id] = time.time()
+                ctx = ws.app.state.ctx
+                ctx.tasks.proxy_activity[task_id] = time.time()
                 if isinstance(data, bytes):
                     await ws.send_bytes(data)
                 else:

@@ -7,8 +7,9 @@ The routes themselves live in one module per aggregate, registered by
 agents, resource pools, allocations, task logs), :mod:`.routes_experiments`,
 :mod:`.routes_trials`, :mod:`.routes_checkpoints` and :mod:`.routes_harness` (what the
 trial harness reports). They are thin: they parse the request, call a model function of
-:mod:`.models` in a transaction they open (:func:`_read`, :func:`_write`) or run a read
-query, and return JSON views. Domain errors map to HTTP statuses once, here.
+:mod:`.models` in a transaction they open (:func:`_read`, :func:`_write`; view builders
+below call read model functions in the route's read session), and return JSON views.
+Domain errors map to HTTP statuses once, here.
 
 Who may call each route is declared next to it with ``@access(...)``
 (:mod:`dauntless.master.auth`; a route without one is for any signed-in user) and checked
@@ -24,12 +25,12 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 
 from .context import MasterContext
-from .db import CheckpointRow, ExperimentRow, MetricRow, TrialRow
+from .db import CheckpointRow, ExperimentRow, TrialRow
 from .errors import BadRequest, Conflict, NotFound
+from .models import checkpoints, experiment_reads, trials
 from .schemas import checkpoint_view, experiment_view, trial_view
 from .states import IllegalTransition
 
@@ -38,8 +39,8 @@ class StoreUnavailable(Exception):
     """The checkpoint store refused a request or could not be reached (HTTP 502)."""
 
 
-def _mgr(request: Request) -> MasterContext:
-    return request.app.state.manager
+def _ctx(request: Request) -> MasterContext:
+    return request.app.state.ctx
 
 
 _T = TypeVar("_T")
@@ -49,7 +50,7 @@ _P = ParamSpec("_P")
 def _read(request: Request, fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(session, *args)``, a session-first model function (:mod:`.models`), called in
     a read session of the master's database (for async routes, through a thread)."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         return fn(s, *args)
 
 
@@ -63,7 +64,7 @@ def _write(
     (:mod:`.models`), called in one write transaction of the master's database
     (committed when it returns); ``ctx`` is the master's
     :class:`~.context.MasterContext`."""
-    return _mgr(request).write(fn, *args, **kwargs)
+    return _ctx(request).write(fn, *args, **kwargs)
 
 
 def _error(status: int, detail: str, errors: list[tuple[str, str]] | None = None) -> JSONResponse:
@@ -136,39 +137,13 @@ def _storage_url(config: dict[str, Any], uuid: str) -> str | None:
     return _storage_dir(config, uuid)
 
 
-def _latest_validations(s: Session, trial_ids: list[int]) -> dict[int, dict[str, Any]]:
-    if not trial_ids:
-        return {}
-    latest = (
-        select(MetricRow.trial_id, func.max(MetricRow.total_batches).label("tb"))
-        .where(MetricRow.trial_id.in_(trial_ids), MetricRow.kind == "validation")
-        .group_by(MetricRow.trial_id)
-        .subquery()
-    )
-    rows = s.execute(
-        select(MetricRow)
-        .join(
-            latest,
-            (MetricRow.trial_id == latest.c.trial_id) & (MetricRow.total_batches == latest.c.tb),
-        )
-        .where(MetricRow.kind == "validation")
-    ).scalars()
-    return {m.trial_id: m.values for m in rows}
-
-
 def _experiment_views(s: Session, exps: list[ExperimentRow]) -> list[dict[str, Any]]:
-    ids = [e.id for e in exps]
     counts: dict[int, int] = {}
     bests: dict[int, list[float]] = {}
-    if ids:
-        for exp_id, best in s.execute(
-            select(TrialRow.experiment_id, TrialRow.best_validation).where(
-                TrialRow.experiment_id.in_(ids)
-            )
-        ):
-            counts[exp_id] = counts.get(exp_id, 0) + 1
-            if best is not None:
-                bests.setdefault(exp_id, []).append(best)
+    for exp_id, _trial_id, best in trials.trial_bests(s, [e.id for e in exps]):
+        counts[exp_id] = counts.get(exp_id, 0) + 1
+        if best is not None:
+            bests.setdefault(exp_id, []).append(best)
     out = []
     for e in exps:
         values = bests.get(e.id)
@@ -178,18 +153,8 @@ def _experiment_views(s: Session, exps: list[ExperimentRow]) -> list[dict[str, A
     return out
 
 
-def _get_experiment(s: Session, exp_id: int) -> ExperimentRow:
-    exp = s.get(ExperimentRow, exp_id)
-    if exp is None:
-        raise NotFound(f"experiment {exp_id} not found")
-    return exp
-
-
-def _get_trial(s: Session, trial_id: int) -> TrialRow:
-    trial = s.get(TrialRow, trial_id)
-    if trial is None:
-        raise NotFound(f"trial {trial_id} not found")
-    return trial
+_get_experiment = experiment_reads.read_experiment
+_get_trial = trials.read_trial
 
 
 def _checkpoint_views(
@@ -197,18 +162,11 @@ def _checkpoint_views(
 ) -> list[dict[str, Any]]:
     """Checkpoint JSON with ``searcher_metric``: the validation value at the same batches."""
     metric = exp.config.get("searcher", {}).get("metric")
-    values: dict[tuple[int, int], Any] = {}
-    # Only the validation reports at the checkpoints' batch counts (issue 22: reading
-    # every validation row of 1,000 trials x 1,000 reports took seconds), 500 pairs a query.
-    pairs = sorted({(c.trial_id, c.total_batches) for c in rows})
-    for i in range(0, len(pairs) if metric else 0, 500):
-        for tid, batches, vals in s.execute(
-            select(MetricRow.trial_id, MetricRow.total_batches, MetricRow.values).where(
-                tuple_(MetricRow.trial_id, MetricRow.total_batches).in_(pairs[i : i + 500]),
-                MetricRow.kind == "validation",
-            )
-        ):
-            values[(tid, batches)] = vals.get(metric) if isinstance(vals, dict) else None
+    values = (
+        checkpoints.validation_values(s, [(c.trial_id, c.total_batches) for c in rows], metric)
+        if metric
+        else {}
+    )
     out = []
     for c in rows:
         view = checkpoint_view(c, _storage_url(exp.config, c.uuid))
@@ -217,6 +175,6 @@ def _checkpoint_views(
     return out
 
 
-def _trial_views(s: Session, trials: list[TrialRow]) -> list[dict[str, Any]]:
-    latest = _latest_validations(s, [t.id for t in trials])
-    return [trial_view(t, latest.get(t.id)) for t in trials]
+def _trial_views(s: Session, rows: list[TrialRow]) -> list[dict[str, Any]]:
+    latest = trials.latest_validations(s, [t.id for t in rows])
+    return [trial_view(t, latest.get(t.id)) for t in rows]

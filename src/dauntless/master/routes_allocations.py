@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from sqlalchemy import or_, select
 
 from . import responses as R
 from .api_spec import INT32_MAX
 from .auth import access, principal
-from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
+from .models import allocations
 
 router = APIRouter(prefix="/api/v1")
 
@@ -24,23 +23,8 @@ def _allocations(
 ) -> list[dict]:
     # Trials' allocations and tasks' (commands, notebooks, shells, TensorBoards), whose
     # trial_id and experiment_id are None.
-    with request.app.state.manager.db.read() as s:
-        q = select(AllocationRow, TrialRow.experiment_id).join(
-            TrialRow, TrialRow.id == AllocationRow.trial_id, isouter=True
-        )
-        if owner_id is not None:
-            q = (
-                q.join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id, isouter=True)
-                .join(TaskRow, TaskRow.id == AllocationRow.task_id, isouter=True)
-                .where(or_(ExperimentRow.owner_id == owner_id, TaskRow.owner_id == owner_id))
-            )
-        if trial_id is not None:
-            q = q.where(AllocationRow.trial_id == trial_id)
-        if active is True:
-            q = q.where(AllocationRow.state != "TERMINATED")
-        elif active is False:
-            q = q.where(AllocationRow.state == "TERMINATED")
-        rows = s.execute(q.order_by(AllocationRow.created_at, AllocationRow.id)).all()
+    with request.app.state.ctx.db.read() as s:
+        rows = allocations.listing(s, trial_id, active, owner_id)
         return [
             {
                 "id": a.id,

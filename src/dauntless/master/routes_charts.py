@@ -26,14 +26,13 @@ from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
-from sqlalchemy import select
 
 from . import responses as R
 from .api_spec import DbId
 from .auth import access
-from .db import MetricRow, TrialRow
-from .errors import BadRequest, NotFound
+from .errors import BadRequest
 from .metric_series import MAX_POINTS, m4, read_experiment_series, read_metric_names
+from .models import trials
 from .responses import BatchMetricsOut
 from .routes import _experiment_views, _get_experiment
 
@@ -55,18 +54,8 @@ def get_batch_metrics(
     Raises:
         NotFound: no such trial (404).
     """
-    with request.app.state.manager.db.read() as s:
-        if s.get(TrialRow, trial_id) is None:
-            raise NotFound(f"trial {trial_id} not found")
-        rows = s.execute(
-            select(MetricRow.total_batches, MetricRow.batch_metrics)
-            .where(
-                MetricRow.trial_id == trial_id,
-                MetricRow.kind == "training",
-                MetricRow.batch_metrics.is_not(None),
-            )
-            .order_by(MetricRow.total_batches)
-        ).all()
+    with request.app.state.ctx.db.read() as s:
+        rows = trials.batch_metrics(s, trial_id)
     points: dict[str, tuple[list[int], list[float]]] = {}
     for total, per_batch in rows:
         if not isinstance(per_batch, list):
@@ -145,13 +134,11 @@ def experiment_summary(
         NotFound: no such experiment.
         BadRequest: bad ``group``, ``name`` or ``max_points`` (names the field).
     """
-    db = request.app.state.manager.db
+    db = request.app.state.ctx.db
     with db.read() as s:
         exp = _get_experiment(s, exp_id)
         view = _experiment_views(s, [exp])[0]
-        ranked = s.execute(
-            select(TrialRow.id, TrialRow.best_validation).where(TrialRow.experiment_id == exp_id)
-        ).all()
+        ranked = [(tid, best) for _e, tid, best in trials.trial_bests(s, [exp_id])]
     chosen: list[int] | None = None
     if trial_ids is not None:
         chosen = list(dict.fromkeys(trial_ids))
@@ -193,7 +180,7 @@ def get_experiment_metrics(
     """
     try:
         return read_experiment_series(
-            request.app.state.manager.db, exp_id, group, name, max_points, trial_id
+            request.app.state.ctx.db, exp_id, group, name, max_points, trial_id
         )
     except ValueError as exc:
         raise BadRequest(str(exc), [("name", str(exc))]) from None
@@ -206,4 +193,4 @@ def get_experiment_metric_names(exp_id: DbId, request: Request) -> dict[str, lis
     Raises:
         NotFound: no such experiment (404).
     """
-    return read_metric_names(request.app.state.manager.db, exp_id)
+    return read_metric_names(request.app.state.ctx.db, exp_id)

@@ -20,9 +20,9 @@ from dauntless.storage import StoreError, build_storage
 
 from . import responses as R
 from .auth import access
-from .db import CheckpointRow
 from .errors import Conflict, NotFound
-from .routes import StoreUnavailable, _checkpoint_views, _get_experiment, _mgr, _storage_dir
+from .models import checkpoints
+from .routes import StoreUnavailable, _checkpoint_views, _ctx, _get_experiment, _storage_dir
 
 router = APIRouter(prefix="/api/v1")
 
@@ -55,10 +55,8 @@ def _tar_object_checkpoint(config: dict[str, Any], uuid: str) -> str:
 @access(trial="own")
 def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
     """One checkpoint."""
-    with _mgr(request).db.read() as s:
-        c = s.get(CheckpointRow, uuid)
-        if c is None:
-            raise NotFound(f"checkpoint {uuid} not found")
+    with _ctx(request).db.read() as s:
+        c = checkpoints.read_checkpoint(s, uuid)
         exp = _get_experiment(s, c.experiment_id)
         return {"checkpoint": _checkpoint_views(s, exp, [c])[0]}
 
@@ -67,10 +65,8 @@ def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
 @access(trial="own")
 def download_checkpoint(uuid: str, request: Request) -> FileResponse:
     """The checkpoint directory as a gzipped tar (streamed from a temporary file)."""
-    with _mgr(request).db.read() as s:
-        c = s.get(CheckpointRow, uuid)
-        if c is None:
-            raise NotFound(f"checkpoint {uuid} not found")
+    with _ctx(request).db.read() as s:
+        c = checkpoints.read_checkpoint(s, uuid)
         exp = _get_experiment(s, c.experiment_id)
     if c.state in ("DELETING", "DELETED"):
         raise Conflict(f"checkpoint {uuid} was deleted by checkpoint GC")

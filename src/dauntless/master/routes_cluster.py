@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 import dauntless
@@ -21,10 +20,9 @@ import dauntless
 from . import loop
 from . import responses as R
 from .auth import access
-from .db import AgentRow, AllocationRow, ClusterRow
 from .errors import NotFound
 from .models import agents, allocations, logs
-from .routes import _mgr, _read, _write
+from .routes import _ctx, _read, _write
 from .schemas import (
     AgentSwitch,
     AllocationExited,
@@ -52,13 +50,11 @@ though no change was seen (changes the ORM does not report, such as a cascade de
 @access(open=True)
 def get_master(request: Request) -> dict[str, Any]:
     """Version and identity of this master."""
-    mgr = _mgr(request)
-    with mgr.db.read() as s:
-        cluster = s.scalar(select(ClusterRow))
+    ctx = _ctx(request)
     return {
         "version": dauntless.__version__,
-        "cluster_name": mgr.config.cluster_name,
-        "cluster_id": cluster.cluster_id if cluster else None,
+        "cluster_name": ctx.config.cluster_name,
+        "cluster_id": _read(request, agents.cluster_id),
     }
 
 
@@ -66,12 +62,9 @@ def get_master(request: Request) -> dict[str, Any]:
 @access(agent=True)
 def list_agents(request: Request) -> dict[str, Any]:
     """Every agent with its slots and which allocation holds each."""
-    with _mgr(request).db.read() as s:
-        used: dict[str, dict[str, str]] = {}
-        for alloc in s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")):
-            for sid in alloc.slot_ids:
-                used.setdefault(alloc.agent_id, {})[str(sid)] = alloc.id
-        rows = s.scalars(select(AgentRow).order_by(AgentRow.id)).all()
+    with _ctx(request).db.read() as s:
+        used = agents.slot_holders(s)
+        rows = agents.all_agents(s)
         return {"agents": [agent_view(a, used.get(a.id, {})) for a in rows]}
 
 
@@ -123,22 +116,13 @@ def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> d
 @access(agent=True)
 def list_resource_pools(request: Request) -> dict[str, Any]:
     """Declared pools with their schedulers and slots used and free."""
-    return {"resource_pools": _read(request, agents.resource_pools, _mgr(request))}
+    return {"resource_pools": _read(request, agents.resource_pools, _ctx(request))}
 
 
 def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
-    with _mgr(request).db.read() as s:
-        agent = s.get(AgentRow, agent_id)
-        if agent is None:
-            raise NotFound(f"agent {agent_id} not found")
-        used: dict[str, str] = {}
-        for alloc in s.scalars(
-            select(AllocationRow).where(
-                AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
-            )
-        ):
-            for sid in alloc.slot_ids:
-                used[str(sid)] = alloc.id
+    with _ctx(request).db.read() as s:
+        agent = agents.read_agent(s, agent_id)
+        used = agents.slot_holders(s, agent_id).get(agent_id, {})
         return {"agent": agent_view(agent, used)}
 
 
@@ -151,10 +135,10 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
     /allocations/{id}/exited`` would (an unknown allocation is skipped, as that route's
     404 is by the agent), so the work their slots freed is in this answer (issue 19).
     """
-    mgr = _mgr(request)
+    ctx = _ctx(request)
     for ex in body.exited:
         try:
-            loop.allocation_exited(mgr, ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
+            loop.allocation_exited(ctx, ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
         except NotFound:
             continue
         except IllegalTransition:
@@ -163,14 +147,14 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
             # allocation, still RUNNING here, is then missing from the agent's
             # ``running`` list and is handled as lost.
             log.exception("recording the exit of allocation %s failed", ex.allocation_id)
-    return mgr.write(agents.heartbeat, agent_id, body.running)
+    return ctx.write(agents.heartbeat, agent_id, body.running)
 
 
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)
 @access(users="none", agent=True, what="report task exits")
 def allocation_exited(allocation_id: str, body: AllocationExited, request: Request) -> dict:
     """The agent reports that a task's process ended."""
-    loop.allocation_exited(_mgr(request), allocation_id, body.exit_code, body.message, body.fatal)
+    loop.allocation_exited(_ctx(request), allocation_id, body.exit_code, body.message, body.fatal)
     return {}
 
 
@@ -184,8 +168,8 @@ async def preemption_signal(
     A long poll: answers as soon as the signal is set, or ``false`` after
     ``timeout_seconds`` (0: at once).
     """
-    mgr = _mgr(request)
-    versions = mgr.allocation_versions
+    ctx = _ctx(request)
+    versions = ctx.allocation_versions
     deadline = time.monotonic() + timeout_seconds
     while True:
         seen = versions.version(allocation_id)
@@ -211,7 +195,7 @@ async def preemption_signal(
 @access(users="none", trial="own", what="publish a rendezvous")
 def post_rendezvous(allocation_id: str, body: RendezvousIn, request: Request) -> dict:
     """The chief launcher of a distributed allocation says where its ranks meet."""
-    with _mgr(request).db.write() as s:
+    with _ctx(request).db.write() as s:
         allocations.set_rendezvous(s, allocation_id, body.addr, body.port)
     return {}
 

@@ -15,9 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from . import responses as R
 from .api_spec import INT32_MAX
 from .auth import principal
-from .db import ExperimentRow
-from .errors import NotFound
-from .models import experiments
+from .models import experiment_reads, experiments
 
 router = APIRouter(prefix="/api/v1")
 
@@ -38,21 +36,19 @@ async def continue_experiment(body: ContinueExperiment, request: Request) -> dic
     Only the experiment's owner or an admin may. 404: no such experiment; 409: not
     finished or nothing left to continue; 400: invalid overrides.
     """
-    from .routes import _mgr
+    from .routes import _ctx
     from .routes_experiments import _experiment_json
 
-    mgr = _mgr(request)
+    ctx = _ctx(request)
     who = principal(request)
-    with mgr.db.read() as s:
-        exp = s.get(ExperimentRow, body.id)
-        if exp is None:
-            raise NotFound(f"experiment {body.id} not found")
+    with ctx.db.read() as s:
+        exp = experiment_reads.read_experiment(s, body.id)
         if not who.admin and exp.owner_id != who.user_id:
             raise HTTPException(
                 403,
                 f"only the owner of experiment {exp.id} ({exp.owner}) or an admin may continue it",
             )
     await run_in_threadpool(
-        mgr.write, experiments.continue_experiment, body.id, body.override_config
+        ctx.write, experiments.continue_experiment, body.id, body.override_config
     )
-    return _experiment_json(mgr, body.id)
+    return _experiment_json(ctx, body.id)

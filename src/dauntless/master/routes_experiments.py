@@ -11,7 +11,6 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -19,10 +18,16 @@ from . import responses as R
 from .api_spec import INT32_MAX, DbId, method_not_allowed
 from .auth import access, principal
 from .context import MasterContext
-from .db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound
-from .models import experiments, lifecycle
-from .routes import _checkpoint_views, _experiment_views, _get_experiment, _mgr, _trial_views
+from .models import experiment_reads, experiments, lifecycle, trials
+from .routes import (
+    _checkpoint_views,
+    _ctx,
+    _experiment_views,
+    _get_experiment,
+    _read,
+    _trial_views,
+)
 from .schemas import PatchExperiment
 
 router = APIRouter(prefix="/api/v1")
@@ -113,14 +118,14 @@ async def create_experiment(request: Request) -> dict[str, Any]:
                     )
                 chunks.append(chunk)
             data = b"".join(chunks)
-    mgr = _mgr(request)
+    ctx = _ctx(request)
     if validate_only:
         from dauntless.config import ConfigError, config_refusals, parse_experiment_config
 
         from .compat038 import prepare_raw_config
 
         try:
-            raw = prepare_raw_config(config, mgr.default_storage())
+            raw = prepare_raw_config(config, ctx.default_storage())
             parse_experiment_config(raw)
         except ConfigError as exc:
             raise BadRequest("invalid experiment config", exc.errors) from None
@@ -131,14 +136,14 @@ async def create_experiment(request: Request) -> dict[str, Any]:
     owner = principal(request)
     exp_id = await run_in_threadpool(
         experiments.create_experiment,
-        mgr,
+        ctx,
         config,
         data,
         activate,
         owner.username or "determined",
         parent_id,
     )
-    with mgr.db.read() as s:
+    with ctx.db.read() as s:
         exp = _get_experiment(s, exp_id)
         view = _experiment_views(s, [exp])[0]
     return {"experiment": view, "warnings": _config_warnings(config)}
@@ -191,27 +196,20 @@ def experiments_page(
         limit: at most this many experiments (newest first).
         offset: skip this many first.
     """
-    with _mgr(request).db.read() as s:
-        q = select(ExperimentRow)
-        if archived is not None:
-            q = q.where(ExperimentRow.archived == archived)
-        total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
-        exps = s.scalars(q.order_by(ExperimentRow.id.desc()).limit(limit).offset(offset)).all()
-        return {"experiments": _experiment_views(s, list(exps)), "total": total}
+    with _ctx(request).db.read() as s:
+        exps, total = experiment_reads.experiments_page(s, archived, limit, offset)
+        return {"experiments": _experiment_views(s, exps), "total": total}
 
 
 @router.get("/experiments/{exp_id}", response_model=R.ExperimentDetail)
 @access(trial="own")
 def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """One experiment with its trials."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         exp = _get_experiment(s, exp_id)
-        trials = s.scalars(
-            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
-        ).all()
         return {
             "experiment": _experiment_views(s, [exp])[0],
-            "trials": _trial_views(s, list(trials)),
+            "trials": _trial_views(s, trials.experiment_trials(s, exp_id)),
         }
 
 
@@ -219,38 +217,29 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
 @access(trial="own")
 def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The trials of an experiment."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         _get_experiment(s, exp_id)
-        trials = s.scalars(
-            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
-        ).all()
-        return {"trials": _trial_views(s, list(trials))}
+        return {"trials": _trial_views(s, trials.experiment_trials(s, exp_id))}
 
 
 @router.get("/experiments/{exp_id}/checkpoints", response_model=R.CheckpointsOut)
 @access(trial="own")
 def get_experiment_checkpoints(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The checkpoints of an experiment, oldest first."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         exp = _get_experiment(s, exp_id)
-        rows = s.scalars(
-            select(CheckpointRow)
-            .where(CheckpointRow.experiment_id == exp_id)
-            .order_by(CheckpointRow.report_time)
-        ).all()
-        return {"checkpoints": _checkpoint_views(s, exp, list(rows))}
+        rows = experiment_reads.experiment_checkpoints(s, exp_id)
+        return {"checkpoints": _checkpoint_views(s, exp, rows)}
 
 
 @router.get("/experiments/{exp_id}/model_def")
 @access(agent=True, trial="own")
 def get_model_def(exp_id: DbId, request: Request) -> Response:
     """The experiment's context directory as a gzipped tar."""
-    with _mgr(request).db.read() as s:
-        _get_experiment(s, exp_id)
-        md = s.get(ModelDefinitionRow, exp_id)
-        if md is None:
-            raise NotFound(f"experiment {exp_id} was created without a context directory")
-        return Response(content=md.content, media_type="application/gzip")
+    content = _read(request, experiments.model_definition, exp_id)
+    if content is None:
+        raise NotFound(f"experiment {exp_id} was created without a context directory")
+    return Response(content=content, media_type="application/gzip")
 
 
 _ACTIONS: dict[str, Callable[[Session, MasterContext, int], None]] = {
@@ -264,8 +253,8 @@ _ACTIONS: dict[str, Callable[[Session, MasterContext, int], None]] = {
 """The experiment actions: model functions run in one write transaction."""
 
 
-def _experiment_json(mgr: MasterContext, exp_id: int) -> dict[str, Any]:
-    with mgr.db.read() as s:
+def _experiment_json(ctx: MasterContext, exp_id: int) -> dict[str, Any]:
+    with ctx.db.read() as s:
         return {"experiment": _experiment_views(s, [_get_experiment(s, exp_id)])[0]}
 
 
@@ -283,25 +272,25 @@ def experiment_action(exp_id: DbId, action: str, request: Request) -> dict[str, 
         if wrong_method is not None:
             return wrong_method  # type: ignore[return-value]
         raise NotFound(f"no experiment action {action!r}; one of {sorted(_ACTIONS)}")
-    mgr = _mgr(request)
-    mgr.write(fn, exp_id)
-    return _experiment_json(mgr, exp_id)
+    ctx = _ctx(request)
+    ctx.write(fn, exp_id)
+    return _experiment_json(ctx, exp_id)
 
 
 @router.patch("/experiments/{exp_id}", response_model=R.ExperimentBody)
 @access(users="owner", what="edit it")
 def patch_experiment(exp_id: DbId, body: PatchExperiment, request: Request) -> dict[str, Any]:
     """Edit name or description, or set the checkpoint GC policy (collects at once)."""
-    mgr = _mgr(request)
+    ctx = _ctx(request)
     gc = body.checkpoint_storage.model_dump(exclude_none=True) if body.checkpoint_storage else None
     res = body.resources.model_dump(exclude_none=True) if body.resources else None
-    experiments.patch_experiment(mgr, exp_id, body.name, body.description, gc or None, res or None)
-    return _experiment_json(mgr, exp_id)
+    experiments.patch_experiment(ctx, exp_id, body.name, body.description, gc or None, res or None)
+    return _experiment_json(ctx, exp_id)
 
 
 @router.delete("/experiments/{exp_id}", response_model=R.Empty)
 @access(users="owner", what="delete it")
 def delete_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """Delete a finished experiment: checkpoints from storage, then every row."""
-    experiments.delete_experiment(_mgr(request), exp_id)
+    experiments.delete_experiment(_ctx(request), exp_id)
     return {}

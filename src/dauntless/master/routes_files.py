@@ -25,8 +25,8 @@ from fastapi.responses import Response
 from . import responses as R
 from .api_spec import DbId
 from .auth import access
-from .db import ExperimentRow, ModelDefinitionRow
 from .errors import BadRequest, NotFound
+from .models import experiment_reads, experiments
 
 router = APIRouter(prefix="/api/v1")
 
@@ -35,14 +35,11 @@ MAX_FILE_BYTES = 5_000_000
 
 
 def _tar(request: Request, exp_id: int) -> tarfile.TarFile:
-    with request.app.state.manager.db.read() as s:
-        exp = s.get(ExperimentRow, exp_id)
-        if exp is None or exp.state == "DELETED":
-            raise NotFound(f"experiment {exp_id} not found")
-        md = s.get(ModelDefinitionRow, exp_id)
-        if md is None:
-            raise NotFound(f"experiment {exp_id} was created without a context directory")
-        content = bytes(md.content)
+    with request.app.state.ctx.db.read() as s:
+        experiment_reads.read_experiment(s, exp_id, deleted=False)
+        content = experiments.model_definition(s, exp_id)
+    if content is None:
+        raise NotFound(f"experiment {exp_id} was created without a context directory")
     return tarfile.open(fileobj=io.BytesIO(content), mode="r:*")
 
 

@@ -22,7 +22,7 @@ from . import responses as R
 from .api_spec import DbId
 from .auth import access
 from .models import checkpoints, experiments
-from .routes import _mgr, _write
+from .routes import _ctx, _write
 
 router = APIRouter(prefix="/api/v1")
 
@@ -49,7 +49,7 @@ def delete_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
     Refused (409) while its experiment is not finished: a running trial may resume from
     any of its checkpoints. Deleting a DELETED checkpoint again is a no-op.
     """
-    with _mgr(request).db.write() as s:
+    with _ctx(request).db.write() as s:
         already, config = checkpoints.mark_deleted(s, uuid)
     if not already:
         checkpoints.remove_checkpoints(config, [uuid])

@@ -15,7 +15,7 @@ from .api_spec import DbId
 from .auth import access, require_own_trial
 from .models import checkpoints, metrics, search, trials
 from .models.metrics import MetricsIn
-from .routes import _mgr, _write
+from .routes import _ctx, _write
 from .schemas import (
     CheckpointReport,
     CompletedOperation,
@@ -32,7 +32,7 @@ router = APIRouter(prefix="/api/v1")
 @access(users="admin", trial="own", what="read a trial's searcher operation")
 def get_searcher_operation(trial_id: DbId, request: Request) -> dict[str, Any]:
     """The trial's next searcher operation."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         return trials.searcher_operation(s, trial_id)
 
 
@@ -51,7 +51,7 @@ def complete_searcher_operation(trial_id: DbId, body: CompletedOperation, reques
 def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) -> dict:
     """Training or validation metrics at a batch count (idempotent)."""
     stored = metrics.report_metrics(
-        _mgr(request),
+        _ctx(request),
         trial_id,
         body.group,
         body.steps_completed,
@@ -68,7 +68,7 @@ def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: 
     """Several metrics reports of one trial, stored in one transaction, each as
     ``POST /trials/{id}/metrics`` would store it (idempotent per report)."""
     stored = metrics.report_metrics_batch(
-        _mgr(request),
+        _ctx(request),
         trial_id,
         [
             MetricsIn(r.group, r.steps_completed, r.trial_run_id, r.metrics, r.batch_metrics)
@@ -90,7 +90,7 @@ def post_trial_progress(trial_id: DbId, body: ProgressReport, request: Request) 
 @access(users="none", trial="own", what="report early exits for trials")
 def post_early_exit(trial_id: DbId, body: EarlyExit, request: Request) -> dict:
     """The trial will exit early (invalid hyperparameters)."""
-    with _mgr(request).db.write() as s:
+    with _ctx(request).db.write() as s:
         trials.report_early_exit(s, trial_id, body.reason)
     return {}
 

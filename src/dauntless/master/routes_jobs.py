@@ -24,7 +24,6 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import select
 
 from dauntless.scheduler import pool_spec_from_config
 
@@ -32,17 +31,11 @@ from . import responses as R
 from .api_spec import ErrorBody
 from .auth import forbidden, principal
 from .context import MasterContext
-from .db import AllocationRow, ExperimentRow, TaskRow, TrialRow
 from .errors import BadRequest, NotFound
-from .models import experiments
-from .states import State
-from .tasks import TaskState
+from .models import experiments, jobs
+from .models.jobs import EXPERIMENT_PREFIX, TASK_PREFIX
 
 router = APIRouter(prefix="/api/v1")
-
-EXPERIMENT_PREFIX = "experiment-"
-TASK_PREFIX = "task-"
-_LIVE_TASK_STATES = (TaskState.QUEUED.value, TaskState.ASSIGNED.value, TaskState.RUNNING.value)
 
 
 class JobUpdate(BaseModel):
@@ -60,121 +53,35 @@ class JobUpdate(BaseModel):
         return self
 
 
-def _mgr(request: Request) -> MasterContext:
-    return request.app.state.manager
+def _ctx(request: Request) -> MasterContext:
+    return request.app.state.ctx
 
 
-def _pools(mgr: MasterContext) -> dict[str, Any]:
-    return {p.pool_name: pool_spec_from_config(p) for p in mgr.config.resource_pools}
+def _pools(ctx: MasterContext) -> dict[str, Any]:
+    return {p.pool_name: pool_spec_from_config(p) for p in ctx.config.resource_pools}
 
 
-def _experiment_jobs(mgr: MasterContext, s: Any) -> list[dict[str, Any]]:
-    exps = s.scalars(select(ExperimentRow).where(ExperimentRow.state == State.ACTIVE.value)).all()
-    if not exps:
-        return []
-    ids = [e.id for e in exps]
-    trials = s.execute(
-        select(TrialRow.id, TrialRow.experiment_id).where(
-            TrialRow.experiment_id.in_(ids), TrialRow.state == State.ACTIVE.value
-        )
-    ).all()
-    active: dict[int, list[int]] = {}
-    for tid, eid in trials:
-        active.setdefault(eid, []).append(tid)
-    live = s.execute(
-        select(AllocationRow.trial_id, AllocationRow.slot_ids).where(
-            AllocationRow.state != "TERMINATED", AllocationRow.trial_id.is_not(None)
-        )
-    ).all()
-    slots_of_trial: dict[int, int] = {}
-    for tid, slot_ids in live:
-        slots_of_trial[tid] = slots_of_trial.get(tid, 0) + len(slot_ids or [])
-    out = []
-    for e in exps:
-        tids = active.get(e.id, [])
-        if not tids:
-            continue
-        cfg = mgr.experiment_config(e)
-        allocated = sum(slots_of_trial.get(t, 0) for t in tids)
-        out.append(
-            {
-                "job_id": f"{EXPERIMENT_PREFIX}{e.id}",
-                "type": "EXPERIMENT",
-                "entity_id": str(e.id),
-                "name": e.name,
-                "owner": e.owner,
-                "owner_id": e.owner_id,
-                "resource_pool": cfg.resources.resource_pool or "default",
-                "priority": cfg.resources.priority,
-                "weight": cfg.resources.weight,
-                "requested_slots": cfg.resources.slots_per_trial * len(tids),
-                "allocated_slots": allocated,
-                "submission_time": e.start_time,
-                "state": "SCHEDULED" if any(t in slots_of_trial for t in tids) else "QUEUED",
-                "preemptible": True,
-            }
-        )
-    return out
-
-
-def _task_jobs(s: Any) -> list[dict[str, Any]]:
-    rows = s.scalars(select(TaskRow).where(TaskRow.state.in_(_LIVE_TASK_STATES))).all()
-    if not rows:
-        return []
-    live = s.execute(
-        select(AllocationRow.task_id, AllocationRow.slot_ids).where(
-            AllocationRow.state != "TERMINATED",
-            AllocationRow.task_id.in_([r.id for r in rows]),
-        )
-    ).all()
-    held: dict[str, int] = {}
-    for tid, slot_ids in live:
-        held[tid] = held.get(tid, 0) + len(slot_ids or [])
-    out = []
-    for r in rows:
-        res = r.config.get("resources") or {}
-        out.append(
-            {
-                "job_id": f"{TASK_PREFIX}{r.id}",
-                "type": r.type.upper(),
-                "entity_id": r.id,
-                "name": r.description or r.id,
-                "owner": r.owner,
-                "owner_id": r.owner_id,
-                "resource_pool": res.get("resource_pool") or "default",
-                "priority": res.get("priority"),
-                "weight": float(res.get("weight", 1.0)),
-                "requested_slots": int(res.get("slots", 0)),
-                "allocated_slots": held.get(r.id, 0),
-                "submission_time": r.created_at,
-                "state": "QUEUED" if r.state == TaskState.QUEUED.value else "SCHEDULED",
-                "preemptible": False,
-            }
-        )
-    return out
-
-
-def list_jobs(mgr: MasterContext, resource_pool: str | None = None) -> list[dict[str, Any]]:
+def list_jobs(ctx: MasterContext, resource_pool: str | None = None) -> list[dict[str, Any]]:
     """Every unfinished job, pool by pool (in the master config's pool order), each pool's
     jobs in its scheduler's order with ``queue_position`` (1-based) set.
 
     Args:
-        mgr: the master's context.
+        ctx: the master's context.
         resource_pool: only this pool's jobs (None: all pools).
 
     Raises:
         NotFound: ``resource_pool`` is not a pool of this master (404).
     """
-    pools = _pools(mgr)
+    pools = _pools(ctx)
     if resource_pool is not None and resource_pool not in pools:
         raise NotFound(f"no resource pool {resource_pool!r}; pools: {sorted(pools)}")
-    with mgr.db.read() as s:
-        jobs = _experiment_jobs(mgr, s) + _task_jobs(s)
+    with ctx.db.read() as s:
+        found = jobs.experiment_jobs(s, ctx) + jobs.task_jobs(s)
     out: list[dict[str, Any]] = []
     for name, spec in pools.items():
         if resource_pool is not None and name != resource_pool:
             continue
-        mine = [j for j in jobs if j["resource_pool"] == name]
+        mine = [j for j in found if j["resource_pool"] == name]
         for j in mine:
             j["effective_priority"] = (
                 j["priority"] if j["priority"] is not None else spec.default_priority
@@ -210,7 +117,7 @@ def get_job_queue(
     Raises:
         NotFound: no such pool (404).
     """
-    return {"jobs": list_jobs(_mgr(request), resource_pool)}
+    return {"jobs": list_jobs(_ctx(request), resource_pool)}
 
 
 @router.patch("/jobs/{job_id}", response_model=R.JobBody)
@@ -225,10 +132,10 @@ def update_job(job_id: str, body: JobUpdate, request: Request) -> dict[str, Any]
         BadRequest: the field does not apply to the job's pool (400).
         HTTPException: 403 for another user's job.
     """
-    mgr = _mgr(request)
+    ctx = _ctx(request)
     who = principal(request)
-    jobs = {j["job_id"]: j for j in list_jobs(mgr)}
-    job = jobs.get(job_id)
+    by_id = {j["job_id"]: j for j in list_jobs(ctx)}
+    job = by_id.get(job_id)
     if job is None:
         raise NotFound(
             f"no queued or running job {job_id!r} (ids look like "
@@ -251,14 +158,7 @@ def update_job(job_id: str, body: JobUpdate, request: Request) -> dict[str, Any]
             ],
         )
     if job["type"] == "EXPERIMENT":
-        experiments.patch_experiment(mgr, int(job["entity_id"]), None, None, None, {field: value})
+        experiments.patch_experiment(ctx, int(job["entity_id"]), None, None, None, {field: value})
     else:
-        with mgr.db.write() as s:
-            row = s.get(TaskRow, job["entity_id"])
-            if row is None:
-                raise NotFound(f"no queued or running job {job_id!r}")
-            config = dict(row.config)
-            config["resources"] = {**(config.get("resources") or {}), field: value}
-            row.config = config
-        mgr.wake.set()
-    return {"job": {j["job_id"]: j for j in list_jobs(mgr)}.get(job_id, job)}
+        ctx.write(jobs.set_task_scheduling, job["entity_id"], field, value)
+    return {"job": {j["job_id"]: j for j in list_jobs(ctx)}.get(job_id, job)}

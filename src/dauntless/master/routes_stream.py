@@ -259,7 +259,7 @@ async def stream_experiments(
 
 def _experiment_changes(request: Request) -> Callable[[], int] | None:
     """The change version of experiment bodies (None on a manager without one)."""
-    flag = getattr(request.app.state.manager, "experiment_changes", None)
+    flag = getattr(request.app.state.ctx, "experiment_changes", None)
     return flag.version if flag is not None else None
 
 
@@ -316,7 +316,7 @@ async def stream_experiment(
 
         def exists() -> None:
             # The row only (issue 22): the full body, with every trial, is the first event.
-            with request.app.state.manager.db.read() as s:
+            with request.app.state.ctx.db.read() as s:
                 _get_experiment(s, exp_id)
 
         await run_in_threadpool(exists)
@@ -338,8 +338,8 @@ async def stream_cluster(
     ``last_heartbeat``, which changes every beat), "allocations": [Allocation] (the live
     ones: trials' and tasks', whose ``task_id`` is set), "resource_pools": [ResourcePool]}`` (the body of ``GET /resource-pools``;
     absent from masters without pool summaries)."""
-    mgr = request.app.state.manager
-    has_pools = isinstance(mgr, MasterContext)
+    ctx = request.app.state.ctx
+    has_pools = isinstance(ctx, MasterContext)
 
     def read() -> tuple[str, Any]:
         agents = list_agents(request)["agents"]
@@ -347,7 +347,7 @@ async def stream_cluster(
             agent.pop("last_heartbeat", None)
         body: dict[str, Any] = {"agents": agents, "allocations": _allocations(request, None, True)}
         if has_pools:
-            body["resource_pools"] = _read(request, agent_models.resource_pools, mgr)
+            body["resource_pools"] = _read(request, agent_models.resource_pools, ctx)
         return "cluster", body
 
     return _stream(_poll(request, read, max_seconds))

@@ -37,8 +37,8 @@ FAMILIES = {
 
 
 def _tasks(request: Request) -> TaskService:
-    mgr: MasterContext = request.app.state.manager
-    return mgr.tasks
+    ctx: MasterContext = request.app.state.ctx
+    return ctx.tasks
 
 
 def install_task_error_handlers(app: FastAPI) -> None:

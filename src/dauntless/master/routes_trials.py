@@ -9,16 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from sqlalchemy import select
 
 from . import responses as R
 from .api_spec import DbId
 from .auth import access
-from .db import CheckpointRow, MetricRow, TaskLogRow
 from .errors import BadRequest
 from .metric_series import read_trial_series
-from .models import lifecycle
-from .routes import _checkpoint_views, _get_experiment, _get_trial, _mgr, _trial_views
+from .models import lifecycle, trials
+from .routes import _checkpoint_views, _ctx, _get_experiment, _get_trial, _trial_views
 from .schemas import log_view, metric_view
 
 router = APIRouter(prefix="/api/v1")
@@ -31,9 +29,9 @@ MAX_METRICS_PAGE = 10_000
 @access(users="owner", what="kill its trial {trial_id}")
 def kill_trial(trial_id: DbId, request: Request) -> dict[str, Any]:
     """Kill one trial; it ends CANCELED."""
-    mgr = _mgr(request)
-    mgr.write(lifecycle.kill_trial, trial_id)
-    with mgr.db.read() as s:
+    ctx = _ctx(request)
+    ctx.write(lifecycle.kill_trial, trial_id)
+    with ctx.db.read() as s:
         return {"trial": _trial_views(s, [_get_trial(s, trial_id)])[0]}
 
 
@@ -41,7 +39,7 @@ def kill_trial(trial_id: DbId, request: Request) -> dict[str, Any]:
 @access(trial="own")
 def get_trial(trial_id: DbId, request: Request) -> dict[str, Any]:
     """One trial."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         return {"trial": _trial_views(s, [_get_trial(s, trial_id)])[0]}
 
 
@@ -68,8 +66,8 @@ def get_trial_metrics(
     - ``names=a,b``: only these metrics (in ``values`` and in ``series``).
     """
     wanted = [n for n in (names or "").split(",") if n] if names is not None else None
-    mgr = _mgr(request)
-    with mgr.db.read() as s:
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
         _get_trial(s, trial_id)
     if downsample is not None:
         if after_batches is not None or limit is not None:
@@ -79,7 +77,7 @@ def get_trial_metrics(
             )
         try:
             series = read_trial_series(
-                mgr.db,
+                ctx.db,
                 trial_id,
                 [group] if group else ["training", "validation"],
                 wanted,
@@ -95,23 +93,8 @@ def get_trial_metrics(
             "downsampling": "M4 (Jugel et al., PVLDB 7(10), 2014)",
             "next_after_batches": None,
         }
-    with mgr.db.read() as s:
-        q = select(MetricRow).where(MetricRow.trial_id == trial_id)
-        if group:
-            q = q.where(MetricRow.kind == group)
-        if after_batches is not None:
-            q = q.where(MetricRow.total_batches > after_batches)
-        q = q.order_by(MetricRow.total_batches, MetricRow.kind)
-        rows = list(s.scalars(q if limit is None else q.limit(limit)))
-        cursor = None
-        if limit is not None and len(rows) == limit:
-            # The rest of the last batch count's reports (the other group), so that the
-            # cursor never splits one count across pages.
-            cursor = rows[-1].total_batches
-            seen = {r.id for r in rows}
-            rows += [
-                r for r in s.scalars(q.where(MetricRow.total_batches == cursor)) if r.id not in seen
-            ]
+    with ctx.db.read() as s:
+        rows, cursor = trials.metrics_page(s, trial_id, group, after_batches, limit)
         views = [metric_view(m) for m in rows]
     if wanted is not None:
         keep = set(wanted)
@@ -128,14 +111,8 @@ def get_trial_logs(
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> dict[str, Any]:
     """Log lines of a trial with ids above ``after_id``; poll with the last id to follow."""
-    with _mgr(request).db.read() as s:
-        trial = _get_trial(s, trial_id)
-        rows = s.scalars(
-            select(TaskLogRow)
-            .where(TaskLogRow.trial_id == trial_id, TaskLogRow.id > after_id)
-            .order_by(TaskLogRow.id)
-            .limit(limit)
-        ).all()
+    with _ctx(request).db.read() as s:
+        trial, rows = trials.trial_logs(s, trial_id, after_id, limit)
         return {"logs": [log_view(r) for r in rows], "trial_state": trial.state}
 
 
@@ -143,12 +120,7 @@ def get_trial_logs(
 @access(trial="own")
 def get_trial_checkpoints(trial_id: DbId, request: Request) -> dict[str, Any]:
     """A trial's checkpoints, oldest first."""
-    with _mgr(request).db.read() as s:
+    with _ctx(request).db.read() as s:
         trial = _get_trial(s, trial_id)
         exp = _get_experiment(s, trial.experiment_id)
-        rows = s.scalars(
-            select(CheckpointRow)
-            .where(CheckpointRow.trial_id == trial_id)
-            .order_by(CheckpointRow.total_batches)
-        ).all()
-        return {"checkpoints": _checkpoint_views(s, exp, list(rows))}
+        return {"checkpoints": _checkpoint_views(s, exp, trials.trial_checkpoints(s, trial_id))}

@@ -25,7 +25,7 @@ from .tasks import REQUEST_PREFIX as TASK_REQUEST_PREFIX
 log = logging.getLogger("dauntless.master")
 
 
-def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
+def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
     """Run one scheduling pass inside the caller's transaction.
 
     Returns:
@@ -33,7 +33,7 @@ def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
     """
     live = s.scalars(select(AllocationRow).where(AllocationRow.state != "TERMINATED")).all()
     live_trials = {a.trial_id for a in live if a.trial_id is not None}
-    pending_tasks = mgr.tasks.scheduling.pending(s)
+    pending_tasks = ctx.tasks.scheduling.pending(s)
     task_configs = {}
     if any(a.task_id is not None for a in live):
         task_configs = {
@@ -76,7 +76,7 @@ def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
             )
         running_meta = {t: exps[e] for t, e in exp_ids.items() if e in exps}
     created = 0
-    for pool in mgr.config.resource_pools:
+    for pool in ctx.config.resource_pools:
         spec = pool_spec_from_config(pool)
         pool_agents = [
             AgentState(
@@ -96,7 +96,7 @@ def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
         constrained: list[tuple[Request, set[str]]] = []  # exclude_node log policies
         needs: dict[str, frozenset[str]] = {}  # issue 23: what a request needs of its agent
         for trial, exp in pending:
-            cfg = mgr.experiment_config(exp)
+            cfg = ctx.experiment_config(exp)
             if (cfg.resources.resource_pool or "default") != pool.pool_name:
                 continue
             needs[str(trial.id)] = frozenset(required_features(cfg.environment, cfg.bind_mounts))
@@ -114,18 +114,18 @@ def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
                 constrained.append((request, avoid))
             else:
                 requests.append(request)
-        requests.extend(mgr.tasks.scheduling.requests(pending_tasks, pool.pool_name))
+        requests.extend(ctx.tasks.scheduling.requests(pending_tasks, pool.pool_name))
         running = []
         pool_agent_ids = {a.id for a in pool_agents}
         for alloc in live:
             if alloc.agent_id not in pool_agent_ids:
                 continue
             if alloc.task_id is not None:
-                running.append(mgr.tasks.scheduling.running(alloc, task_configs[alloc.task_id]))
+                running.append(ctx.tasks.scheduling.running(alloc, task_configs[alloc.task_id]))
                 continue
             assert alloc.trial_id is not None  # not a task's, so a trial's allocation
             exp = running_meta[alloc.trial_id]
-            cfg = mgr.experiment_config(exp)
+            cfg = ctx.experiment_config(exp)
             running.append(
                 Allocation(
                     id=str(alloc.trial_id),
@@ -162,7 +162,7 @@ def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
             ).assignments
         for assignment in assignments:
             if assignment.request_id.startswith(TASK_REQUEST_PREFIX):
-                created += mgr.tasks.scheduling.allocate(
+                created += ctx.tasks.scheduling.allocate(
                     s, assignment.request_id, dict(assignment.slots)
                 )
                 continue
@@ -171,7 +171,7 @@ def place_pending(s: Session, mgr: MasterContext, now: float) -> int:
                 s,
                 trial,
                 [(agent_id, list(slots)) for agent_id, slots in assignment.slots.items()],
-                mgr.clock(),
+                ctx.clock(),
             )
             created += 1
         for victim in decision.preemptions:

@@ -168,8 +168,9 @@ def experiment_view(exp: ExperimentRow, num_trials: int, best: float | None) -> 
     }
 
 
-def trial_view(trial: TrialRow, latest_validation: dict[str, Any] | None) -> dict[str, Any]:
-    """The JSON of a trial.
+def trial_view(trial: TrialRow, latest_validation: MetricRow | None) -> dict[str, Any]:
+    """The JSON of a trial, ``latest_validation`` being its validation report at its
+    largest batch count (None: it has not validated).
 
     Besides the row's fields: ``target_length``, the batches (cumulative) the searcher
     last asked the trial to train to (None before its first operation), and
@@ -178,7 +179,9 @@ def trial_view(trial: TrialRow, latest_validation: dict[str, Any] | None) -> dic
     search's full length). ``log_policy_matches``: names of the log policies that
     matched its logs; ``failure``: its latest failed run (``{run_id, allocation_id,
     agent_id, exit_code, message, log}``, ``log`` being the last error line the run
-    printed) or None.
+    printed) or None. ``latest_validation`` is that report's values and
+    ``latest_validation_batches`` its batch count (the step the trial reported it at:
+    Core API trials put no ``batches`` key in their values).
     """
     return {
         "id": trial.id,
@@ -193,7 +196,10 @@ def trial_view(trial: TrialRow, latest_validation: dict[str, Any] | None) -> dic
         "target_length": trial.searcher_op_length,
         "searcher_closed": bool(trial.searcher_closed),
         "best_validation": trial.best_validation,
-        "latest_validation": latest_validation,
+        "latest_validation": None if latest_validation is None else latest_validation.values,
+        "latest_validation_batches": (
+            None if latest_validation is None else latest_validation.total_batches
+        ),
         "latest_checkpoint": trial.latest_checkpoint,
         "start_time": trial.start_time,
         "end_time": trial.end_time,

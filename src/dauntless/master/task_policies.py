@@ -87,7 +87,7 @@ def preemption_timeout(cfg: ExperimentConfig) -> float:
     )
 
 
-def enforce_preemption_timeouts(s: Session, mgr: ConfigSource, now: float) -> None:
+def enforce_preemption_timeouts(s: Session, ctx: ConfigSource, now: float) -> None:
     """Stamp new stop requests and order a kill of every allocation whose request is
     older than its experiment's ``preemption_timeout`` (inside the caller's transaction).
 
@@ -112,7 +112,7 @@ def enforce_preemption_timeouts(s: Session, mgr: ConfigSource, now: float) -> No
         exp = s.get(ExperimentRow, trial.experiment_id) if trial is not None else None
         if exp is None:
             continue
-        timeout = preemption_timeout(mgr.experiment_config(exp))
+        timeout = preemption_timeout(ctx.experiment_config(exp))
         if now - alloc.preempt_requested_at < timeout:
             continue
         log.warning(
@@ -130,11 +130,11 @@ class LogPolicyMatcher:
     """Applies log policies to task log lines as the master stores them.
 
     Args:
-        mgr: the master's context (its configs are cached there).
+        ctx: the master's context (its configs are cached there).
     """
 
-    def __init__(self, mgr: ConfigSource) -> None:
-        self._mgr = mgr
+    def __init__(self, ctx: ConfigSource) -> None:
+        self._ctx = ctx
         self._alloc: dict[str, tuple[int, str, int]] = {}  # id -> trial, agent, experiment
         self._policies: dict[int, list[CompiledPolicy]] = {}
 
@@ -153,7 +153,7 @@ class LogPolicyMatcher:
         policies = self._policies.get(exp_id)
         if policies is None:
             exp = s.get(ExperimentRow, exp_id)
-            policies = compile_log_policies(self._mgr.experiment_config(exp)) if exp else []
+            policies = compile_log_policies(self._ctx.experiment_config(exp)) if exp else []
             self._policies[exp_id] = policies
         return policies
 

@@ -46,13 +46,13 @@ class TaskScheduling:
     module).
 
     Args:
-        mgr: the master's context.
+        ctx: the master's context.
         proxy_activity: the service's map of task id -> last proxied request (seconds
             since the epoch), shared with it.
     """
 
-    def __init__(self, mgr: TaskHost, proxy_activity: dict[str, float]) -> None:
-        self.mgr = mgr
+    def __init__(self, ctx: TaskHost, proxy_activity: dict[str, float]) -> None:
+        self.ctx = ctx
         self.proxy_activity = proxy_activity
 
     def pending(self, s: Session) -> builtins.list[TaskRow]:
@@ -132,7 +132,7 @@ class TaskScheduling:
                 run_id=row.run_id,
                 kill_requested=False,
                 preempt_requested=False,
-                created_at=self.mgr.clock(),
+                created_at=self.ctx.clock(),
             )
         )
         return True
@@ -144,11 +144,11 @@ class TaskScheduling:
         row = s.get(TaskRow, alloc.task_id)
         assert row is not None
         cfg = TaskConfig.model_validate(row.config)
-        now = self.mgr.clock()
+        now = self.ctx.clock()
         env = dict(cfg.environment.variables_for("cpu"))
         env.update(
             {
-                "DET_MASTER": self.mgr.public_url(),
+                "DET_MASTER": self.ctx.public_url(),
                 "DET_TASK_ID": row.id,
                 "DET_TASK_TYPE": row.type,
                 "DET_ALLOCATION_ID": alloc.id,
@@ -164,7 +164,7 @@ class TaskScheduling:
                 user_id=row.owner_id,
                 token_hash=hash_token(token),
                 created_at=now,
-                expires_at=now + self.mgr.config.security.token.max_lifespan,
+                expires_at=now + self.ctx.config.security.token.max_lifespan,
             )
             s.add(session)
             s.flush()
@@ -224,7 +224,7 @@ class TaskScheduling:
         row.state = state.value
         row.exit_code = code
         row.exit_message = message
-        row.end_time = self.mgr.clock()
+        row.end_time = self.ctx.clock()
         row.service_addr = row.service_port = None
         if row.user_session_id is not None:
             s.execute(delete(UserSessionRow).where(UserSessionRow.id == row.user_session_id))

@@ -74,17 +74,17 @@ class TaskService:
     """Creates, lists, kills and runs generic tasks (one per master; see the module).
 
     Args:
-        mgr: the master's context, whose database, config, clock, scheduler wake-up
+        ctx: the master's context, whose database, config, clock, scheduler wake-up
             and allocation hand-over tasks share.
     """
 
-    def __init__(self, mgr: TaskHost) -> None:
-        self.mgr = mgr
+    def __init__(self, ctx: TaskHost) -> None:
+        self.ctx = ctx
         #: task id -> last time (seconds since the epoch) the proxy forwarded a request
         #: to it: a TensorBoard's activity (memory only; a restart counts as activity).
         self.proxy_activity: dict[str, float] = {}
         #: The scheduler's hooks (queued tasks, hand-over, exits, idle timeouts).
-        self.scheduling = TaskScheduling(mgr, self.proxy_activity)
+        self.scheduling = TaskScheduling(ctx, self.proxy_activity)
 
     # ------------------------------------------------------------------ create
 
@@ -132,7 +132,7 @@ class TaskService:
             from .errors import BadRequest
 
             raise BadRequest("invalid task config", exc.errors) from None
-        pools = [p.pool_name for p in self.mgr.config.resource_pools]
+        pools = [p.pool_name for p in self.ctx.config.resource_pools]
         pool = cfg.resources.resource_pool or "default"
         if pool not in pools:
             raise _bad("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")
@@ -162,8 +162,8 @@ class TaskService:
                 "environment.image is used by container runtimes; an agent running tasks "
                 "as plain processes uses its own Python environment"
             )
-        now = self.mgr.clock()
-        with self.mgr.db.write() as s:
+        now = self.ctx.clock()
+        with self.ctx.db.write() as s:
             task_id = secrets.token_hex(4)
             while s.get(TaskRow, task_id) is not None:
                 task_id = secrets.token_hex(4)
@@ -187,7 +187,7 @@ class TaskService:
             s.add(row)
             s.flush()
             view = self.view(s, row)
-        self.mgr.wake.set()
+        self.ctx.wake.set()
         log.info("created %s task %s for %s", task_type, task_id, owner)
         return {"task": view, "warnings": warnings}
 
@@ -243,7 +243,7 @@ class TaskService:
 
     def get(self, task_id: str) -> dict[str, Any]:
         """The view of one task. Raises NotFound for an unknown id."""
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             return self.view(s, self.get_row(s, task_id))
 
     def list(self, task_type: str | None = None, owner: str | None = None) -> list[dict[str, Any]]:
@@ -254,7 +254,7 @@ class TaskService:
         """
         if task_type is not None and task_type not in TASK_TYPES:
             raise _bad("type", f"one of {list(TASK_TYPES)}, got {task_type!r}")
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             q = select(TaskRow).order_by(TaskRow.created_at, TaskRow.id)
             if task_type is not None:
                 q = q.where(TaskRow.type == task_type)
@@ -264,7 +264,7 @@ class TaskService:
 
     def context(self, task_id: str) -> bytes | None:
         """The task's context tarball, or None. Raises NotFound for an unknown id."""
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             return self.get_row(s, task_id).context
 
     def logs(self, task_id: str, after_id: int = 0, limit: int = 1000) -> dict[str, Any]:
@@ -277,7 +277,7 @@ class TaskService:
         Raises:
             NotFound: no such task.
         """
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             row = self.get_row(s, task_id)
             alloc_ids = list(
                 s.scalars(select(AllocationRow.id).where(AllocationRow.task_id == task_id))
@@ -316,7 +316,7 @@ class TaskService:
         Raises:
             NotFound: no such task.
         """
-        with self.mgr.db.write() as s:
+        with self.ctx.db.write() as s:
             row = self.get_row(s, task_id)
             state = TaskState(row.state)
             if state not in TASK_TERMINAL:
@@ -330,7 +330,7 @@ class TaskService:
                 ).all()
                 if state is TaskState.QUEUED or all(a.state == "ASSIGNED" for a in live):
                     for a in live:
-                        a.state, a.exit_message, a.ended_at = "TERMINATED", reason, self.mgr.clock()
+                        a.state, a.exit_message, a.ended_at = "TERMINATED", reason, self.ctx.clock()
                     self.scheduling.end(s, row, TaskState.CANCELED, None, reason)
                 else:
                     check_task_transition(row.state, TaskState.TERMINATING)
@@ -338,7 +338,7 @@ class TaskService:
                     for a in live:
                         a.kill_requested = True
             view = self.view(s, row)
-        self.mgr.wake.set()
+        self.ctx.wake.set()
         return view
 
     def service_ready(
@@ -361,7 +361,7 @@ class TaskService:
         Raises:
             NotFound: no such task.
         """
-        with self.mgr.db.write() as s:
+        with self.ctx.db.write() as s:
             row = self.get_row(s, task_id)
             alloc = s.get(AllocationRow, allocation_id)
             if alloc is None or alloc.task_id != task_id or alloc.state == "TERMINATED":
@@ -370,7 +370,7 @@ class TaskService:
                 row.exit_message = error
                 return
             row.service_addr, row.service_port = addr, port
-            row.ready_time = self.mgr.clock()
+            row.ready_time = self.ctx.clock()
         log.info("task %s serves on %s:%s", task_id, addr, port)
 
     def target(self, task_id: str) -> tuple[TaskRow, str | None]:
@@ -380,7 +380,7 @@ class TaskService:
         Raises:
             NotFound: no such task.
         """
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             row = self.get_row(s, task_id)
             s.expunge(row)
         url = None
@@ -397,7 +397,7 @@ class TaskService:
     ) -> dict[str, Any] | None:
         """A live TensorBoard of ``owner`` over exactly these experiments and trials."""
         want = (sorted(experiment_ids), sorted(trial_ids))
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             for row in s.scalars(
                 select(TaskRow).where(TaskRow.type == "TENSORBOARD", TaskRow.owner == owner)
             ):
@@ -430,7 +430,7 @@ class TaskService:
         if not experiment_ids and not trial_ids:
             raise _bad("experiment_ids", "name at least one experiment or trial")
         logdirs: dict[str, str] = {}
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             trials: builtins.list[tuple[TrialRow, ExperimentRow]] = []
             for eid in experiment_ids:
                 exp = s.get(ExperimentRow, eid)

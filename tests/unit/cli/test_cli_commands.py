@@ -417,6 +417,30 @@ def test_experiment_describe_shows_trials_and_latest_validation(
     assert data == populated.experiment(1) and len(data["trials"]) == 2
 
 
+def test_latest_validation_batches_of_a_core_api_trial(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Core API trial reports validation values without a ``batches`` key: the tables
+    show the batch count the master stored with the report."""
+    exp = cluster.create_experiment(VALID)
+    cluster.register_agent("agent-0", slots=1)
+    [(trial_id, _alloc)] = cluster.start_trials(1)
+    cluster.report(trial_id, "validation", 20, {"validation_loss": 0.5})
+    cluster.report(trial_id, "validation", 40, {"validation_loss": 0.25})
+    trial = cluster.admin.get(f"/api/v1/trials/{trial_id}").json()["trial"]
+    assert trial["latest_validation"] == {"validation_loss": 0.25}
+    assert trial["latest_validation_batches"] == 40
+
+    code, out, _ = run(capsys, "-m", cluster.url, "e", "describe", str(exp))
+    assert code == 0
+    section = out[out.index("Latest validation metrics") :]
+    row = next(line for line in section.splitlines() if line.split()[:1] == [str(trial_id)])
+    assert row.split() == [str(trial_id), "40", "0.25"]
+
+    code, out, _ = run(capsys, "-m", cluster.url, "trial", "describe", str(trial_id))
+    assert code == 0 and "Latest validation metrics (batches 40)" in out
+
+
 def test_experiment_trials_checkpoints_config(
     populated: Cluster, capsys: pytest.CaptureFixture[str]
 ) -> None:

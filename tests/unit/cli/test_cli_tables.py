@@ -91,6 +91,10 @@ def test_latest_validation_shapes() -> None:
     assert latest_validation({"latest_validation": None}) == (None, {})
     flat = {"latest_validation": {"accuracy": 0.9, "batches": 30}}
     assert latest_validation(flat) == (30, {"accuracy": 0.9, "batches": 30})
+    core = {"latest_validation": {"accuracy": 0.7}, "latest_validation_batches": 20}
+    assert latest_validation(core) == (20, {"accuracy": 0.7})
+    both = {"latest_validation": {"accuracy": 0.7, "batches": 30}, "latest_validation_batches": 25}
+    assert latest_validation(both) == (25, {"accuracy": 0.7, "batches": 30})
     nested = {"latest_validation": {"total_batches": 40, "values": {"accuracy": 0.8}}}
     assert latest_validation(nested) == (40, {"accuracy": 0.8})
     assert metric_columns([{"b": 1, "batches": 2}, {"a": 1}]) == ["a", "b"]

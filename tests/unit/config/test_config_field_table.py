@@ -615,7 +615,7 @@ def master(tmp_path_factory):
     app = create_app(MasterConfig(data_dir=str(tmp), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
 def _create(client, config: dict):
@@ -688,12 +688,12 @@ def test_name_description_labels_are_kept(master):
 
 
 def test_environment_variables_reach_the_task(master):
-    client, mgr = master
+    client, ctx = master
     config = _merge(BASE, {"environment": {"environment_variables": ["MY_VAR=42"]}})
     exp = _create(client, config).json()["experiment"]
     client.post(f"/api/v1/experiments/{exp['id']}/activate")
     client.post("/api/v1/agents", json={"id": "env-agent", "slots": [{"id": "c0", "type": "cpu"}]})
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     starts = client.post("/api/v1/agents/env-agent/heartbeat", json={"running": []}).json()
     spec = next(s for s in starts["start"] if s["experiment_id"] == exp["id"])
     assert spec["env"]["MY_VAR"] == "42"

@@ -39,7 +39,7 @@ def master(tmp_path, db_url):
     )
     with TestClient(app) as client:
         sign_in(client)
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
 def _create(client, config=CONFIG, context=True):
@@ -112,7 +112,7 @@ def test_bad_bodies_are_400(master):
 
 
 def test_single_trial_lifecycle(master):
-    client, mgr = master
+    client, ctx = master
     r = _create(client)
     assert r.status_code == 201, r.text
     exp = r.json()["experiment"]
@@ -123,9 +123,9 @@ def test_single_trial_lifecycle(master):
     assert trial["hparams"] == {"global_batch_size": 8, "lr": 0.1}
 
     # Nothing runs without an agent.
-    assert loop.schedule_pass(mgr) == 0
+    assert loop.schedule_pass(ctx) == 0
     _register(client)
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()
     (spec,) = hb["start"]
     assert spec["trial_id"] == trial["id"] and spec["entrypoint"] == "model_def:Trial"
@@ -225,7 +225,7 @@ def test_single_trial_lifecycle(master):
 
 
 def test_metrics_batch_stores_each_report_once_in_order(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _create(client).json()["experiment"]["id"]
     tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
     path = f"/api/v1/trials/{tid}/metrics"
@@ -261,7 +261,7 @@ def test_metrics_batch_stores_each_report_once_in_order(master):
         (20, 0.5),
         (30, None),
     ]
-    with mgr.db.read() as s:
+    with ctx.db.read() as s:
         rows = s.scalars(
             select(MetricRow).where(MetricRow.trial_id == tid, MetricRow.kind == "training")
         ).all()
@@ -274,7 +274,7 @@ def test_metrics_batch_stores_each_report_once_in_order(master):
     assert [m["values"]["accuracy"] for m in validation] == [0.9, 0.95]
     trial = client.get(f"/api/v1/trials/{tid}").json()["trial"]
     assert trial["total_batches"] == 30
-    assert metrics.report_metrics_batch(mgr, tid, []) == []
+    assert metrics.report_metrics_batch(ctx, tid, []) == []
 
     # Bad batches are refused whole, naming the field; nothing of them is stored.
     for body, field in (
@@ -303,12 +303,12 @@ def test_metrics_batch_stores_each_report_once_in_order(master):
 
 
 def test_failed_trial_restarts_then_errors(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _create(client).json()["experiment"]["id"]
     _register(client)
     for attempt in range(2):  # max_restarts: 1 -> the second failure is final
         # The first run is placed by this pass, the restart by the exit report itself.
-        assert loop.schedule_pass(mgr) == (1 if attempt == 0 else 0)
+        assert loop.schedule_pass(ctx) == (1 if attempt == 0 else 0)
         spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
         assert spec["env"]["DET_TRIAL_RUN_ID"] == str(attempt + 1)
         client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 3})
@@ -316,14 +316,14 @@ def test_failed_trial_restarts_then_errors(master):
     assert body["trials"][0]["restarts"] == 2
     assert body["trials"][0]["state"] == "ERROR"
     assert body["experiment"]["state"] == "ERROR"
-    assert loop.schedule_pass(mgr) == 0
+    assert loop.schedule_pass(ctx) == 0
 
 
 def test_lost_agent_restarts_trial_elsewhere(master, monkeypatch):
-    client, mgr = master
+    client, ctx = master
     _create(client)
     _register(client, "a1")
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     client.post(
         "/api/v1/checkpoints",
@@ -337,11 +337,11 @@ def test_lost_agent_restarts_trial_elsewhere(master, monkeypatch):
     )
     _register(client, "a2")
     # a1 stops heartbeating: after agent_timeout it is lost and the trial moves to a2.
-    clock = [mgr.clock()]
-    monkeypatch.setattr(mgr, "clock", lambda: clock[0])
-    clock[0] += mgr.config.agent_timeout + 1
+    clock = [ctx.clock()]
+    monkeypatch.setattr(ctx, "clock", lambda: clock[0])
+    clock[0] += ctx.config.agent_timeout + 1
     client.post("/api/v1/agents/a2/heartbeat", json={"running": []})
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     agents = {a["id"]: a for a in client.get("/api/v1/agents").json()["agents"]}
     assert agents["a1"]["state"] == "LOST"
     spec2 = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"][0]
@@ -363,10 +363,10 @@ def test_context_too_large_is_refused(master, monkeypatch):
 
 
 def test_resent_log_batches_are_stored_once(master):
-    client, mgr = master
+    client, ctx = master
     _create(client)
     _register(client)
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     batch = {
         "logs": [
@@ -382,7 +382,7 @@ def test_resent_log_batches_are_stored_once(master):
 
 
 def test_agent_and_slot_switches_and_pools(master):
-    client, mgr = master
+    client, ctx = master
     _register(client, "a1", slots=2)
     pools = client.get("/api/v1/resource-pools").json()["resource_pools"]
     assert pools == [
@@ -407,7 +407,7 @@ def test_agent_and_slot_switches_and_pools(master):
     assert [s["enabled"] for s in r.json()["agent"]["slots"]] == [True, False]
     assert client.post("/api/v1/agents/a1/slots/cpu9/disable").status_code == 404
     exp_id = _create(client).json()["experiment"]["id"]
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     assert spec["slot_ids"] == ["cpu0"]  # never the disabled slot
     pool = client.get("/api/v1/resource-pools").json()["resource_pools"][0]
@@ -419,11 +419,11 @@ def test_agent_and_slot_switches_and_pools(master):
     client.post("/api/v1/agents/a1/disable")
     assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json()["preempt"]
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": 0})
-    assert loop.schedule_pass(mgr) == 0  # nowhere to go while a1 is disabled
+    assert loop.schedule_pass(ctx) == 0  # nowhere to go while a1 is disabled
     trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
     assert trial["state"] == "ACTIVE" and trial["restarts"] == 0
     client.post("/api/v1/agents/a1/enable")
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     r = client.patch(
         f"/api/v1/experiments/{exp_id}", json={"resources": {"priority": 10, "max_slots": 4}}
     )
@@ -433,7 +433,7 @@ def test_agent_and_slot_switches_and_pools(master):
 
 
 def test_distributed_allocation_spans_agents_and_fails_together(master):
-    client, mgr = master
+    client, ctx = master
     _register(client, "a1", slots=1)
     _register(client, "a2", slots=1)
     exp_id = _create(
@@ -441,7 +441,7 @@ def test_distributed_allocation_spans_agents_and_fails_together(master):
         CONFIG.replace("max_restarts: 1", "max_restarts: 1\nresources: {slots_per_trial: 2}"),
     )
     exp_id = exp_id.json()["experiment"]["id"]
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     s1 = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     s2 = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"][0]
     e1, e2 = s1["env"], s2["env"]
@@ -467,16 +467,16 @@ def test_distributed_allocation_spans_agents_and_fails_together(master):
     trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
     assert trial["restarts"] == 1 and trial["state"] == "ACTIVE"
     # The restart was placed when the last part's exit was reported.
-    assert loop.schedule_pass(mgr) == 0
+    assert loop.schedule_pass(ctx) == 0
     live = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
     assert live["run_id"] == 2
 
 
 def test_non_finite_metrics_are_stored_as_null(master):
-    client, mgr = master
+    client, ctx = master
     _create(client)
     _register(client)
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     tid = spec["trial_id"]
     body = '{"group": "training", "steps_completed": 5, "metrics": {"loss": NaN, "x": Infinity, "n": [1.0, -Infinity]}}'
@@ -504,17 +504,17 @@ def _long_poll(client, alloc, timeout_seconds):
     return thread, result
 
 
-def _running_allocation(client, mgr):
+def _running_allocation(client, ctx):
     exp_id = _create(client).json()["experiment"]["id"]
     _register(client)
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     return exp_id, spec["allocation_id"]
 
 
 def test_preemption_long_poll_reads_the_allocation_only_when_it_changes(master, monkeypatch):
-    client, mgr = master
-    exp_id, alloc = _running_allocation(client, mgr)
+    client, ctx = master
+    exp_id, alloc = _running_allocation(client, ctx)
     reads = []
     read = allocations.preemption_signal
 
@@ -525,7 +525,7 @@ def test_preemption_long_poll_reads_the_allocation_only_when_it_changes(master, 
     monkeypatch.setattr(allocations, "preemption_signal", counted)
     # Count the long poll's in-memory checks of the allocation's version.
     checks = threading.Semaphore(0)
-    versions = mgr.allocation_versions
+    versions = ctx.allocation_versions
     version = versions.version
 
     def counted_version(key):
@@ -547,8 +547,8 @@ def test_preemption_long_poll_reads_the_allocation_only_when_it_changes(master, 
 
 
 def test_preemption_long_poll_rereads_for_changes_the_orm_does_not_see(master, monkeypatch):
-    client, mgr = master
-    _, alloc = _running_allocation(client, mgr)
+    client, ctx = master
+    _, alloc = _running_allocation(client, ctx)
     monkeypatch.setattr(routes_cluster, "PREEMPTION_REREAD_SECONDS", 0.5)
     first_read = threading.Event()
     read = allocations.preemption_signal
@@ -564,7 +564,7 @@ def test_preemption_long_poll_rereads_for_changes_the_orm_does_not_see(master, m
     # The change comes after the poll's first read (which saw no signal), so only a
     # reread can find it.
     assert first_read.wait(30), "the long poll never read the allocation"
-    with mgr.db.write() as s:  # a bulk UPDATE: no ORM object changes, no version bump
+    with ctx.db.write() as s:  # a bulk UPDATE: no ORM object changes, no version bump
         s.execute(
             update(AllocationRow)
             .where(AllocationRow.group_id == alloc)
@@ -578,10 +578,10 @@ def test_preemption_long_poll_rereads_for_changes_the_orm_does_not_see(master, m
 
 def test_completed_operation_answers_the_next_operation(master):
     """The completion's answer is what the GET would say next, also for a repeat."""
-    client, mgr = master
+    client, ctx = master
     _register(client)
     exp_id = _create(client).json()["experiment"]["id"]
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     client.post("/api/v1/agents/a1/heartbeat", json={"running": []})
     tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
     assert client.get(f"/api/v1/trials/{tid}/searcher/operation").json()["op"] == {"length": 20}
@@ -597,13 +597,13 @@ def test_completed_operation_answers_the_next_operation(master):
 def test_heartbeat_carries_exits_and_answers_the_freed_slots_work(master):
     """An exit reported in a heartbeat ends the run as /exited does, and the same answer
     hands out the trial that took the slot; unknown allocations are skipped."""
-    client, mgr = master
+    client, ctx = master
     _register(client)
     config = CONFIG.replace("name: single", "name: random\n  max_trials: 2").replace(
         "max_length: {batches: 20}", "max_length: {batches: 20}\n  max_concurrent_trials: 1"
     )
     exp_id = _create(client, config).json()["experiment"]["id"]
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     (first,) = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
     r = client.post(
         "/api/v1/agents/a1/heartbeat",

@@ -40,7 +40,7 @@ class World:
     running on agent a1, and the credentials of everyone."""
 
     def __init__(self, client: TestClient, app) -> None:
-        self.client, self.app, self.mgr = client, app, app.state.manager
+        self.client, self.app, self.ctx = client, app, app.state.ctx
         self.admin = login(client)
         self.agent = agent_headers(app)
         for name in ("alice", "bob"):
@@ -64,7 +64,7 @@ class World:
             },
         )
         assert r.status_code == 200, r.text
-        assert loop.schedule_pass(self.mgr) == 2
+        assert loop.schedule_pass(self.ctx) == 2
         r = client.post("/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": []})
         assert r.status_code == 200, r.text
         specs = sorted(r.json()["start"], key=lambda sp: sp["trial_id"])
@@ -97,7 +97,7 @@ class World:
         )
         assert r.status_code == 201, r.text
         self.task_id = r.json()["task"]["id"]
-        assert loop.schedule_pass(self.mgr) == 1
+        assert loop.schedule_pass(self.ctx) == 1
         running = [sp["allocation_id"] for sp in specs]
         r = client.post(
             "/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": running}
@@ -367,7 +367,7 @@ def test_a_trial_token_reaches_only_its_own_trial(world):
         r = w.client.request(method, url, headers=bearer(w.trial), json={"logs": []})
         assert r.status_code == 403, (method, url, r.text)
     # the token dies with its allocation; it is stored only hashed
-    with w.mgr.db.read() as s:
+    with w.ctx.db.read() as s:
         stored = s.scalar(select(AllocationRow.token_hash).where(AllocationRow.id == w.alloc_id))
     assert stored == hash_token(w.trial) and w.trial not in stored
     r = w.client.post(
@@ -589,7 +589,7 @@ def test_migration_gives_old_experiments_to_determined(tmp_path):
     db.dispose()
     app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=url), run_loop=False)
     with TestClient(app) as c:
-        with app.state.manager.db.read() as s:
+        with app.state.ctx.db.read() as s:
             users = {u.username: u for u in s.scalars(select(UserRow))}
             exp = s.get(ExperimentRow, 1)
             assert (exp.owner, exp.owner_id) == ("determined", users["determined"].id)

@@ -28,7 +28,7 @@ def master(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
 def _create(client, config, **data):
@@ -36,13 +36,13 @@ def _create(client, config, **data):
     return client.post("/api/v1/experiments", data={"config": config, **data}, files=files)
 
 
-def _start(client, mgr, n=1):
+def _start(client, ctx, n=1):
     r = client.post(
         "/api/v1/agents",
         json={"id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(n)]},
     )
     assert r.status_code == 200, r.text
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     return client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
 
 
@@ -64,12 +64,12 @@ def _preempt(client, alloc):
 
 
 def test_038_single_without_max_length_runs_until_the_trial_exits(master):
-    client, mgr = master
+    client, ctx = master
     r = _create(client, SCRIPT)
     assert r.status_code == 201, r.text
     assert r.json()["warnings"] == []
     exp = r.json()["experiment"]
-    (spec,) = _start(client, mgr)
+    (spec,) = _start(client, ctx)
     tid = spec["trial_id"]
     # No searcher operation: the trial's code decides its length.
     op = client.get(f"/api/v1/trials/{tid}/searcher/operation").json()
@@ -101,7 +101,7 @@ def test_fields_that_cannot_be_honoured_are_refused_by_name(master):
 
 
 def test_checkpoint_storage_without_type_takes_the_default(master, tmp_path):
-    client, mgr = master
+    client, ctx = master
     r = _create(client, SCRIPT + "checkpoint_storage: {save_trial_best: 3}\n")
     assert r.status_code == 201, r.text
     storage = r.json()["experiment"]["config"]["checkpoint_storage"]
@@ -110,7 +110,7 @@ def test_checkpoint_storage_without_type_takes_the_default(master, tmp_path):
 
 
 def test_warm_start_source_must_exist_and_starts_every_trial(master):
-    client, mgr = master
+    client, ctx = master
     for field, value in (("source_trial_id", 999), ("source_checkpoint_uuid", "nope")):
         config = SCRIPT.replace("  metric: loss\n", f"  metric: loss\n  {field}: {value}\n")
         r = _create(client, config)
@@ -118,7 +118,7 @@ def test_warm_start_source_must_exist_and_starts_every_trial(master):
         assert r.json()["errors"][0]["field"] == f"searcher.{field}"
     # A source trial with a checkpoint.
     exp = _create(client, SCRIPT).json()["experiment"]
-    (spec,) = _start(client, mgr)
+    (spec,) = _start(client, ctx)
     r = client.post(
         "/api/v1/checkpoints",
         json={
@@ -142,16 +142,16 @@ def test_warm_start_source_must_exist_and_starts_every_trial(master):
     r = _create(client, warm)
     assert r.status_code == 201, r.text
     assert r.json()["experiment"]["config"]["searcher"]["source_checkpoint_uuid"] == "src-ckpt"
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     r = client.post("/api/v1/agents", json={"id": "a2", "slots": [{"id": "x", "type": "cpu"}]})
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     started = client.post("/api/v1/agents/a2/heartbeat", json={"running": []}).json()["start"]
     assert started and all(s["env"]["DET_LATEST_CHECKPOINT"] == "src-ckpt" for s in started)
     assert all(s["env"]["DET_STEPS_COMPLETED"] == "0" for s in started)
 
 
 def test_asha_038_stops_a_running_trial_through_preemption(master):
-    client, mgr = master
+    client, ctx = master
     config = """
 entrypoint: python3 train.py
 hyperparameters:
@@ -169,7 +169,7 @@ searcher:
     r = _create(client, config)
     assert r.status_code == 201, r.text
     exp_id = r.json()["experiment"]["id"]
-    a, b = sorted(_start(client, mgr, 2), key=lambda s: s["trial_id"])
+    a, b = sorted(_start(client, ctx, 2), key=lambda s: s["trial_id"])
     _validate(client, a["trial_id"], 10, {"loss": 0.1, "epochs": 2})
     assert not _preempt(client, a["allocation_id"])
     _validate(client, b["trial_id"], 10, {"loss": 0.9, "epochs": 2})
@@ -188,13 +188,13 @@ searcher:
 
 
 def test_asha_038_missing_time_metric_errors_the_experiment(master):
-    client, mgr = master
+    client, ctx = master
     config = """
 entrypoint: python3 train.py
 searcher: {name: adaptive_asha, metric: loss, max_trials: 1, max_time: 4, time_metric: my_time}
 """
     exp_id = _create(client, config).json()["experiment"]["id"]
-    (spec,) = _start(client, mgr)
+    (spec,) = _start(client, ctx)
     _validate(client, spec["trial_id"], 3, {"loss": 0.3})
     exp = client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]
     assert exp["state"] in ("STOPPING_ERROR", "ERROR")
@@ -205,10 +205,10 @@ searcher: {name: adaptive_asha, metric: loss, max_trials: 1, max_time: 4, time_m
 
 
 def test_continue_and_fork(master):
-    client, mgr = master
+    client, ctx = master
     config = SCRIPT.replace("  metric: loss\n", "  metric: loss\n  max_length: {batches: 5}\n")
     exp_id = _create(client, config).json()["experiment"]["id"]
-    (spec,) = _start(client, mgr)
+    (spec,) = _start(client, ctx)
     tid = spec["trial_id"]
     client.post(
         f"/api/v1/trials/{tid}/searcher/completed_operation",
@@ -271,19 +271,19 @@ def test_validate_only_refuses_and_warns_like_create(master):
 
 
 def test_continue_asha_reopens_an_errored_trial(master):
-    client, mgr = master
+    client, ctx = master
     config = """
 entrypoint: python3 train.py
 searcher: {name: adaptive_asha, metric: loss, max_trials: 1, max_time: 4, time_metric: epochs}
 max_restarts: 0
 """
     exp_id = _create(client, config).json()["experiment"]["id"]
-    (spec,) = _start(client, mgr)
+    (spec,) = _start(client, ctx)
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 1})
     assert client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]["state"] == "ERROR"
     r = client.post("/api/v1/experiments/continue", json={"id": exp_id})
     assert r.status_code == 200, r.text
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     (again,) = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
     assert again["trial_id"] == spec["trial_id"]
     _validate(client, spec["trial_id"], 8, {"loss": 0.2, "epochs": 4})

@@ -28,11 +28,11 @@ def _client(tmp_path):
     return app, TestClient(app)
 
 
-def _run_trial(client, mgr, config, checkpoints):
+def _run_trial(client, ctx, config, checkpoints):
     """Create an experiment, report checkpoints ``[(uuid, batches, loss)]`` and end its
     trial COMPLETED; returns the experiment id."""
     exp = client.post("/api/v1/experiments", data={"config": config}).json()["experiment"]
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     tid = spec["trial_id"]
     for uuid, batches, loss in checkpoints:
@@ -69,7 +69,7 @@ def test_gc_due_when_the_master_died_runs_after_it_starts(tmp_path):
             (d / "state-dict.pth").write_bytes(b"x")
         exp_id = _run_trial(
             client,
-            app.state.manager,
+            app.state.ctx,
             CONFIG,
             [("ck0", 10, 0.5), ("ck1", 20, 0.2), ("ck2", 30, 0.4)],
         )
@@ -82,7 +82,7 @@ def test_gc_due_when_the_master_died_runs_after_it_starts(tmp_path):
     app, client = _client(tmp_path)  # a new master process on the same database
     with client:
         sign_in(client)
-        loop.run_gc(app.state.manager)
+        loop.run_gc(app.state.ctx)
         assert _states(client, exp_id) == {"ck0": "DELETED", "ck1": "COMPLETED", "ck2": "COMPLETED"}
     assert not (tmp_path / "checkpoints" / "ck0").exists()
     assert (tmp_path / "checkpoints" / "ck1").exists()
@@ -106,24 +106,24 @@ def test_delete_is_retried_until_the_store_answers(tmp_path, monkeypatch):
     try:
         with client:
             sign_in(client)
-            mgr = app.state.manager
+            ctx = app.state.ctx
             # The retries wait on the manager's clock, which the test moves itself.
             now = [time.time()]
-            monkeypatch.setattr(mgr, "clock", lambda: now[0])
+            monkeypatch.setattr(ctx, "clock", lambda: now[0])
             client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}]})
             server.stop()  # the store is down when GC runs
             monkeypatch.setattr("dauntless.storage._object.MAX_ATTEMPTS", 1)
             monkeypatch.setattr("dauntless.storage._object.READ_TIMEOUT", 1.0)
-            exp_id = _run_trial(client, mgr, config, [("g0", 10, 0.5), ("g1", 20, 0.2)])
-            loop.run_gc(mgr)
+            exp_id = _run_trial(client, ctx, config, [("g0", 10, 0.5), ("g1", 20, 0.2)])
+            loop.run_gc(ctx)
             assert _states(client, exp_id) == {"g0": "DELETING", "g1": "COMPLETED"}
-            assert mgr.deletions.retries["g0"].failures >= 1
+            assert ctx.deletions.retries["g0"].failures >= 1
             server = start_fake_gcs(tmp_path / "store", port=port)  # back, same objects
             assert list_keys(server, storage_cfg) == ["g0/state-dict.pth", "g1/state-dict.pth"]
-            mgr.deletions.process()  # its backoff has not passed: not tried again yet
+            ctx.deletions.process()  # its backoff has not passed: not tried again yet
             assert _states(client, exp_id) == {"g0": "DELETING", "g1": "COMPLETED"}
             now[0] += 3600.0  # past any backoff
-            mgr.deletions.process()
+            ctx.deletions.process()
             assert _states(client, exp_id) == {"g0": "DELETED", "g1": "COMPLETED"}
             assert list_keys(server, storage_cfg) == ["g1/state-dict.pth"]
     finally:

@@ -186,15 +186,15 @@ def master(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
 def test_the_master_picks_variables_by_slot_type_places_by_runtime_and_ends_fatal_runs(master):
-    client, mgr = master
+    client, ctx = master
     gpu = {"id": "g", "slots": [{"id": "0", "type": "cuda"}], "runtime": PROCESS}
     assert client.post("/api/v1/agents", json=gpu).status_code == 200
     exp = client.post("/api/v1/experiments", data={"config": SCRIPT}).json()["experiment"]
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     (spec,) = client.post("/api/v1/agents/g/heartbeat", json={"running": []}).json()["start"]
     assert spec["env"]["WHERE"] == "cuda"  # was always the cpu list
     assert spec["environment"]["python_requirements"] == ["inflection"]
@@ -217,7 +217,7 @@ def test_the_master_picks_variables_by_slot_type_places_by_runtime_and_ends_fata
     assert client.post("/api/v1/agents", json=docker).json()["agent"]["runtime"] == DOCKER
     r = client.post("/api/v1/experiments", data={"config": image})
     assert r.status_code == 201, r.text
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     assert client.post("/api/v1/agents/g/heartbeat", json={"running": []}).json()["start"] == []
     (spec,) = client.post("/api/v1/agents/d/heartbeat", json={"running": []}).json()["start"]
     assert spec["env"]["WHERE"] == "cpu" and spec["environment"]["image"] == "my/image:1"

@@ -27,12 +27,12 @@ def master(tmp_path, db_url):
     with TestClient(app) as client:
         sign_in(client)
         client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}]})
-        yield client, app.state.manager, tmp_path
+        yield client, app.state.ctx, tmp_path
 
 
-def _start(client, mgr, config=CONFIG):
+def _start(client, ctx, config=CONFIG):
     exp = client.post("/api/v1/experiments", data={"config": config}).json()["experiment"]
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     spec = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     return exp["id"], spec
 
@@ -60,8 +60,8 @@ def _state(client, exp_id):
 
 
 def test_pause_checkpoints_and_activate_resumes(master):
-    client, mgr, tmp = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, tmp = master
+    exp_id, spec = _start(client, ctx)
     alloc, tid = spec["allocation_id"], spec["trial_id"]
     assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json() == {
         "preempt": False
@@ -72,10 +72,10 @@ def test_pause_checkpoints_and_activate_resumes(master):
     _checkpoint(client, tmp, tid, "paused-ck", 12)
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": 0})
     assert _state(client, exp_id) == ("PAUSED", "ACTIVE")
-    assert loop.schedule_pass(mgr) == 0  # a paused experiment's trials wait
+    assert loop.schedule_pass(ctx) == 0  # a paused experiment's trials wait
     assert client.get(f"/api/v1/trials/{tid}").json()["trial"]["restarts"] == 0
     client.post(f"/api/v1/experiments/{exp_id}/activate")
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     spec2 = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     assert spec2["env"]["DET_LATEST_CHECKPOINT"] == "paused-ck"
     assert spec2["env"]["DET_STEPS_COMPLETED"] == "12"
@@ -83,8 +83,8 @@ def test_pause_checkpoints_and_activate_resumes(master):
 
 
 def test_cancel_is_graceful_and_kill_is_immediate(master):
-    client, mgr, _ = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, _ = master
+    exp_id, spec = _start(client, ctx)
     client.post(f"/api/v1/experiments/{exp_id}/cancel")
     assert _state(client, exp_id) == ("STOPPING_CANCELED", "STOPPING_CANCELED")
     alloc = spec["allocation_id"]
@@ -99,18 +99,18 @@ def test_cancel_is_graceful_and_kill_is_immediate(master):
 
 
 def test_cancel_paused_experiment_without_running_trials(master):
-    client, mgr, _ = master
+    client, ctx, _ = master
     exp = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"}).json()
     exp_id = exp["experiment"]["id"]
     assert exp["experiment"]["state"] == "PAUSED"
-    assert loop.schedule_pass(mgr) == 0
+    assert loop.schedule_pass(ctx) == 0
     client.post(f"/api/v1/experiments/{exp_id}/cancel")
     assert _state(client, exp_id) == ("CANCELED", "CANCELED")
 
 
 def test_illegal_requests_answer_409_naming_the_state(master):
-    client, mgr, _ = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, _ = master
+    exp_id, spec = _start(client, ctx)
     for action in ("archive", "unarchive"):
         r = client.post(f"/api/v1/experiments/{exp_id}/{action}")
         assert r.status_code == 409 and "ACTIVE" in r.json()["detail"]
@@ -128,8 +128,8 @@ def test_illegal_requests_answer_409_naming_the_state(master):
 
 
 def test_archive_hides_and_keeps(master):
-    client, mgr, _ = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, _ = master
+    exp_id, spec = _start(client, ctx)
     client.post(f"/api/v1/experiments/{exp_id}/kill")
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 1})
     assert client.post(f"/api/v1/experiments/{exp_id}/archive").json()["experiment"]["archived"]
@@ -141,8 +141,8 @@ def test_archive_hides_and_keeps(master):
 
 
 def test_trial_kill_tells_the_searcher(master):
-    client, mgr, _ = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, _ = master
+    exp_id, spec = _start(client, ctx)
     r = client.post(f"/api/v1/trials/{spec['trial_id']}/kill")
     assert r.json()["trial"]["state"] == "STOPPING_KILLED"
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": -9})
@@ -152,8 +152,8 @@ def test_trial_kill_tells_the_searcher(master):
 
 
 def test_gc_policy_and_delete(master):
-    client, mgr, tmp = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, tmp = master
+    exp_id, spec = _start(client, ctx)
     tid = spec["trial_id"]
     dirs = [
         _checkpoint(client, tmp, tid, f"ck{i}", b, loss)
@@ -165,7 +165,7 @@ def test_gc_policy_and_delete(master):
     )
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 0})
     assert _state(client, exp_id) == ("COMPLETED", "COMPLETED")
-    loop.run_gc(mgr)  # defaults keep the trial's best (ck1) and latest (ck2)
+    loop.run_gc(ctx)  # defaults keep the trial's best (ck1) and latest (ck2)
     states = {
         c["uuid"]: c["state"]
         for c in client.get(f"/api/v1/experiments/{exp_id}/checkpoints").json()["checkpoints"]
@@ -207,8 +207,8 @@ def test_gc_policy_and_delete(master):
 
 
 def test_delete_removes_checkpoints_from_storage(master):
-    client, mgr, tmp = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, tmp = master
+    exp_id, spec = _start(client, ctx)
     d = _checkpoint(client, tmp, spec["trial_id"], "keep-me", 5, 0.3)
     client.post(f"/api/v1/experiments/{exp_id}/kill")
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": 1})
@@ -250,9 +250,9 @@ def test_every_action_in_every_state_is_2xx_or_409_never_500(tmp_path, first):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app, raise_server_exceptions=False) as client:
         sign_in(client)
-        mgr = app.state.manager
+        ctx = app.state.ctx
         client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}]})
-        exp_id, spec = _start(client, mgr)
+        exp_id, spec = _start(client, ctx)
         if first == "complete":
             tid = spec["trial_id"]
             client.post(
@@ -285,8 +285,8 @@ def test_trial_that_finishes_its_work_while_the_experiment_pauses(master):
     completes its operation and exits 0 as preempted. Its exit is recorded (no 409 the
     agent would retry forever), and the experiment, with nothing left to resume,
     completes."""
-    client, mgr, tmp = master
-    exp_id, spec = _start(client, mgr)
+    client, ctx, tmp = master
+    exp_id, spec = _start(client, ctx)
     alloc, tid = spec["allocation_id"], spec["trial_id"]
     r = client.post(f"/api/v1/experiments/{exp_id}/pause")
     assert r.status_code == 200 and r.json()["experiment"]["state"] == "PAUSED"
@@ -301,4 +301,4 @@ def test_trial_that_finishes_its_work_while_the_experiment_pauses(master):
     assert _state(client, exp_id) == ("COMPLETED", "COMPLETED")
     body = client.get(f"/api/v1/experiments/{exp_id}").json()
     assert body["experiment"]["progress"] == 1.0 and body["experiment"]["end_time"]
-    assert loop.schedule_pass(mgr) == 0
+    assert loop.schedule_pass(ctx) == 0

@@ -33,7 +33,7 @@ def master(tmp_path, db_url):
     )
     with TestClient(app) as client:
         sign_in(client)
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
 def _trial(client) -> int:
@@ -47,8 +47,8 @@ def _report(batches: int, **values: float) -> MetricsIn:
     return MetricsIn("training", batches, 1, {**values, "batches": batches}, None)
 
 
-def _stored(mgr, tid: int) -> list[tuple]:
-    with mgr.db.read() as s:
+def _stored(ctx, tid: int) -> list[tuple]:
+    with ctx.db.read() as s:
         return [
             (r.total_batches, r.values, r.epoch, r.trial_run_id, r.batch_metrics)
             for r in s.scalars(
@@ -58,32 +58,32 @@ def _stored(mgr, tid: int) -> list[tuple]:
 
 
 def test_requests_stored_together_as_each_alone(master):
-    client, mgr = master
+    client, ctx = master
     t1, t2, t3 = _trial(client), _trial(client), _trial(client)
     # Stored alone first: t1 at 1 (the batch below repeats it).
-    assert metrics.report_metrics_batch(mgr, t1, [_report(1, loss=1.0)]) == [True]
+    assert metrics.report_metrics_batch(ctx, t1, [_report(1, loss=1.0)]) == [True]
     requests = [
         (t1, [_report(1, loss=9.0), _report(2, loss=0.5), _report(2, loss=8.0)]),
         (t2, [_report(5, loss=float("inf"), epochs=2)]),
         (t1, [_report(2, loss=7.0), _report(3, loss=0.25)]),  # a second request of t1
     ]
-    with mgr.db.write() as s:
+    with ctx.db.write() as s:
         flags = store_training_rows(
             s, [(tid, training_rows(tid, reports, 100.0)) for tid, reports in requests]
         )
     assert flags == [[False, True, False], [True], [False, True]]
-    assert _stored(mgr, t1) == [
+    assert _stored(ctx, t1) == [
         (1, {"loss": 1.0, "batches": 1}, None, 1, None),
         (2, {"loss": 0.5, "batches": 2}, None, 1, None),
         (3, {"loss": 0.25, "batches": 3}, None, 1, None),
     ]
     # NaN and infinities stored as null; epoch from an "epochs" metric
-    assert _stored(mgr, t2) == [(5, {"loss": None, "epochs": 2, "batches": 5}, 2.0, 1, None)]
+    assert _stored(ctx, t2) == [(5, {"loss": None, "epochs": 2, "batches": 5}, 2.0, 1, None)]
     # The same reports stored alone, request by request, give the same rows.
     for reports in ([_report(1, loss=1.0)], requests[0][1], requests[2][1]):
-        metrics.report_metrics_batch(mgr, t3, reports)
-    assert _stored(mgr, t3) == _stored(mgr, t1)
-    with mgr.db.read() as s:
+        metrics.report_metrics_batch(ctx, t3, reports)
+    assert _stored(ctx, t3) == _stored(ctx, t1)
+    with ctx.db.read() as s:
         batches = {t.id: t.total_batches for t in s.scalars(select(TrialRow))}
         pending = s.scalar(select(func.count()).select_from(MetricFoldPendingRow))
     assert (batches[t1], batches[t2], batches[t3]) == (3, 5, 3)
@@ -91,10 +91,10 @@ def test_requests_stored_together_as_each_alone(master):
 
 
 def test_an_unknown_trial_fails_the_batch_and_stores_nothing(master):
-    client, mgr = master
+    client, ctx = master
     tid = _trial(client)
     with pytest.raises(NotFound, match=f"trial {tid + 99} not found"):
-        with mgr.db.write() as s:
+        with ctx.db.write() as s:
             store_training_rows(
                 s,
                 [
@@ -102,8 +102,8 @@ def test_an_unknown_trial_fails_the_batch_and_stores_nothing(master):
                     (tid + 99, training_rows(tid + 99, [_report(1, loss=1.0)], 1.0)),
                 ],
             )
-    assert _stored(mgr, tid) == []
+    assert _stored(ctx, tid) == []
     # Through the group commit each request gets its own answer.
-    assert metrics.report_metrics_batch(mgr, tid, [_report(1, loss=1.0)]) == [True]
+    assert metrics.report_metrics_batch(ctx, tid, [_report(1, loss=1.0)]) == [True]
     with pytest.raises(NotFound):
-        metrics.report_metrics_batch(mgr, tid + 99, [_report(1, loss=1.0)])
+        metrics.report_metrics_batch(ctx, tid + 99, [_report(1, loss=1.0)])

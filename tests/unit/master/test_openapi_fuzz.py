@@ -69,7 +69,7 @@ def test_openapi_fuzz_as_admin_and_as_user(tmp_path):
         client.post(
             "/api/v1/agents", json={"id": "a1", "slots": [{"id": "0"}]}, headers=bearer(admin)
         )
-        loop.schedule_pass(app.state.manager)
+        loop.schedule_pass(app.state.ctx)
         client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=bearer(admin))
 
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)

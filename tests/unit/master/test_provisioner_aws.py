@@ -116,8 +116,8 @@ def test_demand_sequence_launches_tags_and_terminates(tmp_path, moto_url, aws_en
     clock = Clock()
     with TestClient(app) as client:
         sign_in(client)
-        mgr = app.state.manager
-        mgr.clock = clock
+        ctx = app.state.ctx
+        ctx.clock = clock
         prov = app.state.provisioners.pools[0]
 
         agents: dict[str, list[str]] = {}  # registered agent -> allocations handed to it
@@ -130,7 +130,7 @@ def test_demand_sequence_launches_tags_and_terminates(tmp_path, moto_url, aws_en
                     headers=agent_headers(app),
                 ).json()
                 started += [spec["allocation_id"] for spec in beat["start"]]
-            loop.schedule_pass(mgr)
+            loop.schedule_pass(ctx)
             prov.step(force=True)
 
         def register(name: str) -> None:
@@ -297,10 +297,10 @@ def test_restart_settles_launches_whose_outcome_was_not_recorded(tmp_path, moto_
     ec2 = boto3.client("ec2", region_name="us-west-2", endpoint_url=moto_url)
     with TestClient(app) as client:
         sign_in(client)
-        mgr = app.state.manager
+        ctx = app.state.ctx
         prov = app.state.provisioners.pools[0]
         made = prov.provider.launch("made-before-crash")  # EC2 has it; the row says LAUNCHING
-        with mgr.db.write() as s:
+        with ctx.db.write() as s:
             for name in ("made-before-crash", "never-made"):
                 s.add(
                     InstanceRow(
@@ -309,15 +309,15 @@ def test_restart_settles_launches_whose_outcome_was_not_recorded(tmp_path, moto_
                         provider="aws",
                         provider_id=None,
                         state="LAUNCHING",
-                        launched_at=mgr.clock(),
+                        launched_at=ctx.clock(),
                         info={},
                     )
                 )
         exp = client.post("/api/v1/experiments", data={"config": EXPERIMENT}).json()
         assert exp["experiment"]["id"]
-        loop.schedule_pass(mgr)
+        loop.schedule_pass(ctx)
         prov.step(force=True)
-        with mgr.db.read() as s:
+        with ctx.db.read() as s:
             rows = {r.id: r for r in s.query(InstanceRow).all()}
         assert rows["made-before-crash"].state == "STARTING"
         assert rows["made-before-crash"].provider_id == made

@@ -32,10 +32,10 @@ def test_queued_tasks_count_as_pending_demand(tmp_path):
     app = create_app(config, run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        mgr = app.state.manager
+        ctx = app.state.ctx
         prov = app.state.provisioners.pools[0]
-        mgr.tasks.create("COMMAND", "determined", {"resources": {"slots": 1}}, "true")
-        mgr.tasks.create("SHELL", "determined", {"resources": {"slots": 0}})
-        mgr.tasks.create("COMMAND", "determined", {"resources": {"resource_pool": "other"}}, "true")
-        with mgr.db.read() as s:
+        ctx.tasks.create("COMMAND", "determined", {"resources": {"slots": 1}}, "true")
+        ctx.tasks.create("SHELL", "determined", {"resources": {"slots": 0}})
+        ctx.tasks.create("COMMAND", "determined", {"resources": {"resource_pool": "other"}}, "true")
+        with ctx.db.read() as s:
             assert sorted(prov._pending_slots(s)) == [0, 1]

@@ -27,20 +27,20 @@ def master(tmp_path, db_url):
     with TestClient(app) as client:
         sign_in(client)
         client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}]})
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
-def _start(client, mgr) -> dict:
+def _start(client, ctx) -> dict:
     files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
     r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
     assert r.status_code == 201, r.text
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     return client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
 
 
 def test_reregistering_agent_keeps_the_tasks_it_reports(master):
-    client, mgr = master
-    spec = _start(client, mgr)
+    client, ctx = master
+    spec = _start(client, ctx)
     alloc, tid = spec["allocation_id"], spec["trial_id"]
     r = client.post(
         "/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}], "running": [alloc]}
@@ -56,8 +56,8 @@ def test_reregistering_agent_keeps_the_tasks_it_reports(master):
 
 
 def test_reregistering_agent_without_the_task_loses_it_and_unknown_ones_are_killed(master):
-    client, mgr = master
-    spec = _start(client, mgr)
+    client, ctx = master
+    spec = _start(client, ctx)
     tid = spec["trial_id"]
     r = client.post(
         "/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}], "running": ["stray"]}
@@ -70,13 +70,13 @@ def test_reregistering_agent_without_the_task_loses_it_and_unknown_ones_are_kill
 
 
 def test_ids_of_deleted_experiments_and_trials_are_never_reused(master):
-    client, mgr = master
-    spec = _start(client, mgr)
+    client, ctx = master
+    spec = _start(client, ctx)
     exp_id, tid = int(spec["experiment_id"]), spec["trial_id"]
     client.post(f"/api/v1/experiments/{exp_id}/kill")
     client.post(f"/api/v1/allocations/{spec['allocation_id']}/exited", json={"exit_code": -9})
     assert client.delete(f"/api/v1/experiments/{exp_id}").status_code == 200
-    spec2 = _start(client, mgr)
+    spec2 = _start(client, ctx)
     assert int(spec2["experiment_id"]) > exp_id and spec2["trial_id"] > tid
 
 
@@ -121,8 +121,8 @@ def test_ids_out_of_range_wrong_methods_and_trial_internals(master):
     trial's internals only its token and admins."""
     from dauntless.master.testing import bearer, login
 
-    client, mgr = master
-    spec = _start(client, mgr)
+    client, ctx = master
+    spec = _start(client, ctx)
     huge = str(2**70)
     for path in (
         f"/api/v1/experiments/{huge}",

@@ -37,9 +37,9 @@ def master(tmp_path):
         sign_in(client)
         for agent in ("a1", "a2"):
             client.post("/api/v1/agents", json={"id": agent, "slots": [{"id": "cpu0"}]})
-        mgr = app.state.manager
-        mgr.clock = Clock()
-        yield client, mgr
+        ctx = app.state.ctx
+        ctx.clock = Clock()
+        yield client, ctx
 
 
 def _create(client, extra: str = "") -> int:
@@ -49,9 +49,9 @@ def _create(client, extra: str = "") -> int:
     return r.json()["experiment"]["id"]
 
 
-def _spec(client, mgr) -> dict:
+def _spec(client, ctx) -> dict:
     # A restart is placed when the failed run's exit is reported; a first run here.
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     for agent in ("a1", "a2"):
         start = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": []}).json()
         if start["start"]:
@@ -79,18 +79,18 @@ def _log(client, alloc: str, line: str, seq: int, stdtype: str = "stderr") -> No
 
 
 def test_trial_ignoring_a_pause_is_killed_after_preemption_timeout(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _create(client, "preemption_timeout: 30\n")
-    spec = _spec(client, mgr)
+    spec = _spec(client, ctx)
     alloc, agent = spec["allocation_id"], spec["env"]["DET_AGENT_ID"]
     client.post(f"/api/v1/experiments/{exp_id}/pause")
-    loop.schedule_pass(mgr)  # the request is stamped
-    mgr.clock.now += 29
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)  # the request is stamped
+    ctx.clock.now += 29
+    loop.schedule_pass(ctx)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == []  # still within the timeout: asked, not killed
-    mgr.clock.now += 2
-    loop.schedule_pass(mgr)
+    ctx.clock.now += 2
+    loop.schedule_pass(ctx)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == [alloc]
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": -9})
@@ -101,18 +101,18 @@ def test_trial_ignoring_a_pause_is_killed_after_preemption_timeout(master):
 
 
 def test_default_preemption_timeout_is_an_hour(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _create(client)
-    spec = _spec(client, mgr)
+    spec = _spec(client, ctx)
     alloc, agent = spec["allocation_id"], spec["env"]["DET_AGENT_ID"]
     client.post(f"/api/v1/experiments/{exp_id}/cancel")
-    loop.schedule_pass(mgr)
-    mgr.clock.now += 3599
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
+    ctx.clock.now += 3599
+    loop.schedule_pass(ctx)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == []
-    mgr.clock.now += 2
-    loop.schedule_pass(mgr)
+    ctx.clock.now += 2
+    loop.schedule_pass(ctx)
     hb = client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": [alloc]}).json()
     assert hb["kill"] == [alloc]
     client.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": -15})
@@ -120,12 +120,12 @@ def test_default_preemption_timeout_is_an_hour(master):
 
 
 def test_cancel_retries_log_policy_makes_a_failure_final_and_failure_is_recorded(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _create(
         client,
         "log_policies:\n  - {name: bad data, pattern: 'corrupt record', action: cancel_retries}\n",
     )
-    spec = _spec(client, mgr)
+    spec = _spec(client, ctx)
     alloc = spec["allocation_id"]
     _log(client, alloc, "Traceback (most recent call last):", 1)
     _log(client, alloc, "ValueError: corrupt record 17", 2)
@@ -141,11 +141,11 @@ def test_cancel_retries_log_policy_makes_a_failure_final_and_failure_is_recorded
 
 
 def test_builtin_cuda_oom_labels_and_exclude_node_avoids_the_agent(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _create(
         client, "log_policies:\n  - {pattern: 'ECC fault', action: {type: exclude_node}}\n"
     )
-    spec = _spec(client, mgr)
+    spec = _spec(client, ctx)
     alloc, agent = spec["allocation_id"], spec["env"]["DET_AGENT_ID"]
     _log(client, alloc, "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB", 1)
     _log(client, alloc, "ECC fault on device 0", 2)
@@ -153,14 +153,14 @@ def test_builtin_cuda_oom_labels_and_exclude_node_avoids_the_agent(master):
     trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
     assert trial["state"] == "ACTIVE" and trial["restarts"] == 1
     assert trial["log_policy_matches"] == ["CUDA OOM", "ECC fault"]
-    spec2 = _spec(client, mgr)
+    spec2 = _spec(client, ctx)
     assert spec2["env"]["DET_AGENT_ID"] != agent
 
 
 def test_builtin_can_be_turned_off_and_bad_policies_are_refused(master):
-    client, mgr = master
+    client, ctx = master
     _create(client, "log_policies:\n  - {name: CUDA OOM}\n")
-    spec = _spec(client, mgr)
+    spec = _spec(client, ctx)
     _log(client, spec["allocation_id"], "CUDA out of memory", 1)
     trial = client.get(f"/api/v1/trials/{spec['trial_id']}").json()["trial"]
     assert trial["log_policy_matches"] == []
@@ -176,9 +176,9 @@ def test_builtin_can_be_turned_off_and_bad_policies_are_refused(master):
 
 
 def test_running_trial_progress_counts_in_the_experiment(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _create(client)
-    spec = _spec(client, mgr)
+    spec = _spec(client, ctx)
     token = bearer(spec["env"]["DET_SESSION_TOKEN"])
     r = client.post(
         f"/api/v1/trials/{spec['trial_id']}/progress", json={"progress": 0.4}, headers=token
@@ -189,7 +189,7 @@ def test_running_trial_progress_counts_in_the_experiment(master):
 
 
 def test_grid_progress_adds_running_trials_over_planned_trials(master):
-    client, mgr = master
+    client, ctx = master
     grid = CONFIG.replace("{name: single,", "{name: grid,").replace(
         "hyperparameters: {global_batch_size: 8}",
         "hyperparameters: {global_batch_size: 8, lr: {type: categorical, vals: [1, 2, 3, 4]}}",
@@ -200,7 +200,7 @@ def test_grid_progress_adds_running_trials_over_planned_trials(master):
     ]["id"]
     trials = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"]
     assert len(trials) == 4
-    mgr.write(metrics.report_progress, trials[0]["id"], 0.5)
-    mgr.write(metrics.report_progress, trials[1]["id"], 1.0)
+    ctx.write(metrics.report_progress, trials[0]["id"], 0.5)
+    ctx.write(metrics.report_progress, trials[1]["id"], 1.0)
     exp = client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]
     assert exp["progress"] == pytest.approx(1.5 / 4)

@@ -65,7 +65,7 @@ def test_state_machine():
 
 def test_create_schedule_hand_over_exit_and_logs(master):
     client, app = master
-    mgr = app.state.manager
+    ctx = app.state.ctx
     r = client.post(
         "/api/v1/commands",
         data={"entrypoint": '["echo", "hi"]', "config": "resources: {slots: 1}"},
@@ -73,9 +73,9 @@ def test_create_schedule_hand_over_exit_and_logs(master):
     assert r.status_code == 201, r.text
     task = r.json()["task"]
     assert task["state"] == "QUEUED" and task["owner"] == "determined"
-    assert loop.schedule_pass(mgr) == 0  # no agent: stays queued
+    assert loop.schedule_pass(ctx) == 0  # no agent: stays queued
     _register(client, app)
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     assert client.get(f"/api/v1/tasks/{task['id']}").json()["task"]["state"] == "ASSIGNED"
     work = client.post(
         "/api/v1/agents/a1/heartbeat", json={"running": []}, headers=agent_headers(app)
@@ -157,11 +157,11 @@ def test_bad_requests_and_access(master):
 def test_queued_notebook_waits_for_free_slots(master):
     client, app = master
     _register(client, app, slots=1)
-    mgr = app.state.manager
+    ctx = app.state.ctx
     first = client.post("/api/v1/commands", data={"entrypoint": '"sleep 100"'}).json()["task"]
     second = client.post("/api/v1/notebooks", data={}).json()["task"]
     zero = client.post("/api/v1/notebooks", data={"config": "resources: {slots: 0}"}).json()
-    loop.schedule_pass(mgr)
+    loop.schedule_pass(ctx)
     states = {t["id"]: t["state"] for t in client.get("/api/v1/tasks").json()["tasks"]}
     assert states == {
         first["id"]: "ASSIGNED",

@@ -9,7 +9,7 @@ from .test_api import _create, master  # noqa: F401  (the fixture)
 
 @pytest.fixture
 def bare(master):  # noqa: F811
-    client, _mgr = master
+    client, _ctx = master
     exp_id = _create(client).json()["experiment"]["id"]
     tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
     return client, f"/api/v1/trials/{tid}/metrics"

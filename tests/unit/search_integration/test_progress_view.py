@@ -71,7 +71,7 @@ def master(tmp_path, monkeypatch):
         monkeypatch.setattr(
             experiment_cmd, "open_session", lambda args, **kw: _InProcessSession(client)
         )
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
 def _validate(client, trial_id: int, batches: int, accuracy: float) -> None:
@@ -103,7 +103,7 @@ def _row(text: str, trial_id: int) -> list[str]:
 
 
 def test_describe_shows_rungs_targets_and_early_stops(master, capsys):
-    client, mgr = master
+    client, ctx = master
     r = client.post("/api/v1/experiments", data={"config": ASHA})
     assert r.status_code == 201, r.text
     exp_id = r.json()["experiment"]["id"]
@@ -112,7 +112,7 @@ def test_describe_shows_rungs_targets_and_early_stops(master, capsys):
         json={"id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(4)]},
     )
     assert r.status_code == 200, r.text
-    assert loop.schedule_pass(mgr) == 4
+    assert loop.schedule_pass(ctx) == 4
     specs = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
     alloc = {s["trial_id"]: s["allocation_id"] for s in specs}
     t1, t2, t3, t4 = sorted(alloc)

@@ -104,7 +104,7 @@ def test_queue_order_priority_updates_and_refusals(master):
     # Once placed, the job is SCHEDULED and holds its slot; paused, it leaves the queue.
     r = client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0", "type": "cpu"}]})
     assert r.status_code == 200, r.text
-    loop.schedule_pass(app.state.manager)
+    loop.schedule_pass(app.state.ctx)
     head = _jobs(client)[0]
     assert (head["job_id"], head["state"], head["allocated_slots"]) == (
         f"experiment-{first}",
@@ -113,6 +113,25 @@ def test_queue_order_priority_updates_and_refusals(master):
     )
     assert client.post(f"/api/v1/experiments/{second}/pause").status_code == 200
     assert [j["job_id"] for j in _jobs(client)] == [f"experiment-{first}"]
+
+
+def test_task_job_priority_update(master):
+    """A queued command is a job of its own; its priority is stored in the task's config,
+    and the loop is woken for a new placement."""
+    client, app = master
+    task = client.post("/api/v1/commands", data={"entrypoint": '"sleep 100"'}).json()["task"]
+    job_id = f"task-{task['id']}"
+    [job] = [j for j in _jobs(client) if j["job_id"] == job_id]
+    assert (job["type"], job["state"], job["priority"]) == ("COMMAND", "QUEUED", None)
+    app.state.ctx.wake.clear()
+    r = client.patch(f"/api/v1/jobs/{job_id}", json={"priority": 7})
+    assert r.status_code == 200, r.text
+    assert (r.json()["job"]["priority"], r.json()["job"]["effective_priority"]) == (7, 7)
+    assert app.state.ctx.wake.is_set()
+    [job] = [j for j in _jobs(client) if j["job_id"] == job_id]
+    assert job["priority"] == 7
+    r = client.patch("/api/v1/jobs/task-nope", json={"priority": 3})
+    assert r.status_code == 404 and "task-nope" in r.text, r.text
 
 
 def test_model_def_tree_and_files(master):
@@ -157,11 +176,11 @@ def test_batch_metrics_are_placed_per_batch_and_downsampled(master):
     client, app = master
     exp = _create(client, "batches")
     trial = client.get(f"/api/v1/experiments/{exp}").json()["trials"][0]["id"]
-    mgr = app.state.manager
+    ctx = app.state.ctx
     # Two training reports of 3000 batches each, with one dict per batch.
     for run, end in ((1, 3000), (1, 6000)):
         per_batch = [{"loss": float(i), "flag": True} for i in range(end - 3000, end)]
-        metrics.report_metrics(mgr, trial, "training", end, run, {"loss": 1.0}, per_batch)
+        metrics.report_metrics(ctx, trial, "training", end, run, {"loss": 1.0}, per_batch)
     r = client.get(f"/api/v1/trials/{trial}/batch-metrics", params={"max_points": 100})
     assert r.status_code == 200, r.text
     body = r.json()

@@ -177,10 +177,10 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
     points = {b: float(v) for b, v in zip(range(10, 3010, 10), rng.normal(size=300), strict=True)}
     with TestClient(app) as client:
         sign_in(client)
-        mgr = app.state.manager
+        ctx = app.state.ctx
         r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
         exp_id = r.json()["experiment"]["id"]
-        with mgr.db.write() as s:
+        with ctx.db.write() as s:
             trial = TrialRow(
                 experiment_id=exp_id,
                 request_id="t",
@@ -195,11 +195,11 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
         order = sorted(points, key=lambda b: (b % 70, b))  # interleaved, not ascending
         for b in order:
             assert metrics.report_metrics(
-                mgr, trial_id, "training", b, 0, {"loss": points[b]}, None
+                ctx, trial_id, "training", b, 0, {"loss": points[b]}, None
             )
-        assert not metrics.report_metrics(mgr, trial_id, "training", 10, 0, {"loss": 99.0}, None)
+        assert not metrics.report_metrics(ctx, trial_id, "training", 10, 0, {"loss": 99.0}, None)
         assert metrics.report_metrics(
-            mgr, trial_id, "training", 3010, 0, {"loss": float("nan")}, None
+            ctx, trial_id, "training", 3010, 0, {"loss": float("nan")}, None
         )
         url = f"/api/v1/experiments/{exp_id}/metrics"
         params = {"group": "training", "name": "loss", "max_points": 1024}
@@ -220,12 +220,12 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
     app = create_app(config, run_loop=False)  # a restarted master
     with TestClient(app) as client:
         sign_in(client)
-        with app.state.manager.db.write() as s:  # charts read only the summaries
+        with app.state.ctx.db.write() as s:  # charts read only the summaries
             s.execute(delete(MetricRow))
         assert client.get(url, params=params).json() == before
-        with app.state.manager.db.write() as s:  # a deleted trial takes its summaries
+        with app.state.ctx.db.write() as s:  # a deleted trial takes its summaries
             s.execute(delete(TrialRow).where(TrialRow.id == trial_id))
-        with app.state.manager.db.read() as s:
+        with app.state.ctx.db.read() as s:
             assert (
                 s.scalar(
                     select(func.count())
@@ -263,7 +263,7 @@ def test_upgraded_database_is_summarised_once(db_url, tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        db = app.state.manager.db
+        db = app.state.ctx.db
         assert current_revision(db.engine) != "0001"
         # trial 1 reports again before any chart: its old rows are summarised first
         _store(db, trials[1], "training", [(2001, {"loss": -5.0})])
@@ -456,10 +456,10 @@ def test_reads_after_acknowledged_reports_see_every_one(db_url, tmp_path):
     app = create_app(config, run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        mgr = app.state.manager
+        ctx = app.state.ctx
         r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
         exp_id = r.json()["experiment"]["id"]
-        (trial_id,) = _experiment_trials(mgr.db, exp_id, 1)
+        (trial_id,) = _experiment_trials(ctx.db, exp_id, 1)
         url = f"/api/v1/experiments/{exp_id}/metrics"
         params = {"group": "training", "name": "loss", "max_points": 1024}
         rng = random.Random(5)
@@ -493,7 +493,7 @@ def test_reads_after_acknowledged_reports_see_every_one(db_url, tmp_path):
                 "acc": len(sent),
                 "loss": len(sent),
             }
-        assert _pending_count(mgr.db) == 0  # the reads folded what they needed
+        assert _pending_count(ctx.db) == 0  # the reads folded what they needed
 
 
 def _experiment_trials(db: Database, exp_id: int, n: int) -> list[int]:

@@ -46,7 +46,7 @@ def master(tmp_path):
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18081), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
-        yield client, app.state.manager
+        yield client, app.state.ctx
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -61,7 +61,7 @@ def any_db_master(request, tmp_path):
         app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
         with TestClient(app) as client:
             sign_in(client)
-            yield client, app.state.manager
+            yield client, app.state.ctx
 
 
 def _experiment(client) -> int:
@@ -70,8 +70,8 @@ def _experiment(client) -> int:
     return r.json()["experiment"]["id"]
 
 
-def _trial(mgr, exp_id: int, lr: float) -> int:
-    with mgr.db.write() as s:
+def _trial(ctx, exp_id: int, lr: float) -> int:
+    with ctx.db.write() as s:
         t = TrialRow(
             experiment_id=exp_id,
             request_id=uuid.uuid4().hex,
@@ -85,10 +85,10 @@ def _trial(mgr, exp_id: int, lr: float) -> int:
         return t.id
 
 
-def _metrics(mgr, trial_id: int, kind: str, points: list[tuple[int, dict]]) -> None:
+def _metrics(ctx, trial_id: int, kind: str, points: list[tuple[int, dict]]) -> None:
     """Store reports as the master does: the rows, and their summaries in one transaction
     (values as given, so SQLite holds a NaN as the bare word an older master wrote)."""
-    with mgr.db.write() as s:
+    with ctx.db.write() as s:
         s.add_all(
             MetricRow(
                 trial_id=trial_id, kind=kind, total_batches=b, values=v, reported_at=time.time()
@@ -98,8 +98,8 @@ def _metrics(mgr, trial_id: int, kind: str, points: list[tuple[int, dict]]) -> N
         fold_metric_reports(s, trial_id, kind, points)
 
 
-def _dialect(mgr) -> str:
-    return mgr.db.engine.dialect.name
+def _dialect(ctx) -> str:
+    return ctx.db.engine.dialect.name
 
 
 def _events(text: str) -> list[tuple[str, dict, str | None]]:
@@ -117,14 +117,14 @@ def _events(text: str) -> list[tuple[str, dict, str | None]]:
 
 
 def test_series_are_downsampled_per_trial_with_extremes(any_db_master):
-    client, mgr = any_db_master
+    client, ctx = any_db_master
     exp_id = _experiment(client)
-    trials = [_trial(mgr, exp_id, lr) for lr in (0.01, 0.02, 0.03)]
+    trials = [_trial(ctx, exp_id, lr) for lr in (0.01, 0.02, 0.03)]
     for i, t in enumerate(trials):
         pts = [(b, {"loss": 1.0 / b + i, "batches": b}) for b in range(10, 30_010, 10)]
         pts[1234] = (pts[1234][0], {"loss": 99.0 + i})  # a spike each
-        _metrics(mgr, t, "training", pts)
-    _metrics(mgr, trials[0], "validation", [(100, {"accuracy": 0.5}), (200, {"accuracy": 0.7})])
+        _metrics(ctx, t, "training", pts)
+    _metrics(ctx, trials[0], "validation", [(100, {"accuracy": 0.5}), (200, {"accuracy": 0.7})])
 
     r = client.get(
         f"/api/v1/experiments/{exp_id}/metrics",
@@ -163,18 +163,18 @@ def test_series_are_downsampled_per_trial_with_extremes(any_db_master):
 
 
 def test_series_follow_new_reports_and_skip_bad_values(any_db_master):
-    client, mgr = any_db_master
+    client, ctx = any_db_master
     exp_id = _experiment(client)
-    t1 = _trial(mgr, exp_id, 0.01)
-    _metrics(mgr, t1, "validation", [(10, {"accuracy": 0.1}), (20, {"accuracy": 0.2})])
+    t1 = _trial(ctx, exp_id, 0.01)
+    _metrics(ctx, t1, "validation", [(10, {"accuracy": 0.1}), (20, {"accuracy": 0.2})])
     url = f"/api/v1/experiments/{exp_id}/metrics"
     assert client.get(url).json()["series"][0]["values"] == [0.1, 0.2]
     # later reports, a second trial, a string, and (SQLite stores it as the bare word NaN,
     # which its JSON functions refuse; PostgreSQL refuses to store it) a NaN
-    t2 = _trial(mgr, exp_id, 0.02)
-    nan = float("nan") if _dialect(mgr) == "sqlite" else None
+    t2 = _trial(ctx, exp_id, 0.02)
+    nan = float("nan") if _dialect(ctx) == "sqlite" else None
     _metrics(
-        mgr,
+        ctx,
         t1,
         "validation",
         [
@@ -184,12 +184,12 @@ def test_series_follow_new_reports_and_skip_bad_values(any_db_master):
             (60, {"accuracy": 0.6}),
         ],
     )
-    _metrics(mgr, t2, "validation", [(10, {"accuracy": 0.9})])
+    _metrics(ctx, t2, "validation", [(10, {"accuracy": 0.9})])
     series = {s["trial_id"]: s for s in client.get(url).json()["series"]}
     assert series[t1]["batches"] == [10, 20, 30, 60]
     assert series[t1]["values"] == [0.1, 0.2, 0.3, 0.6]
     assert series[t2]["values"] == [0.9]
-    with mgr.db.read() as s:  # one summary per (trial, group, name), updated in place
+    with ctx.db.read() as s:  # one summary per (trial, group, name), updated in place
         stored = s.execute(
             select(MetricSummaryRow.trial_id, MetricSummaryRow.name).where(
                 MetricSummaryRow.name != ""
@@ -199,14 +199,14 @@ def test_series_follow_new_reports_and_skip_bad_values(any_db_master):
 
 
 def test_metric_names_and_errors(any_db_master):
-    client, mgr = any_db_master
+    client, ctx = any_db_master
     exp_id = _experiment(client)
-    t = _trial(mgr, exp_id, 0.01)
+    t = _trial(ctx, exp_id, 0.01)
     _metrics(
-        mgr, t, "training", [(10, {"loss": 2.0}), (20, {"loss": 1.0, "lr_now": 0.1, "note": "x"})]
+        ctx, t, "training", [(10, {"loss": 2.0}), (20, {"loss": 1.0, "lr_now": 0.1, "note": "x"})]
     )
-    nan = float("nan") if _dialect(mgr) == "sqlite" else 0.25
-    _metrics(mgr, t, "validation", [(20, {"accuracy": 0.5, "validation_loss": nan})])
+    nan = float("nan") if _dialect(ctx) == "sqlite" else 0.25
+    _metrics(ctx, t, "validation", [(20, {"accuracy": 0.5, "validation_loss": nan})])
     names = client.get(f"/api/v1/experiments/{exp_id}/metrics/names").json()
     assert names == {"training": ["loss", "lr_now"], "validation": ["accuracy", "validation_loss"]}
     assert client.get("/api/v1/experiments/99/metrics/names").status_code == 404
@@ -227,15 +227,15 @@ max_restarts: 1
 
 
 def test_allocations_say_which_trial_holds_which_slots(master):
-    client, mgr = master
+    client, ctx = master
     client.post("/api/v1/agents", json={"id": "a1", "slots": [{"id": "cpu0"}, {"id": "cpu1"}]})
     r = client.post("/api/v1/experiments", data={"config": SINGLE})
     exp_id = r.json()["experiment"]["id"]
-    assert loop.schedule_pass(mgr) == 1
+    assert loop.schedule_pass(ctx) == 1
     first = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     client.post(f"/api/v1/allocations/{first['allocation_id']}/exited", json={"exit_code": 137})
     # The restart was placed when the exit was reported (this pass places nothing more).
-    assert loop.schedule_pass(mgr) == 0
+    assert loop.schedule_pass(ctx) == 0
     second = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"][0]
     trial_id = first["trial_id"]
 
@@ -282,13 +282,13 @@ def _reads_of(monkeypatch, name: str) -> threading.Semaphore:
 
 
 def test_experiments_stream_sends_changes_only(master, monkeypatch):
-    client, mgr = master
+    client, ctx = master
     exp_id = _experiment(client)
     reads = _reads_of(monkeypatch, "experiments_page")
 
     def rename() -> None:
         assert reads.acquire(timeout=30)  # after the stream's first event
-        experiments.patch_experiment(mgr, exp_id, "renamed", None, None)
+        experiments.patch_experiment(ctx, exp_id, "renamed", None, None)
 
     thread = threading.Thread(target=rename)
     thread.start()
@@ -317,9 +317,9 @@ def test_experiments_stream_sends_changes_only(master, monkeypatch):
 
 
 def test_experiment_stream_and_unknown_objects(master):
-    client, mgr = master
+    client, ctx = master
     exp_id = _experiment(client)
-    t = _trial(mgr, exp_id, 0.05)
+    t = _trial(ctx, exp_id, 0.05)
     events = _events(
         client.get(f"/api/v1/stream/experiments/{exp_id}", params={"max_seconds": 0.1}).text
     )
@@ -331,22 +331,22 @@ def test_experiment_stream_and_unknown_objects(master):
     assert client.get("/api/v1/stream/experiments", params={"archived": "maybe"}).status_code == 400
 
 
-def _best(mgr, trial_id: int, value: float | None) -> None:
-    with mgr.db.write() as s:
+def _best(ctx, trial_id: int, value: float | None) -> None:
+    with ctx.db.write() as s:
         s.get(TrialRow, trial_id).best_validation = value
 
 
 def test_experiment_stream_sends_a_summary_with_the_first_chart_first(master):
     """With chart_* parameters the first event is the experiment and the chart's series
     (the best N trials by the searcher metric), before the full body (issue 22)."""
-    client, mgr = master
+    client, ctx = master
     exp_id = _experiment(client)  # accuracy, larger is better
     trials = []
     for i, best in enumerate([0.5, 0.9, None, 0.7, 0.9]):
-        t = _trial(mgr, exp_id, 0.01 * (i + 1))
-        _best(mgr, t, best)
+        t = _trial(ctx, exp_id, 0.01 * (i + 1))
+        _best(ctx, t, best)
         if best is not None:
-            _metrics(mgr, t, "validation", [(b, {"accuracy": best * b / 30}) for b in (10, 20, 30)])
+            _metrics(ctx, t, "validation", [(b, {"accuracy": best * b / 30}) for b in (10, 20, 30)])
         trials.append(t)
     url = f"/api/v1/stream/experiments/{exp_id}"
 
@@ -401,9 +401,9 @@ def test_experiment_stream_sends_a_summary_with_the_first_chart_first(master):
 
 def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch):
     """Polls read the body again only after a committed change (or STALE_SECONDS)."""
-    client, mgr = master
+    client, ctx = master
     exp_id = _experiment(client)
-    t = _trial(mgr, exp_id, 0.05)
+    t = _trial(ctx, exp_id, 0.05)
     reads: list[float] = []
     original = routes_stream.get_experiment
 
@@ -422,7 +422,7 @@ def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch
 
     def report() -> None:
         wait_for("the stream's first read", lambda: reads)
-        _metrics(mgr, t, "validation", [(10, {"accuracy": 0.25})])
+        _metrics(ctx, t, "validation", [(10, {"accuracy": 0.25})])
 
     reads.clear()
     thread = threading.Thread(target=report)
@@ -448,12 +448,12 @@ def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch
 
 
 def test_logs_stream_follows_new_lines_and_resumes(master, monkeypatch):
-    client, mgr = master
+    client, ctx = master
     exp_id = _experiment(client)
-    t = _trial(mgr, exp_id, 0.05)
+    t = _trial(ctx, exp_id, 0.05)
 
     def add(*texts: str) -> None:
-        with mgr.db.write() as s:
+        with ctx.db.write() as s:
             s.add_all(
                 TaskLogRow(
                     trial_id=t, allocation_id="al", timestamp=time.time(), stdtype="stdout", log=x
@@ -491,7 +491,7 @@ def test_logs_stream_follows_new_lines_and_resumes(master, monkeypatch):
     )
     assert [line["log"] for e in resumed if e[0] == "logs" for line in e[1]["logs"]] == ["three"]
     # a state change with no new line is its own event
-    with mgr.db.write() as s:
+    with ctx.db.write() as s:
         s.get(TrialRow, t).state = "PAUSED"
     quiet = _events(
         client.get(

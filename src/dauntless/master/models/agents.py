@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from ..auth import hash_token, new_token
 from ..context import MasterContext
-from ..db import AgentRow, AllocationRow, InstanceRow
+from ..db import AgentRow, AllocationRow, ClusterRow, InstanceRow
 from ..errors import BadRequest, NotFound
 from . import runs
 
@@ -303,3 +303,27 @@ def resource_pools(s: Session, ctx: MasterContext) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def cluster_id(s: Session) -> str | None:
+    """This cluster's id (made when the database was first set up), None before that."""
+    cluster = s.scalar(select(ClusterRow))
+    return cluster.cluster_id if cluster else None
+
+
+def all_agents(s: Session) -> list[AgentRow]:
+    """Every registered agent, by id."""
+    return list(s.scalars(select(AgentRow).order_by(AgentRow.id)))
+
+
+def slot_holders(s: Session, agent_id: str | None = None) -> dict[str, dict[str, str]]:
+    """Which allocation holds each slot: ``{agent id: {slot id: allocation id}}``, from the
+    allocations that have not ended (of ``agent_id`` only, unless None)."""
+    q = select(AllocationRow).where(AllocationRow.state != "TERMINATED")
+    if agent_id is not None:
+        q = q.where(AllocationRow.agent_id == agent_id)
+    used: dict[str, dict[str, str]] = {}
+    for alloc in s.scalars(q):
+        for sid in alloc.slot_ids:
+            used.setdefault(alloc.agent_id, {})[str(sid)] = alloc.id
+    return used

@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from ..db import AllocationRow, TrialRow
+from ..db import AllocationRow, ExperimentRow, TaskRow, TrialRow
 from ..errors import NotFound
 
 
@@ -140,3 +140,33 @@ def set_rendezvous(session: Session, allocation_id: str, addr: str, port: int) -
     if chief is None or chief.part_index != 0:
         raise NotFound(f"allocation {allocation_id} not found")
     chief.rendezvous_addr, chief.rendezvous_port = addr, port
+
+
+def listing(
+    session: Session, trial_id: int | None, active: bool | None, owner_id: int | None = None
+) -> list[tuple[AllocationRow, int | None]]:
+    """Allocations with their trial's experiment id (None for a task's: a command's,
+    notebook's, shell's or TensorBoard's), oldest first.
+
+    Args:
+        trial_id: only this trial's (None: every trial's and task's).
+        active: True: not terminated; False: terminated; None: both.
+        owner_id: only those of experiments or tasks this user owns (None: everyone's).
+    """
+    q = select(AllocationRow, TrialRow.experiment_id).join(
+        TrialRow, TrialRow.id == AllocationRow.trial_id, isouter=True
+    )
+    if owner_id is not None:
+        q = (
+            q.join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id, isouter=True)
+            .join(TaskRow, TaskRow.id == AllocationRow.task_id, isouter=True)
+            .where(or_(ExperimentRow.owner_id == owner_id, TaskRow.owner_id == owner_id))
+        )
+    if trial_id is not None:
+        q = q.where(AllocationRow.trial_id == trial_id)
+    if active is True:
+        q = q.where(AllocationRow.state != "TERMINATED")
+    elif active is False:
+        q = q.where(AllocationRow.state == "TERMINATED")
+    rows = session.execute(q.order_by(AllocationRow.created_at, AllocationRow.id))
+    return [(a, exp_id) for a, exp_id in rows]

@@ -9,7 +9,7 @@ import logging
 import math
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from dauntless.config import parse_experiment_config
@@ -211,3 +211,38 @@ def mark_deleted(s: Session, uuid: str) -> tuple[bool, dict[str, Any]]:
     already = ckpt.state == "DELETED"
     ckpt.state = "DELETED"
     return already, dict(exp.config)
+
+
+def read_checkpoint(s: Session, uuid: str) -> CheckpointRow:
+    """A checkpoint.
+
+    Raises:
+        NotFound: no such checkpoint.
+    """
+    c = s.get(CheckpointRow, uuid)
+    if c is None:
+        raise NotFound(f"checkpoint {uuid} not found")
+    return c
+
+
+def validation_values(
+    s: Session, pairs: list[tuple[int, int]], metric: str
+) -> dict[tuple[int, int], Any]:
+    """The value of ``metric`` in the validation reports at ``(trial id, total batches)``
+    pairs (a checkpoint's searcher metric), by pair; None where a report lacks it, pairs
+    without a report left out.
+
+    Only the reports at those batch counts are read (issue 22: reading every validation
+    row of 1,000 trials x 1,000 reports took seconds), 500 pairs a query.
+    """
+    values: dict[tuple[int, int], Any] = {}
+    pairs = sorted(set(pairs))
+    for i in range(0, len(pairs), 500):
+        for tid, batches, vals in s.execute(
+            select(MetricRow.trial_id, MetricRow.total_batches, MetricRow.values).where(
+                tuple_(MetricRow.trial_id, MetricRow.total_batches).in_(pairs[i : i + 500]),
+                MetricRow.kind == "validation",
+            )
+        ):
+            values[(tid, batches)] = vals.get(metric) if isinstance(vals, dict) else None
+    return values

@@ -1,14 +1,15 @@
 """Trials: reads and small edits of ``TrialRow`` with a caller's session (what moves a
-trial through its states is :mod:`.search`, :mod:`.runs` and :mod:`.lifecycle`)."""
+trial through its states is :mod:`.search`, :mod:`.runs` and :mod:`.lifecycle`), and the
+reads of the trial routes: a trial's metrics reports, log lines and checkpoints."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..db import ExperimentRow, TrialRow
+from ..db import CheckpointRow, ExperimentRow, MetricRow, TaskLogRow, TrialRow
 from ..errors import BadRequest, NotFound
 from ..states import State, is_terminal
 
@@ -80,3 +81,149 @@ def report_early_exit(session: Session, trial_id: int, reason: str) -> None:
         raise BadRequest(f"unknown early-exit reason {reason!r}", [("reason", "INVALID_HP")])
     trial, _ = get_trial(session, trial_id)
     trial.early_exit_reason = "INVALID_HP"
+
+
+def read_trial(session: Session, trial_id: int) -> TrialRow:
+    """A trial.
+
+    Raises:
+        NotFound: no such trial.
+    """
+    trial = session.get(TrialRow, trial_id)
+    if trial is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return trial
+
+
+def experiment_trials(session: Session, exp_id: int) -> list[TrialRow]:
+    """Every trial of the experiment, by id (none for an unknown experiment)."""
+    return list(
+        session.scalars(
+            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+        )
+    )
+
+
+def trial_bests(session: Session, exp_ids: list[int]) -> list[tuple[int, int, float | None]]:
+    """``(experiment id, trial id, best validation or None)`` of every trial of the
+    experiments ``exp_ids``."""
+    if not exp_ids:
+        return []
+    rows = session.execute(
+        select(TrialRow.experiment_id, TrialRow.id, TrialRow.best_validation).where(
+            TrialRow.experiment_id.in_(exp_ids)
+        )
+    )
+    return [(e, t, b) for e, t, b in rows]
+
+
+def latest_validations(session: Session, trial_ids: list[int]) -> dict[int, MetricRow]:
+    """Each trial's validation report at its largest batch count, by trial id (trials
+    without a validation are left out)."""
+    if not trial_ids:
+        return {}
+    latest = (
+        select(MetricRow.trial_id, func.max(MetricRow.total_batches).label("tb"))
+        .where(MetricRow.trial_id.in_(trial_ids), MetricRow.kind == "validation")
+        .group_by(MetricRow.trial_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(MetricRow)
+        .join(
+            latest,
+            (MetricRow.trial_id == latest.c.trial_id) & (MetricRow.total_batches == latest.c.tb),
+        )
+        .where(MetricRow.kind == "validation")
+    ).scalars()
+    return {m.trial_id: m for m in rows}
+
+
+def metrics_page(
+    session: Session,
+    trial_id: int,
+    group: str | None,
+    after_batches: int | None,
+    limit: int | None,
+) -> tuple[list[MetricRow], int | None]:
+    """One page of a trial's metrics reports, by batch count then group.
+
+    Args:
+        trial_id: the trial (no check that it exists: an unknown one has no reports).
+        group: ``training`` or ``validation`` only (None: both).
+        after_batches: only reports above this batch count (None: from the start).
+        limit: at most about this many reports (None: all); a page never splits one
+            batch count's reports, so it may hold a few more.
+
+    Returns:
+        ``(reports, cursor)``: ``cursor`` is the last batch count of a full page (pass
+        it as ``after_batches`` for the next), None when this page is the last.
+    """
+    q = select(MetricRow).where(MetricRow.trial_id == trial_id)
+    if group:
+        q = q.where(MetricRow.kind == group)
+    if after_batches is not None:
+        q = q.where(MetricRow.total_batches > after_batches)
+    q = q.order_by(MetricRow.total_batches, MetricRow.kind)
+    rows = list(session.scalars(q if limit is None else q.limit(limit)))
+    cursor = None
+    if limit is not None and len(rows) == limit:
+        # The rest of the last batch count's reports (the other group), so that the
+        # cursor never splits one count across pages.
+        cursor = rows[-1].total_batches
+        seen = {r.id for r in rows}
+        rows += [
+            r
+            for r in session.scalars(q.where(MetricRow.total_batches == cursor))
+            if r.id not in seen
+        ]
+    return rows, cursor
+
+
+def batch_metrics(session: Session, trial_id: int) -> list[tuple[int, Any]]:
+    """``(total batches, per-batch metrics)`` of the trial's training reports that carry
+    per-batch metrics, by batch count.
+
+    Raises:
+        NotFound: no such trial.
+    """
+    read_trial(session, trial_id)
+    rows = session.execute(
+        select(MetricRow.total_batches, MetricRow.batch_metrics)
+        .where(
+            MetricRow.trial_id == trial_id,
+            MetricRow.kind == "training",
+            MetricRow.batch_metrics.is_not(None),
+        )
+        .order_by(MetricRow.total_batches)
+    )
+    return [(total, per_batch) for total, per_batch in rows]
+
+
+def trial_logs(
+    session: Session, trial_id: int, after_id: int, limit: int
+) -> tuple[TrialRow, list[TaskLogRow]]:
+    """The trial and at most ``limit`` of its log lines with ids above ``after_id``, by id.
+
+    Raises:
+        NotFound: no such trial.
+    """
+    trial = read_trial(session, trial_id)
+    rows = session.scalars(
+        select(TaskLogRow)
+        .where(TaskLogRow.trial_id == trial_id, TaskLogRow.id > after_id)
+        .order_by(TaskLogRow.id)
+        .limit(limit)
+    ).all()
+    return trial, list(rows)
+
+
+def trial_checkpoints(session: Session, trial_id: int) -> list[CheckpointRow]:
+    """The trial's checkpoints, by batch count (none for an unknown trial)."""
+    return list(
+        session.scalars(
+            select(CheckpointRow)
+            .where(CheckpointRow.trial_id == trial_id)
+            .order_by(CheckpointRow.total_batches)
+        )
+    )

@@ -64,7 +64,7 @@ class PoolProvisioner:
         interval: float = 1.0,
     ) -> None:
         assert pool.provider is not None
-        self.mgr = manager
+        self.ctx = manager
         self.pool = pool
         self.provider = provider
         self.cfg = pool.provider
@@ -83,7 +83,7 @@ class PoolProvisioner:
 
     def reconcile(self) -> None:
         """Settle launches and terminations a previous master left unfinished."""
-        with self.mgr.db.read() as s:
+        with self.ctx.db.read() as s:
             rows = s.scalars(
                 select(InstanceRow).where(
                     InstanceRow.resource_pool == self.pool.pool_name,
@@ -93,13 +93,13 @@ class PoolProvisioner:
         for row in rows:
             if row.state == "LAUNCHING":
                 found = self.provider.find(row.id)
-                with self.mgr.db.write() as s:
+                with self.ctx.db.write() as s:
                     r = s.get_one(InstanceRow, row.id)
                     if found is not None:
                         r.state, r.provider_id = "STARTING", found
                         log.info("instance %s was launched before a restart: %s", r.id, found)
                     else:
-                        r.state, r.terminated_at = "TERMINATED", self.mgr.clock()
+                        r.state, r.terminated_at = "TERMINATED", self.ctx.clock()
                         r.reason = "its launch was not confirmed before a master restart"
         self._reconciled = True
 
@@ -119,21 +119,21 @@ class PoolProvisioner:
         ).all():
             if trial.id in live:
                 continue
-            cfg = self.mgr.experiment_config(exp)
+            cfg = self.ctx.experiment_config(exp)
             if (cfg.resources.resource_pool or "default") == self.pool.pool_name:
                 out.append(cfg.resources.slots_per_trial)
         # Queued commands, notebooks, shells and TensorBoards are demand too.
         out.extend(
             r.slots_needed
-            for r in self.mgr.tasks.scheduling.requests(
-                self.mgr.tasks.scheduling.pending(s), self.pool.pool_name
+            for r in self.ctx.tasks.scheduling.requests(
+                self.ctx.tasks.scheduling.pending(s), self.pool.pool_name
             )
         )
         return out
 
     def step(self, force: bool = False) -> None:
         """One decision, at most every ``interval`` seconds (always with ``force``)."""
-        now = self.mgr.clock()
+        now = self.ctx.clock()
         if not force and now - self._last < self.interval:
             return
         self._last = now
@@ -141,7 +141,7 @@ class PoolProvisioner:
             self.reconcile()
         to_launch: list[str] = []
         to_stop: list[tuple[str, str | None]] = []
-        with self.mgr.db.write() as s:
+        with self.ctx.db.write() as s:
             rows = s.scalars(
                 select(InstanceRow).where(
                     InstanceRow.resource_pool == self.pool.pool_name,
@@ -200,7 +200,7 @@ class PoolProvisioner:
                 log.info("terminating instance %s: %s", name, why)
             for _ in range(decision.launch):
                 name = (
-                    f"{self.mgr.config.cluster_name}-{self.pool.pool_name}-{uuid.uuid4().hex[:8]}"
+                    f"{self.ctx.config.cluster_name}-{self.pool.pool_name}-{uuid.uuid4().hex[:8]}"
                 )
                 s.add(
                     InstanceRow(
@@ -219,12 +219,12 @@ class PoolProvisioner:
                 provider_id = self.provider.launch(name)
             except ProviderError as exc:
                 log.error("launching instance %s failed: %s", name, exc)
-                with self.mgr.db.write() as s:
+                with self.ctx.db.write() as s:
                     row = s.get_one(InstanceRow, name)
-                    row.state, row.terminated_at = "TERMINATED", self.mgr.clock()
+                    row.state, row.terminated_at = "TERMINATED", self.ctx.clock()
                     row.reason = f"launch failed: {exc}"
                 continue
-            with self.mgr.db.write() as s:
+            with self.ctx.db.write() as s:
                 row = s.get_one(InstanceRow, name)
                 row.state, row.provider_id = "STARTING", provider_id
             log.info("launched instance %s (%s)", name, provider_id)
@@ -234,9 +234,9 @@ class PoolProvisioner:
             except ProviderError as exc:
                 log.error("terminating instance %s failed (retried later): %s", name, exc)
                 continue
-            with self.mgr.db.write() as s:
+            with self.ctx.db.write() as s:
                 row = s.get_one(InstanceRow, name)
-                row.state, row.terminated_at = "TERMINATED", self.mgr.clock()
+                row.state, row.terminated_at = "TERMINATED", self.ctx.clock()
                 agent = s.get(AgentRow, name)
                 held = s.scalar(
                     select(AllocationRow.id).where(

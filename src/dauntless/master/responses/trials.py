@@ -23,6 +23,7 @@ class TrialOut(_Open):
     searcher_closed: bool
     best_validation: float | None
     latest_validation: dict[str, Any] | None
+    latest_validation_batches: int | None
     latest_checkpoint: str | None
     start_time: float
     end_time: float | None

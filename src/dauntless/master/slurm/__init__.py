@@ -156,7 +156,7 @@ class SlurmResourceManager:
     """
 
     def __init__(self, manager: MasterContext, cfg: SlurmResourceManagerConfig) -> None:
-        self.mgr = manager
+        self.ctx = manager
         self.cfg = cfg
         self.work_dir = os.path.abspath(
             cfg.work_dir or os.path.join(manager.config.data_dir, "slurm")
@@ -201,7 +201,7 @@ class SlurmResourceManager:
             self._run([self.cfg.sinfo, "-h", "-N", "-o", "%N|%P|%c|%G|%T"]), self.cfg.gres_type
         )
         self.default_partition = default
-        pools = list(self.mgr.config.resource_pools)
+        pools = list(self.ctx.config.resource_pools)
         names = {p.pool_name for p in pools}
         for partition in sorted({n.partition for n in nodes}):
             if partition != default and partition not in names:
@@ -216,7 +216,7 @@ class SlurmResourceManager:
             else p
             for p in pools
         ]
-        self.mgr.config = self.mgr.config.model_copy(update={"resource_pools": pools})
+        self.ctx.config = self.ctx.config.model_copy(update={"resource_pools": pools})
         os.makedirs(os.path.join(self.work_dir, "jobs"), mode=0o700, exist_ok=True)
         self._sync_nodes(nodes)
         log.info("slurm resource manager: default partition %s, %d node(s)", default, len(nodes))
@@ -224,14 +224,14 @@ class SlurmResourceManager:
     # ------------------------------------------------------------------ one pass
 
     def _sync_nodes(self, nodes: list[Node]) -> None:
-        now = self.mgr.clock()
+        now = self.ctx.clock()
         wanted: dict[str, tuple[str, Node]] = {}
-        for pool in self.mgr.config.resource_pools:
+        for pool in self.ctx.config.resource_pools:
             partition = self.pool_partition(pool.pool_name)
             for n in nodes:
                 if n.partition == partition:
                     wanted[f"{n.name}.{n.partition}"] = (pool.pool_name, n)
-        with self.mgr.db.write() as s:
+        with self.ctx.db.write() as s:
             for agent_id, (pool_name, n) in wanted.items():
                 count = n.cpus if self.cfg.slot_type == "cpu" else n.gpus
                 kind = "cpu" if self.cfg.slot_type == "cpu" else "cuda"
@@ -278,15 +278,15 @@ class SlurmResourceManager:
 
     def _submit(self) -> None:
         jobs = []
-        now = self.mgr.clock()
-        with self.mgr.db.write() as s:
+        now = self.ctx.clock()
+        with self.ctx.db.write() as s:
             for alloc in s.scalars(
                 select(AllocationRow).where(
                     AllocationRow.state == "ASSIGNED",
                     AllocationRow.agent_id.in_(list(self._agents)),
                 )
             ).all():
-                spec = runs.task_spec(s, self.mgr, alloc)
+                spec = runs.task_spec(s, self.ctx, alloc)
                 token = new_token()
                 alloc.token_hash = hash_token(token)
                 spec["env"]["DET_SESSION_TOKEN"] = token
@@ -300,7 +300,7 @@ class SlurmResourceManager:
                 json.dump(
                     {
                         "task": spec,
-                        "master_url": self.mgr.public_url(),
+                        "master_url": self.ctx.public_url(),
                         "cluster_secret_file": self._secret_file(),
                         "work_dir": os.path.join(self.work_dir, "tasks"),
                     },
@@ -324,7 +324,7 @@ class SlurmResourceManager:
                 job_id = self._run(argv).strip().split(";")[0]
             except SlurmError as exc:
                 log.error("sbatch of allocation %s failed: %s", alloc_id, exc)
-                loop.allocation_exited(self.mgr, alloc_id, None, f"sbatch failed: {exc}")
+                loop.allocation_exited(self.ctx, alloc_id, None, f"sbatch failed: {exc}")
                 continue
             log.info("allocation %s submitted as Slurm job %s on %s", alloc_id, job_id, node.name)
 
@@ -335,7 +335,7 @@ class SlurmResourceManager:
 
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(load_cluster_secret(self.mgr.config) + "\n")
+                f.write(load_cluster_secret(self.ctx.config) + "\n")
         return path
 
     def _poll_jobs(self) -> None:
@@ -345,9 +345,9 @@ class SlurmResourceManager:
             fields = line.strip().split("|")
             if len(fields) == 3 and fields[1].startswith(JOB_PREFIX):
                 jobs[fields[1][len(JOB_PREFIX) :]] = fields[0]
-        now = self.mgr.clock()
+        now = self.ctx.clock()
         cancel: list[tuple[str, str]] = []
-        with self.mgr.db.write() as s:
+        with self.ctx.db.write() as s:
             for alloc in s.scalars(
                 select(AllocationRow).where(
                     AllocationRow.state == "RUNNING",
@@ -360,12 +360,12 @@ class SlurmResourceManager:
                     if now - started > LOST_JOB_GRACE_SECONDS:
                         runs.terminate(
                             s,
-                            self.mgr,
+                            self.ctx,
                             alloc,
                             None,
                             "its Slurm job ended without reporting an exit",
                         )
-                        self.mgr.wake.set()
+                        self.ctx.wake.set()
                 elif alloc.kill_requested and job not in self._cancelled:
                     cancel.append((alloc.id, job))
             ids = list(jobs)
@@ -391,7 +391,7 @@ class SlurmResourceManager:
 
     def step(self) -> None:
         """Refresh nodes and jobs every ``poll_interval``; submit placed parts at once."""
-        now = self.mgr.clock()
+        now = self.ctx.clock()
         if now - self._last_poll >= self.cfg.poll_interval:
             self._last_poll = now
             try:
