@@ -16,7 +16,7 @@ from ..context import MasterContext
 from ..db import ExperimentRow, MetricRow, TrialRow
 from ..errors import NotFound
 from ..metric_series import store_metric_rows
-from ..metric_store import finite_json, store_training_rows, training_rows
+from ..metric_store import store_training_rows, training_rows
 from ..progress import experiment_progress
 from ..states import is_terminal
 from . import lifecycle, search, trials
@@ -128,20 +128,9 @@ def store_metrics(
             continue
         stored_keys.add(key)
         flags.append(True)
-        metrics = finite_json(r.metrics)
-        epoch = metrics.get("epochs")
-        rows.append(
-            {
-                "trial_id": trial_id,
-                "kind": r.group,
-                "total_batches": r.steps_completed,
-                "epoch": float(epoch) if isinstance(epoch, (int, float)) else None,
-                "trial_run_id": r.trial_run_id,
-                "values": metrics,
-                "batch_metrics": finite_json(r.batch_metrics),
-                "reported_at": now,
-            }
-        )
+        (row,) = training_rows(trial_id, [r], now)  # the same row shape for both groups
+        rows.append(row)
+        metrics = row["values"]
         trial.total_batches = max(trial.total_batches, r.steps_completed)
         if r.group == "validation":
             assert exp is not None  # read above whenever a report is a validation
