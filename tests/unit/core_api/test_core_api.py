@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 
 import httpx
 import pytest
@@ -22,7 +21,7 @@ from dauntless.core import (
     Session,
     TrialInfo,
 )
-from dauntless.master.testing import wait_for
+from dauntless.master.testing import DEADLINE, wait_for
 from dauntless.storage import DirectoryStorageManager
 
 # ---------------------------------------------------------------- a fake master
@@ -36,6 +35,10 @@ class FakeMaster:
         self.requests: list[tuple[str, str, dict]] = []
         self.signal = threading.Condition()
         self.fail_polls = fail_polls
+        # When set to an Event, long polls wait for it before anything else (a master
+        # that has the request in hand and does not answer); answered_polls counts answers.
+        self.hold: threading.Event | None = None
+        self.answered_polls = 0
 
     def session(self) -> Session:
         return Session(
@@ -56,9 +59,12 @@ class FakeMaster:
             if self.fail_polls:
                 self.fail_polls -= 1
                 return httpx.Response(500, json={"detail": "database is locked"})
+            if self.hold is not None:
+                self.hold.wait()
             timeout = float(request.url.params["timeout_seconds"])
             with self.signal:
                 self.signal.wait_for(lambda: b.get_preemption_signal(m[1]), timeout=timeout)
+            self.answered_polls += 1
             return httpx.Response(200, json={"preempt": b.get_preemption_signal(m[1])})
         if re.fullmatch(r"/api/v1/trials/\d+/searcher/operation", path):
             ans = b.get_searcher_operation(1)
@@ -256,18 +262,32 @@ def _preempt_context(master: FakeMaster, **kwargs) -> tuple[PreemptContext, Mast
 
 def test_the_signal_is_watched_by_a_thread_not_asked_on_every_check():
     master = FakeMaster()
+    master.hold = threading.Event()  # the master answers no long poll until this is set
     preempt, backend = _preempt_context(master, poll_seconds=0.3)
     try:
-        start = time.monotonic()
-        answers = [preempt.should_preempt() for _ in range(10_000)]
-        assert not any(answers)
-        assert time.monotonic() - start < 1.0, "a check must not wait for the master"
+        # Proven by ordering, not a clock: the master has the watcher's long poll in hand
+        # and answers nothing while the checks run, so checks that waited for the master
+        # (or asked it themselves) could not finish; the join's timeout is a deadline for
+        # failure only.
+        assert preempt.should_preempt() is False  # starts the watcher
         wait_for("the watcher's first long poll", lambda: _polls(master))
+        answers: list[bool] = []
+        checking = threading.Thread(
+            target=lambda: answers.extend(preempt.should_preempt() for _ in range(10_000)),
+            daemon=True,
+        )
+        checking.start()
+        checking.join(DEADLINE)
+        assert not checking.is_alive(), "a check must not wait for the master"
+        assert len(answers) == 10_000 and not any(answers)
+        assert master.answered_polls == 0 and len(_polls(master)) == 1
+        master.hold.set()
         master.preempt()
         wait_for("the signal to be seen", preempt.should_preempt)
         assert preempt.should_preempt() is True and preempt.acknowledged
         assert 1 <= len(_polls(master)) <= 10, "the thread long-polls; it does not poll per check"
     finally:
+        master.hold.set()
         preempt.close()
         backend.close()
     assert not any(t.name.startswith("preemption-") for t in threading.enumerate())

@@ -21,6 +21,7 @@ from dauntless.core import (
     Session,
 )
 from dauntless.core._lite import LiteClient, _dropped
+from dauntless.master.testing import DEADLINE, wait_for
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -28,6 +29,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     answers: list[int] = []
     seen: list[tuple[str, dict]] = []
     close_idle = False  # close the connection after answering, without saying so
+    # The long polls are held until the test sets this; then each answers "no signal".
+    polls_released = threading.Event()
+    answered_polls = 0
 
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -43,9 +47,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True  # as uvicorn closes an idle keep-alive connection
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-        # A long poll that never raises the signal within the test.
+        # A long poll that never raises the signal: it answers when the test lets it.
         type(self).seen.append((self.path, {}))
-        time.sleep(float(self.path.rsplit("=", 1)[1]))
+        type(self).polls_released.wait()
+        type(self).answered_polls += 1
         out = b'{"preempt": false}'
         self.send_response(200)
         self.send_header("Content-Length", str(len(out)))
@@ -59,10 +64,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     _Handler.answers, _Handler.seen, _Handler.close_idle = [], [], False
+    _Handler.polls_released, _Handler.answered_polls = threading.Event(), 0
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    _Handler.polls_released.set()  # a held long poll ends, so its handler thread does
     httpd.shutdown()
     httpd.server_close()
 
@@ -176,11 +183,10 @@ def _training_steps(seen: list[tuple[str, dict]]) -> list[list[int]]:
     return out
 
 
-def _wait_until(predicate, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "the server did not see the expected requests"
-        time.sleep(0.01)
+def _wait_until(predicate) -> None:
+    """Wait for ``predicate()`` (the server's view, or a socket's), failing after
+    :data:`~dauntless.master.testing.DEADLINE` seconds (a deadline for failure only)."""
+    wait_for("the server to see the expected requests", predicate)
 
 
 def test_training_reports_do_not_wait_and_keep_their_order(server):
@@ -199,27 +205,33 @@ def test_training_reports_do_not_wait_and_keep_their_order(server):
 
 def test_training_reports_made_within_the_interval_share_one_request(server):
     backend = MasterBackend(Session(server, sleep=lambda s: None), training_report_interval=0.5)
+    # Read before the first report: the interval, counted from its sending (no earlier),
+    # has passed since then when the second request arrives however slow the machine is
+    # (a lower bound; the wait for the first request could have seen it late).
+    before_first = time.monotonic()
     backend.report_metrics(_report(1))
     _wait_until(lambda: _training_steps(_Handler.seen) == [[1]])  # the first goes at once
-    sent_first = time.monotonic()
     for step in (2, 3, 4):
         backend.report_metrics(_report(step))
     # No flush: the held reports leave by themselves once the interval has passed.
     _wait_until(lambda: len(_training_steps(_Handler.seen)) == 2)
-    assert time.monotonic() - sent_first >= 0.4
+    assert time.monotonic() - before_first >= 0.5
     assert _training_steps(_Handler.seen) == [[1], [2, 3, 4]]
     backend.close()
 
 
 def test_a_flush_sends_held_reports_at_once(server):
-    backend = MasterBackend(Session(server, sleep=lambda s: None), training_report_interval=60)
+    # Held for an hour: a flush that waited for the interval would not return within the
+    # join's deadline (one for failure only), so its return shows it cut the hold short.
+    backend = MasterBackend(Session(server, sleep=lambda s: None), training_report_interval=3600)
     backend.report_metrics(_report(1))
     _wait_until(lambda: _training_steps(_Handler.seen) == [[1]])
     backend.report_metrics(_report(2))
     backend.report_metrics(_report(3))
-    start = time.monotonic()
-    backend.flush()  # cuts the 60 s hold short
-    assert time.monotonic() - start < 30
+    flushing = threading.Thread(target=backend.flush, daemon=True)
+    flushing.start()
+    flushing.join(DEADLINE)
+    assert not flushing.is_alive(), "the flush waited for the report interval"
     assert _training_steps(_Handler.seen) == [[1], [2, 3]]
     backend.report_metrics(_report(4))
     backend.close()  # delivers what is held, too
@@ -235,18 +247,22 @@ def test_a_bad_training_report_interval_is_refused(interval):
 def test_a_failed_background_report_is_raised_by_the_next_call():
     release = threading.Event()
     calls = []
+    answered = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.url.path)
         if request.url.path.endswith("/metrics"):
-            release.wait(5)
+            release.wait(DEADLINE)  # held until the test releases it (or it failed)
+            answered.append(request.url.path)
             return httpx.Response(400, json={"detail": "bad metrics"})
         return httpx.Response(200, json={})
 
     backend = MasterBackend(Session("http://m", transport=httpx.MockTransport(handler)))
-    start = time.monotonic()
     backend.report_metrics(_report(1))
-    assert time.monotonic() - start < 1.0, "a training report must not wait for the master"
+    # Proven by ordering: the master holds the report until the test releases it, and
+    # the report returned first; the master then has the request in hand, unanswered.
+    wait_for("the report to reach the master", lambda: "/api/v1/trials/1/metrics" in calls)
+    assert answered == [], "a training report must not wait for the master"
     release.set()
     with pytest.raises(APIError, match="bad metrics"):
         backend.report_early_exit(1, "INVALID_HP")
@@ -261,9 +277,13 @@ def test_closing_ends_the_long_poll_at_once(server):
     assert preempt.should_preempt() is False  # starts the watcher
     _wait_until(lambda: _Handler.seen)  # the watcher's first long poll
     assert _Handler.seen[0][0] == "/api/v1/allocations/1.1/signals/preemption?timeout_seconds=30"
-    start = time.monotonic()
     preempt.stop()
     backend.close()
     preempt.close()
-    assert time.monotonic() - start < 2.0
-    assert not any(t.name.startswith("preemption-") for t in threading.enumerate())
+    # Proven by ordering: the server holds the long poll until the fixture's end, so the
+    # watcher thread ending with no poll answered shows closing ended the poll in flight.
+    wait_for(
+        "the watcher thread to end",
+        lambda: not any(t.name.startswith("preemption-") for t in threading.enumerate()),
+    )
+    assert _Handler.answered_polls == 0
