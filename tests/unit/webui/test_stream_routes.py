@@ -23,7 +23,7 @@ from dauntless.master.db.models import MetricSummaryRow
 from dauntless.master.metric_series import fold_metric_reports
 from dauntless.master.models import experiments
 from dauntless.master.routes_stream import dumps_json, sse_event
-from dauntless.master.testing import bearer, login, sign_in, wait_for
+from dauntless.master.testing import DEADLINE, bearer, login, sign_in, wait_for
 
 CONFIG = """
 name: charts
@@ -462,21 +462,44 @@ def test_logs_stream_follows_new_lines_and_resumes(master, monkeypatch):
             )
 
     add("one", "two")
-    reads = _reads_of(monkeypatch, "get_trial_logs")
+    # Each read of the stream, with the lines it returned.
+    reads = threading.Semaphore(0)
+    returned: list[list[str]] = []
+    read = routes_stream.get_trial_logs
+
+    def noted(*args, **kwargs):
+        try:
+            body = read(*args, **kwargs)
+            returned.append([line["log"] for line in body["logs"]])
+            return body
+        finally:
+            reads.release()
+
+    monkeypatch.setattr(routes_stream, "get_trial_logs", noted)
 
     def later() -> None:
         for _ in range(2):  # the route's check that the trial exists, the stream's first read
-            assert reads.acquire(timeout=30)
+            assert reads.acquire(timeout=DEADLINE)
         add("three")
+        # Once a read of the open stream has returned the new line, end the stream (as the
+        # master's stopping does): it sends that batch first, then ends.
+        while ["three"] not in returned:
+            assert reads.acquire(timeout=DEADLINE)
+        routes_stream._stopping.set()
 
+    # Proven by ordering, not a clock: the line is added only after the stream sent the
+    # first batch, and the stream ends only after it read the new line, so the new line
+    # reaching the client shows the open stream followed it. max_seconds is a deadline
+    # for failure only (the stream would otherwise stay open).
     thread = threading.Thread(target=later)
     thread.start()
-    started = time.monotonic()
-    events = _events(
-        client.get(f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": 1.5}).text
-    )
-    thread.join()
-    assert time.monotonic() - started < 3.0
+    try:
+        events = _events(
+            client.get(f"/api/v1/stream/trials/{t}/logs", params={"max_seconds": DEADLINE}).text
+        )
+        thread.join()
+    finally:
+        routes_stream._stopping.clear()
     logs = [e for e in events if e[0] == "logs"]
     assert [[line["log"] for line in e[1]["logs"]] for e in logs] == [["one", "two"], ["three"]]
     assert logs[0][1]["trial_state"] == "ACTIVE"
@@ -509,7 +532,7 @@ def test_event_framing():
     assert dumps_json({"v": [float("nan"), 1.5, float("inf")]}) == '{"v":[null,1.5,null]}'
 
 
-def test_a_termination_signal_ends_open_streams(master):
+def test_a_termination_signal_ends_open_streams(master, monkeypatch):
     client, _ = master
     seen: list[int] = []
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -521,9 +544,21 @@ def test_a_termination_signal_ends_open_streams(master):
         signal.raise_signal(signal.SIGTERM)
         assert seen == [signal.SIGTERM]  # the server's own handler still runs
         assert routes_stream._stopping.is_set()
-        started = time.monotonic()
-        events = _events(client.get("/api/v1/stream/experiments").text)  # no max_seconds
-        assert time.monotonic() - started < 5
+        # A stream with no max_seconds ends after its first event once the master is
+        # stopping: one read, and the request returns (the join's timeout is a deadline
+        # for failure only; without the stop the stream would stay open).
+        reads = _reads_of(monkeypatch, "experiments_page")
+        out: dict[str, str] = {}
+
+        def watch() -> None:
+            out["text"] = client.get("/api/v1/stream/experiments").text  # no max_seconds
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        watcher.join(timeout=DEADLINE)
+        assert not watcher.is_alive(), "the stream went on after the termination signal"
+        assert reads.acquire(timeout=0) and not reads.acquire(timeout=0)  # exactly one read
+        events = _events(out["text"])
         assert [e[0] for e in events] == ["experiments"]
     finally:
         for sig, handler in saved.items():
