@@ -1,8 +1,12 @@
-"""The digits example trains to its target accuracy in-process, without a master."""
+"""The digits example trains to its target accuracy in-process, without a master.
+
+How fast it trains is a speed target, measured in benchmarks/ (``harness_overhead.py``
+times the digits model through the harness, ``per_batch_python_cost.py`` its per-batch
+cost), not asserted here: this test must hold on a loaded machine.
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import yaml
@@ -29,7 +33,6 @@ def test_digits_example_reaches_its_accuracy(tmp_path):
         trial_id=1, experiment_id=1, trial_seed=20240601, hparams=hparams, config=config.to_json()
     )
 
-    start = time.monotonic()
     seed_all(info.trial_seed)
     trial_cls = load_trial_class(str(config.entrypoint), str(EXAMPLE))
     context = PyTorchTrialContext(info)
@@ -42,7 +45,6 @@ def test_digits_example_reaches_its_accuracy(tmp_path):
     backend = LocalBackend([settings.max_length])
     core = Context(info, backend=backend, storage=DirectoryStorageManager(tmp_path))
     assert _TrialController(trial, context, core, settings).run() is RunResult.COMPLETED
-    elapsed = time.monotonic() - start
 
     validation = backend.metrics("validation")
     epochs = config.searcher.max_length.epochs
@@ -52,4 +54,3 @@ def test_digits_example_reaches_its_accuracy(tmp_path):
     assert metric == validation[-1].metrics["accuracy"] >= 0.95, validation[-1].metrics
     assert validation[-1].metrics["validation_loss"] < validation[0].metrics["validation_loss"]
     assert backend.checkpoints[-1].steps_completed == length
-    assert elapsed < 30, f"the example should train in seconds, took {elapsed:.1f} s"
