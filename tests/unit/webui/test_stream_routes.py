@@ -399,52 +399,84 @@ def test_experiment_stream_sends_a_summary_with_the_first_chart_first(master):
     assert r.status_code == 404
 
 
+def _end_streams_when(monkeypatch, done) -> list[int]:
+    """End every stream at the end of the poll in which ``done()`` first holds (as the
+    master's stopping ends it); returns a list that grows by one each poll. Tests count
+    polls with it instead of timing them."""
+    polls: list[int] = []
+    ended = routes_stream._ended
+
+    async def counted(request, credential):
+        polls.append(1)
+        return b"" if done() else await ended(request, credential)
+
+    monkeypatch.setattr(routes_stream, "_ended", counted)
+    return polls
+
+
 def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch):
-    """Polls read the body again only after a committed change (or STALE_SECONDS)."""
+    """Polls read the body again only after a committed change (or STALE_SECONDS).
+
+    Counted in polls, not seconds: each stream ends after a number of polls or once it
+    read what the test waits for; max_seconds is a deadline for failure only."""
     client, ctx = master
     exp_id = _experiment(client)
     t = _trial(ctx, exp_id, 0.05)
-    reads: list[float] = []
+    reads: list[int] = []
     original = routes_stream.get_experiment
 
     def counted(exp_id, request):
         try:
             return original(exp_id, request)
         finally:
-            reads.append(time.monotonic())  # once the read is done
+            reads.append(1)  # once the read is done
 
     monkeypatch.setattr(routes_stream, "get_experiment", counted)
     monkeypatch.setattr(routes_stream, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(routes_stream, "STALE_SECONDS", 3600.0)  # no rereads by the clock
     url = f"/api/v1/stream/experiments/{exp_id}"
-    events = _events(client.get(url, params={"max_seconds": 1.0}).text)
-    assert len(reads) == 1, f"{len(reads)} reads of an unchanged body in 1 s of 50 ms polls"
+    end = {"polls": 20, "reads": 0}
+    polls = _end_streams_when(
+        monkeypatch, lambda: len(polls) >= end["polls"] or 0 < end["reads"] <= len(reads)
+    )
+    params = {"max_seconds": DEADLINE}
+    events = _events(client.get(url, params=params).text)
+    assert len(polls) == 20
+    assert len(reads) == 1, f"{len(reads)} reads of an unchanged body in 20 polls"
     assert [e[0] for e in events] == ["experiment"]
 
     def report() -> None:
         wait_for("the stream's first read", lambda: reads)
         _metrics(ctx, t, "validation", [(10, {"accuracy": 0.25})])
 
+    # This stream ends once it read the body a second time: after the report's change.
     reads.clear()
+    polls.clear()
+    end.update(polls=10**9, reads=2)
     thread = threading.Thread(target=report)
     thread.start()
-    events = _events(client.get(url, params={"max_seconds": 1.0}).text)
+    events = _events(client.get(url, params=params).text)
     thread.join()
     assert len(reads) == 2  # the first, and one after the report
     assert [e[0] for e in events] == ["experiment", "experiment"]
     mine = [tr for tr in events[1][1]["trials"] if tr["id"] == t]
     assert mine[0]["latest_validation"] == {"accuracy": 0.25}
-    # Changes the master's ORM does not see still show, STALE_SECONDS late at most.
+    # Changes the master's ORM does not see still show, STALE_SECONDS late at most: with
+    # no change at all, the stream reads the body again (it ends after that second read).
     monkeypatch.setattr(routes_stream, "STALE_SECONDS", 0.3)
     reads.clear()
-    client.get(url, params={"max_seconds": 1.0})
-    assert 2 <= len(reads) <= 5
+    polls.clear()
+    client.get(url, params=params)
+    assert len(reads) == 2
     # The experiments list stream works the same way.
-    monkeypatch.setattr(routes_stream, "STALE_SECONDS", 60.0)
+    monkeypatch.setattr(routes_stream, "STALE_SECONDS", 3600.0)
     calls: list[int] = []
     page = routes_stream.experiments_page
     monkeypatch.setattr(routes_stream, "experiments_page", lambda *a: calls.append(1) or page(*a))
-    client.get("/api/v1/stream/experiments", params={"max_seconds": 0.5})
-    assert len(calls) == 1
+    polls.clear()
+    end.update(polls=10, reads=0)
+    client.get("/api/v1/stream/experiments", params=params)
+    assert len(polls) == 10 and len(calls) == 1
 
 
 def test_logs_stream_follows_new_lines_and_resumes(master, monkeypatch):
