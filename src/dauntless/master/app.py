@@ -95,9 +95,9 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
     """
     os.makedirs(config.data_dir, exist_ok=True)
     db = Database(default_db_url(config))
-    manager = MasterContext(db, config)
-    manager.port = config.port
-    auth = AuthService(db, config, allocation_versions=manager.allocation_versions)
+    ctx = MasterContext(db, config)
+    ctx.port = config.port
+    auth = AuthService(db, config, allocation_versions=ctx.allocation_versions)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -106,16 +106,16 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
             if s.scalar(select(ClusterRow)) is None:
                 s.add(ClusterRow(id=1, cluster_id=str(uuid.uuid4()), created_at=time.time()))
         auth.bootstrap()
-        loop.on_start(manager)
-        provisioners = app.state.provisioners = build_provisioners(manager)
+        loop.on_start(ctx)
+        provisioners = app.state.provisioners = build_provisioners(ctx)
         if provisioners is not None:
-            manager.loop_hooks.append(provisioners.step)
+            ctx.loop_hooks.append(provisioners.step)
         if config.resource_manager.type == "slurm":
             from .slurm import SlurmResourceManager
 
-            slurm = SlurmResourceManager(manager, config.resource_manager)
+            slurm = SlurmResourceManager(ctx, config.resource_manager)
             slurm.start()  # SlurmError: the master does not start without its Slurm
-            manager.loop_hooks.append(slurm.step)
+            ctx.loop_hooks.append(slurm.step)
         stop = threading.Event()
         thread = None
         # Metric reports are acknowledged unfolded; this folds them in bulk (and, first,
@@ -124,7 +124,7 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
         folder.start()
         if run_loop:
             thread = threading.Thread(
-                target=loop.run_loop, args=(manager, stop), name="experiment-manager", daemon=True
+                target=loop.run_loop, args=(ctx, stop), name="control-loop", daemon=True
             )
             thread.start()
         if freeze_heap:
@@ -140,7 +140,7 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
             yield
         finally:
             stop.set()
-            manager.wake.set()
+            ctx.wake.set()
             folder.close()
             if thread is not None:
                 thread.join(timeout=10)
@@ -154,7 +154,7 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
         lifespan=lifespan,
         dependencies=[Depends(authenticate)],
     )
-    app.state.ctx = manager
+    app.state.ctx = ctx
     app.state.auth = auth
     app.state.config = config
     install_error_handlers(app)
