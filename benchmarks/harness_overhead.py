@@ -64,13 +64,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +75,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import _cluster
 import httpx
 import torch
 import yaml
@@ -190,60 +188,7 @@ def mlp_config(batches: int) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- a real master
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def master_process(data_dir: Path) -> Iterator[str]:
-    """Start ``python -m dauntless.master`` on a free port; yield its URL."""
-    url = f"http://127.0.0.1:{_free_port()}"
-    log = (data_dir / "master.log").open("w")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dauntless.master",
-            "--port",
-            url.rsplit(":", 1)[1],
-            "--data-dir",
-            str(data_dir),
-            "--agent-timeout",
-            "3600",
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.time() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the master exited: see {data_dir / 'master.log'}")
-            try:
-                httpx.get(url + "/api/v1/master", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.time() > deadline:
-                    raise RuntimeError("the master did not answer in 60 s") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+# ---------------------------------------------------------------- a pretend agent
 
 
 class FakeAgent:
@@ -496,8 +441,8 @@ def main() -> int:
     ]
     results: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="dauntless-bench-") as tmp:
-        with master_process(Path(tmp)) as url:
-            agent = FakeAgent(url)
+        with _cluster.master(Path(tmp), start_new_session=True) as master:
+            agent = FakeAgent(master.url)
             code_dir = Path(tmp) / "code"
             code_dir.mkdir()
             for name, cls, config, batches, bs in cases:

@@ -28,9 +28,9 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _cluster  # noqa: E402
 import httpx  # noqa: E402
-from harness_overhead import master_process  # noqa: E402
-from master_long_poll_cpu import cpu_ms_per_s, master_pid  # noqa: E402
+from master_long_poll_cpu import cpu_ms_per_s  # noqa: E402
 
 
 def main() -> int:
@@ -43,8 +43,9 @@ def main() -> int:
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     with (
         tempfile.TemporaryDirectory(prefix="dauntless-bench-") as tmp,
-        master_process(Path(tmp)) as url,
+        _cluster.master(Path(tmp), start_new_session=True) as master,
     ):
+        url = master.url
         client = httpx.Client(base_url=url + "/api/v1", timeout=30)
         r = client.post("/auth/login", json={"username": "admin", "password": ""})
         r.raise_for_status()
@@ -53,7 +54,7 @@ def main() -> int:
         client.post(
             "/agents", json={"id": "bench-agent", "hostname": "localhost", "slots": slots}
         ).raise_for_status()
-        pid = master_pid(url.rsplit(":", 1)[1])
+        pid = master.pid
         time.sleep(1.0)
         idle = cpu_ms_per_s(pid, args.seconds)
         config = {

@@ -35,25 +35,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness_overhead import FakeAgent, digits_config, master_process  # noqa: E402
-
-
-def master_pid(port: str) -> int:
-    """The pid of the ``dauntless.master`` process listening on ``port``.
-
-    Raises:
-        RuntimeError: if there is none.
-    """
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"dauntless.master" in argv and port.encode() in argv:
-            return int(entry)
-    raise RuntimeError(f"no dauntless.master process on port {port}")
+import _cluster  # noqa: E402
+from harness_overhead import FakeAgent, digits_config  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -79,11 +62,11 @@ def main() -> int:
         parser.error("--pollers and --pauses must be >= 1 and --seconds > 0")
     with (
         tempfile.TemporaryDirectory(prefix="dauntless-bench-") as tmp,
-        master_process(Path(tmp)) as url,
+        _cluster.master(Path(tmp), start_new_session=True) as master,
     ):
+        url, pid = master.url, master.pid
         agent = FakeAgent(url)
         spec = agent.start_trial(digits_config(100))
-        pid = master_pid(url.rsplit(":", 1)[1])
 
         def signal_path(spec: dict) -> str:
             return f"/allocations/{spec['allocation_id']}/signals/preemption"

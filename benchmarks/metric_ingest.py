@@ -48,8 +48,6 @@ import argparse
 import contextlib
 import http.client
 import multiprocessing as mp
-import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -64,8 +62,8 @@ import orjson
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _cluster  # noqa: E402
 from master_long_poll_cpu import cpu_seconds  # noqa: E402
-from trial_throughput import _free_port  # noqa: E402
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -86,51 +84,6 @@ def database(kind: str, tmp: Path) -> Iterator[str]:
     finally:
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextlib.contextmanager
-def master(tmp: Path, db_url: str, src: str | None = None) -> Iterator[tuple[str, int]]:
-    """A master subprocess on ``db_url``: its URL and pid (``src``: run the package
-    found in that directory instead of the installed one)."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dauntless.master",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp / "data"),
-            "--db-url",
-            db_url,
-            "--agent-timeout",
-            "3600",
-            "--log-level",
-            "warning",
-        ],
-        stdout=open(tmp / "master.log", "w"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                httpx.get(url + "/api/v1/master", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"the master did not start: see {tmp}/master.log") from None
-                time.sleep(0.1)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def start_trials(url: str, n: int) -> list[dict]:
@@ -400,12 +353,14 @@ def main() -> None:
         with (
             tempfile.TemporaryDirectory(prefix="dauntless-ingest-") as tmp_s,
             database(args.db, Path(tmp_s)) as db_url,
-            master(Path(tmp_s), db_url, src) as (url, pid),
+            _cluster.master(
+                Path(tmp_s) / "data", db_url=db_url, log=Path(tmp_s) / "master.log", src=src
+            ) as master,
         ):
-            specs = start_trials(url, trials)
+            specs = start_trials(master.url, trials)
             res = drive(
-                url,
-                pid,
+                master.url,
+                master.pid,
                 specs,
                 args.metrics,
                 args.seconds,

@@ -35,11 +35,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _cluster
 import httpx
 
 TRAIN_PY = """\
@@ -59,12 +60,6 @@ with core.init() as ctx:
         ctx.train.report_training_metrics(op.length, {"loss": 1.0})
         op.report_completed(1.0)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cpu_seconds(pid: int) -> tuple[float, float]:
@@ -99,35 +94,39 @@ def _tree_cpu(root: int) -> dict[str, float]:
 
 
 class Cluster:
-    """A master and one agent with 2 slots, as processes."""
+    """A master and one agent with 2 slots, as processes; :meth:`stop` ends both.
+
+    The master runs at its default log level and agent timeout. Raises what
+    :func:`_cluster.master` raises, and ``RuntimeError`` if the agent does not register
+    (or its warm worker is not ready) within 120 s; both processes are stopped then.
+    """
 
     def __init__(self, tmp: Path, warm: bool) -> None:
         self.tmp = tmp
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._stack = contextlib.ExitStack()
+        try:
+            self._start(warm)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def _start(self, warm: bool) -> None:
+        tmp = self.tmp
         secret = tmp / "secret"
         secret.write_text(os.urandom(16).hex())
         secret.chmod(0o600)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.master = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dauntless.master",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(tmp / "data"),
-                "--db-url",
-                f"sqlite:///{tmp}/master.db",
-                "--cluster-secret-file",
-                str(secret),
-            ],
-            stdout=open(tmp / "master.log", "w"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-            env=env,
+        master = self._stack.enter_context(
+            _cluster.master(
+                tmp / "data",
+                db_url=f"sqlite:///{tmp}/master.db",
+                log=tmp / "master.log",
+                args=["--cluster-secret-file", str(secret)],
+                agent_timeout=None,
+                log_level=None,
+                start_timeout=120.0,
+            )
         )
-        self._wait(lambda: httpx.get(self.url + "/api/v1/master", timeout=2).status_code == 200)
+        self.port, self.url, self.master = master.port, master.url, master.process
         r = httpx.post(self.url + "/api/v1/auth/login", json={"username": "admin", "password": ""})
         r.raise_for_status()
         self.headers = {"Authorization": f"Bearer {r.json()['token']}"}
@@ -153,10 +152,11 @@ class Cluster:
         self.agent_log = tmp / "agent.log"
         self.agent = subprocess.Popen(
             cmd,
-            stdout=open(self.agent_log, "w"),
+            stdout=open(self.agent_log, "w"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
-            env=env,  # noqa: SIM115
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
+        self._stack.callback(_cluster.stop, self.agent, 15.0)  # before the master's stop
         self._wait(lambda: len(self.get("/agents")["agents"]) == 1)
         if warm:
             self._wait(lambda: "warm worker (fork server) ready" in self.agent_log.read_text())
@@ -178,12 +178,8 @@ class Cluster:
         return r.json()
 
     def stop(self) -> None:
-        for proc in (self.agent, self.master):
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        """Stop the agent (SIGTERM, SIGKILL after 15 s), then the master."""
+        self._stack.close()
 
 
 def run_search(

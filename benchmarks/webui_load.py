@@ -35,17 +35,17 @@ Seeding 1,000 trials x 1,000 points writes 2 million metric rows (about 90 s on 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _cluster
 import httpx
 import psutil
 
@@ -70,12 +70,6 @@ FIRST_SEEN = f"""(() => {{
 }})();"""
 TRACE = """performance.getEntriesByType('resource').map((e) =>
   `${e.name.replace(location.origin, '')} start ${e.startTime.toFixed(0)} end ${e.responseEnd.toFixed(0)} ms`)"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cpu(procs: list[psutil.Process]) -> float:
@@ -150,34 +144,23 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="webui-load-"))
     db_url = f"sqlite:///{tmp}/master.db"
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    master = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "dauntless.master",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp / "data"),
-            "--db-url",
-            db_url,
-        ],
-        stdout=(tmp / "master.log").open("w"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                httpx.get(url + "/api/v1/master", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.time() > deadline or master.poll() is not None:
-                    print((tmp / "master.log").read_text(), file=sys.stderr)
-                    return 1
-                time.sleep(0.2)
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)  # after the master stopped
+        try:
+            master = stack.enter_context(
+                _cluster.master(
+                    tmp / "data",
+                    db_url=db_url,
+                    log=tmp / "master.log",
+                    agent_timeout=None,
+                    log_level=None,
+                    start_timeout=120.0,
+                )
+            )
+        except _cluster.MasterStartError:
+            print((tmp / "master.log").read_text(), file=sys.stderr)
+            return 1
+        url = master.url
         exps = {}
         for n in sizes:
             t0 = time.perf_counter()
@@ -269,13 +252,6 @@ def main() -> int:
                 f"{big[0][3]:.3f} s), {verdict} the {TARGET_SECONDS} s target"
             )
         return 0
-    finally:
-        master.terminate()
-        try:
-            master.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            master.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
