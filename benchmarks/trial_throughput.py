@@ -150,9 +150,10 @@ class Cluster:
         if not warm:
             cmd.append("--no-warm-start")
         self.agent_log = tmp / "agent.log"
+        log = self._stack.enter_context(open(self.agent_log, "w"))  # closed after the stop
         self.agent = subprocess.Popen(
             cmd,
-            stdout=open(self.agent_log, "w"),  # noqa: SIM115
+            stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
