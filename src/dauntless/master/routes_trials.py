@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+import orjson
+from fastapi import APIRouter, Query, Request, Response
 
 from . import responses as R
 from .api_spec import DbId
@@ -53,7 +54,7 @@ def get_trial_metrics(
     limit: int | None = Query(None, ge=1, le=MAX_METRICS_PAGE),
     downsample: int | None = Query(None),
     names: str | None = Query(None, max_length=16_384),
-) -> dict[str, Any]:
+) -> dict[str, Any] | Response:
     """A trial's metric reports, by batch count; pages and downsampled series
     (docs/protocol.md, "Reading a trial's metrics").
 
@@ -100,7 +101,15 @@ def get_trial_metrics(
         keep = set(wanted)
         for v in views:
             v["values"] = {k: x for k, x in v["values"].items() if k in keep}
-    return {"metrics": views, "next_after_batches": cursor}
+    body = {"metrics": views, "next_after_batches": cursor}
+    # Encoded here rather than checked and dumped against ``MetricsOut`` by FastAPI: the
+    # views are built from typed columns, and that pass cost as much as the page's read
+    # (issue 19). orjson writes a non-finite float an older master stored as null, and
+    # refuses integers beyond 64 bits, which FastAPI's path still encodes.
+    try:
+        return Response(orjson.dumps(body), media_type="application/json")
+    except orjson.JSONEncodeError:
+        return body
 
 
 @router.get("/trials/{trial_id}/logs", response_model=R.LogsOut)

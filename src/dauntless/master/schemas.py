@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Row
 
 from .api_spec import INT32_MAX, INT32_MIN
 from .db import AgentRow, CheckpointRow, ExperimentRow, MetricRow, TaskLogRow, TrialRow
@@ -208,8 +209,9 @@ def trial_view(trial: TrialRow, latest_validation: MetricRow | None) -> dict[str
     }
 
 
-def metric_view(m: MetricRow) -> dict[str, Any]:
-    """The JSON of one metrics report."""
+def metric_view(m: MetricRow | Row[Any]) -> dict[str, Any]:
+    """The JSON of one metrics report: a :class:`MetricRow`, or a row of
+    ``models.trials.METRIC_REPORT_COLUMNS``."""
     return {
         "trial_id": m.trial_id,
         "group": m.kind,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import text
 
 from .test_api import _create, master  # noqa: F401  (the fixture)
 
@@ -95,3 +96,33 @@ def test_bad_paging_parameters_are_refused(bare, params):
     client, path = bare
     r = client.get(path, params=params)
     assert r.status_code in (400, 422), r.text
+
+
+def test_a_page_reads_what_older_masters_stored_and_big_integers(master):  # noqa: F811
+    """A page is encoded by orjson; a bare ``NaN`` that an older master wrote into SQLite
+    reads as null, and an integer beyond 64 bits (which orjson refuses) still answers,
+    through FastAPI's own encoder."""
+    client, ctx = master
+    exp_id = _create(client).json()["experiment"]["id"]
+    tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
+    path = f"/api/v1/trials/{tid}/metrics"
+    big = 2**70 + 1
+    reports = [
+        {"group": "training", "steps_completed": 1, "trial_run_id": 1, "metrics": {"loss": 1.5}},
+        {"group": "training", "steps_completed": 2, "trial_run_id": 1, "metrics": {"n": 3}},
+    ]
+    assert client.post(path + "/batch", json={"reports": reports}).status_code == 200
+    nan = ctx.db.engine.dialect.name == "sqlite"  # PostgreSQL's json type refuses NaN
+    if nan:
+        with ctx.db.write() as s:
+            s.execute(
+                text('UPDATE metrics SET "values" = \'{"loss": NaN}\' WHERE total_batches = 1')
+            )
+    first = {"loss": None} if nan else {"loss": 1.5}
+    body = client.get(path, params={"after_batches": -1, "limit": 10}).json()
+    assert [m["values"] for m in body["metrics"]] == [first, {"n": 3}]
+    with ctx.db.write() as s:
+        s.execute(text(f'UPDATE metrics SET "values" = \'{{"n": {big}}}\' WHERE total_batches = 2'))
+    r = client.get(path)
+    assert r.status_code == 200, r.text
+    assert [m["values"] for m in r.json()["metrics"]] == [first, {"n": big}]
