@@ -6,15 +6,12 @@ import json
 import threading
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
-from dauntless.config import MasterConfig
 from dauntless.master import loop, routes_cluster, routes_experiments
-from dauntless.master.app import create_app
 from dauntless.master.db import AllocationRow, MetricRow
 from dauntless.master.models import allocations, metrics
-from dauntless.master.testing import DEADLINE, model_def_tarball, sign_in
+from dauntless.master.testing import DEADLINE, model_def_tarball
 
 CONFIG = """
 name: unit
@@ -29,16 +26,6 @@ searcher:
   max_length: {batches: 20}
 max_restarts: 1
 """
-
-
-@pytest.fixture()
-def master(tmp_path, db_url):
-    app = create_app(
-        MasterConfig(data_dir=str(tmp_path), port=18080, db_url=db_url), run_loop=False
-    )
-    with TestClient(app) as client:
-        sign_in(client)
-        yield client, app.state.ctx
 
 
 def _create(client, config=CONFIG, context=True):

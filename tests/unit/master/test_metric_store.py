@@ -5,18 +5,14 @@ SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from dauntless.config import MasterConfig
-from dauntless.master.app import create_app
 from dauntless.master.db import MetricRow, TrialRow
 from dauntless.master.db.models import MetricFoldPendingRow
 from dauntless.master.errors import NotFound
 from dauntless.master.metric_store import store_training_rows, training_rows
 from dauntless.master.models import metrics
 from dauntless.master.models.metrics import MetricsIn
-from dauntless.master.testing import sign_in
 
 CONFIG = """
 name: unit
@@ -24,16 +20,6 @@ entrypoint: python3 train.py
 hyperparameters: {lr: 0.1}
 searcher: {name: single, metric: loss, max_length: {batches: 100}}
 """
-
-
-@pytest.fixture()
-def master(tmp_path, db_url):
-    app = create_app(
-        MasterConfig(data_dir=str(tmp_path), port=18080, db_url=db_url), run_loop=False
-    )
-    with TestClient(app) as client:
-        sign_in(client)
-        yield client, app.state.ctx
 
 
 def _trial(client) -> int:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from .test_api import _create, master  # noqa: F401  (the fixture)
+from .test_api import _create
 
 
 @pytest.fixture
-def bare(master):  # noqa: F811
+def bare(master):
     client, _ctx = master
     exp_id = _create(client).json()["experiment"]["id"]
     tid = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"][0]["id"]
@@ -98,7 +98,7 @@ def test_bad_paging_parameters_are_refused(bare, params):
     assert r.status_code in (400, 422), r.text
 
 
-def test_a_page_reads_what_older_masters_stored_and_big_integers(master):  # noqa: F811
+def test_a_page_reads_what_older_masters_stored_and_big_integers(master):
     """A page is encoded by orjson; a bare ``NaN`` that an older master wrote into SQLite
     reads as null, and an integer beyond 64 bits (which orjson refuses) still answers,
     through FastAPI's own encoder."""
