@@ -20,9 +20,9 @@ and exits. Printed per N:
 
 The baselines, in the same run: the same N trials as an Optuna study (``optuna`` when it
 is installed, else skipped: ``.venv/bin/pip install -e '.[bench]'``) whose objective
-returns a constant: what a hyperparameter search costs with no process per trial; and as a Ray Tune search on a local Ray with 2
-CPUs (the issue's baseline: a trial per worker process, as ours), run by a separate
-Python with ``ray[tune]`` (``--ray-python PATH``, or ``.venv-ray`` at the repository root:
+returns a constant: what a hyperparameter search costs with no process per trial; and
+as a Ray Tune search on a local Ray with 2 CPUs (the issue's baseline: a trial per
+worker process, as ours), run by a separate Python with ``ray[tune]`` (``--ray-python PATH``, or ``.venv-ray`` at the repository root:
 ``python3 -m venv .venv-ray && .venv-ray/bin/pip install "ray[tune]"``), with its wall
 time and the CPU of all of Ray's processes.
 

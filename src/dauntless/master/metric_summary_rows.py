@@ -7,17 +7,16 @@ a row and back, and the summaries rebuilt from ``metrics`` rows
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 from sqlalchemy import Text, bindparam, cast, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from .db import MetricRow
+from .db.engine import loads_json
 from .db.models import MetricFoldPendingRow, MetricSummaryRow
 from .m4_series import M4Series
 
@@ -176,16 +175,11 @@ def _summaries_from_metrics(
 
 
 def _load_values(doc: str | bytes | None) -> Any:
-    """A stored ``metrics.values`` document parsed, or None when it is not JSON.
-
-    orjson first (several times faster on 256-value reports); Python's parser for what
-    orjson refuses, such as the bare ``NaN`` an older master wrote into SQLite."""
+    """A stored ``metrics.values`` document parsed (:func:`db.engine.loads_json`), or
+    None when it is missing or not JSON."""
     if doc is None:
         return None
     try:
-        return orjson.loads(doc)
-    except orjson.JSONDecodeError:
-        try:
-            return json.loads(doc)
-        except ValueError:
-            return None
+        return loads_json(doc)
+    except ValueError:
+        return None

@@ -54,8 +54,11 @@ def loads_json(doc: str | bytes) -> Any:
     Raises:
         ValueError: the document is not JSON.
     """
-    long = (_LONG_DIGITS_B if isinstance(doc, bytes) else _LONG_DIGITS).search(doc)  # type: ignore[arg-type]
-    if long is None:
+    if isinstance(doc, bytes):
+        exact = _LONG_DIGITS_B.search(doc) is None
+    else:
+        exact = _LONG_DIGITS.search(doc) is None
+    if exact:
         try:
             return orjson.loads(doc)
         except orjson.JSONDecodeError:
