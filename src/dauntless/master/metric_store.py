@@ -17,10 +17,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from .db import MetricRow, TrialRow
+from .db.engine import dumps_json
 from .errors import NotFound
 from .metric_fold import store_metric_rows
 
@@ -114,6 +115,8 @@ def store_training_rows(
         NotFound: a trial does not exist (nothing was written: the caller's transaction
             is to be rolled back; the group commit then stores each request alone).
     """
+    if s.get_bind().dialect.name == "postgresql":
+        return _store_training_rows_pg(s, batches)
     ids = sorted({tid for tid, _ in batches})
     trials = {t.id: t for t in s.scalars(select(TrialRow).where(TrialRow.id.in_(ids)))}
     for tid in ids:
@@ -154,4 +157,74 @@ def store_training_rows(
         flags.append(mine)
     if new:
         store_metric_rows(s, new)
+    return flags
+
+
+_PG_TRIALS = text("SELECT id FROM trials WHERE id = ANY(CAST(:ids AS integer[]))")
+
+_PG_STORE = text(
+    """
+WITH ins AS (
+    INSERT INTO metrics (trial_id, kind, total_batches, epoch, trial_run_id, "values",
+                         batch_metrics, reported_at)
+    SELECT * FROM json_to_recordset(CAST(:rows AS json)) AS r(
+        trial_id integer, kind varchar, total_batches integer, epoch double precision,
+        trial_run_id integer, "values" json, batch_metrics json, reported_at double precision)
+    ON CONFLICT (trial_id, kind, total_batches) DO NOTHING
+    RETURNING id, trial_id, kind, total_batches
+), pending AS (
+    INSERT INTO metric_folds_pending (metric_id, trial_id, kind)
+    SELECT id, trial_id, kind FROM ins
+), raised AS (
+    UPDATE trials SET total_batches = top.batches
+    FROM (SELECT trial_id, max(total_batches) AS batches FROM ins GROUP BY trial_id) AS top
+    WHERE trials.id = top.trial_id AND trials.total_batches < top.batches
+)
+SELECT trial_id, kind, total_batches FROM ins
+"""
+)
+"""One statement, whatever the number of rows (given as one JSON array of row objects),
+that stores training rows on PostgreSQL: inserts them (skipping those already stored),
+queues the stored ones for the lazy fold and raises their trials' ``total_batches``; it
+answers the keys it stored."""
+
+
+def _store_training_rows_pg(
+    s: Session, batches: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]
+) -> list[list[bool]]:
+    """:func:`store_training_rows` on PostgreSQL, in two statements of a fixed text.
+
+    Each statement is a round trip, and one whose text changes with its number of rows
+    (a multi-row ``VALUES``) is compiled by SQLAlchemy and prepared by psycopg anew each
+    time; arrays bound per column cost psycopg a quoting pass over every JSON document
+    in Python. So the rows go as one JSON document (encoded by
+    :func:`~dauntless.master.db.engine.dumps_json`, orjson) that PostgreSQL unpacks with
+    ``json_to_recordset`` (issue 19). ``ON CONFLICT DO NOTHING`` on the ``metrics``
+    unique key skips what a trial stored before; rows repeated within ``batches`` are
+    dropped here, the first kept. Raises as :func:`store_training_rows` does.
+    """
+    ids = sorted({tid for tid, _ in batches})
+    found = set(s.scalars(_PG_TRIALS, {"ids": ids}))
+    for tid in ids:
+        if tid not in found:
+            raise NotFound(f"trial {tid} not found")
+    first: set[tuple[int, str, int]] = set()
+    new: list[Mapping[str, Any]] = []
+    for tid, rows in batches:
+        for row in rows:
+            key = (tid, row["kind"], row["total_batches"])
+            if key not in first:
+                first.add(key)
+                new.append(row)
+    # the rows' other keys, if any, are not columns json_to_recordset asks for
+    params = {"rows": dumps_json(new)}
+    stored = {(tid, kind, b) for tid, kind, b in s.execute(_PG_STORE, params)}
+    flags: list[list[bool]] = []
+    for tid, rows in batches:
+        mine = []
+        for row in rows:
+            key = (tid, row["kind"], row["total_batches"])
+            mine.append(key in stored)
+            stored.discard(key)  # a repeat of it later in ``batches`` is a duplicate
+        flags.append(mine)
     return flags

@@ -66,6 +66,25 @@ def loads_json(doc: str | bytes) -> Any:
     return json.loads(doc)
 
 
+def dumps_json(value: Any) -> str:
+    """``value`` as a JSON document, for statements that bind JSON as text (the
+    PostgreSQL store of training reports, :mod:`dauntless.master.metric_store`).
+
+    orjson where it can (several times faster than Python's encoder, which was a tenth
+    of the master's CPU per report of 256 metrics, issue 19); Python's encoder for what
+    orjson refuses (integers beyond 64 bits, keys that are not strings). Non-finite
+    floats must have been replaced before (``metric_store.finite_json``): orjson writes
+    them as ``null``, Python's encoder as ``NaN``, which PostgreSQL refuses.
+
+    Raises:
+        TypeError: ``value`` holds something neither encoder takes (a set, say).
+    """
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
 def make_engine(url: str) -> Engine:
     """Create an engine for ``url``.
 

@@ -88,7 +88,10 @@ def report_metrics_batch(
         # shared transaction's rollback and rerun could not undo: alone. The rows are
         # made here, without the lock; the transaction's jobs store theirs together.
         rows = training_rows(trial_id, reports, ctx.clock())
-        return ctx.metric_commits.run_batched(store_training_rows, (trial_id, rows))
+        flags = ctx.metric_commits.run_batched(store_training_rows, (trial_id, rows))
+        if any(flags):  # on PostgreSQL stored by statements the ORM does not see
+            ctx.experiment_changes.set()
+        return flags
     with ctx.db.write() as s:
         return store_metrics(s, ctx, trial_id, reports)
 
