@@ -45,6 +45,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of process ``pid`` and of its live descendants (the master's
+    metric fold worker on PostgreSQL, say), read from ``/proc/<pid>/task/*/children``."""
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            total += cpu_seconds(p)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it exited meanwhile
+    return total
+
+
 def cpu_ms_per_s(pid: int, seconds: float) -> float:
     """The process's CPU over the next ``seconds``, in ms of CPU per second."""
     c0, t0 = cpu_seconds(pid), time.monotonic()

@@ -28,7 +28,8 @@ transaction that stores it committed.
 
 Printed per run: metric values per second (acknowledged, over the time from the start
 to the last acknowledgement), reports per second, p50/p99/max of the acknowledgement
-latency, the CPU seconds of the master (and per report) and of the generator processes
+latency, the CPU seconds of the master with its children (the fold worker on
+PostgreSQL) (and per report) and of the generator processes
 over the timed part, and the load average. The baseline of the same run is one trial
 reporting alone (printed first) and, with ``--compare-src DIR``, the same load on a
 master run from another source tree (e.g. main's ``src/``). Targets (issue 19):
@@ -63,7 +64,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _cluster  # noqa: E402
-from master_long_poll_cpu import cpu_seconds  # noqa: E402
+from master_long_poll_cpu import tree_cpu_seconds  # noqa: E402
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -278,7 +279,7 @@ def drive(
     for _, ready, _ in gens:
         if not ready.wait(120):
             raise RuntimeError("the generator processes did not warm up")
-    c0 = cpu_seconds(pid)
+    c0 = tree_cpu_seconds(pid)  # with the fold worker, on PostgreSQL
     t0 = time.perf_counter() + 0.05
     for _, _, go in gens:
         go.put(t0)
@@ -293,7 +294,7 @@ def drive(
         errors += errs
     # values/s over the time from the start to the last acknowledgement; the master's
     # CPU until every generator is done (it includes any fold running meanwhile)
-    wall, cpu = end - t0, cpu_seconds(pid) - c0
+    wall, cpu = end - t0, tree_cpu_seconds(pid) - c0
     for p, _, _ in gens:
         p.join(30)
     if errors:

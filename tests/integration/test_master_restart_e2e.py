@@ -9,6 +9,7 @@ bit-identical to an uninterrupted run.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
@@ -16,6 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from sqlalchemy import func, select
+
+from dauntless.master.db import Database
+from dauntless.master.db.models import MetricFoldPendingRow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,9 +114,43 @@ def _max_batches(cluster, exp_id: int) -> tuple[int, str]:
     return max((t["total_batches"] for t in body["trials"]), default=0), body["experiment"]["state"]
 
 
+def _fold_workers(pid: int) -> list[int]:
+    """The metric fold worker processes among ``pid``'s children."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                if b"dauntless.master.fold_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except FileNotFoundError:
+                pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not reaped yet, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _pending_reports(db_url: str) -> int:
+    db = Database(db_url)
+    try:
+        with db.read() as s:
+            return s.scalar(select(func.count()).select_from(MetricFoldPendingRow)) or 0
+    finally:
+        db.dispose()
+
+
 def test_three_master_sigkills_cost_nothing(
     cluster_factory, db_url, context_dir, baseline, deadline
 ):
+    """Three SIGKILLs of the master cost nothing (see the module docstring). On
+    PostgreSQL the master's metric fold worker, a child process, exits with it each time,
+    never left behind; on both databases the background fold folds every report with no
+    reader asking for it."""
     cluster = cluster_factory(db_url)
     cluster.start_master()
     cluster.start_agent("a1", slots=2)
@@ -125,7 +164,16 @@ def test_three_master_sigkills_cost_nothing(
                 break
             assert time.time() < until, f"no progress to {threshold}:\n{cluster.dump_logs()}"
             time.sleep(0.05)
-        cluster.stop(cluster.master, sig=signal.SIGKILL)
+        assert cluster.master is not None
+        workers = _fold_workers(cluster.master.pid)
+        assert len(workers) == (1 if db_url.startswith("postgresql") else 0), workers
+        # SIGKILL to the master alone (as the kernel's OOM killer would), not its group
+        os.kill(cluster.master.pid, signal.SIGKILL)
+        cluster.master.wait(timeout=30)
+        until = time.time() + deadline(10)
+        while any(_alive(w) for w in workers):
+            assert time.time() < until, f"fold worker {workers} outlived its master"
+            time.sleep(0.05)
         time.sleep(1.0)  # the trials and the agent keep going, retrying the master
         cluster.start_master()
     body = cluster.wait_experiment(exp_id)
@@ -142,6 +190,10 @@ def test_three_master_sigkills_cost_nothing(
             + [("validation", b) for b in range(VALIDATION_PERIOD, BATCHES + 1, VALIDATION_PERIOD)]
         )
         assert keys == expected, "metric rows missing or duplicated"
+    until = time.time() + deadline(30)  # the background fold (every 5 s) catches up
+    while (pending := _pending_reports(db_url)) > 0:
+        assert time.time() < until, f"{pending} reports never folded:\n{cluster.dump_logs()}"
+        time.sleep(0.2)
     final = _final_params(cluster, exp_id)
     assert final.keys() == baseline.keys()
     for lr, params in final.items():

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.log_level.lower() != "debug":
         # httpx logs every request at INFO: a line per proxied notebook/TensorBoard request.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    app = create_app(config, freeze_heap=True)
+    app = create_app(config, freeze_heap=True, fold_worker=True)
     tls = config.security.tls
     # With security.tls the master serves HTTPS only (clients verify it: --cert-file).
     uvicorn.run(

@@ -22,6 +22,7 @@ from .api_spec import declare_errors
 from .auth import AuthService, authenticate
 from .context import MasterContext
 from .db import ClusterRow, Database
+from .fold_worker import FoldWorker
 from .metric_series import MetricFolder
 from .provisioner import build_provisioners
 from .proxy import make_proxy_app, proxy_client
@@ -74,14 +75,20 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = False) -> FastAPI:
+def create_app(
+    config: MasterConfig,
+    run_loop: bool = True,
+    freeze_heap: bool = False,
+    fold_worker: bool = False,
+) -> FastAPI:
     """Build the master application.
 
     At start-up the database is migrated to the newest schema, the cluster identity is
     made if new, the built-in users get their first password if they have none, the
     background fold of metric reports starts
-    (:class:`~dauntless.master.metric_series.MetricFolder`), and (with ``run_loop``) the
-    background scheduling loop starts; both stop with the application.
+    (:class:`~dauntless.master.metric_series.MetricFolder`, or with ``fold_worker`` on
+    PostgreSQL a :class:`~dauntless.master.fold_worker.FoldWorker` process), and (with
+    ``run_loop``) the background scheduling loop starts; both stop with the application.
 
     Every route depends on :func:`dauntless.master.auth.authenticate` (an application
     dependency, so no route can miss it): the caller must present a valid credential and
@@ -92,6 +99,9 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
         run_loop: start the background loop (tests of single routes may turn it off).
         freeze_heap: at the end of start-up, :func:`freeze_startup_heap` (the master
             process does; a process building many applications must not).
+        fold_worker: on PostgreSQL, fold metric reports in a child process rather than
+            a thread (the master process does; in-process test servers need not start
+            an interpreter each).
     """
     os.makedirs(config.data_dir, exist_ok=True)
     db = Database(default_db_url(config))
@@ -120,7 +130,11 @@ def create_app(config: MasterConfig, run_loop: bool = True, freeze_heap: bool = 
         thread = None
         # Metric reports are acknowledged unfolded; this folds them in bulk (and, first,
         # what a stopped master left pending). Readers fold their trials' share first.
-        folder = MetricFolder(db)
+        folder: MetricFolder | FoldWorker
+        if fold_worker and db.engine.dialect.name == "postgresql":
+            folder = FoldWorker(db.url)  # a process of its own (see fold_worker)
+        else:
+            folder = MetricFolder(db)
         folder.start()
         if run_loop:
             thread = threading.Thread(

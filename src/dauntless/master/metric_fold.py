@@ -258,10 +258,11 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
     and the summaries are read and the new summaries computed in a read session, then
     written, with the reports' pending rows deleted, in one short write transaction:
     reports are acknowledged meanwhile (the write lock is held for the writes only).
-    Folders are serialised by a lock of their own (see :func:`_fold_lock`), so what was
-    read is still current when it is written; a trial deleted meanwhile is skipped. A reader calls this first for the trials it reads, so the summaries
-    it reads hold every report acknowledged before; the background
-    :class:`MetricFolder` calls it for all trials.
+    The folders of one process are serialised by a lock of their own (see
+    :func:`_fold_lock`); a fold whose reports another process folded first is rolled
+    back and read again (:func:`write_fold`); a trial deleted meanwhile is skipped. A reader calls
+    this first for the trials it reads, so the summaries it reads hold every report
+    acknowledged before; the background :class:`MetricFolder` calls it for all trials.
 
     Args:
         db: the master database.
@@ -288,7 +289,6 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
                 for i in range(0, len(ids), _IN_CHUNK)
                 for t, g in s.execute(q.where(p.trial_id.in_(ids[i : i + _IN_CHUNK])))
             )
-    m = _METRICS.c
     folded = 0
     took = 0.0
     for trial_id, group in todo:
@@ -297,37 +297,81 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
         started = time.monotonic()
         with _fold_lock(db):
             while True:
-                with db.read() as s:  # read and compute without the write lock
-                    rows = list(
-                        s.execute(
-                            select(m.id, m.total_batches, cast(m["values"], Text))
-                            .join(_PENDING, p.metric_id == m.id)
-                            .where(p.trial_id == trial_id, p.kind == group)
-                            .order_by(m.id)
-                            .limit(FOLD_CHUNK)
-                        )
-                    )
-                    if not rows:
-                        break
-                    reports = []
-                    for _, batches, doc in rows:
-                        values = _load_values(doc)
-                        reports.append((batches, values if isinstance(values, dict) else {}))
-                    plan = _plan_fold(s, trial_id, group, reports)
-                ids = [r[0] for r in rows]
-                with db.write() as s:  # then write it in a short transaction
-                    result = s.execute(delete(_PENDING).where(p.metric_id.in_(ids)))
-                    gone = int(getattr(result, "rowcount", -1))  # a CursorResult's
-                    if gone == len(ids) and plan is not None:
-                        _write_fold(s, plan)
-                    # else the trial was deleted meanwhile, its rows with it: skip it
-                if gone != len(ids):
+                report_ids, plan = read_fold(db, trial_id, group)
+                if not report_ids:
                     break
-                folded += len(rows)
-                if len(rows) < FOLD_CHUNK:
+                if not write_fold(db, report_ids, plan):
+                    continue  # another folder was first: read what is left
+                folded += len(report_ids)
+                if len(report_ids) < FOLD_CHUNK:
                     break
         took = time.monotonic() - started
     return folded
+
+
+def read_fold(db: Database, trial_id: int, group: str) -> tuple[list[int], _FoldWrite | None]:
+    """Read up to :data:`FOLD_CHUNK` pending reports of a (trial, group), oldest first,
+    and the summaries they change, and compute the fold, in a read session (no write
+    lock): the reports' ``metrics`` ids and what :func:`write_fold` is to write (None:
+    nothing), or ``([], None)`` when nothing is pending.
+
+    Raises:
+        ValueError, TypeError: as :func:`fold_metric_reports`, for malformed stored rows.
+    """
+    m, p = _METRICS.c, _PENDING.c
+    with db.read() as s:
+        rows = list(
+            s.execute(
+                select(m.id, m.total_batches, cast(m["values"], Text))
+                .join(_PENDING, p.metric_id == m.id)
+                .where(p.trial_id == trial_id, p.kind == group)
+                .order_by(m.id)
+                .limit(FOLD_CHUNK)
+            )
+        )
+        if not rows:
+            return [], None
+        reports = []
+        for _, batches, doc in rows:
+            values = _load_values(doc)
+            reports.append((batches, values if isinstance(values, dict) else {}))
+        return [r[0] for r in rows], _plan_fold(s, trial_id, group, reports)
+
+
+class _Stale(Exception):
+    """Raised in :func:`write_fold`'s transaction to roll it back."""
+
+
+def write_fold(db: Database, ids: Sequence[int], plan: _FoldWrite | None) -> bool:
+    """Write a fold that :func:`read_fold` computed, deleting its reports' pending rows,
+    in one write transaction; False, with nothing written, when those rows are no longer
+    all pending.
+
+    Folders read and compute without the write lock, and more than one may fold a trial
+    (readers in the master, the background folder, which on PostgreSQL is a process of
+    its own, :mod:`dauntless.master.fold_worker`). Each reads the oldest pending reports
+    of the (trial, group), so two folds that read before either wrote share their oldest
+    report: the second to write finds a pending row gone, and rolls back rather than
+    write summaries computed from the ones the first replaced. It is then to read again.
+    A trial deleted meanwhile took its pending rows with it: the same answer, and the
+    next read finds nothing.
+
+    Args:
+        db: the master database.
+        ids: the ``metrics`` ids of the folded reports (what :func:`read_fold` returned).
+        plan: what to write, or None.
+    """
+    p = _PENDING.c
+    try:
+        with db.write() as s:
+            result = s.execute(delete(_PENDING).where(p.metric_id.in_(list(ids))))
+            if int(getattr(result, "rowcount", -1)) != len(ids):  # a CursorResult's
+                raise _Stale
+            if plan is not None:
+                _write_fold(s, plan)
+    except _Stale:
+        return False
+    return True
 
 
 _FOLD_LOCKS: weakref.WeakKeyDictionary[Database, threading.RLock] = weakref.WeakKeyDictionary()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 import time
 import uuid
 
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, func, insert, select
 
 from dauntless.config import MasterConfig
-from dauntless.master import metric_fold
+from dauntless.master import fold_worker, metric_fold
 from dauntless.master.app import create_app
 from dauntless.master.db import Database, ExperimentRow, MetricRow, TrialRow, current_revision
 from dauntless.master.db.engine import MIGRATIONS_DIR
@@ -585,3 +587,86 @@ def test_a_trial_deleted_during_a_lazy_fold_is_skipped(db_url, monkeypatch):
         assert _pending_count(db) == 0
     finally:
         db.dispose()
+
+
+def test_a_fold_that_another_folder_overtook_writes_nothing(db_url):
+    """Two folders of one trial (the master's readers and, on PostgreSQL, the fold
+    worker process) that read overlapping pending reports: the first to write wins; the
+    second finds some of its reports' pending rows gone and writes nothing, deleting no
+    pending row either, so no report is folded twice or lost; read again, it folds what
+    came since, as one fold of everything would."""
+    db = Database(db_url)
+    db.migrate()
+    try:
+        _, (lazy, eager) = _experiment(db, 2)
+        first = [(b, {"loss": 1.0 / b, "acc": b * 0.01}) for b in range(1, 6)]
+        later = [(b, {"loss": 1.0 / b, "acc": b * 0.01}) for b in range(6, 9)]
+        _store(db, lazy, "training", first, fold=False)
+        with db.write() as s:
+            queue_metric_folds(s, lazy, "training", [b for b, _ in first])
+        ids_b, plan_b = metric_fold.read_fold(db, lazy, "training")
+        _store(db, lazy, "training", later, fold=False)
+        with db.write() as s:
+            queue_metric_folds(s, lazy, "training", [b for b, _ in later])
+        ids_a, plan_a = metric_fold.read_fold(db, lazy, "training")
+        assert len(ids_b) == 5 and ids_a[:5] == ids_b and len(ids_a) == 8
+        assert metric_fold.write_fold(db, ids_b, plan_b) is True
+        folded_once = _summary_rows(db, lazy)
+        assert metric_fold.write_fold(db, ids_a, plan_a) is False
+        assert _summary_rows(db, lazy) == folded_once  # nothing written
+        assert _pending_count(db) == 3  # the later reports are still pending
+        assert fold_pending(db, [lazy]) == 3
+        assert _pending_count(db) == 0
+        _store(db, eager, "training", first + later)
+        want = _summary_rows(db, eager)
+        assert _summary_rows(db, lazy) == want
+        assert _stored(db, lazy, "training", "loss").raw_points == 8  # each point once
+    finally:
+        db.dispose()
+
+
+def _wait_until(what: str, cond, seconds: float = 60.0) -> None:
+    until = time.time() + seconds
+    while not cond():
+        assert time.time() < until, f"not within {seconds} s: {what}"
+        time.sleep(0.05)
+
+
+def test_fold_worker_folds_is_restarted_after_a_crash_and_exits_when_closed(tmp_path, monkeypatch):
+    """The master's fold worker process (what it runs on PostgreSQL; the mechanics do not
+    depend on the database) folds pending reports with nobody reading them; killed, it
+    is started again; closed, its input ends and it exits with status 0."""
+    monkeypatch.setattr(fold_worker, "RESTART_DELAY", 0.1)
+    url = f"sqlite:///{tmp_path}/dauntless.db"
+    db = Database(url)
+    db.migrate()
+    worker = fold_worker.FoldWorker(url, interval=0.2)
+    try:
+        _, (tid,) = _experiment(db, 1)
+        for reports in ([(1, {"loss": 1.0})], [(2, {"loss": 0.5})]):
+            _store(db, tid, "training", reports, fold=False)
+            with db.write() as s:
+                queue_metric_folds(s, tid, "training", [b for b, _ in reports])
+            if worker.process is None:
+                worker.start()
+            else:
+                crashed = worker.process
+                crashed.kill()
+                crashed.wait(30)
+                _wait_until("a second worker", lambda c=crashed: worker.process is not c)
+            _wait_until("the reports folded", lambda: _pending_count(db) == 0)
+        assert worker.starts == 2
+        assert _stored(db, tid, "training", "loss").y.tolist() == [1.0, 0.5]
+    finally:
+        worker.close()
+        db.dispose()
+    assert worker.process is not None and worker.process.returncode == 0
+
+
+def test_fold_worker_refuses_bad_arguments():
+    """A bad interval or no database URL: status 2 and a message naming what is wrong."""
+    run = [sys.executable, "-m", "dauntless.master.fold_worker"]
+    bad = subprocess.run([*run, "-1"], input=b"sqlite://\n", capture_output=True, timeout=60)
+    assert bad.returncode == 2 and b"INTERVAL must be seconds > 0" in bad.stderr
+    none = subprocess.run(run, input=b"", capture_output=True, timeout=60)
+    assert none.returncode == 2 and b"database URL on standard input" in none.stderr
