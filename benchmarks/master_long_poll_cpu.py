@@ -47,7 +47,7 @@ def cpu_seconds(pid: int) -> float:
 
 def tree_cpu_seconds(pid: int) -> float:
     """:func:`cpu_seconds` of process ``pid`` and of its live descendants (the master's
-    metric fold worker on PostgreSQL, say), read from ``/proc/<pid>/task/*/children``."""
+    metric fold worker, say), read from ``/proc/<pid>/task/*/children``."""
     total, todo, seen = 0.0, [pid], set()
     while todo:
         p = todo.pop()
@@ -64,10 +64,11 @@ def tree_cpu_seconds(pid: int) -> float:
 
 
 def cpu_ms_per_s(pid: int, seconds: float) -> float:
-    """The process's CPU over the next ``seconds``, in ms of CPU per second."""
-    c0, t0 = cpu_seconds(pid), time.monotonic()
+    """The process's CPU, with its live descendants' (the master's metric fold worker),
+    over the next ``seconds``, in ms of CPU per second."""
+    c0, t0 = tree_cpu_seconds(pid), time.monotonic()
     time.sleep(seconds)
-    return 1e3 * (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
+    return 1e3 * (tree_cpu_seconds(pid) - c0) / (time.monotonic() - t0)
 
 
 def main() -> int:

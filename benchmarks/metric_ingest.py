@@ -28,9 +28,9 @@ transaction that stores it committed.
 
 Printed per run: metric values per second (acknowledged, over the time from the start
 to the last acknowledgement), reports per second, p50/p99/max of the acknowledgement
-latency, the CPU seconds of the master with its children (the fold worker on
-PostgreSQL) (and per report) and of the generator processes
-over the timed part, and the load average. The baseline of the same run is one trial
+latency, the CPU seconds of the master with its children (its metric fold worker), in
+all and per report, and of the generator processes over the timed part, and the load
+average. The baseline of the same run is one trial
 reporting alone (printed first) and, with ``--compare-src DIR``, the same load on a
 master run from another source tree (e.g. main's ``src/``). Targets (issue 19):
 >= 20,000 values/s with 32 trials x 256 metrics, p99 <= 50 ms.
@@ -279,7 +279,7 @@ def drive(
     for _, ready, _ in gens:
         if not ready.wait(120):
             raise RuntimeError("the generator processes did not warm up")
-    c0 = tree_cpu_seconds(pid)  # with the fold worker, on PostgreSQL
+    c0 = tree_cpu_seconds(pid)  # with its metric fold worker
     t0 = time.perf_counter() + 0.05
     for _, _, go in gens:
         go.put(t0)

@@ -51,6 +51,7 @@ from typing import Any
 
 import _cluster
 import httpx
+from master_long_poll_cpu import tree_cpu_seconds
 
 TRAIN_PY = """\
 from dauntless import core
@@ -217,7 +218,7 @@ def run_search(
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1.0)  # py-spy attaches
-    m0 = _cpu_seconds(cluster.master.pid)[0]
+    m0 = tree_cpu_seconds(cluster.master.pid)  # with its metric fold worker
     a0 = _tree_cpu(cluster.agent.pid)
     t0 = time.time()
     r = httpx.post(
@@ -238,7 +239,7 @@ def run_search(
         # time is the experiment's own end_time, so a slow poll loses no precision.
         time.sleep(0.25)
     wall = float(exp["end_time"] or time.time()) - t0
-    m1 = _cpu_seconds(cluster.master.pid)[0]
+    m1 = tree_cpu_seconds(cluster.master.pid)
     a1 = _tree_cpu(cluster.agent.pid)
     if spy is not None:
         spy.send_signal(signal.SIGINT)

@@ -147,10 +147,9 @@ def _pending_reports(db_url: str) -> int:
 def test_three_master_sigkills_cost_nothing(
     cluster_factory, db_url, context_dir, baseline, deadline
 ):
-    """Three SIGKILLs of the master cost nothing (see the module docstring). On
-    PostgreSQL the master's metric fold worker, a child process, exits with it each time,
-    never left behind; on both databases the background fold folds every report with no
-    reader asking for it."""
+    """Three SIGKILLs of the master cost nothing (see the module docstring). The
+    master's metric fold worker, a child process, exits with it each time, never left
+    behind, and the background fold folds every report with no reader asking for it."""
     cluster = cluster_factory(db_url)
     cluster.start_master()
     cluster.start_agent("a1", slots=2)
@@ -166,7 +165,7 @@ def test_three_master_sigkills_cost_nothing(
             time.sleep(0.05)
         assert cluster.master is not None
         workers = _fold_workers(cluster.master.pid)
-        assert len(workers) == (1 if db_url.startswith("postgresql") else 0), workers
+        assert len(workers) == 1, workers
         # SIGKILL to the master alone (as the kernel's OOM killer would), not its group
         os.kill(cluster.master.pid, signal.SIGKILL)
         cluster.master.wait(timeout=30)

@@ -86,8 +86,8 @@ def create_app(
     At start-up the database is migrated to the newest schema, the cluster identity is
     made if new, the built-in users get their first password if they have none, the
     background fold of metric reports starts
-    (:class:`~dauntless.master.metric_series.MetricFolder`, or with ``fold_worker`` on
-    PostgreSQL a :class:`~dauntless.master.fold_worker.FoldWorker` process), and (with
+    (:class:`~dauntless.master.metric_series.MetricFolder`, or with ``fold_worker`` a
+    :class:`~dauntless.master.fold_worker.FoldWorker` process), and (with
     ``run_loop``) the background scheduling loop starts; both stop with the application.
 
     Every route depends on :func:`dauntless.master.auth.authenticate` (an application
@@ -99,9 +99,9 @@ def create_app(
         run_loop: start the background loop (tests of single routes may turn it off).
         freeze_heap: at the end of start-up, :func:`freeze_startup_heap` (the master
             process does; a process building many applications must not).
-        fold_worker: on PostgreSQL, fold metric reports in a child process rather than
-            a thread (the master process does; in-process test servers need not start
-            an interpreter each).
+        fold_worker: fold metric reports in a child process rather than a thread (the
+            master process does; in-process test servers need not start an interpreter
+            each).
     """
     os.makedirs(config.data_dir, exist_ok=True)
     db = Database(default_db_url(config))
@@ -131,7 +131,7 @@ def create_app(
         # Metric reports are acknowledged unfolded; this folds them in bulk (and, first,
         # what a stopped master left pending). Readers fold their trials' share first.
         folder: MetricFolder | FoldWorker
-        if fold_worker and db.engine.dialect.name == "postgresql":
+        if fold_worker:
             folder = FoldWorker(db.url)  # a process of its own (see fold_worker)
         else:
             folder = MetricFolder(db)

@@ -590,11 +590,11 @@ def test_a_trial_deleted_during_a_lazy_fold_is_skipped(db_url, monkeypatch):
 
 
 def test_a_fold_that_another_folder_overtook_writes_nothing(db_url):
-    """Two folders of one trial (the master's readers and, on PostgreSQL, the fold
-    worker process) that read overlapping pending reports: the first to write wins; the
-    second finds some of its reports' pending rows gone and writes nothing, deleting no
-    pending row either, so no report is folded twice or lost; read again, it folds what
-    came since, as one fold of everything would."""
+    """Two folders of one trial (the master's readers and the fold worker process) that
+    read overlapping pending reports: the first to write wins; the second finds some of
+    its reports' pending rows gone and writes nothing, deleting no pending row either,
+    so no report is folded twice or lost; read again, it folds what came since, as one
+    fold of everything would."""
     db = Database(db_url)
     db.migrate()
     try:
@@ -633,9 +633,8 @@ def _wait_until(what: str, cond, seconds: float = 60.0) -> None:
 
 
 def test_fold_worker_folds_is_restarted_after_a_crash_and_exits_when_closed(tmp_path, monkeypatch):
-    """The master's fold worker process (what it runs on PostgreSQL; the mechanics do not
-    depend on the database) folds pending reports with nobody reading them; killed, it
-    is started again; closed, its input ends and it exits with status 0."""
+    """The master's fold worker process folds pending reports with nobody reading them;
+    killed, it is started again; closed, its input ends and it exits with status 0."""
     monkeypatch.setattr(fold_worker, "RESTART_DELAY", 0.1)
     url = f"sqlite:///{tmp_path}/dauntless.db"
     db = Database(url)
