@@ -51,6 +51,10 @@ it sleeps as long as its last (trial, group) took, and no less than this."""
 FOLD_CHUNK = 1000
 """The most pending reports of one (trial, group) folded in one write transaction."""
 
+FOLD_RETRIES = 3
+"""Folds of a (trial, group) that another folder overtook, in a row, before
+:func:`fold_pending` leaves it to a later fold."""
+
 _BUILD_CHUNK = 16  # trials summarised from metrics rows per write transaction
 
 
@@ -260,9 +264,11 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
     reports are acknowledged meanwhile (the write lock is held for the writes only).
     The folders of one process are serialised by a lock of their own (see
     :func:`_fold_lock`); a fold whose reports another process folded first is rolled
-    back and read again (:func:`write_fold`); a trial deleted meanwhile is skipped. A reader calls
-    this first for the trials it reads, so the summaries it reads hold every report
-    acknowledged before; the background :class:`MetricFolder` calls it for all trials.
+    back and read again (:func:`write_fold`), up to :data:`FOLD_RETRIES` times in a row
+    before the (trial, group) is left to a later fold; a trial deleted meanwhile is
+    skipped. A reader calls this first for the trials it reads, so the summaries it
+    reads hold every report acknowledged before; the background :class:`MetricFolder`
+    calls it for all trials.
 
     Args:
         db: the master database.
@@ -296,12 +302,17 @@ def fold_pending(db: Database, trial_ids: Iterable[int] | None = None, pause: fl
             time.sleep(max(pause, took))
         started = time.monotonic()
         with _fold_lock(db):
+            stale = 0
             while True:
                 report_ids, plan = read_fold(db, trial_id, group)
                 if not report_ids:
                     break
                 if not write_fold(db, report_ids, plan):
-                    continue  # another folder was first: read what is left
+                    stale += 1  # another folder was first: read what is left
+                    if stale > FOLD_RETRIES:
+                        break
+                    continue
+                stale = 0
                 folded += len(report_ids)
                 if len(report_ids) < FOLD_CHUNK:
                     break
@@ -338,23 +349,18 @@ def read_fold(db: Database, trial_id: int, group: str) -> tuple[list[int], _Fold
         return [r[0] for r in rows], _plan_fold(s, trial_id, group, reports)
 
 
-class _Stale(Exception):
-    """Raised in :func:`write_fold`'s transaction to roll it back."""
-
-
 def write_fold(db: Database, ids: Sequence[int], plan: _FoldWrite | None) -> bool:
     """Write a fold that :func:`read_fold` computed, deleting its reports' pending rows,
     in one write transaction; False, with nothing written, when those rows are no longer
     all pending.
 
     Folders read and compute without the write lock, and more than one may fold a trial
-    (readers in the master, the background folder, which on PostgreSQL is a process of
-    its own, :mod:`dauntless.master.fold_worker`). Each reads the oldest pending reports
+    (readers in the master, and the background folder, a process of its own,
+    :mod:`dauntless.master.fold_worker`). Each reads the oldest pending reports
     of the (trial, group), so two folds that read before either wrote share their oldest
-    report: the second to write finds a pending row gone, and rolls back rather than
-    write summaries computed from the ones the first replaced. It is then to read again.
-    A trial deleted meanwhile took its pending rows with it: the same answer, and the
-    next read finds nothing.
+    report: the second to write finds a pending row gone and rolls back, rather than
+    write summaries computed from those the first replaced, and is to read again. A
+    trial deleted meanwhile took its pending rows with it: the same answer.
 
     Args:
         db: the master database.
@@ -362,15 +368,13 @@ def write_fold(db: Database, ids: Sequence[int], plan: _FoldWrite | None) -> boo
         plan: what to write, or None.
     """
     p = _PENDING.c
-    try:
-        with db.write() as s:
-            result = s.execute(delete(_PENDING).where(p.metric_id.in_(list(ids))))
-            if int(getattr(result, "rowcount", -1)) != len(ids):  # a CursorResult's
-                raise _Stale
-            if plan is not None:
-                _write_fold(s, plan)
-    except _Stale:
-        return False
+    with db.write() as s:
+        result = s.execute(delete(_PENDING).where(p.metric_id.in_(list(ids))))
+        if int(getattr(result, "rowcount", -1)) != len(ids):  # a CursorResult's
+            s.rollback()  # keeps nothing; the commit that follows is an empty one
+            return False
+        if plan is not None:
+            _write_fold(s, plan)
     return True
 
 
