@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -154,6 +155,10 @@ def main(argv: list[str]) -> int:
         return 2
     from .db import Database
 
+    # A signal to the master's process group (^C in its terminal, a service manager's
+    # SIGTERM) is for the master: it stops, and this worker with it once its input ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.nice(NICE)  # background work: the master and the database come first
     threading.Thread(target=_exit_when_input_ends, name="input-watch", daemon=True).start()
     MetricFolder(Database(url), interval).run()

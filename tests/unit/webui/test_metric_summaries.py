@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -634,7 +635,8 @@ def _wait_until(what: str, cond, seconds: float = 60.0) -> None:
 
 def test_fold_worker_folds_is_restarted_after_a_crash_and_exits_when_closed(tmp_path, monkeypatch):
     """The master's fold worker process folds pending reports with nobody reading them;
-    killed, it is started again; closed, its input ends and it exits with status 0."""
+    killed, it is started again; SIGTERM and SIGINT are not for it; closed, its input
+    ends and it exits with status 0."""
     monkeypatch.setattr(fold_worker, "RESTART_DELAY", 0.1)
     url = f"sqlite:///{tmp_path}/dauntless.db"
     db = Database(url)
@@ -656,6 +658,12 @@ def test_fold_worker_folds_is_restarted_after_a_crash_and_exits_when_closed(tmp_
             _wait_until("the reports folded", lambda: _pending_count(db) == 0)
         assert worker.starts == 2
         assert _stored(db, tid, "training", "loss").y.tolist() == [1.0, 0.5]
+        # SIGTERM or ^C to the master's process group is for the master alone
+        assert worker.process is not None
+        worker.process.send_signal(signal.SIGTERM)
+        worker.process.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert worker.process.poll() is None
     finally:
         worker.close()
         db.dispose()

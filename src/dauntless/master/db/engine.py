@@ -14,18 +14,19 @@ import re
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from .changes import ChangeFlag, RowVersions
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
+
+# Alembic is imported where a schema is read or migrated, not at import: the metric fold
+# worker (dauntless.master.fold_worker), started with every master, needs neither.
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -115,6 +116,8 @@ def make_engine(url: str) -> Engine:
 
 
 def _alembic_config(engine: Engine) -> AlembicConfig:
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["engine"] = engine
@@ -123,6 +126,9 @@ def _alembic_config(engine: Engine) -> AlembicConfig:
 
 def head_revision() -> str:
     """The newest migration revision this code knows."""
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     head = ScriptDirectory.from_config(cfg).get_current_head()
@@ -133,12 +139,18 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at (None for an empty database)."""
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def check_schema(engine: Engine) -> None:
     """Raise :class:`SchemaError` if the database was written by a newer Dauntless."""
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     script = ScriptDirectory.from_config(cfg)
@@ -159,6 +171,8 @@ def check_schema(engine: Engine) -> None:
 
 def upgrade(engine: Engine) -> None:
     """Apply every pending migration (Alembic ``upgrade head``)."""
+    from alembic import command
+
     check_schema(engine)
     command.upgrade(_alembic_config(engine), "head")
 
