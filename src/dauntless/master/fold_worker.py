@@ -111,8 +111,10 @@ class FoldWorker:
         self._thread.start()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Ask the worker to exit (its input ends), wait up to ``timeout`` seconds for
-        its fold to end, and kill it if it has not."""
+        """Ask the worker to exit (its input ends; a fold in flight is rolled back and
+        redone by the next one), wait up to ``timeout`` seconds for it, and kill it if it
+        has not exited. A worker the supervisor starts at that moment sees its input end
+        when the master exits."""
         self.stop.set()
         proc = self.process
         if proc is not None and proc.poll() is None:
