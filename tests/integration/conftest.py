@@ -147,6 +147,10 @@ class Cluster:
             "dauntless.master",
             "--port",
             str(self.port),
+            # The task services' own origin on a free port (the default, --port + 1, may
+            # belong to another test's master).
+            "--proxy-port",
+            "0",
             "--data-dir",
             str(self.data_dir),
             "--db-url",

@@ -1,6 +1,10 @@
 """Notebooks and TensorBoards in a real headless Chromium through the master's proxy
 (issue 20), against a real master, agent, JupyterLab and TensorBoard.
 
+* A script in a page served by user ``determined``'s notebook, opened by a signed-in
+  admin, can neither create a user nor read ``/api/v1/users`` (issue 29 scope 4): the
+  page is on the proxy origin, the master answers its cookie-carrying POSTs 403 for want
+  of the CSRF token, and the browser keeps the master's answers from it.
 * A notebook opens signed in, runs a cell printing a value and ``DET_MASTER``; another
   user and a task's session token get 403 on its URL; closed, it is killed after its
   ``idle_timeout``.
@@ -63,12 +67,143 @@ max_restarts: 0
 """
 
 
-@pytest.fixture()
-def cluster(cluster_factory, tmp_path) -> Cluster:
-    c = cluster_factory(f"sqlite:///{tmp_path}/master.db")
+@pytest.fixture(scope="module")
+def cluster(module_cluster_factory, tmp_path_factory) -> Cluster:
+    """One master and agent for the module's notebook tests."""
+    tmp = tmp_path_factory.mktemp("tasks-browser-db")
+    c = module_cluster_factory(f"sqlite:///{tmp}/master.db")
     c.start_master()
     c.start_agent(slots=2)
     return c
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the test extra)")
+    pw, chromium = _browser()
+    yield chromium
+    chromium.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="module")
+def notebook(cluster: Cluster, tmp_path_factory) -> str:
+    """User determined's notebook (no slot, idle_timeout 30 s) over a context holding
+    check.ipynb; its id once it answers."""
+    ctx = tmp_path_factory.mktemp("nb")
+    (ctx / "check.ipynb").write_text(json.dumps(NOTEBOOK))
+    task_id = (
+        cluster.det(
+            "notebook",
+            "start",
+            "-d",
+            "--context",
+            str(ctx),
+            "--config",
+            "resources.slots=0",
+            "--config",
+            "idle_timeout=30s",
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    return task_id
+
+
+ATTACK = """async (master) => {
+  const out = {};
+  const attempt = async (name, url, init) => {
+    try {
+      const r = await fetch(url, { credentials: "include", ...init });
+      out[name] = { status: r.status, body: (await r.text()).slice(0, 300) };
+    } catch (e) {
+      out[name] = { error: `${e.name}: ${e.message}` };
+    }
+  };
+  const admin = JSON.stringify({ username: "mallory", password: "", admin: true });
+  await attempt("read", master + "/api/v1/users", {});
+  await attempt("create_json", master + "/api/v1/users",
+    { method: "POST", headers: { "Content-Type": "application/json" }, body: admin });
+  await attempt("create_simple", master + "/api/v1/users",
+    { method: "POST", headers: { "Content-Type": "text/plain" }, body: admin });
+  const form = new FormData();
+  form.append("entrypoint", JSON.stringify(["touch", "/tmp/dauntless-pwned"]));
+  await attempt("command_form", master + "/api/v1/commands", { method: "POST", body: form });
+  await attempt("same_origin", "/api/v1/users", {});
+  out.cookie = document.cookie;
+  return out;
+}"""
+"""What a script in a task's page tries against the master (``master`` is its URL)."""
+
+
+def test_a_task_page_cannot_act_as_the_signed_in_admin(
+    cluster: Cluster, browser, notebook: str
+) -> None:
+    c = cluster
+    admin = browser.new_context()
+    try:
+        r = admin.request.post(
+            c.url + "/api/v1/auth/login", data={"username": "admin", "password": ""}
+        )
+        assert r.ok, r.text()
+        page = admin.new_page()
+        # What reached the network and what the master answered, also where the browser
+        # then kept the answer from the page (Chromium's own network events: Playwright
+        # reports no response that CORS blocked).
+        cdp = admin.new_cdp_session(page)
+        cdp.send("Network.enable")
+        sent: dict[str, tuple[str, str]] = {}
+        status: dict[str, int] = {}
+        cdp.on(
+            "Network.requestWillBeSent",
+            lambda e: sent.setdefault(
+                e["requestId"], (e["request"]["method"], e["request"]["url"])
+            ),
+        )
+        cdp.on(
+            "Network.responseReceivedExtraInfo",
+            lambda e: status.__setitem__(e["requestId"], e["statusCode"]),
+        )
+        c.det("notebook", "open", "--no-browser", notebook, timeout=200)  # waits until ready
+        page.goto(f"{c.url}/proxy/{notebook}/lab")
+        page.wait_for_selector(".jp-LabShell", timeout=120000)
+        origin = page.evaluate("location.origin")
+        # The notebook is served on the proxy origin, not the master's.
+        assert origin != c.url and page.url.startswith(f"{origin}/proxy/{notebook}/lab")
+        got = page.evaluate(ATTACK, c.url)
+        # The page's script cannot read the master's answers (no CORS), cannot send a
+        # JSON POST (its preflight is refused), and its simple POSTs are refused 403 by
+        # the master for want of the session's CSRF token; its own origin has no API.
+        assert got["read"] == {"error": "TypeError: Failed to fetch"}, got
+        assert got["create_json"] == {"error": "TypeError: Failed to fetch"}, got
+        assert got["create_simple"] == {"error": "TypeError: Failed to fetch"}, got
+        assert got["command_form"] == {"error": "TypeError: Failed to fetch"}, got
+        assert got["same_origin"]["status"] == 404, got
+        assert "dauntless_token" not in got["cookie"]
+        page.wait_for_timeout(1000)  # the network events of the last answers
+        to_master = sorted(
+            (method, url, status.get(rid, 0))
+            for rid, (method, url) in sent.items()
+            if url.startswith(c.url + "/api/")
+        )
+        # The read reached the master (the cookie is sent: same site) and was answered,
+        # but the page never saw it; the JSON POST never left the browser (status 0: its
+        # OPTIONS preflight got no CORS grant); the simple POSTs reached the master and
+        # were refused 403 by the CSRF check.
+        assert to_master == [
+            ("GET", f"{c.url}/api/v1/users", 200),
+            ("OPTIONS", f"{c.url}/api/v1/users", 405),
+            ("POST", f"{c.url}/api/v1/commands", 403),
+            ("POST", f"{c.url}/api/v1/users", 0),
+            ("POST", f"{c.url}/api/v1/users", 403),
+        ], to_master
+        # Nothing was done as the admin.
+        users = [u["username"] for u in c.api("/users")["users"]]
+        assert "mallory" not in users
+        assert c.api("/tasks", type="COMMAND", owner="admin")["tasks"] == []
+        page.close()
+    finally:
+        admin.close()
 
 
 def _login(c: Cluster, username: str, password: str = "") -> str:
@@ -79,116 +214,95 @@ def _login(c: Cluster, username: str, password: str = "") -> str:
     return r.json()["token"]
 
 
-def test_notebook_and_tensorboard_through_the_proxy(cluster: Cluster, tmp_path: Path) -> None:
-    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the test extra)")
+def test_notebook_and_tensorboard_through_the_proxy(
+    cluster: Cluster, browser, notebook: str, tmp_path: Path
+) -> None:
     pytest.importorskip("tensorboard", reason="TensorBoard is not installed (the test extra)")
-    pw, browser = _browser()
     c = cluster
-    ctx = tmp_path / "nb"
-    ctx.mkdir()
-    (ctx / "check.ipynb").write_text(json.dumps(NOTEBOOK))
-    try:
-        # A digits experiment trains (its slot) while JupyterLab starts (no slot).
-        cfg = tmp_path / "digits.yaml"
-        cfg.write_text(DIGITS)
-        out = c.det("experiment", "create", str(cfg), "examples/digits").stdout
-        exp_id = int(out.split("Created experiment")[1].split()[0])
-        task_id = (
-            c.det(
-                "notebook",
-                "start",
-                "-d",
-                "--context",
-                str(ctx),
-                "--config",
-                "resources.slots=0",
-                "--config",
-                "idle_timeout=30s",
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        url = c.det("notebook", "open", "--no-browser", task_id, timeout=200).stdout.strip()
-        assert url == f"{c.url}/proxy/{task_id}/lab"
+    task_id = notebook
+    # A digits experiment trains (its slot) while JupyterLab starts (no slot).
+    cfg = tmp_path / "digits.yaml"
+    cfg.write_text(DIGITS)
+    out = c.det("experiment", "create", str(cfg), "examples/digits").stdout
+    exp_id = int(out.split("Created experiment")[1].split()[0])
+    url = c.det("notebook", "open", "--no-browser", task_id, timeout=200).stdout.strip()
+    assert url == f"{c.url}/proxy/{task_id}/lab"
 
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.goto(c.url + "/")  # the WebUI signs in as determined, the notebook's owner
-        page.wait_for_selector("#experiments-table", timeout=30000)
-        page.goto(f"{c.url}/proxy/{task_id}/lab/tree/check.ipynb")
-        page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=120000)
-        # The kernel is started and idle (the status bar says so) before the cell runs.
-        page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=120000)
-        page.click(".jp-Notebook .jp-Cell .cm-content")
-        page.keyboard.press("Shift+Enter")
-        out = page.wait_for_selector(".jp-OutputArea-output:has-text('value 42')", timeout=90000)
-        assert f"value 42 {c.url}" in out.inner_text()
-        SHOTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(SHOTS / "notebook.png"))
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto(c.url + "/")  # the WebUI signs in as determined, the notebook's owner
+    page.wait_for_selector("#experiments-table", timeout=30000)
+    page.goto(f"{c.url}/proxy/{task_id}/lab/tree/check.ipynb")
+    page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=120000)
+    # The kernel is started and idle (the status bar says so) before the cell runs.
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')", timeout=120000)
+    page.click(".jp-Notebook .jp-Cell .cm-content")
+    page.keyboard.press("Shift+Enter")
+    out = page.wait_for_selector(".jp-OutputArea-output:has-text('value 42')", timeout=90000)
+    assert f"value 42 {c.url}" in out.inner_text()
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / "notebook.png"))
 
-        # Another user, and a task's (or trial's) session token, are refused.
-        c.det("-u", "admin", "user", "create", "alice", "--password", "pw-alice")
-        other = browser.new_context()
-        other.request.post(
-            c.url + "/api/v1/auth/login", data={"username": "alice", "password": "pw-alice"}
-        )
-        denied = other.new_page().goto(f"{c.url}/proxy/{task_id}/lab")
-        assert denied is not None and denied.status == 403
-        assert "only the owner" in denied.text()
-        other.close()
-        r = httpx.get(
-            f"{c.url}/proxy/{task_id}/lab",
-            headers={"Authorization": f"Bearer {_login(c, 'alice', 'pw-alice')}"},
-            timeout=30,
-        )
-        assert r.status_code == 403
-        probe = (
-            "import httpx, os; print('status', httpx.get(os.environ['DET_MASTER'] + "
-            f"'/proxy/{task_id}/lab', headers={{'Authorization': 'Bearer ' + "
-            "os.environ['DET_SESSION_TOKEN']}).status_code)"
-        )
-        proc = c.det("cmd", "run", "--config", "resources.slots=0", sys.executable, "-c", probe)
-        assert "status 403" in proc.stdout
-        assert httpx.get(f"{c.url}/proxy/{task_id}/lab", timeout=30).status_code == 401
-        # Closed, the notebook becomes idle (checked at the end).
-        page.close()
+    # Another user, and a task's (or trial's) session token, are refused.
+    c.det("-u", "admin", "user", "create", "alice", "--password", "pw-alice")
+    other = browser.new_context()
+    other.request.post(
+        c.url + "/api/v1/auth/login", data={"username": "alice", "password": "pw-alice"}
+    )
+    denied = other.new_page().goto(f"{c.url}/proxy/{task_id}/lab")
+    assert denied is not None and denied.status == 403
+    assert "only the owner" in denied.text()
+    other.close()
+    r = httpx.get(
+        f"{c.url}/proxy/{task_id}/lab",
+        headers={"Authorization": f"Bearer {_login(c, 'alice', 'pw-alice')}"},
+        timeout=30,
+    )
+    assert r.status_code == 403
+    probe = (
+        "import httpx, os; print('status', httpx.get(os.environ['DET_MASTER'] + "
+        f"'/proxy/{task_id}/lab', headers={{'Authorization': 'Bearer ' + "
+        "os.environ['DET_SESSION_TOKEN']}).status_code)"
+    )
+    proc = c.det("cmd", "run", "--config", "resources.slots=0", sys.executable, "-c", probe)
+    assert "status 403" in proc.stdout
+    assert httpx.get(f"{c.url}/proxy/{task_id}/lab", timeout=30).status_code == 401
+    # Closed, the notebook becomes idle (checked at the end).
+    page.close()
 
-        # TensorBoard over the finished experiment shows its accuracy scalar.
-        done = c.wait_experiment(exp_id, timeout=240)
-        assert done["experiment"]["state"] == "COMPLETED", c.dump_logs(exp_id)
-        url = c.det("tensorboard", "start", "--no-browser", str(exp_id), timeout=200).stdout
-        url = url.strip().splitlines()[-1]
-        tb = c.api("/tasks", type="TENSORBOARD")["tasks"]
-        assert len(tb) == 1 and url == f"{c.url}/proxy/{tb[0]['id']}/"
-        assert tb[0]["experiment_ids"] == [exp_id] and tb[0]["slots"] == 0
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.goto(c.url + "/")
-        page.wait_for_selector("#experiments-table", timeout=30000)
-        page.goto(url + "#timeseries")
-        page.wait_for_selector("text=validation/accuracy", timeout=120000)
-        page.fill("input[placeholder='Filter tags (regex)']", "accuracy")
-        page.screenshot(path=str(SHOTS / "tensorboard.png"))
+    # TensorBoard over the finished experiment shows its accuracy scalar.
+    done = c.wait_experiment(exp_id, timeout=240)
+    assert done["experiment"]["state"] == "COMPLETED", c.dump_logs(exp_id)
+    url = c.det("tensorboard", "start", "--no-browser", str(exp_id), timeout=200).stdout
+    url = url.strip().splitlines()[-1]
+    tb = c.api("/tasks", type="TENSORBOARD")["tasks"]
+    assert len(tb) == 1 and url == f"{c.url}/proxy/{tb[0]['id']}/"
+    assert tb[0]["experiment_ids"] == [exp_id] and tb[0]["slots"] == 0
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto(c.url + "/")
+    page.wait_for_selector("#experiments-table", timeout=30000)
+    page.goto(url + "#timeseries")
+    page.wait_for_selector("text=validation/accuracy", timeout=120000)
+    page.fill("input[placeholder='Filter tags (regex)']", "accuracy")
+    page.screenshot(path=str(SHOTS / "tensorboard.png"))
 
-        # The WebUI's tasks page lists it with Open, Logs and Kill; the experiment page's
-        # TensorBoard button reuses it (the same set of experiments).
-        tb_id = tb[0]["id"]
-        page.goto(f"{c.url}/experiments/{exp_id}")
-        page.click("#open-tensorboard")
-        page.wait_for_url("**/tasks")
-        row = f"#tasks-table tr[data-task='{tb_id}']"
-        page.wait_for_selector(f"{row} a[data-open='{tb_id}']")
-        assert len(c.api("/tasks", type="TENSORBOARD")["tasks"]) == 1
-        page.click(f"{row} button[data-logs='{tb_id}']")
-        page.wait_for_selector(f"#task-logs[data-task='{tb_id}']:has-text('TensorBoard is ready')")
-        page.screenshot(path=str(SHOTS / "tasks.png"), full_page=True)
-        page.click(f"{row} button[data-kill='{tb_id}']")
-        c.wait_task(tb_id, {"CANCELED"}, timeout=60)
+    # The WebUI's tasks page lists it with Open, Logs and Kill; the experiment page's
+    # TensorBoard button reuses it (the same set of experiments).
+    tb_id = tb[0]["id"]
+    page.goto(f"{c.url}/experiments/{exp_id}")
+    page.click("#open-tensorboard")
+    page.wait_for_url("**/tasks")
+    row = f"#tasks-table tr[data-task='{tb_id}']"
+    page.wait_for_selector(f"{row} a[data-open='{tb_id}']")
+    assert len(c.api("/tasks", type="TENSORBOARD")["tasks"]) == 1
+    page.click(f"{row} button[data-logs='{tb_id}']")
+    page.wait_for_selector(f"#task-logs[data-task='{tb_id}']:has-text('TensorBoard is ready')")
+    page.screenshot(path=str(SHOTS / "tasks.png"), full_page=True)
+    page.click(f"{row} button[data-kill='{tb_id}']")
+    c.wait_task(tb_id, {"CANCELED"}, timeout=60)
 
-        # The notebook, idle since its page closed, was killed after its idle_timeout.
-        ended = c.wait_task(task_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=120)
-        assert ended["state"] == "CANCELED" and "idle" in (ended["exit_message"] or ""), ended
-    finally:
-        browser.close()
-        pw.stop()
+    # The notebook, idle since its page closed, was killed after its idle_timeout.
+    ended = c.wait_task(task_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=120)
+    assert ended["state"] == "CANCELED" and "idle" in (ended["exit_message"] or ""), ended
 
 
 def test_missing_service_packages_name_the_extra(cluster_factory, tmp_path: Path) -> None:

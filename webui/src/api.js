@@ -11,13 +11,36 @@ export class ApiError extends Error {
 }
 
 // Credentials: the master's HttpOnly session cookie (set by POST /auth/login), sent by
-// fetch and EventSource on their own; the UI never sees the token.
+// fetch and EventSource on their own; the UI never sees the token. A request that
+// changes something also sends the session's CSRF token (X-CSRF-Token), which the
+// master hands only to pages of its own origin (docs/protocol.md, "Authentication").
 
 /** The event fired on `window` when the master answers 401 (not signed in / expired). */
 export const UNAUTHORIZED_EVENT = "dauntless:unauthorized";
 
+const SAFE = new Set(["GET", "HEAD", "OPTIONS"]);
+let csrf = null; // a promise of the session's CSRF token (null: ask again)
+
+/**
+ * The headers a state-changing request sends with the session cookie: X-CSRF-Token,
+ * fetched once per session from GET /api/v1/auth/csrf ({} when signed out).
+ * @returns {Promise<Object<string, string>>}
+ */
+export async function csrfHeaders() {
+  if (!csrf) {
+    csrf = fetch(BASE + "/auth/csrf", { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => (r.ok ? r.json() : null))
+      .then((d) => (d && d.csrf_token) || null)
+      .catch(() => null);
+  }
+  const token = await csrf;
+  if (!token) csrf = null;
+  return token ? { "X-CSRF-Token": token } : {};
+}
+
 async function request(method, path, body) {
   const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+  if (!SAFE.has(method) && path !== "/auth/login") Object.assign(init.headers, await csrfHeaders());
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -28,6 +51,7 @@ async function request(method, path, body) {
   try { data = text ? JSON.parse(text) : null; } catch { data = null; }
   if (!resp.ok) {
     const err = new ApiError(resp.status, (data && data.detail) || `${resp.status} ${resp.statusText}`);
+    if (resp.status === 401) csrf = null;
     if (resp.status === 401 && !path.startsWith("/auth/")) {
       window.dispatchEvent(new CustomEvent(UNAUTHORIZED_EVENT, { detail: err.message }));
     }
@@ -66,12 +90,18 @@ export async function getText(path) {
  * @throws {ApiError} 401 wrong user name or password, 403 deactivated user
  */
 export async function login(username, password) {
-  return (await request("POST", "/auth/login", { username, password })).user;
+  const data = await request("POST", "/auth/login", { username, password });
+  csrf = Promise.resolve(data.csrf_token || null);
+  return data.user;
 }
 
 /** Sign out: the master revokes the token and clears the cookie. */
 export async function logout() {
-  await request("POST", "/auth/logout", {});
+  try {
+    await request("POST", "/auth/logout", {});
+  } finally {
+    csrf = null;
+  }
 }
 
 /** The signed-in user, or null when the master answers 401. */

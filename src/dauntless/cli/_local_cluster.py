@@ -275,10 +275,12 @@ def start_local_cluster(
                 "`det deploy local cluster-down`"
             )
         (root / STATE_FILE).unlink(missing_ok=True)
-    if not _port_free(master_port):
-        raise LocalClusterError(
-            f"port {master_port} on 127.0.0.1 is already in use; choose another with --master-port"
-        )
+    for port, what in ((master_port, "the master"), (master_port + 1, "its task proxy origin")):
+        if port > 65535 or not _port_free(port):
+            raise LocalClusterError(
+                f"port {port} on 127.0.0.1 ({what}) is not free; choose another with "
+                "--master-port (the master takes it and the next one)"
+            )
     url = f"http://127.0.0.1:{master_port}"
     logs = root / "logs"
     master_log = logs / "master.log"

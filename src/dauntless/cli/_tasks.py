@@ -15,6 +15,7 @@ import httpx
 import yaml
 
 from dauntless.client import Session, build_context_tarball
+from dauntless.config import MAX_TEXT_BYTES, LimitError, load_yaml
 
 from . import _util
 from ._util import (
@@ -48,9 +49,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             f"expected KEY=VALUE (e.g. resources.slots=0), got {text!r}"
         )
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
+        parsed = load_yaml(value, key.strip()) if value.strip() else ""
+    except LimitError as exc:
+        if not exc.detail.startswith("not valid YAML"):
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        parsed = value  # not YAML: the text itself
     return key.strip().split("."), parsed
 
 
@@ -103,9 +106,9 @@ def build_config(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     config: dict[str, Any] = {}
     if args.config_file:
         try:
-            with open(args.config_file, encoding="utf-8") as f:
-                loaded = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError) as exc:
+            with open(args.config_file, "rb") as f:
+                loaded = load_yaml(f.read(MAX_TEXT_BYTES + 1))
+        except (OSError, LimitError) as exc:
             exit_with_error(f"cannot read --config-file {args.config_file}: {exc}")
         if loaded is not None and not isinstance(loaded, dict):
             exit_with_error(f"--config-file {args.config_file} must hold a mapping")

@@ -16,7 +16,7 @@ from dauntless.client import (
     follow_trial_logs,
     wait_for_first_trial,
 )
-from dauntless.config import ConfigError, parse_experiment_config
+from dauntless.config import ConfigError, LimitError, load_yaml, parse_experiment_config
 
 from . import _util
 from ._failure import failure_text
@@ -73,9 +73,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 f"--config {item!r}: expected KEY=VALUE, e.g. searcher.max_length.batches=100"
             )
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError as exc:
-            raise ValueError(f"--config {item!r}: the value is not valid YAML: {exc}") from None
+            value = load_yaml(text, key.strip()) if text.strip() else ""
+        except LimitError as exc:
+            raise ValueError(f"--config {item!r}: {exc}") from None
         node: Any = raw
         for depth, part in enumerate(parts[:-1]):
             child = node.get(part)
@@ -100,9 +100,9 @@ def _load_config(path: str, overrides: list[str]) -> tuple[str, Any]:
     if not overrides:
         return text, text
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        exit_with_error(f"the config file {path} is not valid YAML: {exc}")
+        raw = load_yaml(text)
+    except LimitError as exc:
+        exit_with_error(f"the config file {path}: {exc}")
     if not isinstance(raw, dict):
         exit_with_error(f"the config file {path} must hold a mapping, got {type(raw).__name__}")
     try:

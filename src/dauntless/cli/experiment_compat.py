@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import yaml
+from dauntless.config import LimitError, load_yaml
 
 from ._util import exit_with_error, note, open_session, positive_int, write_line
 
@@ -40,8 +40,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     if args.config_file:
         try:
-            loaded = yaml.safe_load(Path(args.config_file).expanduser().read_text("utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            loaded = load_yaml(Path(args.config_file).expanduser().read_bytes())
+        except (OSError, LimitError) as exc:
             exit_with_error(f"cannot read the config file {args.config_file}: {exc}")
         if loaded is not None and not isinstance(loaded, dict):
             exit_with_error(f"the config file {args.config_file} must hold a mapping")

@@ -7,7 +7,6 @@ Registered into the ``experiment``, ``trial`` and ``checkpoint`` groups by their
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import os
 import sys
@@ -16,11 +15,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from dauntless.client import follow_trial_logs
+from dauntless.client import extract_archive, follow_trial_logs
 
 from ._util import (
     add_json_flag,
     exit_with_error,
+    note,
     open_session,
     positive_int,
     print_json,
@@ -146,9 +146,17 @@ def _kill_trial(args: argparse.Namespace) -> int:
 
 
 def _unpack(data: bytes, dest: str) -> None:
-    os.makedirs(dest, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
+    """Unpack a checkpoint archive into ``dest``, never outside it; entries left out
+    (links leaving the directory, absolute paths, device files) are reported on stderr.
+    An unreadable archive or a failed write ends the command with ``Error: ...``."""
+    try:
+        skipped = extract_archive(data, dest)
+    except tarfile.TarError as exc:
+        exit_with_error(f"the master's archive could not be read: {exc}")
+    except OSError as exc:
+        exit_with_error(f"cannot write into {dest}: {exc.strerror or exc}")
+    for entry in skipped:
+        note(f"Skipped {entry.name!r} of the checkpoint (not written): {entry.reason}")
 
 
 def _download_checkpoint(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ with an empty password; see :class:`Session`) and verifies an HTTPS master with
 ``cert_file`` / ``DET_MASTER_CERT_FILE`` when given.
 """
 
+from ._archive import SkippedEntry, extract_archive
 from ._auth import DEFAULT_USER, TokenStore, default_store_path
 from ._context import (
     BUILTIN_IGNORES,
@@ -51,6 +52,8 @@ from ._types import (
 from ._url import DEFAULT_MASTER_URL, normalize_master_url, resolve_master_url
 
 __all__ = [
+    "SkippedEntry",
+    "extract_archive",
     "APIError",
     "Agent",
     "AuthenticationError",

@@ -22,6 +22,7 @@ from dauntless._tls import (
     make_verify,
 )
 
+from ._archive import SkippedEntry, extract_archive
 from ._auth import DEFAULT_USER, PASSWORD_ENV, TOKEN_ENV, USER_ENV, TokenStore
 from ._errors import APIError, AuthenticationError, MasterUnreachableError
 from ._types import (
@@ -732,6 +733,21 @@ class Session:
             timeout=self.upload_timeout,
         )
         return r.content
+
+    def download_checkpoint_to(self, uuid: str, path: str | os.PathLike[str]) -> list[SkippedEntry]:
+        """Download a checkpoint and unpack it into directory ``path`` (created if
+        missing), never writing outside it (:func:`dauntless.client.extract_archive`).
+
+        Returns:
+            The archive entries left out (links leaving the directory, absolute paths,
+            device files), each with the reason; empty when every file was written.
+
+        Raises:
+            ValueError: when ``uuid`` is empty.
+            tarfile.TarError: the master's answer is not a tar archive.
+            OSError: a file cannot be written.
+        """
+        return extract_archive(self.download_checkpoint(uuid), path)
 
     # -- lifecycle ---------------------------------------------------------------------
 

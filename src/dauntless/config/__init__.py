@@ -8,6 +8,7 @@ from ._cluster import (
     MasterConfig,
     ResourcePoolConfig,
     SecurityConfig,
+    TaskProxyConfig,
     TLSConfig,
     TokenConfig,
 )
@@ -46,6 +47,17 @@ from ._hparams import (
     parse_hyperparameters,
 )
 from ._length import Length, Unit, records_to_batches
+from ._limits import (
+    INT_MAX,
+    INT_MIN,
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_TEXT_BYTES,
+    LimitError,
+    check_tree,
+    load_json,
+    load_yaml,
+)
 from ._provider import (
     AgentResourceManagerConfig,
     AWSProviderConfig,
@@ -56,6 +68,15 @@ from ._provider import (
 )
 
 __all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_TEXT_BYTES",
+    "LimitError",
+    "check_tree",
+    "load_json",
+    "load_yaml",
     "FIELD_RULES",
     "REMOVED_SEARCHERS",
     "AWSProviderConfig",
@@ -94,6 +115,7 @@ __all__ = [
     "AzureStorage",
     "SearcherConfig",
     "SecurityConfig",
+    "TaskProxyConfig",
     "SharedFSStorage",
     "SingleSearcher",
     "TLSConfig",

@@ -96,6 +96,32 @@ class SecurityConfig(_Strict):
     tls: TLSConfig = Field(default_factory=TLSConfig)
 
 
+class TaskProxyConfig(_Strict):
+    """The origin of task services (``task_proxy``; docs/protocol.md, "Proxy").
+
+    Notebooks, TensorBoards and shells are served from an origin other than the
+    master's, so that a page a task serves cannot act with the master's cookie: by
+    default a second port of the master; with ``domain``, a host name per task.
+
+    Attributes:
+        port: the port of the proxy origin: None (default) is the master's port + 1
+            (8081); 0 lets the OS pick a free port at start.
+        host: the address it listens on; None: the master's ``host``.
+        domain: a DNS domain whose every name (``*.<domain>``, a wildcard record)
+            reaches the master: each task is then served at
+            ``<task id>.<domain>:<port>``, an origin of its own, so one task's page
+            cannot reach another task's either. None: every task shares the proxy
+            origin, on the host name the browser used for the master.
+    """
+
+    port: int | None = Field(default=None, ge=0, le=65535)
+    host: str | None = None
+    domain: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$",
+    )
+
+
 class MasterConfig(_Strict):
     """The master's config.
 
@@ -111,6 +137,10 @@ class MasterConfig(_Strict):
         resource_manager: where tasks run: ``agent`` (Dauntless agents, the default) or
             ``slurm`` (Slurm jobs; its partitions are the pools).
         security: users, login tokens and the agents' cluster secret.
+        max_search_trials: the most trials one experiment's search may plan (a grid's
+            points, ``max_trials``, ASHA's brackets); a larger search is refused at
+            create (and ``validate_only``) naming the field, as a preview refuses it.
+        task_proxy: where the task services' own origin listens (:class:`TaskProxyConfig`).
     """
 
     host: str = "127.0.0.1"
@@ -127,6 +157,8 @@ class MasterConfig(_Strict):
     cluster_name: str = "dauntless"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     security: SecurityConfig = Field(default_factory=SecurityConfig)
+    max_search_trials: int = Field(default=100_000, ge=1, le=2**31 - 1)
+    task_proxy: TaskProxyConfig = Field(default_factory=lambda: TaskProxyConfig())
 
     @model_validator(mode="after")
     def _providers_need_agents(self) -> MasterConfig:

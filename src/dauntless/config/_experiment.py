@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,6 +31,7 @@ from ._hparams import (
     parse_hyperparameters,
 )
 from ._length import Length
+from ._limits import LimitError, check_tree, load_yaml
 
 ENTRYPOINT_CLASS_RE = re.compile(r"^[a-zA-Z0-9_.]+:[a-zA-Z0-9_.]+$")
 
@@ -750,13 +750,17 @@ def parse_experiment_config(raw: Any) -> ExperimentConfig:
     Raises:
         ConfigError: with one ``(field_path, message)`` per problem, for example
             ``("searcher.max_length", "Field required")`` or
-            ``("hyperparameters.lr.minval", "minval (1.0) must be less than ...")``.
+            ``("hyperparameters.lr.minval", "minval (1.0) must be less than ...")``;
+            also text or a mapping over the limits of :mod:`dauntless.config._limits`
+            (size, nesting, expanded aliases, integers beyond 64 bits), naming the field.
     """
-    if isinstance(raw, (str, bytes)):
-        try:
-            raw = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise ConfigError([("", f"the config is not valid YAML: {exc}")]) from None
+    try:
+        if isinstance(raw, (str, bytes)):
+            raw = load_yaml(raw)  # bounded: dauntless.config._limits
+        else:
+            check_tree(raw)
+    except LimitError as exc:
+        raise ConfigError(exc.errors) from None
     if not isinstance(raw, dict):
         raise ConfigError([("", f"the config must be a mapping, got {type(raw).__name__}")])
     try:

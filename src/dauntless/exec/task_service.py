@@ -31,10 +31,12 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import datetime
@@ -155,6 +157,34 @@ def notebook_idle_since(status: dict[str, Any], kernels: list[dict[str, Any]]) -
     return max(times)
 
 
+def service_origin(addr: str, port: int) -> str:
+    """The origin of a service listening on ``addr:port`` (``http://addr:port``): the
+    only one it accepts, as the master's proxy presents its requests with it."""
+    host = f"[{addr}]" if ":" in addr else addr
+    return f"http://{host}:{port}"
+
+
+def write_jupyter_config(directory: str, token: str, origin: str) -> str:
+    """Write JupyterLab's secrets and origin rule to ``directory/jupyter_config.json``,
+    mode 0600, created anew (never over an existing file), and return its path.
+
+    The token is never on a command line (``/proc/<pid>/cmdline`` is world-readable)
+    nor in the environment (the kernels inherit it); Jupyter reads the file at start
+    (``--config``) and the caller removes it once the server answers.
+
+    Args:
+        directory: a directory only this task's user can enter (mode 0700).
+        token: the service token the master's proxy presents.
+        origin: the one origin JupyterLab accepts (``ServerApp.allow_origin``).
+    """
+    path = os.path.join(directory, "jupyter_config.json")
+    doc = {"IdentityProvider": {"token": token}, "ServerApp": {"allow_origin": origin}}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    return path
+
+
 def run_notebook(master: _Master) -> int:
     """Run JupyterLab under the task's proxy prefix until it exits (or is idle)."""
     try:
@@ -165,6 +195,7 @@ def run_notebook(master: _Master) -> int:
     port = free_port(addr)
     prefix = os.environ.get("DAUNTLESS_PROXY_PREFIX", "/")
     token = _env("DAUNTLESS_SERVICE_TOKEN")
+    secrets_dir = tempfile.mkdtemp(prefix="dauntless-jupyter-")  # mode 0700
     argv = [
         sys.executable,
         "-m",
@@ -173,9 +204,8 @@ def run_notebook(master: _Master) -> int:
         f"--ip={addr}",
         f"--port={port}",
         "--port-retries=0",
+        f"--config={write_jupyter_config(secrets_dir, token, service_origin(addr, port))}",
         f"--ServerApp.base_url={prefix}",
-        f"--IdentityProvider.token={token}",
-        "--ServerApp.allow_origin=*",
         f"--ServerApp.root_dir={os.getcwd()}",
         "--ServerApp.quit_button=False",
     ]
@@ -185,11 +215,15 @@ def run_notebook(master: _Master) -> int:
         argv.append("--allow-root")
     env = dict(os.environ)
     env.pop("DAUNTLESS_SERVICE_TOKEN", None)  # the kernel needs no key to its own server
-    proc = subprocess.Popen(argv, env=env)
-    _forward_term(proc)
-    base = f"http://{addr}:{port}{prefix}"
-    headers = {"Authorization": f"token {token}"}
-    if not _wait_ready(proc, base + "api/status", headers):
+    try:
+        proc = subprocess.Popen(argv, env=env)
+        _forward_term(proc)
+        base = f"http://{addr}:{port}{prefix}"
+        headers = {"Authorization": f"token {token}"}
+        ready = _wait_ready(proc, base + "api/status", headers)
+    finally:
+        shutil.rmtree(secrets_dir, ignore_errors=True)  # read at start: not needed after
+    if not ready:
         master.report(error="JupyterLab did not start; see the task's logs")
         proc.terminate()
         return proc.wait() or 1

@@ -7,13 +7,12 @@ import logging
 import os
 import sys
 
-import uvicorn
-import yaml
 from pydantic import ValidationError
 
 from dauntless._auth import read_secret_file
-from dauntless.config import MasterConfig
+from dauntless.config import LimitError, MasterConfig, load_yaml
 
+from . import serving
 from .app import create_app
 
 
@@ -27,6 +26,12 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
     p.add_argument("--config-file", help="master config YAML")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8080)")
+    p.add_argument(
+        "--proxy-port",
+        type=int,
+        help="port of the task services' own origin (task_proxy.port; default: --port + 1; "
+        "0: any free port)",
+    )
     p.add_argument("--data-dir", help="database, contexts and default checkpoints")
     p.add_argument("--db-url", help="SQLAlchemy URL (default: SQLite in the data dir)")
     p.add_argument("--agent-timeout", type=float, help="seconds without heartbeat = lost")
@@ -41,8 +46,13 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
     args = p.parse_args(argv)
     raw: dict = {}
     if args.config_file:
-        with open(args.config_file) as f:
-            raw = yaml.safe_load(f) or {}
+        try:
+            with open(args.config_file, "rb") as f:
+                raw = load_yaml(f.read(), "") or {}
+        except OSError as exc:
+            p.error(f"cannot read {args.config_file}: {exc.strerror or exc}")
+        except LimitError as exc:
+            p.error(f"{args.config_file}: {exc}")
         if not isinstance(raw, dict):
             p.error(f"{args.config_file}: the master config must be a mapping")
     for flag, key in [
@@ -66,6 +76,11 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
             if not isinstance(tls, dict):
                 p.error("security.tls in the master config must be a mapping")
             tls[key] = value
+    if args.proxy_port is not None:
+        proxy = raw.setdefault("task_proxy", {})
+        if not isinstance(proxy, dict):
+            p.error("task_proxy in the master config must be a mapping")
+        proxy["port"] = args.proxy_port
     if args.cluster_secret_file:
         security = raw.setdefault("security", {})
         if not isinstance(security, dict):
@@ -104,17 +119,21 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("httpx").setLevel(logging.WARNING)
     app = create_app(config, freeze_heap=True, fold_worker=True)
     tls = config.security.tls
-    # With security.tls the master serves HTTPS only (clients verify it: --cert-file).
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        access_log=config.log_level == "debug",
-        timeout_graceful_shutdown=5,
-        ssl_certfile=tls.cert,
-        ssl_keyfile=tls.key,
-    )
+    # With security.tls the master serves HTTPS only (clients verify it: --cert-file),
+    # on both its origins: the API's and the task services' (task_proxy).
+    try:
+        serving.run(
+            app,
+            config,
+            log_level=config.log_level,
+            access_log=config.log_level == "debug",
+            timeout_graceful_shutdown=5,
+            ssl_certfile=tls.cert,
+            ssl_keyfile=tls.key,
+        )
+    except OSError as exc:
+        sys.stderr.write(f"dauntless master: {exc.strerror or exc}\n")
+        return 1
     return 0
 
 

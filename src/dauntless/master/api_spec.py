@@ -10,7 +10,8 @@
 - **Error answers.** Every ``/api/v1`` route declares the error statuses it can answer,
   all with the body :class:`ErrorBody` (docs/protocol.md): 400 (invalid request), 401 and
   403 (unless the route is open), 404 (a route naming an object), 409 (state changes),
-  413 (experiment upload), 429 (login), 405 (wrong method); see :func:`declare_errors`.
+  413 (a body or upload over its limit: every POST, PUT and PATCH), 429 (login), 405
+  (wrong method); see :func:`declare_errors`.
 - **405.** A path the API serves with other methods answers 405 with ``Allow`` (not the
   UI's catch-all 404); see :func:`method_not_allowed`.
 """
@@ -57,7 +58,7 @@ _DESCRIPTIONS = {
     404: "No such object",
     405: "Method not allowed on this path",
     409: "The object's state forbids it, or it conflicts with another",
-    413: "The upload is too large",
+    413: "The body or upload is over its size limit",
     429: "Too many failed logins: retry after `Retry-After` seconds",
 }
 
@@ -110,8 +111,8 @@ def error_statuses(route: APIRoute) -> set[int]:
         statuses |= {404, 409}
     if route.path_format.endswith("/download"):
         statuses.add(409)  # the checkpoint was deleted by GC
-    if route.path_format == "/api/v1/experiments" and "POST" in methods:
-        statuses.add(413)
+    if methods & {"POST", "PUT", "PATCH"}:
+        statuses.add(413)  # a JSON body over its limit (body_limits), an upload
     if route.path_format == "/api/v1/auth/login":
         statuses |= {401, 403, 429}
     return statuses

@@ -20,12 +20,15 @@ from dauntless.config import MasterConfig
 from . import loop
 from .api_spec import declare_errors
 from .auth import AuthService, authenticate
+from .body_limits import JSONBodyLimits
 from .context import MasterContext
 from .db import ClusterRow, Database
 from .fold_worker import FoldWorker
 from .metric_series import MetricFolder
 from .provisioner import build_provisioners
-from .proxy import make_proxy_app, proxy_client
+from .proxy import make_master_proxy_app, make_proxy_origin_app
+from .proxy_auth import ProxyAuth
+from .proxy_forward import proxy_client
 from .routes import install_error_handlers
 from .routes_allocations import router as allocations_router
 from .routes_auth import router as auth_router
@@ -93,6 +96,10 @@ def create_app(
     Every route depends on :func:`dauntless.master.auth.authenticate` (an application
     dependency, so no route can miss it): the caller must present a valid credential and
     pass the route's access rule, except on the open routes and the UI's files.
+
+    The task services' own origin is a second ASGI app, ``app.state.proxy_origin_app``
+    (:func:`dauntless.master.proxy.make_proxy_origin_app`), which
+    :mod:`dauntless.master.serving` serves on the ``task_proxy`` port beside this one.
 
     Args:
         config: the master config.
@@ -174,7 +181,15 @@ def create_app(
     install_error_handlers(app)
     install_task_error_handlers(app)
     app.state.proxy_client = proxy_client()
-    app.mount("/proxy", make_proxy_app(app.state))  # task services (dauntless.master.proxy)
+    app.state.proxy_auth = ProxyAuth()
+    # The proxy origin's port as browsers reach it; serving.py sets the bound one.
+    proxy_port = config.task_proxy.port
+    app.state.proxy_port = config.port + 1 if proxy_port is None else proxy_port
+    # Task services: on the master's origin only bearer clients and the one-time
+    # redirect to the proxy origin; served on the proxy origin (dauntless.master.proxy).
+    app.mount("/proxy", make_master_proxy_app(app.state))
+    app.state.proxy_origin_app = make_proxy_origin_app(app.state)
+    app.add_middleware(JSONBodyLimits)  # bounded JSON bodies (dauntless.master.body_limits)
     app.include_router(tasks_router)
     app.include_router(auth_router)
     app.include_router(compat_router)

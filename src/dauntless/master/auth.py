@@ -56,6 +56,7 @@ from .auth_access import ACCESS_ATTR as ACCESS_ATTR
 from .auth_access import DEFAULT_ACCESS as DEFAULT_ACCESS
 from .auth_access import Access, Principal, forbidden, route_access, unauthorized
 from .auth_access import access as access
+from .auth_csrf import check_csrf
 from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
 from .auth_secrets import hash_password, hash_token, load_cluster_secret, new_token
 from .auth_secrets import verify_password as verify_password
@@ -406,7 +407,9 @@ async def authenticate(request: Request) -> Principal | None:
         needs no credential (an open route, the WebUI's pages and files).
 
     Raises:
-        HTTPException: 401 without a valid credential, 403 when the rule refuses.
+        HTTPException: 401 without a valid credential, 403 when the rule refuses or a
+            state-changing request authenticated by the session cookie lacks its CSRF
+            token (:mod:`dauntless.master.auth_csrf`).
     """
     route = request.scope.get("route")
     path = getattr(route, "path", "") or ""
@@ -422,6 +425,7 @@ async def authenticate(request: Request) -> Principal | None:
     if who is None or "uuid" in request.path_params:
         return await run_in_threadpool(_identify_and_authorize, service, rule, request)
     request.state.principal = who
+    check_csrf(request, request.method)
     service.authorize(who, rule, request)
     return who
 
@@ -429,6 +433,7 @@ async def authenticate(request: Request) -> Principal | None:
 def _identify_and_authorize(service: AuthService, rule: Access, request: Request) -> Principal:
     who = service.identify(request)
     request.state.principal = who
+    check_csrf(request, request.method)  # a cookie's state change: 403 without its token
     service.authorize(who, rule, request)
     return who
 

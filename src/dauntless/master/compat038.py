@@ -13,8 +13,9 @@
   ``parent_id`` on create (the parent's model definition is reused).
 
 This module holds the pure config steps; the checks that read rows are
-:mod:`dauntless.master.models.experiments` (``refuse_unsupported``,
-``resolve_warm_start``, ``continue_experiment``), and the searcher's side is
+:mod:`dauntless.master.models.experiment_checks` (``refuse_unsupported``,
+``resolve_warm_start``) and :mod:`dauntless.master.models.experiments`
+(``continue_experiment``), and the searcher's side is
 :mod:`dauntless.master.models.metrics` (``searcher_sees_validation``) and
 :mod:`dauntless.master.models.lifecycle` (``searcher_failed``).
 """
@@ -23,9 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from dauntless.config import ConfigError
+from dauntless.config import ConfigError, LimitError, check_tree, load_yaml
 
 
 def prepare_raw_config(config: str | dict[str, Any], default_storage: dict[str, Any]) -> Any:
@@ -41,15 +40,17 @@ def prepare_raw_config(config: str | dict[str, Any], default_storage: dict[str, 
         mapping (the parser then reports it).
 
     Raises:
-        ConfigError: the text is not valid YAML.
+        ConfigError: the text is not valid YAML, or it or the mapping breaks a limit of
+            :mod:`dauntless.config._limits` (naming the field).
     """
-    if isinstance(config, (str, bytes)):
-        try:
-            raw = yaml.safe_load(config)
-        except yaml.YAMLError as exc:
-            raise ConfigError([("", f"the config is not valid YAML: {exc}")]) from None
-    else:
-        raw = config
+    try:
+        if isinstance(config, (str, bytes)):
+            raw = load_yaml(config)
+        else:
+            check_tree(config)
+            raw = config
+    except LimitError as exc:
+        raise ConfigError(exc.errors) from None
     if not isinstance(raw, dict):
         return raw
     raw = dict(raw)
@@ -78,13 +79,16 @@ def merge_config_overrides(base: dict[str, Any], override: Any) -> dict[str, Any
     """Deep-merge config overrides (YAML text or mapping) into a stored config.
 
     Raises:
-        ConfigError: the overrides are not a YAML mapping.
+        ConfigError: the overrides are not a YAML mapping, or break a limit of
+            :mod:`dauntless.config._limits` (naming the field).
     """
-    if isinstance(override, str):
-        try:
-            override = yaml.safe_load(override) if override.strip() else {}
-        except yaml.YAMLError as exc:
-            raise ConfigError([("", f"the config overrides are not valid YAML: {exc}")]) from None
+    try:
+        if isinstance(override, str):
+            override = load_yaml(override) if override.strip() else {}
+        else:
+            check_tree(override)
+    except LimitError as exc:
+        raise ConfigError(exc.errors) from None
     if override is None:
         override = {}
     if not isinstance(override, dict):

@@ -29,8 +29,13 @@ class BadRequest(ValueError):
         self.errors = errors or []
 
 
+class TooLarge(BadRequest):
+    """The upload is larger than a limit (the API answers 413); ``errors`` as
+    :class:`BadRequest`'s."""
+
+
 class Conflict(Exception):
     """The request conflicts with the object's state (the API answers 409)."""
 
 
-__all__ = ["MAX_CONTEXT_BYTES", "BadRequest", "Conflict", "NotFound"]
+__all__ = ["MAX_CONTEXT_BYTES", "BadRequest", "Conflict", "NotFound", "TooLarge"]

@@ -1,70 +1,62 @@
 """The master's proxy to task services: ``/proxy/<task id>/...`` (HTTP and WebSocket).
 
 A notebook, shell or TensorBoard listens on a port of its agent; users reach it through
-the master's one address (and its TLS), signed in: only the task's owner or an admin
-passes (a trial's or task's session token, or another user, gets 403; no credential
-401). The service gets the path unchanged (notebooks and TensorBoards are started with
-``/proxy/<task id>/`` as their base URL), and the proxy adds the service's own secret
-(``Authorization: token ...``, Jupyter's token), so the service cannot be used by
-going around the master. The master's ``dauntless_token`` cookie and the caller's
-``Authorization`` header are not passed on.
+the master (and its TLS), signed in: only the task's owner or an admin passes (a
+trial's or task's session token, or another user, gets 403; no credential 401).
 
-What is hand-written and why: the transport is libraries: httpx streams HTTP requests
-and answers both ways (bodies are never held whole), Starlette's WebSocket accepts the
-browser's side and the ``websockets`` client opens the service's side. What is ours is
-the glue no library offers for an ASGI app: choosing the target from the task's row,
-the owner check, which headers cross (hop-by-hop headers dropped, RFC 9110 §7.6.1),
-and the two pumps copying WebSocket messages until either side closes.
+**Two origins.** A page a task serves is the task owner's code. Served on the master's
+origin it could call the master's API with the cookie of whoever opened it (an admin),
+so services are served on an origin of their own, the *proxy origin*
+(:class:`~dauntless.config.TaskProxyConfig`: a second port of the master, or a host
+name per task), by :func:`make_proxy_origin_app`:
+
+* On the master's origin (:func:`make_master_proxy_app`, mounted at ``/proxy``), a
+  request with a bearer token (the CLI: ``det shell``'s WebSocket, scripts) is
+  forwarded as before; a browser signed in by the master's cookie gets, for a GET, a
+  ``303`` to the proxy origin with a one-time ticket (:mod:`.proxy_auth`), and for
+  anything else 403: the master's cookie opens no service.
+* On the proxy origin a request presents the proxy origin's own cookie
+  (``dauntless_proxy``, one per task, set when a ticket is redeemed) or a bearer token.
+  A request whose ``Origin`` is another origin is refused (403), and so is, with
+  ``task_proxy.domain``, a host name of another task.
+
+The service gets the path unchanged (notebooks and TensorBoards are started with
+``/proxy/<task id>/`` as their base URL), ``Origin`` rewritten to the service's own
+address (so JupyterLab, which accepts only that origin, accepts the proxy's), and the
+service's own secret (``Authorization: token ...``, Jupyter's token), so the service
+cannot be used by going around the master. No ``dauntless_*`` cookie and no caller's
+``Authorization`` header reaches the service, and a service cannot set a
+``dauntless_*`` cookie (its ``Set-Cookie`` answers for them are dropped).
+
+What is hand-written and why: the transport is libraries (:mod:`.proxy_forward`); what
+is ours is the glue no library offers for an ASGI app: choosing the target from the
+task's row, the owner check, the ticket hand-over and the origin checks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any
+from urllib.parse import quote
 
-import httpx
-import websockets
 from fastapi import HTTPException
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from dauntless._auth import COOKIE_NAME
 
+from .auth_access import Principal
+from .models import users
+from .proxy_auth import PROXY_COOKIE, TICKET_PATH, ProxyAuth, proxy_origin
+from .proxy_forward import forward_http, forward_ws, raw_path
 from .tasks import NotFound
 
 log = logging.getLogger("dauntless.master.proxy")
-
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-"""Headers that describe one connection, not the message (never forwarded)."""
-
-_WS_SKIP = frozenset(
-    {
-        "sec-websocket-key",
-        "sec-websocket-version",
-        "sec-websocket-extensions",
-        "sec-websocket-protocol",
-    }
-)
 
 
 class _CookieOnly:
@@ -76,31 +68,40 @@ class _CookieOnly:
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        self.headers = headers
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"detail": self.detail}, status_code=self.status, headers=self.headers)
 
 
-async def _target(conn: HTTPConnection, task_id: str) -> tuple[Any, str]:
-    """The task's service URL once the caller may reach it.
+_NO_CREDENTIAL = (
+    "authentication required: open the task from the WebUI or `det notebook open`, or "
+    "send 'Authorization: Bearer <token>'"
+)
+
+
+def _bearer(conn: HTTPConnection) -> bool:
+    return conn.headers.get("authorization", "").lower().startswith("bearer ")
+
+
+async def _identify(conn: HTTPConnection, caller: Any) -> Principal:
+    try:
+        return await run_in_threadpool(conn.app.state.auth.identify, caller)
+    except HTTPException as exc:
+        raise _Refused(exc.status_code, str(exc.detail), {"WWW-Authenticate": "Bearer"}) from None
+
+
+async def _target(conn: HTTPConnection, who: Principal, task_id: str) -> tuple[Any, str]:
+    """The task's service URL once ``who`` may reach it.
 
     Raises:
-        _Refused: 401/403 for the caller, 404 unknown task, 503 not ready.
+        _Refused: 403 for the caller, 404 unknown task, 410 ended, 503 not ready.
     """
-    app = conn.app
-    auth = app.state.auth
-    caller: Any = conn
-    header = conn.headers.get("authorization", "")
-    if header and not header.lower().startswith("bearer "):
-        # The service's own scheme (JupyterLab sends "token ..."): the user is known by
-        # the master's cookie, and the header is the service's business.
-        caller = _CookieOnly(conn)
-    try:
-        who = await run_in_threadpool(auth.identify, caller)
-    except HTTPException as exc:
-        raise _Refused(exc.status_code, str(exc.detail)) from None
-    ctx = app.state.ctx
+    ctx = conn.app.state.ctx
     try:
         row, base = await run_in_threadpool(ctx.tasks.target, task_id)
     except NotFound as exc:
@@ -121,147 +122,233 @@ async def _target(conn: HTTPConnection, task_id: str) -> tuple[Any, str]:
     return row, base
 
 
-def _forward_headers(conn: HTTPConnection, row: Any, skip: frozenset[str]) -> list[tuple[str, str]]:
-    out = []
-    for name, value in conn.headers.items():
-        low = name.lower()
-        if low in skip or low == "authorization":
-            continue
-        if low == "cookie":
-            kept = [c for c in value.split(";") if c.strip().split("=", 1)[0] != COOKIE_NAME]
-            if not kept:
-                continue
-            value = ";".join(kept).strip()
-        out.append((name, value))
-    if row.service_token:
-        out.append(("Authorization", f"token {row.service_token}"))
-    return out
+async def _deny(ws: WebSocket, refused: _Refused) -> None:
+    """Refuse a WebSocket handshake with an HTTP status (401, 403 ...) where the server
+    can (the ASGI WebSocket Denial Response extension; uvicorn has it), else close it
+    with code 4000 + status before accepting."""
+    try:
+        await ws.send_denial_response(refused.response())
+    except RuntimeError:
+        await ws.close(code=4000 + refused.status, reason=refused.detail[:120])
 
 
-def _raw_path(conn: HTTPConnection) -> str:
-    """The path as the client sent it (still percent-encoded, the mount prefix kept)."""
-    raw = conn.scope.get("raw_path")
-    if raw:
-        return raw.decode("latin-1").split("?", 1)[0]
-    return conn.scope.get("root_path", "") + conn.scope["path"]
+# ---------------------------------------------------------------------- master origin
 
 
-async def _http(request: Request) -> Response:
+def _proxy_url(conn: HTTPConnection, task_id: str, path: str) -> str:
+    state = conn.app.state
+    origin = proxy_origin(
+        conn.url.scheme,
+        conn.headers.get("host", ""),
+        state.proxy_port,
+        task_id,
+        state.config.task_proxy.domain,
+    )
+    return origin + path
+
+
+async def _master_http(request: Request) -> Response:
     task_id = request.path_params["task_id"]
+    path = raw_path(request)
     try:
-        row, base = await _target(request, task_id)
+        if _bearer(request):  # the CLI and scripts: no browser, no cookie
+            who = await _identify(request, request)
+            row, base = await _target(request, who, task_id)
+            if path == f"/proxy/{task_id}":
+                return RedirectResponse(f"/proxy/{task_id}/", status_code=307)
+            return await forward_http(request, row, base)
+        if not request.cookies.get(COOKIE_NAME):
+            raise _Refused(401, _NO_CREDENTIAL, {"WWW-Authenticate": "Bearer"})
+        who = await _identify(request, _CookieOnly(request))
+        await _target(request, who, task_id)
+        if request.method not in ("GET", "HEAD"):
+            raise _Refused(
+                403,
+                f"task services are served at their own origin; open "
+                f"{_proxy_url(request, task_id, f'/proxy/{task_id}/')} (the master's "
+                "cookie opens no service)",
+            )
+        if path == f"/proxy/{task_id}":
+            path += "/"
+        if request.url.query:
+            path += "?" + request.url.query
+        auth: ProxyAuth = request.app.state.proxy_auth
+        try:
+            ticket = auth.issue_ticket(who, task_id, path)
+            target = _proxy_url(request, task_id, f"{TICKET_PATH}?ticket={quote(ticket)}")
+        except ValueError as exc:
+            raise _Refused(400, str(exc)) from None
+        return RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
     except _Refused as exc:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status)
-    path = _raw_path(request)
-    if path == f"/proxy/{task_id}":
-        return RedirectResponse(f"/proxy/{task_id}/", status_code=307)
-    client: httpx.AsyncClient = request.app.state.proxy_client
-    url = base + path + (f"?{request.url.query}" if request.url.query else "")
-    upstream = client.build_request(
-        request.method,
-        url,
-        headers=_forward_headers(request, row, HOP_BY_HOP),
-        content=request.stream(),
-    )
-    try:
-        answer = await client.send(upstream, stream=True)
-    except httpx.HTTPError as exc:
-        return JSONResponse(
-            {"detail": f"task {task_id}'s service did not answer: {exc}"}, status_code=502
-        )
-    headers = [(k, v) for k, v in answer.headers.multi_items() if k.lower() not in HOP_BY_HOP]
-    response = StreamingResponse(
-        answer.aiter_raw(), status_code=answer.status_code, background=BackgroundTask(answer.aclose)
-    )
-    response.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-    return response
+        return exc.response()
 
 
-async def _websocket(ws: WebSocket) -> None:
+async def _master_ws(ws: WebSocket) -> None:
     task_id = ws.path_params["task_id"]
     try:
-        row, base = await _target(ws, task_id)
+        if not _bearer(ws):
+            if ws.cookies.get(COOKIE_NAME):
+                raise _Refused(
+                    403,
+                    "task services are served at their own origin: the master's cookie "
+                    "opens no WebSocket of a task",
+                )
+            raise _Refused(401, _NO_CREDENTIAL, {"WWW-Authenticate": "Bearer"})
+        who = await _identify(ws, ws)
+        row, base = await _target(ws, who, task_id)
     except _Refused as exc:
-        await ws.close(code=4000 + exc.status, reason=exc.detail[:120])
+        await _deny(ws, exc)
         return
-    path = _raw_path(ws)
-    url = "ws" + base[len("http") :] + path + (f"?{ws.url.query}" if ws.url.query else "")
-    protocols = [
-        p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
-    ]
-    try:
-        upstream = await websockets.connect(
-            url,
-            additional_headers=_forward_headers(ws, row, HOP_BY_HOP | _WS_SKIP),
-            subprotocols=protocols or None,  # type: ignore[arg-type]
-            max_size=None,
-            open_timeout=10,
-        )
-    except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
-        log.warning("proxy: task %s refused a WebSocket: %s", task_id, exc)
-        await ws.close(code=1011, reason="the task's service refused the connection")
-        return
-    await ws.accept(subprotocol=upstream.subprotocol)
-
-    async def client_to_service() -> None:
-        try:
-            while True:
-                msg = await ws.receive()
-                if msg["type"] == "websocket.disconnect":
-                    return
-                if msg.get("bytes") is not None:
-                    await upstream.send(msg["bytes"])
-                elif msg.get("text") is not None:
-                    await upstream.send(msg["text"])
-        except (WebSocketDisconnect, websockets.ConnectionClosed):
-            return
-
-    async def service_to_client() -> None:
-        try:
-            async for data in upstream:
-                ctx = ws.app.state.ctx
-                ctx.tasks.proxy_activity[task_id] = time.time()
-                if isinstance(data, bytes):
-                    await ws.send_bytes(data)
-                else:
-                    await ws.send_text(data)
-        except (WebSocketDisconnect, websockets.ConnectionClosed, RuntimeError):
-            return
-
-    pumps = [
-        asyncio.ensure_future(client_to_service()),
-        asyncio.ensure_future(service_to_client()),
-    ]
-    try:
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for p in pumps:
-            p.cancel()
-        await upstream.close()
-        try:
-            await ws.close()
-        except (RuntimeError, WebSocketDisconnect):
-            pass  # already closed by the client
+    await forward_ws(ws, row, base)
 
 
-def make_proxy_app(state: Any) -> Starlette:
-    """The ASGI app mounted at ``/proxy`` (sharing the master app's ``state``: its
-    AuthService and MasterContext). Its httpx client is made on first use."""
+def make_master_proxy_app(state: Any) -> Starlette:
+    """The ASGI app mounted at ``/proxy`` of the master's origin (sharing the master
+    app's ``state``: its AuthService, MasterContext, ProxyAuth and httpx client)."""
     methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
     app = Starlette(
         routes=[
-            WebSocketRoute("/{task_id}/{path:path}", _websocket),
-            Route("/{task_id}", _http, methods=methods),
-            Route("/{task_id}/{path:path}", _http, methods=methods),
+            WebSocketRoute("/{task_id}/{path:path}", _master_ws),
+            Route("/{task_id}", _master_http, methods=methods),
+            Route("/{task_id}/{path:path}", _master_http, methods=methods),
         ]
     )
     app.state = state
     return app
 
 
-def proxy_client() -> httpx.AsyncClient:
-    """The proxy's client: no overall timeout (a long poll or a big download may take
-    as long as it takes), 10 s to connect, redirects passed to the browser as they are."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False, trust_env=False
+# ---------------------------------------------------------------------- proxy origin
+
+
+def _check_origin(conn: HTTPConnection, task_id: str) -> None:
+    """Refuse a request made by a page of another origin, and (with a domain) one that
+    reaches a task by another task's host name.
+
+    Raises:
+        _Refused: 403.
+    """
+    domain = conn.app.state.config.task_proxy.domain
+    host = conn.headers.get("host", "").rsplit(":", 1)[0].lower()
+    if domain and host != f"{task_id}.{domain}".lower():
+        raise _Refused(403, f"task {task_id} is served at {task_id}.{domain}, not at {host}")
+    origin = conn.headers.get("origin")
+    if origin is None:
+        return
+    scheme = "https" if conn.url.scheme in ("https", "wss") else "http"
+    if origin.rstrip("/").lower() != f"{scheme}://{conn.headers.get('host', '')}".lower():
+        raise _Refused(
+            403, f"a page of {origin} may not call task {task_id}'s service (another origin)"
+        )
+
+
+async def _proxy_user(conn: HTTPConnection, task_id: str) -> Principal:
+    """The user presenting the proxy cookie of ``task_id``, or a bearer token.
+
+    Raises:
+        _Refused: 401 no valid credential.
+    """
+    if _bearer(conn):
+        return await _identify(conn, conn)
+    value = conn.cookies.get(PROXY_COOKIE)
+    auth: ProxyAuth = conn.app.state.proxy_auth
+    grant = auth.session(value, task_id) if value else None
+    if grant is None:
+        raise _Refused(401, _NO_CREDENTIAL, {"WWW-Authenticate": "Bearer"})
+    state = conn.app.state
+
+    def read() -> Any:
+        with state.ctx.db.read() as s:
+            return users.session_user(s, grant.session_id, state.auth.clock())
+
+    user = await run_in_threadpool(read)
+    if user is None:
+        if value:
+            auth.end(value)
+        raise _Refused(401, "the sign-in this page was opened with has ended; open it again")
+    return Principal(
+        kind="user",
+        user_id=user.id,
+        username=user.username,
+        admin=user.admin,
+        session_id=grant.session_id,
     )
+
+
+async def _redeem(request: Request) -> Response:
+    auth: ProxyAuth = request.app.state.proxy_auth
+    ticket = request.query_params.get("ticket", "")
+    used = auth.redeem(ticket) if ticket else None
+    if used is None:
+        return JSONResponse(
+            {
+                "detail": "this link to a task was used already or has expired; open the "
+                "task again from the WebUI or with `det notebook open`"
+            },
+            status_code=403,
+        )
+    value, grant = used
+    try:
+        _check_origin(request, grant.task_id)
+    except _Refused as exc:
+        auth.end(value)
+        return exc.response()
+    response = RedirectResponse(grant.path, status_code=303, headers={"Cache-Control": "no-store"})
+    response.set_cookie(
+        PROXY_COOKIE,
+        value,
+        path=f"/proxy/{grant.task_id}/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def _origin_http(request: Request) -> Response:
+    task_id = request.path_params["task_id"]
+    try:
+        _check_origin(request, task_id)
+        who = await _proxy_user(request, task_id)
+        row, base = await _target(request, who, task_id)
+    except _Refused as exc:
+        return exc.response()
+    if raw_path(request) == f"/proxy/{task_id}":
+        return RedirectResponse(f"/proxy/{task_id}/", status_code=307)
+    return await forward_http(request, row, base)
+
+
+async def _origin_ws(ws: WebSocket) -> None:
+    task_id = ws.path_params["task_id"]
+    try:
+        _check_origin(ws, task_id)
+        who = await _proxy_user(ws, task_id)
+        row, base = await _target(ws, who, task_id)
+    except _Refused as exc:
+        await _deny(ws, exc)
+        return
+    await forward_ws(ws, row, base)
+
+
+def make_proxy_origin_app(state: Any) -> Starlette:
+    """The ASGI app of the proxy origin (``task_proxy``: the master's second port):
+    ``/proxy-auth`` and ``/proxy/<task id>/...``; anything else is 404. It shares the
+    master app's ``state`` and has no lifespan of its own (the master's runs first)."""
+    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+    async def not_found(request: Request) -> Response:
+        return JSONResponse(
+            {"detail": "the proxy origin serves task services only (/proxy/<task id>/)"},
+            status_code=404,
+        )
+
+    app = Starlette(
+        routes=[
+            Route(TICKET_PATH, _redeem, methods=["GET"]),
+            WebSocketRoute("/proxy/{task_id}/{path:path}", _origin_ws),
+            Route("/proxy/{task_id}", _origin_http, methods=methods),
+            Route("/proxy/{task_id}/{path:path}", _origin_http, methods=methods),
+            Route("/{path:path}", not_found, methods=methods),
+        ]
+    )
+    app.state = state
+    return app

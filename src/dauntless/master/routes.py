@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from .context import MasterContext
 from .db import CheckpointRow, ExperimentRow, TrialRow
-from .errors import BadRequest, Conflict, NotFound
+from .errors import BadRequest, Conflict, NotFound, TooLarge
 from .models import checkpoints, experiment_reads, trials
 from .schemas import checkpoint_view, experiment_view, trial_view
 from .states import IllegalTransition
@@ -75,7 +75,8 @@ def _error(status: int, detail: str, errors: list[tuple[str, str]] | None = None
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map domain errors to statuses: NotFound 404, BadRequest 400, IllegalTransition 409,
+    """Map domain errors to statuses: NotFound 404, BadRequest 400, TooLarge 413,
+    IllegalTransition 409,
     request validation 400 (with the field path of each problem)."""
 
     @app.exception_handler(NotFound)
@@ -85,6 +86,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BadRequest)
     async def _bad(_req: Request, exc: BadRequest) -> JSONResponse:
         return _error(400, str(exc), exc.errors)
+
+    @app.exception_handler(TooLarge)
+    async def _too_large(_req: Request, exc: TooLarge) -> JSONResponse:
+        return _error(413, str(exc), exc.errors)
 
     @app.exception_handler(StoreUnavailable)
     async def _store_error(_req: Request, exc: StoreUnavailable) -> JSONResponse:

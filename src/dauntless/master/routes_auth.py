@@ -2,7 +2,8 @@
 
 | route | who | body | answer |
 |---|---|---|---|
-| ``POST /auth/login`` | anyone | ``{username, password}`` | ``{"token", "user": User}`` and the ``dauntless_token`` cookie; 401 ``invalid username or password``; 403 deactivated; 429 after repeated failures |
+| ``POST /auth/login`` | anyone | ``{username, password}`` | ``{"token", "user": User, "csrf_token"}`` and the ``dauntless_token`` cookie; 401 ``invalid username or password``; 403 deactivated; 429 after repeated failures |
+| ``GET /auth/csrf`` | a user | | ``{"csrf_token"}``: the presented session's ``X-CSRF-Token`` |
 | ``POST /auth/logout`` | a user | | ``{}``; the presented token is revoked, the cookie cleared |
 | ``GET /auth/user``, ``GET /me`` | a user | | ``{"user": User}`` |
 | ``GET /users`` | a user | | ``{"users": [User]}`` |
@@ -35,6 +36,7 @@ from .auth import (
     unauthorized,
     verify_password,
 )
+from .auth_csrf import csrf_token
 from .db import UserRow
 from .models import users
 
@@ -116,7 +118,7 @@ def login(body: LoginBody, request: Request) -> JSONResponse:
     if not user.active:
         raise forbidden(f"user {name} is deactivated; an admin may activate it")
     token = auth.create_session(user.id)
-    resp = JSONResponse({"token": token, "user": user_view(user)})
+    resp = JSONResponse({"token": token, "user": user_view(user), "csrf_token": csrf_token(token)})
     resp.set_cookie(
         COOKIE_NAME,
         token,
@@ -144,6 +146,17 @@ def logout(request: Request) -> JSONResponse:
         secure=request.url.scheme == "https",
     )
     return resp
+
+
+@router.get("/auth/csrf", response_model=R.CsrfOut)
+def get_csrf(request: Request) -> dict[str, Any]:
+    """The CSRF token of the presented session: what a state-changing request signed in
+    by the session cookie sends as ``X-CSRF-Token`` (:mod:`dauntless.master.auth_csrf`).
+    Pages of other origins cannot read it (the master answers no CORS request)."""
+    who = principal(request)
+    if who.kind != "user":
+        raise forbidden("only a signed-in user's session has a CSRF token")
+    return {"csrf_token": csrf_token(AuthService._token(request))}
 
 
 def _me(request: Request) -> dict[str, Any]:

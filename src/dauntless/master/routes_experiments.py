@@ -18,8 +18,10 @@ from . import responses as R
 from .api_spec import INT32_MAX, DbId, method_not_allowed
 from .auth import access, principal
 from .context import MasterContext
-from .errors import MAX_CONTEXT_BYTES, BadRequest, NotFound
+from .context_archive import read_upload
+from .errors import BadRequest, NotFound
 from .models import experiment_reads, experiments, lifecycle, trials
+from .models.experiment_checks import check_experiment
 from .routes import (
     _checkpoint_views,
     _ctx,
@@ -106,32 +108,10 @@ async def create_experiment(request: Request) -> dict[str, Any]:
             raise BadRequest(
                 "invalid request: context: expected a file", [("context", "expected a file")]
             )
-        data: bytes | None = None
-        if context is not None:
-            chunks, total = [], 0
-            while chunk := await context.read(1 << 20):
-                total += len(chunk)
-                if total > MAX_CONTEXT_BYTES:
-                    raise BadRequest(
-                        f"the context directory is over the {MAX_CONTEXT_BYTES}-byte (95 MiB) "
-                        "limit; keep data sets out of it (.detignore)"
-                    )
-                chunks.append(chunk)
-            data = b"".join(chunks)
+        data = None if context is None else await read_upload(context)
     ctx = _ctx(request)
-    if validate_only:
-        from dauntless.config import ConfigError, config_refusals, parse_experiment_config
-
-        from .compat038 import prepare_raw_config
-
-        try:
-            raw = prepare_raw_config(config, ctx.default_storage())
-            parse_experiment_config(raw)
-        except ConfigError as exc:
-            raise BadRequest("invalid experiment config", exc.errors) from None
-        refused = config_refusals(raw)
-        if refused:
-            raise BadRequest("invalid experiment config", refused)
+    if validate_only:  # every check of create (experiment_checks), nothing stored
+        await run_in_threadpool(check_experiment, ctx, config, data, parent_id)
         return {"experiment": None, "warnings": _config_warnings(config)}
     owner = principal(request)
     exp_id = await run_in_threadpool(
@@ -150,11 +130,9 @@ async def create_experiment(request: Request) -> dict[str, Any]:
 
 
 def _config_warnings(config: str) -> list[str]:
-    import yaml
+    from dauntless.config import config_warnings, load_yaml
 
-    from dauntless.config import config_warnings
-
-    raw = yaml.safe_load(config)  # already parsed once by create: valid YAML
+    raw = load_yaml(config)  # already parsed once by create: valid and within limits
     return config_warnings(raw) if isinstance(raw, dict) else []
 
 

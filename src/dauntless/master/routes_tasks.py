@@ -10,18 +10,19 @@ text, optional), ``context`` (a gzipped tar, optional, at most 95 MiB), and for 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import yaml
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from dauntless.config import LimitError, load_json, load_yaml
+
 from . import responses as R
 from .auth import access, forbidden, principal
 from .context import MasterContext
+from .context_archive import check_context_archive, read_upload
 from .errors import MAX_CONTEXT_BYTES, BadRequest
 from .tasks import NotFound, TaskConflict, TaskService
 
@@ -60,11 +61,9 @@ def _json_field(form: Any, name: str, default: Any) -> Any:
     if not isinstance(raw, str):
         raise BadRequest(f"invalid request: {name}: expected JSON text", [(name, "expected JSON")])
     try:
-        return json.loads(raw)
-    except ValueError:
-        raise BadRequest(
-            f"invalid request: {name}: not valid JSON", [(name, "not valid JSON")]
-        ) from None
+        return load_json(raw, name)
+    except LimitError as exc:
+        raise BadRequest(f"invalid request: {exc}", exc.errors) from None
 
 
 def _ids(value: Any, name: str) -> list[int]:
@@ -85,11 +84,10 @@ async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, byte
             if not isinstance(text, str):
                 raise BadRequest("invalid request: config: expected text", [("config", "text")])
             try:
-                config = yaml.safe_load(text) if text.strip() else None
-            except yaml.YAMLError as exc:
-                raise BadRequest(
-                    f"invalid task config: not YAML: {exc}", [("config", "not YAML")]
-                ) from None
+                config = load_yaml(text) if text.strip() else None
+            except LimitError as exc:
+                errors = [(f or "config", m) for f, m in exc.errors]
+                raise BadRequest(f"invalid task config: {exc}", errors) from None
             if config is not None and not isinstance(config, dict):
                 raise BadRequest(
                     "invalid task config: expected a mapping", [("config", "a mapping")]
@@ -101,18 +99,10 @@ async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, byte
                 raise BadRequest(
                     "invalid request: context: expected a file", [("context", "expected a file")]
                 )
-            chunks, total = [], 0
-            while chunk := await context.read(1 << 20):
-                total += len(chunk)
-                if total > MAX_CONTEXT_BYTES:
-                    raise BadRequest(
-                        f"the context directory is over the {MAX_CONTEXT_BYTES}-byte (95 MiB) "
-                        "limit; keep data sets out of it (.detignore)",
-                        [("context", "at most 95 MiB")],
-                    )
-                chunks.append(chunk)
-            data = b"".join(chunks)
+            data = await read_upload(context)
         fields = {k: form.get(k) for k in ("entrypoint", "experiment_ids", "trial_ids")}
+    if data is not None:
+        await run_in_threadpool(check_context_archive, data)  # 400 unsafe, 413 too large
     return fields, config, data
 
 

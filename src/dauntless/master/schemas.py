@@ -3,9 +3,9 @@ views of database rows (docs/protocol.md, "Objects")."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import Row
 
 from .api_spec import INT32_MAX, INT32_MIN
@@ -132,14 +132,41 @@ class AgentSwitch(_Body):
     drain: bool = False
 
 
+CHECKPOINT_UUID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+"""A checkpoint's uuid names its directory in storage: one path component, never
+``.``, ``..`` or a path."""
+
+
 class CheckpointReport(_Body):
-    uuid: str = Field(min_length=1, max_length=64)
+    """``POST /checkpoints``: a checkpoint's files (``resources``: relative path ->
+    bytes) are refused, naming the path, when a path is absolute, holds ``..`` or a NUL,
+    or is longer than 4,096 characters (a download could not unpack it safely)."""
+
+    uuid: str = Field(min_length=1, max_length=64, pattern=CHECKPOINT_UUID_PATTERN)
     trial_id: int = Field(ge=0, le=INT32_MAX)
     allocation_id: str | None = Field(default=None, max_length=64)
     steps_completed: int = Field(ge=0, le=INT32_MAX)
-    resources: dict[str, int] = Field(default_factory=dict)
+    resources: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     state: Literal["COMPLETED", "UPLOADING"] = "COMPLETED"
+
+    @field_validator("resources")
+    @classmethod
+    def _relative_paths(cls, value: dict[str, int]) -> dict[str, int]:
+        for path in value:
+            parts = path.replace("\\", "/").split("/")
+            if (
+                not path
+                or len(path) > 4096
+                or "\0" in path
+                or path.startswith("/")
+                or ".." in parts
+            ):
+                raise ValueError(
+                    f"{path!r} is not a relative path inside the checkpoint (absolute, "
+                    "'..', NUL or over 4096 characters)"
+                )
+        return value
 
 
 # ---------------------------------------------------------------------- views

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import socket
 import tarfile
 import threading
 import time
@@ -73,10 +72,12 @@ def model_def_tarball(source: bytes = b"print('hello')\n") -> bytes:
 
 @dataclass
 class LiveMaster:
-    """A master application answering on ``url`` (``http://127.0.0.1:<port>``)."""
+    """A master application answering on ``url`` (``http://127.0.0.1:<port>``), its
+    task services' origin on ``proxy_url`` (``http://127.0.0.1:<other port>``)."""
 
     url: str
     app: Any
+    proxy_url: str = ""
 
 
 @contextlib.contextmanager
@@ -87,9 +88,10 @@ def serve(
     uvicorn in a thread of this process, on a port of 127.0.0.1 the OS picks, until the
     block ends.
 
-    The socket is bound before the application is built (its config names the port), so
-    no other process can take the port in between; this yields once the application's
-    start-up has run and the server listens.
+    The sockets (the master's and its task proxy origin's, :mod:`dauntless.master.serving`)
+    are bound before the application is built (its config names the ports), so no other
+    process can take a port in between; this yields once the application's start-up has
+    run and both listen.
 
     Args:
         data_dir: the master's data directory (its SQLite database unless ``db_url``).
@@ -101,44 +103,46 @@ def serve(
         RuntimeError: the application did not start within ``start_timeout`` seconds, or
             its start-up failed.
     """
+    import asyncio
+
     import uvicorn
 
     from dauntless.config import MasterConfig
+    from dauntless.master import serving
     from dauntless.master.app import create_app
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = serving.bind("127.0.0.1", 0)
+    proxy_sock = serving.bind("127.0.0.1", 0)
     port = int(sock.getsockname()[1])
+    proxy_port = int(proxy_sock.getsockname()[1])
+    config.setdefault("task_proxy", {"port": proxy_port})
     app = create_app(MasterConfig(data_dir=data_dir, port=port, **config), run_loop=run_loop)
     started = threading.Event()
     failed: list[BaseException] = []
 
-    class _Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets=sockets)
-            started.set()  # listening, or start-up failed (then ``started`` is False)
-
-    server = _Server(uvicorn.Config(app, log_level="error", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="on"))
 
     def run() -> None:
         try:
-            server.run(sockets=[sock])
+            asyncio.run(serving.serve(app, server, proxy_sock, [sock], on_started=started.set))
         except BaseException as exc:  # reported to the caller below
             failed.append(exc)
         finally:
-            started.set()
+            started.set()  # also when start-up failed (then ``server.started`` is False)
 
     thread = threading.Thread(target=run, name="live-master", daemon=True)
     thread.start()
     try:
         if not started.wait(start_timeout) or not server.started:
             raise RuntimeError(f"the master did not start: {failed or 'timed out'}")
-        yield LiveMaster(url=f"http://127.0.0.1:{port}", app=app)
+        yield LiveMaster(
+            url=f"http://127.0.0.1:{port}", app=app, proxy_url=f"http://127.0.0.1:{proxy_port}"
+        )
     finally:
         server.should_exit = True
         thread.join(30)
         sock.close()
+        proxy_sock.close()
 
 
 #: How long a test waits for the master to do something it is about to do (schedule a

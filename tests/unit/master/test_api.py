@@ -8,7 +8,7 @@ import threading
 import pytest
 from sqlalchemy import select, update
 
-from dauntless.master import loop, routes_cluster, routes_experiments
+from dauntless.master import context_archive, loop, routes_cluster
 from dauntless.master.db import AllocationRow, MetricRow
 from dauntless.master.models import allocations, metrics
 from dauntless.master.testing import DEADLINE, model_def_tarball
@@ -343,9 +343,10 @@ def test_lost_agent_restarts_trial_elsewhere(master, monkeypatch):
 
 def test_context_too_large_is_refused(master, monkeypatch):
     client, _ = master
-    monkeypatch.setattr(routes_experiments, "MAX_CONTEXT_BYTES", 10)
+    monkeypatch.setattr(context_archive, "MAX_CONTEXT_BYTES", 10)
     r = _create(client)
-    assert r.status_code == 400 and "95 MiB" in r.json()["detail"]
+    assert r.status_code == 413 and "95 MiB" in r.json()["detail"]
+    assert r.json()["errors"] == [{"field": "context", "message": "at most 10 bytes"}]
 
 
 def test_resent_log_batches_are_stored_once(master):

@@ -445,9 +445,16 @@ def test_login_answers_and_cookie(world):
     cookie = r.headers["set-cookie"]
     assert f"{COOKIE_NAME}=" in cookie and "HttpOnly" in cookie
     assert "samesite=strict" in cookie.lower() and "Secure" not in cookie
-    # the cookie alone authenticates (the WebUI and its event streams)
+    csrf = r.json()["csrf_token"]
+    # the cookie alone authenticates reads (the WebUI and its event streams) ...
     assert c.get("/api/v1/me").json()["user"]["username"] == "alice"
+    assert c.get("/api/v1/auth/csrf").json() == {"csrf_token": csrf}
+    # ... but a change signed in by the cookie needs the session's CSRF token
     r = c.post("/api/v1/auth/logout")
+    assert r.status_code == 403 and "X-CSRF-Token" in r.json()["detail"]
+    r = c.post("/api/v1/auth/logout", headers={"X-CSRF-Token": csrf[:-1] + "0"})
+    assert r.status_code == 403
+    r = c.post("/api/v1/auth/logout", headers={"X-CSRF-Token": csrf})
     assert r.status_code == 200 and 'dauntless_token=""' in r.headers["set-cookie"]
     assert c.get("/api/v1/me").status_code == 401
     r = c.get("/api/v1/me", headers={"Authorization": "Basic abc"})

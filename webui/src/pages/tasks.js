@@ -2,7 +2,7 @@
 // TensorBoard, open a service through the master's proxy, kill, and read logs.
 // Polls GET /api/v1/tasks every 2 s.
 
-import { get, post } from "../api.js";
+import { csrfHeaders, get, post } from "../api.js";
 import { badge, fmtTime, h, setChildren, toast } from "../util.js";
 
 const ENDED = new Set(["COMPLETED", "ERROR", "CANCELED"]);
@@ -18,7 +18,9 @@ export async function launch(family, fields) {
   for (const [k, v] of Object.entries(fields)) {
     form.append(k, typeof v === "string" ? v : JSON.stringify(v));
   }
-  const resp = await fetch(`/api/v1/${family}`, { method: "POST", body: form, credentials: "same-origin" });
+  const resp = await fetch(`/api/v1/${family}`, {
+    method: "POST", body: form, credentials: "same-origin", headers: await csrfHeaders(),
+  });
   const data = await resp.json().catch(() => null);
   if (!resp.ok) throw new Error((data && data.detail) || `${resp.status} ${resp.statusText}`);
   return data;

@@ -10,7 +10,6 @@ storage only after the deciding transaction commits.
 from __future__ import annotations
 
 import logging
-import secrets
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -18,18 +17,12 @@ from sqlalchemy.orm import Session
 
 from dauntless.config import (
     ConfigError,
-    ExperimentConfig,
-    config_refusals,
     parse_experiment_config,
-    searcher_length,
 )
-from dauntless.searcher import SearcherConfigError, make_searcher
-from dauntless.storage import build_storage
 
-from ..compat038 import merge_config_overrides, prepare_raw_config
+from ..compat038 import merge_config_overrides
 from ..context import MasterContext
 from ..db import (
-    AgentRow,
     AllocationRow,
     CheckpointRow,
     ExperimentRow,
@@ -38,11 +31,11 @@ from ..db import (
     TaskLogRow,
     TrialRow,
 )
-from ..environments import check_pool_can_run
-from ..errors import MAX_CONTEXT_BYTES, BadRequest, Conflict, NotFound
+from ..errors import BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
 from . import checkpoints, search, users
+from .experiment_checks import check_experiment
 
 log = logging.getLogger("dauntless.master")
 
@@ -74,67 +67,16 @@ def create_experiment(
         The new experiment's id.
 
     Raises:
-        BadRequest: an invalid config (``errors`` names each field), a field this
-            master cannot honour (named, with the reason), an unknown warm-start
-            source, an unsupported checkpoint storage, an unknown resource pool, or a
-            context over 95 MiB.
-        NotFound: ``parent_id`` names no experiment.
+        BadRequest, TooLarge, NotFound: what :func:`.experiment_checks.check_experiment`
+            raises (every check is there, shared with ``validate_only``).
     """
-    if parent_id is not None:
-        with ctx.db.read() as s:
-            parent_context = model_definition(s, parent_id)  # NotFound if none
-        if context is None:
-            context = parent_context
-    try:
-        raw = prepare_raw_config(config_text, ctx.default_storage())
-        cfg = parse_experiment_config(raw)
-    except ConfigError as exc:
-        raise BadRequest("invalid experiment config", exc.errors) from None
-    if context is not None and len(context) > MAX_CONTEXT_BYTES:
-        raise BadRequest(
-            f"the context directory is {len(context)} bytes compressed; the limit is "
-            f"{MAX_CONTEXT_BYTES} bytes (95 MiB)"
-        )
-    if cfg.entrypoint is None:
-        raise BadRequest(
-            "invalid experiment config",
-            [("entrypoint", "required: 'module:TrialClass' or a command to run")],
-        )
-    pools = [p.pool_name for p in ctx.config.resource_pools]
-    pool = cfg.resources.resource_pool or "default"
-    if pool not in pools:
-        raise BadRequest(
-            "invalid experiment config",
-            [("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")],
-        )
-    refuse_unsupported(raw, cfg)
-    with ctx.db.read() as s:  # issue 23: some agent of the pool can run it
-        known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
-    env_errors = check_pool_can_run(cfg, pool, known)
-    if env_errors:
-        raise BadRequest("invalid experiment config", env_errors)
-    seed = cfg.reproducibility.experiment_seed
-    if seed is None:
-        seed = secrets.randbelow(2**31)
-    raw = cfg.to_json()
-    with ctx.db.read() as s:
-        resolve_warm_start(s, raw)
-    raw["reproducibility"]["experiment_seed"] = seed
-    if raw.get("checkpoint_storage") is None:
-        raw["checkpoint_storage"] = ctx.default_storage()
-    resolved = parse_experiment_config(raw)
-    try:
-        # The master deletes checkpoints (GC) and serves downloads: it needs the
-        # store's client library too. This does not contact the store.
-        build_storage(resolved.checkpoint_storage)
-    except (ImportError, ValueError) as exc:
-        raise BadRequest(
-            "invalid experiment config", [("checkpoint_storage.type", str(exc))]
-        ) from None
-    try:
-        searcher = make_searcher(resolved, seed)
-    except SearcherConfigError as exc:
-        raise BadRequest("invalid experiment config", [("searcher", str(exc))]) from None
+    checked = check_experiment(ctx, config_text, context, parent_id)
+    resolved, searcher, seed, context = (
+        checked.config,
+        checked.searcher,
+        checked.seed,
+        checked.context,
+    )
     now = ctx.clock()
     with ctx.db.write() as s:
         exp = ExperimentRow(
@@ -164,77 +106,6 @@ def create_experiment(
     ctx.wake.set()
     log.info("created experiment %s (%s)", exp_id, resolved.searcher.name)
     return exp_id
-
-
-def refuse_unsupported(raw: dict[str, Any], cfg: ExperimentConfig) -> None:
-    """Refuse fields this master cannot honour, naming each (Determined 0.38 configs).
-
-    Raises:
-        BadRequest: a refused field, or a trial-class entrypoint without a length.
-    """
-    errors = config_refusals(raw)
-    time_metric = getattr(cfg.searcher, "time_metric", None)
-    if cfg.is_trial_class() and searcher_length(cfg) is None:
-        if getattr(cfg.searcher, "max_length", None) is None and time_metric not in (
-            "batches",
-            "epochs",
-        ):
-            errors.append(
-                (
-                    "searcher.max_length",
-                    f"the entrypoint {cfg.entrypoint!r} names a trial class, whose "
-                    "legacy harness takes its training length from searcher.max_length "
-                    "(or an ASHA max_time in batches or epochs); set "
-                    "searcher.max_length, or write a script that calls "
-                    "Trainer.fit(max_length=Batch(n) or Epoch(n))",
-                )
-            )
-    if errors:
-        raise BadRequest("invalid experiment config", errors)
-
-
-def resolve_warm_start(s: Session, raw: dict[str, Any]) -> None:
-    """Check the warm-start source and record its checkpoint uuid in ``raw``.
-
-    Raises:
-        BadRequest: an unknown trial, a trial without a checkpoint, or an unknown or
-            unfinished checkpoint.
-    """
-    searcher = raw["searcher"]
-    trial_id = searcher.get("source_trial_id")
-    uuid_ = searcher.get("source_checkpoint_uuid")
-    if trial_id is None and uuid_ is None:
-        return
-    if uuid_ is not None:
-        ckpt = s.get(CheckpointRow, uuid_)
-        if ckpt is None or ckpt.state != "COMPLETED":
-            raise BadRequest(
-                "invalid experiment config",
-                [
-                    (
-                        "searcher.source_checkpoint_uuid",
-                        f"no completed checkpoint {uuid_!r} on this master",
-                    )
-                ],
-            )
-        return
-    trial = s.get(TrialRow, trial_id)
-    if trial is None:
-        raise BadRequest(
-            "invalid experiment config",
-            [("searcher.source_trial_id", f"no trial {trial_id} on this master")],
-        )
-    if not trial.latest_checkpoint:
-        raise BadRequest(
-            "invalid experiment config",
-            [
-                (
-                    "searcher.source_trial_id",
-                    f"trial {trial_id} has no checkpoint to start from",
-                )
-            ],
-        )
-    searcher["source_checkpoint_uuid"] = trial.latest_checkpoint
 
 
 def model_definition(s: Session, exp_id: int) -> bytes | None:

@@ -130,3 +130,13 @@ def set_password(session: Session, user_id: int, password_hash: str, now: float)
     user.password_hash, user.modified_at = password_hash, now
     revoke_sessions(session, user.id)
     return user
+
+
+def session_user(session: Session, session_id: int, now: float) -> UserRow | None:
+    """The user of login session ``session_id`` while it is valid (not revoked, not
+    expired at ``now``, seconds since the epoch, its user active); None otherwise."""
+    row = session.get(UserSessionRow, session_id)
+    if row is None or row.expires_at <= now:
+        return None
+    user = session.get(UserRow, row.user_id)
+    return user if user is not None and user.active else None

@@ -84,6 +84,7 @@ from .trials import (
     TrialsOut,
 )
 from .users import (
+    CsrfOut,
     LoginOut,
     UserBody,
     UserOut,
@@ -116,6 +117,7 @@ __all__ = [
     "LabelsOut",
     "LogLineOut",
     "LoginOut",
+    "CsrfOut",
     "LogsOut",
     "MasterInfo",
     "MetricNamesOut",

@@ -27,7 +27,15 @@ class UsersOut(BaseModel):
 
 
 class LoginOut(BaseModel):
-    """A new session: the bearer token (also set as a cookie) and its user."""
+    """A new session: the bearer token (also set as a cookie), its user, and the CSRF
+    token a cookie-authenticated state change must send (``X-CSRF-Token``)."""
 
     token: str
     user: UserOut
+    csrf_token: str
+
+
+class CsrfOut(BaseModel):
+    """The CSRF token of the presented session (``X-CSRF-Token``)."""
+
+    csrf_token: str
