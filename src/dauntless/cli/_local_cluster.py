@@ -224,7 +224,8 @@ def start_local_cluster(
     """Start a master and ``agents`` agents in the background and wait until they serve.
 
     A fresh random cluster secret is written, with ``initial_user_password``, to
-    ``DIR/master.yaml`` (``security.cluster_secret``, ``security.initial_user_password``)
+    ``DIR/master.yaml`` (``security.cluster_secret``, ``security.initial_user_password``,
+    and ``task_proxy.port``: the port after the master's when free, else any free one)
     and to ``DIR/cluster_secret``, both readable by this user only. The master runs
     ``python -m <master_module> --port P --data-dir DIR --config-file DIR/master.yaml``;
     once it answers ``GET /api/v1/master``, each agent ``i`` runs ``python -m
@@ -275,16 +276,17 @@ def start_local_cluster(
                 "`det deploy local cluster-down`"
             )
         (root / STATE_FILE).unlink(missing_ok=True)
-    for port, what in ((master_port, "the master"), (master_port + 1, "its task proxy origin")):
-        if port > 65535 or not _port_free(port):
-            raise LocalClusterError(
-                f"port {port} on 127.0.0.1 ({what}) is not free; choose another with "
-                "--master-port (the master takes it and the next one)"
-            )
+    if not _port_free(master_port):
+        raise LocalClusterError(
+            f"port {master_port} on 127.0.0.1 is already in use; choose another with --master-port"
+        )
+    # The task services' origin: the next port when free (as a master started by hand
+    # takes it), else any free one; the master sends browsers there itself.
+    proxy_port = master_port + 1 if master_port < 65535 and _port_free(master_port + 1) else 0
     url = f"http://127.0.0.1:{master_port}"
     logs = root / "logs"
     master_log = logs / "master.log"
-    secret = _write_secrets(root, initial_user_password)
+    secret = _write_secrets(root, initial_user_password, proxy_port)
     master_cmd = [
         python,
         "-m",
@@ -372,14 +374,16 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _write_secrets(root: Path, initial_user_password: str | None) -> str:
-    """Make a random cluster secret; write the master config and the agents' secret file.
-    Returns the secret."""
+def _write_secrets(root: Path, initial_user_password: str | None, proxy_port: int) -> str:
+    """Make a random cluster secret; write the master config (with ``task_proxy.port``:
+    ``proxy_port``, 0 for any free port) and the agents' secret file. Returns the
+    secret."""
     secret = secrets.token_urlsafe(32)
     security: dict[str, str] = {"cluster_secret": secret}
     if initial_user_password is not None:
         security["initial_user_password"] = initial_user_password
-    _write_private(root / MASTER_CONFIG_FILE, yaml.safe_dump({"security": security}))
+    config = {"security": security, "task_proxy": {"port": proxy_port}}
+    _write_private(root / MASTER_CONFIG_FILE, yaml.safe_dump(config))
     _write_private(root / CLUSTER_SECRET_FILE, secret + "\n")
     return secret
 
