@@ -27,6 +27,7 @@ from websockets.sync.client import connect
 
 from dauntless._tls import make_verify
 from dauntless.client import Session
+from dauntless.config import LimitError, load_json
 
 from ._tasks import add_start_options, build_config, create_task, register_common, wait_ready
 from ._util import exit_with_error, note, open_session, write_line
@@ -70,7 +71,14 @@ def run_session(session: Session, task_id: str, command: list[str] | None) -> in
             open_timeout=30,
         )
     except InvalidStatus as exc:
-        exit_with_error(f"the master refused the shell session: HTTP {exc.response.status_code}")
+        try:
+            detail = load_json(exc.response.body or b"{}", "answer").get("detail") or ""
+        except (LimitError, AttributeError):
+            detail = ""
+        exit_with_error(
+            f"the master refused the shell session: HTTP {exc.response.status_code}"
+            + (f": {detail}" if detail else "")
+        )
     except OSError as exc:
         exit_with_error(f"cannot reach the shell through the master: {exc}")
     code = 1
@@ -108,9 +116,12 @@ def run_session(session: Session, task_id: str, command: list[str] | None) -> in
                 out.write(message)
                 out.flush()
             else:
-                ctl = json.loads(message)
-                if "exit" in ctl:
-                    code = int(ctl["exit"])
+                try:  # the task's service sends it: parsed within limits
+                    ctl = load_json(message, "message")
+                except LimitError:
+                    continue
+                if isinstance(ctl, dict) and isinstance(ctl.get("exit"), int):
+                    code = ctl["exit"]
     except ConnectionClosed:
         pass
     finally:

@@ -105,6 +105,9 @@ async def serve(
             becomes ``app.state.proxy_port``.
         master_sockets: the master's bound sockets (None: uvicorn binds its host/port).
         on_started: called once both listen.
+
+    Raises:
+        OSError: the proxy origin did not start (the master is stopped first).
     """
     app.state.proxy_port = int(proxy_socket.getsockname()[1])
     proxy = proxy_server(app, master.config)
@@ -117,6 +120,11 @@ async def serve(
     side = asyncio.ensure_future(proxy.serve(sockets=[proxy_socket]))
     while not proxy.started and not side.done():
         await asyncio.sleep(0.02)
+    if not proxy.started:  # a master without its task services' origin does not run
+        master.should_exit = True
+        await main
+        await side
+        raise OSError(f"the task proxy origin did not start on port {app.state.proxy_port}")
     if on_started is not None:
         on_started()
     try:
