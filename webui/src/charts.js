@@ -253,11 +253,11 @@ export class MultiLineChart extends Chart {
    * Stroke one series (a marker when it has one point) and return its points' positions
    * in CSS pixels of the plotting area, for hovering: [Float32Array x, Float32Array y].
    */
-  _stroke(u, ctx, s, lineWidth, ratio) {
+  _stroke(u, ctx, s, lineWidth, ratio, color = s.color) {
     const n = s.x.length;
     const xs = new Float32Array(n), ys = new Float32Array(n);
-    ctx.strokeStyle = s.color;
-    ctx.fillStyle = s.color;
+    ctx.strokeStyle = color;
+    ctx.fillStyle = color;
     ctx.lineWidth = lineWidth;
     ctx.beginPath();
     let pen = false, shown = 0, lastX = 0, lastY = 0;
@@ -315,7 +315,10 @@ export class MultiLineChart extends Chart {
     ctx.fillRect(0, 0, width, height);
     ctx.translate(-u.bbox.left, -u.bbox.top);
     ctx.lineJoin = "round";
-    this._stroke(u, ctx, this.series[i], 2.5 * ratio, ratio);
+    // Dark ink under the series' own colour: it stands out whatever that colour is (a
+    // faint one, for a trial of low rank).
+    this._stroke(u, ctx, this.series[i], 4 * ratio, ratio, "#14192b");
+    this._stroke(u, ctx, this.series[i], 2 * ratio, ratio);
     ctx.setTransform(1, 0, 0, 1, 0, 0);
     this.el.dataset.highlight = this.series[i].label;
     this._legendOn(i + 1);
