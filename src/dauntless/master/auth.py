@@ -158,11 +158,11 @@ class AuthService:
                 stored.append(user.password_hash)
         # The WebUI's silent sign-in on a first visit tries the empty password: know the
         # answer before it comes (one argon2 verification each, off the start's path).
-        threading.Thread(
-            target=lambda: [warm_empty_password(h) for h in [*stored, None]],
-            name="warm-empty-password",
-            daemon=True,
-        ).start()
+        def warm() -> None:
+            for h in [*stored, None]:
+                warm_empty_password(h)
+
+        threading.Thread(target=warm, name="warm-empty-password", daemon=True).start()
 
     # ------------------------------------------------------------------ sessions
 
