@@ -156,6 +156,7 @@ class AuthService:
                         "from security.initial_user_password" if password else "empty",
                     )
                 stored.append(user.password_hash)
+
         # The WebUI's silent sign-in on a first visit tries the empty password: know the
         # answer before it comes (one argon2 verification each, off the start's path).
         def warm() -> None:
