@@ -585,7 +585,13 @@ export function render(root, [expId]) {
             dataset: { action: "delete-checkpoint" },
             onclick: async () => {
               if (!await confirmAction(`Delete checkpoint ${c.uuid.slice(0, 8)} of trial ${c.trial_id} from storage?`, "Delete")) return;
-              try { await del(`/checkpoints/${c.uuid}`); toast(`Checkpoint ${c.uuid.slice(0, 8)} deleted`); await loadCheckpoints(); } catch (err) { toast(`Delete failed: ${err.message}`, "error"); }
+              try {
+                const answer = await del(`/checkpoints/${c.uuid}`);
+                toast(answer?.state === "DELETING"
+                  ? `Checkpoint ${c.uuid.slice(0, 8)}: its storage failed; the master deletes its files when the storage answers`
+                  : `Checkpoint ${c.uuid.slice(0, 8)} deleted`);
+                await loadCheckpoints();
+              } catch (err) { toast(`Delete failed: ${err.message}`, "error"); }
             },
           }, "Delete") : null))));
       rows.push(meta);
