@@ -12,6 +12,11 @@ pretend agent that never sends a heartbeat is not lost within a run, and the mas
 spends no CPU on info logs. A benchmark measuring the master's defaults passes
 ``agent_timeout=None`` / ``log_level=None``.
 
+While a master started here runs, SIGTERM (``timeout``, ``kill``) and SIGINT (Ctrl-C)
+raise in the benchmark's main thread (:func:`stop_on_signals`), so its ``with`` blocks
+unwind and stop the master and whatever else they started (issue 38: a benchmark stopped
+by ``timeout`` left its master, started in a session of its own, running for good).
+
 Benchmarks run as ``python benchmarks/X.py`` import it as ``import _cluster`` (the
 script's directory is ``sys.path[0]``).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -89,6 +95,39 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
         proc.wait()
 
 
+class Stopped(SystemExit):
+    """Raised in the main thread by a SIGTERM while :func:`stop_on_signals` is active;
+    the exit status is 128 + the signal's number, as a shell reports a killed process."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped(128 + signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Stopped` and SIGINT
+    ``KeyboardInterrupt`` in the main thread, so that the ``finally`` blocks and context
+    managers around it run and stop the processes they started. The previous handlers
+    come back when the block ends. Off the main thread (where Python cannot set
+    handlers) it does nothing.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_stopped),
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 @contextlib.contextmanager
 def master(
     data_dir: Path,
@@ -103,7 +142,8 @@ def master(
     start_timeout: float = 60.0,
     stop_timeout: float = 20.0,
 ) -> Iterator[Master]:
-    """Start a master, wait until it answers, yield it, stop it on exit.
+    """Start a master, wait until it answers, yield it, stop it on exit (also on SIGTERM
+    or SIGINT: see :func:`stop_on_signals`).
 
     Args:
         data_dir: the master's ``--data-dir`` (it creates the directory when missing).
@@ -164,7 +204,7 @@ def master(
             [os.fspath(src), *filter(None, [env.get("PYTHONPATH")])]
         )
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
+    with stop_on_signals(), log.open("wb") as out:
         proc = subprocess.Popen(
             argv,
             stdout=out,

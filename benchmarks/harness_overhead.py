@@ -160,7 +160,7 @@ class MLPTrial(PyTorchTrial):
 
 
 def digits_config(batches: int) -> dict[str, Any]:
-    config = yaml.safe_load((DIGITS / "const.yaml").read_text())
+    config = yaml.safe_load((DIGITS / "legacy-const.yaml").read_text())
     config["searcher"]["max_length"] = {"batches": batches}
     config.update(
         scheduling_unit=REPORT_EVERY,

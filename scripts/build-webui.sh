@@ -5,6 +5,8 @@
 # devDependency), and puts it, index.html, app.css and uPlot's stylesheet and licence into
 # src/dauntless/master/webui_dist/ (git-ignored). One bundle instead of 17 modules saves
 # the page a request per module before its first chart (issue 22).
+# axe-core, the other devDependency, is not bundled: the Chromium tests inject it to check
+# every page for contrast failures (tests/integration/test_webui_scale.py).
 # Without npm it says so and exits 0: the master then serves a page saying the UI was not
 # built. With npm, a failed install or copy exits non-zero.
 set -euo pipefail

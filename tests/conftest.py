@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,19 @@ _STARTERS = {
     "gcs": ("google.cloud.storage", object_stores.start_fake_gcs),
     "azure": ("azure.storage.blob", object_stores.start_azurite),
 }
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """SIGTERM (``timeout``, CI stopping a run) interrupts the run as Ctrl-C does, so
+    pytest tears its fixtures down: the masters, agents and object stores they started
+    (in sessions of their own, out of reach of a signal to this process group) are
+    stopped instead of left running (issue 38)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _server(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:

@@ -52,6 +52,9 @@ class StoreServer:
     env: dict[str, str]
     endpoint: str
     log: Path
+    #: How it was started and how its readiness is checked (for :meth:`restart`).
+    cmd: list[str] = dataclasses.field(default_factory=list)
+    probe: Any = None
 
     def storage(self, prefix: str | None = None, **extra: Any) -> dict[str, Any]:
         """A ``checkpoint_storage`` config for a new, empty bucket (container)."""
@@ -81,6 +84,17 @@ class StoreServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Start the stopped server again with the same command (the same ports and data
+        directory: the objects stored before are there) and wait until it answers.
+
+        Raises:
+            StoreUnavailable: it did not answer within ``timeout`` seconds.
+        """
+        self.stop()
+        self.proc = _start(self.cmd, self.log.with_suffix(".restarted.log"))
+        _wait(self, self.probe, timeout)
 
 
 def azurite_conn(server: StoreServer) -> str:
@@ -192,6 +206,7 @@ def start_seaweedfs(workdir: Path, timeout: float = 60.0) -> StoreServer:
         client.put_object(Bucket=name, Key="probe", Body=b"x" * 1024)
         assert client.get_object(Bucket=name, Key="probe")["Body"].read() == b"x" * 1024
 
+    server.cmd, server.probe = cmd, probe
     return _wait(server, probe, timeout)
 
 
@@ -247,6 +262,7 @@ def start_fake_gcs(workdir: Path, timeout: float = 30.0, port: int | None = None
 
         httpx.get(f"{endpoint}/storage/v1/b", timeout=2).raise_for_status()
 
+    server.cmd, server.probe = cmd, probe
     return _wait(server, probe, timeout)
 
 
@@ -281,6 +297,7 @@ def start_azurite(workdir: Path, timeout: float = 60.0) -> StoreServer:
     def probe() -> None:
         _azure(server).get_service_properties()
 
+    server.cmd, server.probe = cmd, probe
     return _wait(server, probe, timeout)
 
 

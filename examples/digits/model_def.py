@@ -7,6 +7,10 @@ validation sets; the model is ``Linear(64, hidden) -> ReLU -> Dropout -> Linear(
 
 Hyperparameters: ``global_batch_size``, ``lr``, ``hidden_size``, ``dropout``,
 ``optimizer`` (``sgd`` or ``adam``; SGD uses momentum 0.9).
+
+``train.py`` trains it with the Trainer API (``const.yaml``, ``adaptive.yaml``,
+``grid.yaml``); the ``legacy-*.yaml`` configs name it as a ``module:Class`` entrypoint,
+the <=0.37 style that Determined 0.38 deprecates and still runs.
 """
 
 from __future__ import annotations
@@ -85,8 +89,8 @@ class DigitsTrial(PyTorchTrial):
         self.loss_fn = nn.CrossEntropyLoss()
 
     def build_training_data_loader(self) -> DataLoader:
-        # drop_last: every epoch has records_per_epoch // global_batch_size full batches,
-        # the same count the experiment config's epoch lengths convert to.
+        # drop_last: every epoch has 1438 // global_batch_size full batches, the count
+        # that legacy-const.yaml's records_per_epoch converts its epoch lengths to.
         return DataLoader(
             self.train_set,
             batch_size=self.context.get_per_slot_batch_size(),

@@ -13,6 +13,11 @@ It holds what they share:
 TLS is set up in :mod:`dauntless._tls` (one option, ``DET_MASTER_CERT_FILE``), which every
 client uses to build its ``verify`` / SSL context.
 
+The clients' own requests log at DEBUG only (:func:`internal_client`): httpx logs every
+request at INFO, and a trial whose code calls ``logging.basicConfig(level=logging.INFO)``
+(as Determined's tutorials do) would otherwise show one line per metrics report or
+checkpoint of the harness among its own (issue 38).
+
 The retry loop is written here rather than taken from a library: tenacity, the usual
 choice, costs about 100 ms to import on the machines this was measured on (it imports
 asyncio, and tornado where that is installed), and this module is on the path of every
@@ -25,12 +30,17 @@ control the waiting. This module imports nothing beyond the standard library and
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dauntless._tls import is_cert_verify_error
+
+if TYPE_CHECKING:
+    import httpx
 
 #: Answers worth another attempt: a master that is (re)starting behind a proxy (502, 503,
 #: 504) or failed on one request (500).
@@ -298,11 +308,80 @@ class RetryPolicy:
             self.sleep(self.delay(retry))
 
 
+#: The loggers of the HTTP library under the clients whose records above DEBUG are ours to
+#: lower: httpx logs each request at INFO (``HTTP Request: POST ... "HTTP/1.1 200 OK"``);
+#: httpcore, under it, logs at DEBUG only.
+LIBRARY_LOGGERS = ("httpx",)
+
+#: True while one of our clients sends a request (in this thread or task).
+_SENDING: contextvars.ContextVar[bool] = contextvars.ContextVar("dauntless_sending", default=False)
+
+
+class _OwnRequestsAtDebug(logging.Filter):
+    """Lowers to DEBUG the INFO records that a library logs while one of our clients sends
+    a request, and drops them unless their logger is enabled for DEBUG.
+
+    A filter on the library's logger runs before any handler sees the record, so a
+    handler of the root logger set up by ``logging.basicConfig(level=logging.INFO)``
+    never gets it, while ``level=logging.DEBUG`` shows it as a DEBUG line. Requests that
+    user code sends with httpx itself keep their INFO records.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _SENDING.get() or not logging.DEBUG < record.levelno < logging.WARNING:
+            return True
+        record.levelno = logging.DEBUG
+        record.levelname = logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+_FILTER = _OwnRequestsAtDebug()
+_CLIENT_CLASS: type[httpx.Client] | None = None
+
+
+def internal_client(**kwargs: Any) -> httpx.Client:
+    """An ``httpx.Client`` for talking to the master whose requests log at DEBUG only.
+
+    The client marks every request it sends (``send``, which ``get``, ``post``,
+    ``request`` and ``stream`` go through), and a filter on the loggers of
+    :data:`LIBRARY_LOGGERS`, installed once, lowers the INFO records emitted meanwhile
+    to DEBUG (see :class:`_OwnRequestsAtDebug`). httpx is imported on the first call,
+    not with this module.
+
+    Args:
+        **kwargs: ``httpx.Client``'s arguments (``base_url``, ``timeout``, ``verify``,
+            ``transport``, ``headers``...).
+
+    Returns:
+        The client (an ``httpx.Client`` subclass; close it as any other).
+    """
+    global _CLIENT_CLASS
+    if _CLIENT_CLASS is None:
+        import httpx
+
+        class _InternalClient(httpx.Client):
+            def send(self, request: httpx.Request, **kw: Any) -> httpx.Response:
+                token = _SENDING.set(True)
+                try:
+                    return super().send(request, **kw)
+                finally:
+                    _SENDING.reset(token)
+
+        for name in LIBRARY_LOGGERS:
+            logger = logging.getLogger(name)
+            if _FILTER not in logger.filters:
+                logger.addFilter(_FILTER)
+        _CLIENT_CLASS = _InternalClient
+    return _CLIENT_CLASS(**kwargs)
+
+
 __all__ = [
     "IDEMPOTENT_METHODS",
+    "LIBRARY_LOGGERS",
     "RETRY_STATUSES",
     "APIError",
     "ClientError",
     "MasterUnreachableError",
     "RetryPolicy",
+    "internal_client",
 ]

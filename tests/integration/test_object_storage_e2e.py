@@ -8,7 +8,9 @@ the store answers again GC deletes whatever the dead upload wrote), the first is
 (its pause waits for the upload, which completes when the store continues). Then `det
 checkpoint download` and `det experiment download --top-n` get the paused checkpoint's
 files through the master, the experiment resumes from the bucket and completes, and a GC
-policy of all zeros empties the bucket of checkpoints.
+policy of all zeros empties the bucket of checkpoints. With S3 (SeaweedFS), `det checkpoint
+delete` runs while the store is down (killed): the checkpoint stays DELETING, and once the
+store is back the master's retries delete its files and mark it DELETED (issue 38).
 """
 
 from __future__ import annotations
@@ -193,6 +195,10 @@ def test_checkpoints_in_object_store(store_server, cluster_factory, tmp_path):
     (best_dir,) = top.iterdir()
     assert (best_dir / "state-dict.pth").is_file()
 
+    if store_server.kind == "s3":
+        _delete_while_the_store_is_down(cluster, store_server, storage, exp_id, base)
+        _phase("deleted a checkpoint while the store was down")
+
     cluster.det(
         "experiment",
         "set",
@@ -224,3 +230,28 @@ def test_checkpoints_in_object_store(store_server, cluster_factory, tmp_path):
     )
     assert dead not in " ".join(list_keys(store_server, doomed_storage))
     _phase("orphan deleted")
+
+
+def _delete_while_the_store_is_down(cluster, server, storage: dict, exp_id: int, base: str):
+    """`det checkpoint delete` with the store killed: the checkpoint is not marked DELETED
+    while its files are there; the master retries, and once the store is started again
+    the files go and the checkpoint becomes DELETED."""
+    completed = [c for c in _checkpoints(cluster, exp_id) if c["state"] == "COMPLETED"]
+    uuid = completed[0]["uuid"]
+    assert any(k.startswith(f"{base}{uuid}/") for k in _ckpt_keys(server, storage))
+    server.stop()  # SIGKILL: connections are refused until it is started again
+    try:
+        out = cluster.det("checkpoint", "delete", uuid, "--yes").stdout
+        assert f"Deleting checkpoint {uuid}" in out and "retries" in out, out
+        assert cluster.api(f"/checkpoints/{uuid}")["checkpoint"]["state"] == "DELETING"
+    finally:
+        server.restart()
+    _wait(
+        lambda: cluster.api(f"/checkpoints/{uuid}")["checkpoint"]["state"] == "DELETED",
+        "the checkpoint deleted while the store was down did not become DELETED",
+        cluster,
+        server=server,
+    )
+    assert not any(k.startswith(f"{base}{uuid}/") for k in _ckpt_keys(server, storage))
+    for other in completed[1:]:  # the others are untouched
+        assert cluster.api(f"/checkpoints/{other['uuid']}")["checkpoint"]["state"] == "COMPLETED"

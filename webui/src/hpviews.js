@@ -2,7 +2,7 @@
 // two hyperparameters. Both take "dimensions": [{key, label, values: (number|string)[],
 // log: boolean}] aligned with a list of trial ids.
 
-import { fmtNum, h, setChildren } from "./util.js";
+import { fmtNum, h, rankColor, setChildren } from "./util.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -46,17 +46,23 @@ export function scaleOf(dim) {
  * an axis to brush a range (several axes: lines must pass all); click an axis without
  * dragging to clear its brush. `onBrush(ids|null)` gets the trial ids inside every brush
  * (null: no brush). The container carries data-lines and data-brushed (counts).
+ *
+ * The lines are drawn on a canvas under the SVG of the axes and brushes, coloured and
+ * made opaque by rank (the best trial strong and on top, the worst faint), so that a
+ * thousand lines show where the good trials are rather than a solid block; a brush
+ * repaints the canvas once per frame while it is dragged.
  */
 export class ParallelCoords {
   constructor(el, { onBrush } = {}) {
     this.el = el;
     this.onBrush = onBrush || (() => {});
     this.brushes = new Map(); // dim key -> [lo, hi] in [0, 1]
+    this.frame = 0;
   }
 
   /**
    * @param {number[]} ids  trial ids
-   * @param {Array<{key, label, values, log}>} dims  the last one is the metric (colours lines)
+   * @param {Array<{key, label, values, log}>} dims  the last one is the metric (ranks lines)
    * @param {{smallerIsBetter: boolean}} opts
    */
   draw(ids, dims, { smallerIsBetter = true } = {}) {
@@ -69,24 +75,29 @@ export class ParallelCoords {
     const step = dims.length > 1 ? (width - left - right) / (dims.length - 1) : 0;
     const scales = dims.map(scaleOf);
     const y = (t) => top + (1 - t) * (height - top - bottom);
-    const metric = scales[scales.length - 1];
-    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "pcoords" });
-    const lines = svg("g", { class: "lines" });
-    this.lineEls = ids.map((id, i) => {
+    const metric = dims[dims.length - 1].values;
+    // Rank 1 for the best trial, 0 for the worst; trials without a metric value: null.
+    const order = ids.map((_, i) => i).filter((i) => metric[i] != null)
+      .sort((a, b) => (smallerIsBetter ? metric[b] - metric[a] : metric[a] - metric[b]));
+    const rank = new Array(ids.length).fill(null);
+    order.forEach((i, k) => { rank[i] = order.length > 1 ? k / (order.length - 1) : 1; });
+    this.rank = rank;
+    this.paintOrder = [...ids.map((_, i) => i).filter((i) => rank[i] == null), ...order];
+    this.points = ids.map((id, i) => {
       const pts = [];
       dims.forEach((d, k) => {
         const t = scales[k].pos(d.values[i]);
-        if (t != null) pts.push(`${left + k * step},${y(t)}`);
+        if (t != null) pts.push(left + k * step, y(t));
       });
-      const m = metric.pos(dims[dims.length - 1].values[i]);
-      const good = m == null ? null : smallerIsBetter ? 1 - m : m;
-      const color = good == null ? "#b0b7c3" : `hsl(${Math.round(10 + good * 200)}, 70%, 45%)`;
-      const line = svg("polyline", { points: pts.join(" "), stroke: color, "data-trial": id },
-        svg("title", null, `trial ${id}`));
-      lines.append(line);
-      return line;
+      return pts;
     });
-    root.append(lines);
+    const ratio = window.devicePixelRatio || 1;
+    const canvas = h("canvas", { class: "pcoords-lines", width: Math.round(width * ratio), height: Math.round(height * ratio) });
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${height}px`;
+    this.canvas = canvas;
+    this.ratio = ratio;
+    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "pcoords" });
     this.axisEls = dims.map((d, k) => {
       const x = left + k * step;
       const g = svg("g", { class: "axis", "data-dim": d.key });
@@ -105,11 +116,44 @@ export class ParallelCoords {
     });
     for (const d of dims) if (this.brushes.has(d.key)) this._showBrush(d.key, y);
     root.append(...this.axisEls.map((a) => a.g));
-    setChildren(this.el, root);
+    setChildren(this.el, h("div.pcoords-stack", { style: { width: `${width}px`, height: `${height}px` } }, canvas, root));
     this.y = y;
     this.el.dataset.lines = String(ids.length);
     this.el.dataset.rendered = "1";
     this._apply(false);
+  }
+
+  /** Paint every line: worst first and faint, best last and strong; outside a brush grey. */
+  _paint() {
+    const ctx = this.canvas.getContext("2d");
+    const r = this.ratio;
+    ctx.setTransform(r, 0, 0, r, 0, 0);
+    ctx.clearRect(0, 0, this.canvas.width / r, this.canvas.height / r);
+    ctx.lineWidth = 1.2;
+    ctx.lineJoin = "round";
+    const keep = this.kept;
+    const line = (i) => {
+      const pts = this.points[i];
+      if (pts.length < 4) return;
+      ctx.beginPath();
+      ctx.moveTo(pts[0], pts[1]);
+      for (let k = 2; k < pts.length; k += 2) ctx.lineTo(pts[k], pts[k + 1]);
+      ctx.stroke();
+    };
+    if (keep) { // the lines outside the brushes, faint and grey, under the others
+      ctx.strokeStyle = "#d0d5dd";
+      ctx.globalAlpha = 0.25;
+      for (const i of this.paintOrder) if (!keep.has(this.ids[i])) line(i);
+    }
+    for (const i of this.paintOrder) {
+      if (keep && !keep.has(this.ids[i])) continue;
+      const rk = this.rank[i];
+      ctx.strokeStyle = rk == null ? "#b0b7c3" : rankColor(rk);
+      // Opacity by rank: with many lines the worst fade into the background.
+      ctx.globalAlpha = rk == null ? 0.3 : this.ids.length > 50 ? 0.06 + 0.84 * rk * rk : 0.35 + 0.6 * rk;
+      line(i);
+    }
+    ctx.globalAlpha = 1;
   }
 
   _brushable(hit, brush, key, y) {
@@ -169,9 +213,11 @@ export class ParallelCoords {
 
   _apply(notify) {
     const sel = this.selected();
-    const keep = sel ? new Set(sel) : null;
-    this.lineEls.forEach((line, i) => line.classList.toggle("dim", keep != null && !keep.has(this.ids[i])));
+    this.kept = sel ? new Set(sel) : null;
     this.el.dataset.brushed = sel ? String(sel.length) : "";
+    if (!this.frame) {
+      this.frame = requestAnimationFrame(() => { this.frame = 0; this._paint(); });
+    }
     if (notify) this.onBrush(sel);
   }
 }

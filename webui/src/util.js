@@ -167,11 +167,55 @@ export function confirmAction(message, okLabel = "OK") {
   });
 }
 
-/** Distinct colours for n series (golden-angle hues). */
+/**
+ * 20 colours that stay apart from each other and readable on white (each has a contrast
+ * of at least 3:1 with white), in an order where neighbours differ in hue and lightness.
+ */
+const CATEGORICAL = [
+  "#1f5fbf", "#d1442c", "#15803d", "#8e44ad", "#b45309", "#0e7490", "#be185d", "#4d5d13",
+  "#5b4bd6", "#9a3412", "#047857", "#a21caf", "#1e3a8a", "#b91c1c", "#3f6212", "#6d28d9",
+  "#0f766e", "#c2410c", "#334155", "#86198f",
+];
+
+/**
+ * Colours for n series: the 20 categorical colours, then (past 20) the same hues at a
+ * second and third lightness, so that neighbours in a legend stay distinguishable. With
+ * more than about 20 series no palette keeps every line apart: the experiment page colours
+ * them by rank instead (rankColor) and highlights one on click.
+ */
 export function palette(n) {
   const out = [];
-  for (let i = 0; i < n; i++) out.push(`hsl(${(i * 137.508) % 360}, 65%, 45%)`);
+  for (let i = 0; i < n; i++) {
+    const base = CATEGORICAL[i % CATEGORICAL.length];
+    const round = Math.floor(i / CATEGORICAL.length) % 3;
+    out.push(round === 0 ? base : mix(base, round === 1 ? "#000000" : "#ffffff", 0.35));
+  }
   return out;
+}
+
+function mix(a, b, t) {
+  const pa = [1, 3, 5].map((i) => parseInt(a.slice(i, i + 2), 16));
+  const pb = [1, 3, 5].map((i) => parseInt(b.slice(i, i + 2), 16));
+  return `rgb(${pa.map((v, k) => Math.round(v + (pb[k] - v) * t)).join(", ")})`;
+}
+
+/** Anchors of the rank ramp: worst (light, greyish blue) to best (strong red). */
+const RANK_RAMP = [[0, "#c9d3e0"], [0.45, "#6f8fc4"], [0.75, "#6d3fb0"], [1, "#d1243f"]];
+
+/**
+ * A colour for a rank in [0, 1] (1: the best trial): faint for the worst, strong for the
+ * best, so that with hundreds of curves the good ones stand out and are drawn last.
+ */
+export function rankColor(t) {
+  const v = Math.max(0, Math.min(1, Number.isFinite(t) ? t : 0));
+  for (let k = 1; k < RANK_RAMP.length; k++) {
+    const [t1, c1] = RANK_RAMP[k];
+    if (v <= t1) {
+      const [t0, c0] = RANK_RAMP[k - 1];
+      return mix(c0, c1, (v - t0) / (t1 - t0));
+    }
+  }
+  return RANK_RAMP[RANK_RAMP.length - 1][1];
 }
 
 /** A function that calls `fn` at most once per `ms` milliseconds (the last call wins). */

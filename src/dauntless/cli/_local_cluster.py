@@ -7,6 +7,7 @@ them), write their output to ``<data_dir>/logs/*.log`` and are recorded in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -14,8 +15,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -255,6 +257,8 @@ def start_local_cluster(
         LocalClusterError: when a cluster of this data directory still runs, the port is
             taken, or the processes do not come up within ``timeout``; then whatever was
             started is stopped again and the message names the log files.
+        SystemExit: SIGTERM arrived while waiting (status 143); KeyboardInterrupt: SIGINT.
+            Whatever was started is stopped first.
     """
     if not 1 <= master_port <= 65535:
         raise ValueError(f"master_port must be in 1..65535, got {master_port}")
@@ -305,7 +309,7 @@ def start_local_cluster(
     _write_state(state)
     deadline = time.monotonic() + timeout
     try:
-        with Session(url, timeout=2.0, retries=0) as session:
+        with _stop_on_sigterm(), Session(url, timeout=2.0, retries=0) as session:
             _wait_master(session, state, deadline, poll_interval)
             records = []
             for i in range(agents):
@@ -338,6 +342,30 @@ def start_local_cluster(
         stop_local_cluster(root, grace=5.0)
         raise
     return state
+
+
+class _Terminated(SystemExit):
+    """SIGTERM while the cluster comes up (exit status 143, as a shell reports it)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated(128 + signum)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """While the block runs, SIGTERM raises in the main thread (as Ctrl-C's SIGINT already
+    does), so that :func:`start_local_cluster` stops what it started instead of leaving a
+    master without its agents; the previous handler comes back after. Off the main
+    thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _failure(state: ClusterState, record: ProcessRecord, what: str) -> LocalClusterError:

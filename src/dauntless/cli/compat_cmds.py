@@ -322,8 +322,14 @@ def _checkpoint_delete(args: argparse.Namespace) -> int:
             return 1
     with open_session(args) as session:
         for uuid in uuids:
-            session.request("DELETE", f"/checkpoints/{uuid}")
-            write_line(f"Deleted checkpoint {uuid}")
+            answer = session.request("DELETE", f"/checkpoints/{uuid}").json()
+            if isinstance(answer, dict) and answer.get("state") == "DELETING":
+                write_line(
+                    f"Deleting checkpoint {uuid}: its storage failed; the master retries "
+                    "until its files are gone (state DELETING, then DELETED)"
+                )
+            else:
+                write_line(f"Deleted checkpoint {uuid}")
     return 0
 
 

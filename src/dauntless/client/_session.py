@@ -14,7 +14,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
-from dauntless._http import RetryPolicy
+from dauntless._http import RetryPolicy, internal_client
 from dauntless._tls import (
     cert_file_from_env,
     describe_cert_error,
@@ -141,7 +141,7 @@ class Session:
         )
         self.cert_file = cert_file if cert_file is not None else cert_file_from_env()
         verify = make_verify(self.cert_file)
-        self._client = httpx.Client(timeout=self.timeout, transport=transport, verify=verify)
+        self._client = internal_client(timeout=self.timeout, transport=transport, verify=verify)
         self.token_store = token_store if token_store is not None else TokenStore()
         self._explicit_user = user or os.environ.get(USER_ENV, "").strip() or None
         self._explicit_token = token or os.environ.get(TOKEN_ENV, "").strip() or None

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from dauntless._auth import session_token_headers
-from dauntless._http import APIError, MasterUnreachableError, RetryPolicy
+from dauntless._http import APIError, MasterUnreachableError, RetryPolicy, internal_client
 from dauntless._tls import (
     CERT_FILE_ENV,
     cert_file_from_env,
@@ -94,7 +94,7 @@ class Session:
         # (docs/protocol.md, "Authentication"); none outside a cluster task.
         self.auth_headers: dict[str, str] = session_token_headers()
         self._verify = make_verify(cert_file_from_env())
-        self._client = httpx.Client(
+        self._client = internal_client(
             base_url=self.master_url,
             timeout=timeout,
             transport=transport,

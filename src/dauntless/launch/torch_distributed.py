@@ -51,7 +51,7 @@ from typing import Any
 import httpx
 
 from dauntless._auth import session_token_headers
-from dauntless._http import RetryPolicy
+from dauntless._http import RetryPolicy, internal_client
 from dauntless._tls import cert_file_from_env, make_verify
 
 KILL_GRACE_SECONDS = 10.0
@@ -105,7 +105,7 @@ def _rendezvous(world: int, part: int) -> tuple[str, int]:
     def past_deadline() -> bool:
         return time.monotonic() > deadline
 
-    with httpx.Client(
+    with internal_client(
         timeout=httpx.Timeout(90.0, connect=10.0), verify=verify, headers=session_token_headers()
     ) as client:
         if part == 0:

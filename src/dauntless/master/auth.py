@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,7 +59,13 @@ from .auth_access import Access, Principal, forbidden, route_access, unauthorize
 from .auth_access import access as access
 from .auth_csrf import check_csrf
 from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
-from .auth_secrets import hash_password, hash_token, load_cluster_secret, new_token
+from .auth_secrets import (
+    hash_password,
+    hash_token,
+    load_cluster_secret,
+    new_token,
+    warm_empty_password,
+)
 from .auth_secrets import verify_password as verify_password
 from .auth_throttle import LoginThrottle
 from .db import (
@@ -132,6 +139,7 @@ class AuthService:
         initial = self.config.security.initial_user_password
         password = initial.get_secret_value() if initial is not None else ""
         hashed: str | None = None
+        stored: list[str | None] = []
         with self.db.write() as s:
             for name, admin in BUILTIN_USERS:
                 user = s.scalar(select(UserRow).where(UserRow.username == name))
@@ -148,6 +156,15 @@ class AuthService:
                         name,
                         "from security.initial_user_password" if password else "empty",
                     )
+                stored.append(user.password_hash)
+
+        # The WebUI's silent sign-in on a first visit tries the empty password: know the
+        # answer before it comes (one argon2 verification each, off the start's path).
+        def warm() -> None:
+            for h in [*stored, None]:
+                warm_empty_password(h)
+
+        threading.Thread(target=warm, name="warm-empty-password", daemon=True).start()
 
     # ------------------------------------------------------------------ sessions
 

@@ -15,7 +15,6 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 from sqlalchemy import Text, cast, delete, insert, select
 from sqlalchemy.orm import Session
 
@@ -31,9 +30,11 @@ from .metric_summary_rows import (
     _SELECT_NAMED,
     _SUMMARIES,
     _UPDATE_NAMED,
-    _chartable,
+    TIME_SERIES,
+    _folded_times,
     _load_values,
     _pack,
+    _report_points,
     _rows,
     _summaries_from_metrics,
     _unpack,
@@ -62,7 +63,7 @@ def fold_metric_reports(
     s: Session,
     trial_id: int,
     group: str,
-    reports: Sequence[tuple[int, Mapping[str, Any]]],
+    reports: Sequence[tuple[int, Mapping[str, Any]] | tuple[int, Mapping[str, Any], float]],
 ) -> None:
     """Fold newly stored metric reports of one trial into its persisted summaries.
 
@@ -87,9 +88,12 @@ def fold_metric_reports(
         trial_id: an existing trial.
         group: the reports' group (``"training"`` or ``"validation"``; at most 16
             characters, the metrics row's ``kind``).
-        reports: ``(total_batches, metrics)`` pairs, in any order: batch counts (>= 0)
-            distinct and not folded before; metrics a mapping of name to value (NaN and
-            infinities already turned into None, or they are skipped here).
+        reports: ``(total_batches, metrics)`` pairs, or ``(total_batches, metrics,
+            reported_at)`` triples, in any order: batch counts (>= 0) distinct and not
+            folded before; metrics a mapping of name to value (NaN and infinities
+            already turned into None, or they are skipped here); ``reported_at``, the
+            report's time (seconds since the epoch), goes to the
+            :data:`~dauntless.master.metric_summary_rows.TIME_SERIES` summary.
 
     Raises:
         ValueError: ``group`` is empty or too long, a batch count is negative, not an
@@ -117,28 +121,13 @@ def _plan_fold(
     s: Session,
     trial_id: int,
     group: str,
-    reports: Sequence[tuple[int, Mapping[str, Any]]],
+    reports: Sequence[Sequence[Any]],
 ) -> _FoldWrite | None:
     """The reads and the computation of :func:`fold_metric_reports` (any session:
     nothing is written); None when there is nothing to write. Raises as it does."""
     if not isinstance(group, str) or not 0 < len(group) <= 16:
         raise ValueError(f"group must be a name of 1..16 characters, got {group!r}")
-    seen: set[int] = set()
-    points: dict[str, tuple[list[int], list[float]]] = {}
-    for batches, metrics in reports:
-        if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) or batches < 0:
-            raise ValueError(f"total_batches must be an int >= 0, got {batches!r}")
-        if batches in seen:
-            raise ValueError(f"total_batches {batches} is reported twice")
-        if not isinstance(metrics, Mapping):
-            raise TypeError(f"metrics must be a mapping, got {type(metrics).__name__}")
-        seen.add(int(batches))
-        for name, v in metrics.items():
-            f = _chartable(name, v)
-            if f is not None:
-                xs, ys = points.setdefault(name, ([], []))
-                xs.append(int(batches))
-                ys.append(f)
+    seen, points = _report_points(reports)
     if not seen:
         return None
     stored = {
@@ -167,6 +156,8 @@ def _plan_fold(
     updates, inserts = [], {}
     for name, (xs, ys) in points.items():
         summary = _unpack(*stored[name]) if name in stored else M4Series()
+        if name == TIME_SERIES and name not in stored:  # folded before the report times
+            summary = _folded_times(s, trial_id, group, frozenset(seen))
         summary.extend(xs, ys)
         if name in stored:
             state = _pack(summary)
@@ -333,7 +324,7 @@ def read_fold(db: Database, trial_id: int, group: str) -> tuple[list[int], _Fold
     with db.read() as s:
         rows = list(
             s.execute(
-                select(m.id, m.total_batches, cast(m["values"], Text))
+                select(m.id, m.total_batches, cast(m["values"], Text), m.reported_at)
                 .join(_PENDING, p.metric_id == m.id)
                 .where(p.trial_id == trial_id, p.kind == group)
                 .order_by(m.id)
@@ -343,9 +334,9 @@ def read_fold(db: Database, trial_id: int, group: str) -> tuple[list[int], _Fold
         if not rows:
             return [], None
         reports = []
-        for _, batches, doc in rows:
+        for _, batches, doc, reported_at in rows:
             values = _load_values(doc)
-            reports.append((batches, values if isinstance(values, dict) else {}))
+            reports.append((batches, values if isinstance(values, dict) else {}, reported_at))
         return [r[0] for r in rows], _plan_fold(s, trial_id, group, reports)
 
 

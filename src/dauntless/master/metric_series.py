@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -62,6 +63,7 @@ from .metric_fold import queue_metric_folds as queue_metric_folds
 from .metric_fold import store_metric_rows as store_metric_rows
 from .metric_summary_rows import _IN_CHUNK, _SUMMARIES, _unpack, check_metric_name
 from .metric_summary_rows import MAX_NAME_LENGTH as MAX_NAME_LENGTH
+from .metric_summary_rows import TIME_SERIES as TIME_SERIES
 
 MAX_POINTS = 1024
 """The most points per series an answer may ask for (``max_points``)."""
@@ -70,15 +72,29 @@ POINT_BUDGET = 200_000
 """The most points in one answer over all series: with many trials each series gets
 ``POINT_BUDGET // trials`` (at least 8)."""
 
+X_AXES = ("batches", "epochs", "time")
+"""What a chart's x axis may count: batches; epochs (the ``epochs`` the trial reports
+with its metrics, else batches converted with ``records_per_epoch``); or wall time (when
+each report was stored)."""
+
+#: The summary an x axis other than batches is read from.
+_AXIS_SUMMARY = {"epochs": "epochs", "time": TIME_SERIES}
+
 
 def _read_summaries(
-    s: Session, exp_id: int, group: str, name: str, only: Sequence[int] | None
-) -> tuple[set[int], dict[int, M4Series]]:
-    """(trials with a marker, {trial: summary of ``name``}) of an experiment's trials (or
-    of the ``only`` ones)."""
+    s: Session,
+    exp_id: int,
+    group: str,
+    name: str,
+    only: Sequence[int] | None,
+    axis: str | None = None,
+) -> tuple[set[int], dict[int, M4Series], dict[int, M4Series]]:
+    """(trials with a marker, {trial: summary of ``name``}, {trial: summary of ``axis``})
+    of an experiment's trials (or of the ``only`` ones)."""
     c = _SUMMARIES.c
+    names = ("", name) if axis is None else ("", name, axis)
     base = select(c.trial_id, c.name, c.width, c.raw_points, c.batches, c["values"]).where(
-        c.kind == group, c.name.in_(("", name))
+        c.kind == group, c.name.in_(names)
     )
     if only is None:
         queries = [
@@ -93,13 +109,52 @@ def _read_summaries(
         ]
     marked: set[int] = set()
     found: dict[int, M4Series] = {}
+    axes: dict[int, M4Series] = {}
     for q in queries:
         for trial_id, row_name, width, raw_points, batches, values in s.execute(q):
             if row_name == "":
                 marked.add(trial_id)
-            else:
-                found[trial_id] = _unpack(width, raw_points, batches, values)
-    return marked, found
+                continue
+            summary = _unpack(width, raw_points, batches, values)
+            if row_name == name:
+                found[trial_id] = summary
+            if row_name == axis:
+                axes[trial_id] = summary
+    return marked, found, axes
+
+
+def _axis_values(
+    x: np.ndarray, axis: M4Series | None, batches_per_epoch: float | None
+) -> list[float] | None:
+    """The x values of an axis other than batches at the batch counts ``x``: read off the
+    trial's summary of that axis by linear interpolation between its stored points
+    (exact at them; both epochs and report times grow with batches), or, for epochs
+    without a summary, ``x / batches_per_epoch``; None when neither is known."""
+    if axis is not None and axis.x.size:
+        return [float(v) for v in np.interp(x, axis.x, axis.y)]
+    if batches_per_epoch:
+        return [float(v) for v in x / batches_per_epoch]
+    return None
+
+
+def _batches_per_epoch(
+    s: Session, exp: ExperimentRow, trial_ids: Sequence[int]
+) -> dict[int, float]:
+    """{trial: batches per epoch} from the config's ``records_per_epoch`` and each trial's
+    ``global_batch_size`` hyperparameter (trials lacking either are left out)."""
+    records = exp.config.get("records_per_epoch") or 0
+    if not isinstance(records, (int, float)) or records <= 0 or not trial_ids:
+        return {}
+    out: dict[int, float] = {}
+    for i in range(0, len(trial_ids), _IN_CHUNK):
+        chunk = list(trial_ids[i : i + _IN_CHUNK])
+        for tid, hparams in s.execute(
+            select(TrialRow.id, TrialRow.hparams).where(TrialRow.id.in_(chunk))
+        ):
+            gbs = (hparams or {}).get("global_batch_size")
+            if isinstance(gbs, (int, float)) and not isinstance(gbs, bool) and gbs > 0:
+                out[tid] = float(records) / float(gbs)
+    return out
 
 
 def read_experiment_series(
@@ -109,6 +164,7 @@ def read_experiment_series(
     name: str | None,
     max_points: int,
     trial_ids: Iterable[int] | None = None,
+    x_axis: str = "batches",
 ) -> dict[str, Any]:
     """One metric of an experiment's trials, each series M4-downsampled, from the stored
     summaries (the trials' pending reports are folded first, and trials with reports
@@ -122,18 +178,27 @@ def read_experiment_series(
         max_points: per series, 8..:data:`MAX_POINTS`; with many trials each series gets
             at most ``POINT_BUDGET // trials``.
         trial_ids: only these trials (None: all).
+        x_axis: one of :data:`X_AXES`: with ``epochs`` each series also has
+            ``epochs`` (float epochs at its points), with ``time`` ``timestamps``
+            (seconds since the epoch when each point's report was stored); None for a
+            trial of which it is not known (no ``epochs`` reported and no
+            ``records_per_epoch``; reports from before the report times were summarised).
 
     Returns:
-        ``{"experiment_id", "group", "name", "max_points", "downsampling", "series":
-        [{"trial_id", "batches", "values", "raw_points", "downsampled"}]}``: one series
-        per trial with at least one finite value, by trial id.
+        ``{"experiment_id", "group", "name", "max_points", "downsampling", "x_axis",
+        "series": [{"trial_id", "batches", "values", "raw_points", "downsampled",
+        "epochs"?, "timestamps"?}]}``: one series per trial with at least one finite
+        value, by trial id.
 
     Raises:
         NotFound: no such experiment.
-        ValueError: bad ``group``, ``name`` or ``max_points``.
+        ValueError: bad ``group``, ``name``, ``max_points`` or ``x_axis``.
     """
     if group not in ("training", "validation"):
         raise ValueError(f"group must be 'training' or 'validation', got {group!r}")
+    if x_axis not in X_AXES:
+        raise ValueError(f"x_axis must be one of {', '.join(X_AXES)}, got {x_axis!r}")
+    axis = _AXIS_SUMMARY.get(x_axis)
     if not 8 <= max_points <= MAX_POINTS:
         raise ValueError(f"max_points must be within 8..{MAX_POINTS}, got {max_points}")
     with db.read() as s:
@@ -154,33 +219,41 @@ def read_experiment_series(
             )
         )
         chosen = trials if trial_ids is None else sorted(set(trial_ids) & set(trials))
-        marked, found = _read_summaries(
-            s, exp_id, group, name, None if trial_ids is None else chosen
+        marked, found, axes = _read_summaries(
+            s, exp_id, group, name, None if trial_ids is None else chosen, axis
         )
+        per_epoch = {}
+        if x_axis == "epochs" and any(t not in axes for t in found):
+            per_epoch = _batches_per_epoch(s, exp, [t for t in found if t not in axes])
     missing = [t for t in chosen if t not in marked]
     if missing and build_missing_summaries(db, missing, group):
         with db.read() as s:
-            found.update(_read_summaries(s, exp_id, group, name, missing)[1])
+            _, more, more_axes = _read_summaries(s, exp_id, group, name, missing, axis)
+            found.update(more)
+            axes.update(more_axes)
     summaries = [(t, found[t]) for t in chosen if t in found]
     per_series = min(max_points, max(8, POINT_BUDGET // max(1, len(summaries))))
     out = []
     for trial_id, series in summaries:
         x, y = series.points(per_series)
-        out.append(
-            {
-                "trial_id": trial_id,
-                "batches": x.tolist(),
-                "values": y.tolist(),
-                "raw_points": series.raw_points,
-                "downsampled": int(x.size) < series.raw_points,
-            }
-        )
+        item: dict[str, Any] = {
+            "trial_id": trial_id,
+            "batches": x.tolist(),
+            "values": y.tolist(),
+            "raw_points": series.raw_points,
+            "downsampled": int(x.size) < series.raw_points,
+        }
+        if x_axis != "batches":
+            key = "epochs" if x_axis == "epochs" else "timestamps"
+            item[key] = _axis_values(x, axes.get(trial_id), per_epoch.get(trial_id))
+        out.append(item)
     return {
         "experiment_id": exp_id,
         "group": group,
         "name": name,
         "max_points": per_series,
         "downsampling": "M4 (Jugel et al., PVLDB 7(10), 2014)",
+        "x_axis": x_axis,
         "series": out,
     }
 
@@ -274,7 +347,7 @@ def read_trial_series(
             with db.read() as s:
                 rows = list(s.execute(query))
         for name, width, raw_points, batches, values in sorted(rows, key=lambda r: r[0]):
-            if name == "":
+            if name in ("", TIME_SERIES):
                 continue
             x, y = _unpack(width, raw_points, batches, values).points(max_points)
             out.append(

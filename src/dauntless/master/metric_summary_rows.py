@@ -23,6 +23,12 @@ from .m4_series import M4Series
 MAX_NAME_LENGTH = 256
 """The longest metric name that is summarised (characters)."""
 
+TIME_SERIES = '"time"'
+"""The name of the summary of when a (trial, group)'s reports were stored: ``reported_at``
+(seconds since the epoch) against batches, folded with the metrics, from which the charts
+take a wall-time x axis. It holds a double quote, which :func:`check_metric_name` refuses
+in a metric name, so no report can add to it or ask for it as a metric."""
+
 _IN_CHUNK = 500  # trial ids per IN (...) list
 _X_DTYPE = np.dtype("<i8")  # stored batches: little-endian int64
 _Y_DTYPE = np.dtype("<f8")  # stored values: little-endian float64
@@ -133,6 +139,50 @@ def _rows(trial_id: int, group: str, series: Mapping[str, M4Series]) -> list[dic
     return rows
 
 
+def _report_points(
+    reports: Sequence[Sequence[Any]],
+) -> tuple[set[int], dict[str, tuple[list[int], list[float]]]]:
+    """The chartable points of metric reports, by name, and their batch counts.
+
+    Args:
+        reports: ``(total_batches, metrics)`` or ``(total_batches, metrics, reported_at)``
+            tuples: distinct batch counts (ints >= 0), metrics a mapping of name to value,
+            ``reported_at`` seconds since the epoch or None (a point of
+            :data:`TIME_SERIES` when given).
+
+    Returns:
+        ``(batch counts, {name: (batches, values)})``; only values :func:`_chartable`
+        keeps.
+
+    Raises:
+        ValueError: a batch count is negative, not an int, or repeated.
+        TypeError: a report's metrics are not a mapping.
+    """
+    seen: set[int] = set()
+    points: dict[str, tuple[list[int], list[float]]] = {}
+    for report in reports:
+        batches, metrics = report[0], report[1]
+        if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) or batches < 0:
+            raise ValueError(f"total_batches must be an int >= 0, got {batches!r}")
+        if batches in seen:
+            raise ValueError(f"total_batches {batches} is reported twice")
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"metrics must be a mapping, got {type(metrics).__name__}")
+        seen.add(int(batches))
+        for name, v in metrics.items():
+            f = _chartable(name, v)  # never TIME_SERIES: a metric name holds no quote
+            if f is not None:
+                xs, ys = points.setdefault(name, ([], []))
+                xs.append(int(batches))
+                ys.append(f)
+        at = report[2] if len(report) > 2 else None
+        if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at):
+            xs, ys = points.setdefault(TIME_SERIES, ([], []))
+            xs.append(int(batches))
+            ys.append(float(at))
+    return seen, points
+
+
 def _summaries_from_metrics(
     s: Session, trial_ids: Sequence[int], group: str, skip_batches: frozenset[int] = frozenset()
 ) -> dict[int, dict[str, M4Series]]:
@@ -144,34 +194,51 @@ def _summaries_from_metrics(
         are left out, and so are documents that are not JSON objects (SQLite may also hold
         the bare word ``NaN`` an older master wrote, which Python's parser reads).
     """
-    raw: dict[int, dict[str, tuple[list[int], list[float]]]] = {}
+    reports: dict[int, list[tuple[int, Mapping[str, Any], float]]] = {}
     text = cast(_METRICS.c["values"], Text)
     for i in range(0, len(trial_ids), _IN_CHUNK):
-        q = select(_METRICS.c.trial_id, _METRICS.c.total_batches, text).where(
+        q = select(
+            _METRICS.c.trial_id, _METRICS.c.total_batches, text, _METRICS.c.reported_at
+        ).where(
             _METRICS.c.trial_id.in_(list(trial_ids[i : i + _IN_CHUNK])),
             _METRICS.c.kind == group,
             _FOLDED,
         )
-        for trial_id, batches, doc in s.execute(q):
+        for trial_id, batches, doc, reported_at in s.execute(q):
             if batches in skip_batches:
                 continue
-            points = raw.setdefault(trial_id, {})
             values = _load_values(doc)
-            if not isinstance(values, dict):
-                continue
-            for name, v in values.items():
-                f = _chartable(name, v)
-                if f is not None:
-                    xs, ys = points.setdefault(name, ([], []))
-                    xs.append(batches)
-                    ys.append(f)
+            if isinstance(values, dict):
+                reports.setdefault(trial_id, []).append((batches, values, reported_at))
     out: dict[int, dict[str, M4Series]] = {}
-    for trial_id, points in raw.items():
+    for trial_id, trial_reports in reports.items():
         out[trial_id] = {}
-        for name, (xs, ys) in points.items():
+        for name, (xs, ys) in _report_points(trial_reports)[1].items():
             out[trial_id][name] = M4Series()
             out[trial_id][name].extend(xs, ys)
     return out
+
+
+def _folded_times(s: Session, trial_id: int, group: str, skip_batches: frozenset[int]) -> M4Series:
+    """The :data:`TIME_SERIES` summary of a (trial, group)'s folded reports (those with
+    no pending row), rows at ``skip_batches`` left out: what a summary of report times
+    starts from when its reports were folded before such summaries were kept (an
+    upgraded database; once per trial and group)."""
+    m = _METRICS.c
+    rows = [
+        (b, at)
+        for b, at in s.execute(
+            select(m.total_batches, m.reported_at).where(
+                m.trial_id == trial_id, m.kind == group, _FOLDED
+            )
+        )
+        if b not in skip_batches and at is not None and math.isfinite(at)
+    ]
+    series = M4Series()
+    if rows:
+        rows.sort()
+        series.extend([b for b, _ in rows], [float(at) for _, at in rows])
+    return series
 
 
 def _load_values(doc: str | bytes | None) -> Any:

@@ -157,7 +157,12 @@ def experiment_summary(
     return {"experiment": view, "chart_trial_ids": chosen, "chart": chart}
 
 
-@router.get("/experiments/{exp_id}/metrics", response_model=R.ExperimentSeriesOut)
+# exclude_unset: a series has ``epochs`` or ``timestamps`` only when ``x_axis`` asks.
+@router.get(
+    "/experiments/{exp_id}/metrics",
+    response_model=R.ExperimentSeriesOut,
+    response_model_exclude_unset=True,
+)
 def get_experiment_metrics(
     exp_id: DbId,
     request: Request,
@@ -170,9 +175,15 @@ def get_experiment_metrics(
     ),
     max_points: int = Query(400, ge=8, le=MAX_POINTS, description="per trial, at most"),
     trial_id: list[int] | None = Query(None, description="only these trials (repeatable)"),
+    x_axis: str = Query(
+        "batches",
+        pattern="^(batches|epochs|time)$",
+        description="epochs: each series also has `epochs`; time: `timestamps`",
+    ),
 ) -> dict[str, Any]:
     """One metric of every trial (or of the ``trial_id`` ones), each series downsampled
-    on the server to at most ``max_points`` points with M4 (extremes kept).
+    on the server to at most ``max_points`` points with M4 (extremes kept); with
+    ``x_axis`` ``epochs`` or ``time`` each series carries those x values too.
 
     Raises:
         NotFound: no such experiment (404).
@@ -180,7 +191,7 @@ def get_experiment_metrics(
     """
     try:
         return read_experiment_series(
-            request.app.state.ctx.db, exp_id, group, name, max_points, trial_id
+            request.app.state.ctx.db, exp_id, group, name, max_points, trial_id, x_axis
         )
     except ValueError as exc:
         raise BadRequest(str(exc), [("name", str(exc))]) from None

@@ -5,9 +5,11 @@
   experiment's ``labels`` (kept in its config, as the config's ``labels`` field);
   answer ``{"labels": [...]}``.
 - ``DELETE /checkpoints/{uuid}``: delete one checkpoint of a finished experiment from
-  storage and mark it DELETED (``det checkpoint delete``; Determined's bulk
-  ``DELETE /checkpoints`` takes a list, the CLI here calls this once per uuid so that
-  ownership is checked per checkpoint by the path).
+  storage (``det checkpoint delete``; Determined's bulk ``DELETE /checkpoints`` takes a
+  list, the CLI here calls this once per uuid so that ownership is checked per
+  checkpoint by the path). The row is marked DELETING first and DELETED once the files
+  are gone; when the storage fails the master's loop retries with backoff, as for
+  checkpoint GC (:mod:`dauntless.master.checkpoint_gc`), and the answer says DELETING.
 
 Only the experiment's owner or an admin may call them.
 """
@@ -44,13 +46,18 @@ def delete_experiment_label(exp_id: DbId, label: str, request: Request) -> dict[
 @router.delete("/checkpoints/{uuid}", response_model=R.CheckpointDeleted)
 @access(users="owner", what="delete its checkpoint {uuid}")
 def delete_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
-    """Delete a checkpoint's files and mark it DELETED.
+    """Delete a checkpoint's files: mark it DELETING, delete its files now, and mark it
+    DELETED once they are gone; answer its state then (``DELETING`` when the storage
+    failed: the master retries in the background, with backoff, until it succeeds).
 
     Refused (409) while its experiment is not finished: a running trial may resume from
     any of its checkpoints. Deleting a DELETED checkpoint again is a no-op.
     """
-    with _ctx(request).db.write() as s:
-        already, config = checkpoints.mark_deleted(s, uuid)
-    if not already:
-        checkpoints.remove_checkpoints(config, [uuid])
-    return {"uuid": uuid, "state": "DELETED"}
+    ctx = _ctx(request)
+    with ctx.db.write() as s:
+        exp_id = checkpoints.mark_deleting(s, uuid)
+    if exp_id is not None:
+        ctx.deletions.process(experiment_id=exp_id)
+    with ctx.db.read() as s:
+        state = checkpoints.read_checkpoint(s, uuid).state
+    return {"uuid": uuid, "state": state}

@@ -29,7 +29,7 @@ REST routes for charts (in :mod:`dauntless.master.routes_charts`) and the cluste
 
 | route | answer |
 |---|---|
-| ``GET /experiments/{id}/metrics?group=validation&name=&max_points=400&trial_id=`` | ``{"experiment_id", "group", "name", "max_points", "downsampling", "series": [{"trial_id", "batches": [int], "values": [float], "raw_points", "downsampled"}]}`` |
+| ``GET /experiments/{id}/metrics?group=validation&name=&max_points=400&trial_id=&x_axis=batches`` | ``{"experiment_id", "group", "name", "max_points", "downsampling", "x_axis", "series": [{"trial_id", "batches": [int], "values": [float], "raw_points", "downsampled"}]}``; with ``x_axis=epochs`` each series also has ``epochs`` ([float] or null), with ``x_axis=time`` ``timestamps`` (seconds since the epoch, or null) |
 | ``GET /experiments/{id}/metrics/names`` | ``{"training": [name], "validation": [name]}``: the numeric metrics of each trial's latest report |
 | ``GET /allocations?trial_id=&active=`` | ``{"allocations": [Allocation]}`` with Allocation ``{id, trial_id, experiment_id, task_id, agent_id, slot_ids, state, run_id, exit_code, exit_message, created_at, started_at, ended_at}`` (a trial's: ``task_id`` null; a command's, notebook's, shell's or TensorBoard's: ``trial_id`` and ``experiment_id`` null) |
 

@@ -196,6 +196,11 @@ def _seed_trial(
         val.append((b, {"validation_loss": v, "accuracy": max(0.0, 1 - v / 3)}))
         if training:
             train.append((b, {"loss": v * 1.1 + rng.uniform(0, 0.05)}))
+    # Reports spread over the trial's run, one per (points + 1)-th of it (a time x axis).
+    start = t.start_time if t.start_time is not None else now - 3600
+    end = t.end_time if t.end_time is not None else now
+    step = (end - start) / (points + 1)
+    at = {b: start + (b // every) * step for b, _ in val}
     for group, reports in (("validation", val), ("training", train)):
         if not reports:
             continue
@@ -214,12 +219,12 @@ def _seed_trial(
                         if batch_metrics and group == "training"
                         else None
                     ),
-                    "reported_at": now,
+                    "reported_at": at[b],
                 }
                 for b, values in reports
             ],
         )
-        fold_metric_reports(s, t.id, group, reports)
+        fold_metric_reports(s, t.id, group, [(b, values, at[b]) for b, values in reports])
     if val:
         t.best_validation = min(v["validation_loss"] for _, v in val)
         ckpt = str(uuid.UUID(int=rng.getrandbits(128)))

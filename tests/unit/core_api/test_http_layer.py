@@ -94,19 +94,27 @@ def test_bad_policy_numbers_are_refused(kwargs: dict) -> None:
 
 
 def test_the_module_stays_light() -> None:
-    # Imported on every trial's start (dauntless.core): the standard library and _tls only.
+    # Imported on every trial's start (dauntless.core): the standard library and _tls only
+    # when the module is imported; httpx only in the function that builds a client (and
+    # for type checkers).
     import ast
     from pathlib import Path
 
     tree = ast.parse(Path(_http.__file__).read_text())
-    imported = {
-        (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
-        for n in ast.walk(tree)
-        if isinstance(n, (ast.Import, ast.ImportFrom))
-        for a in n.names
-    }
-    assert imported <= {
+
+    def names(nodes: list[ast.stmt]) -> set[str]:
+        return {
+            (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
+            for n in nodes
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names
+        }
+
+    at_import = names(tree.body)
+    assert at_import <= {
         "__future__",
+        "contextvars",
+        "logging",
         "random",
         "time",
         "collections.abc",
@@ -114,3 +122,59 @@ def test_the_module_stays_light() -> None:
         "typing",
         "dauntless._tls",
     }
+    everywhere = names([n for n in ast.walk(tree) if isinstance(n, ast.stmt)])
+    assert everywhere - at_import == {"httpx"}
+
+
+# A trial's code that configures logging as Determined's tutorials do, then talks to a
+# real HTTP server on 127.0.0.1 through the Core API's session and through httpx itself.
+_TRIAL_LOGGING = """
+import http.server, json, logging, sys, threading
+import httpx
+from dauntless.core._session import Session
+
+class Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"ok": True}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+
+logging.basicConfig(level=getattr(logging, sys.argv[1]), stream=sys.stdout,
+                    format="%(levelname)s %(name)s: %(message)s")
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+url = f"http://127.0.0.1:{server.server_address[1]}"
+session = Session(url, max_attempts=1)
+assert session.get("/ours") == {"ok": True}
+httpx.get(url + "/theirs").raise_for_status()
+logging.getLogger("trial").info("done")
+server.shutdown()
+"""
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+def test_our_requests_log_at_debug_only(level: str) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _TRIAL_LOGGING, level],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    ours = [line for line in out.splitlines() if "/ours" in line]
+    theirs = [line for line in out.splitlines() if "/theirs" in line]
+    assert "INFO trial: done" in out, out
+    # The user's own httpx request keeps httpx's INFO line either way.
+    assert len(theirs) == 1 and theirs[0].startswith("INFO httpx: HTTP Request: GET"), out
+    if level == "INFO":
+        assert ours == [], out
+    else:
+        assert len(ours) == 1 and ours[0].startswith("DEBUG httpx: HTTP Request: GET"), out

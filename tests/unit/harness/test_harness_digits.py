@@ -24,7 +24,7 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "digits"
 
 
 def test_digits_example_reaches_its_accuracy(tmp_path):
-    raw = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    raw = yaml.safe_load((EXAMPLE / "legacy-const.yaml").read_text())
     raw["checkpoint_storage"] = {"type": "directory", "container_path": str(tmp_path)}
     config = parse_experiment_config(raw)
     assert config.is_trial_class() and config.searcher.metric == "accuracy"
@@ -37,7 +37,7 @@ def test_digits_example_reaches_its_accuracy(tmp_path):
     trial_cls = load_trial_class(str(config.entrypoint), str(EXAMPLE))
     context = PyTorchTrialContext(info)
     trial = trial_cls(context)
-    # records_per_epoch in const.yaml is the size of the training split.
+    # records_per_epoch in legacy-const.yaml is the size of the training split.
     assert len(trial.train_set) == config.records_per_epoch
     assert len(trial.train_set) + len(trial.val_set) == 1797
 

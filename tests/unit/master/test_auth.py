@@ -637,3 +637,27 @@ def test_trial_and_agent_clients_send_their_credentials(monkeypatch, tmp_path):
     assert (tmp_path / "cluster_secret").read_text().strip() == secret
     config = MasterConfig.model_validate({"data_dir": str(tmp_path), **written})
     assert config.security.cluster_secret.get_secret_value() == secret
+
+
+def test_the_empty_password_is_verified_once_per_hash():
+    """The WebUI's silent sign-in tries the empty password on every first visit: its
+    answer is computed once per stored hash (argon2 costs a fraction of a second), and
+    only the empty password's answer is remembered."""
+    import time as _time
+
+    from dauntless.master import auth_secrets
+
+    empty, other = auth_secrets.hash_password(""), auth_secrets.hash_password("s3cret")
+    assert auth_secrets.verify_password(empty, "") is True
+    assert auth_secrets.verify_password(other, "") is False
+    assert auth_secrets.verify_password(None, "") is False  # an unknown user
+    started = _time.perf_counter()
+    for _ in range(50):
+        assert auth_secrets.verify_password(empty, "") is True
+        assert auth_secrets.verify_password(other, "") is False
+        assert auth_secrets.verify_password(None, "") is False
+    assert _time.perf_counter() - started < 0.05  # remembered: no argon2 run
+    assert auth_secrets.verify_password(other, "s3cret") is True  # others: verified
+    assert auth_secrets.verify_password(empty, "x") is False
+    assert {empty, other, None} <= set(auth_secrets._empty_verified)
+    assert "s3cret" not in repr(auth_secrets._empty_verified)

@@ -21,7 +21,7 @@ DIGITS = Path(__file__).resolve().parents[3] / "examples" / "digits"
 
 
 def test_digits_example_trains_in_local_mode_through_the_trainer(tmp_path):
-    conf = yaml.safe_load((DIGITS / "const.yaml").read_text())
+    conf = yaml.safe_load((DIGITS / "legacy-const.yaml").read_text())
     conf["checkpoint_storage"] = {"type": "directory", "container_path": str(tmp_path / "ckpt")}
     conf["reproducibility"] = {"experiment_seed": 20240601}
     try:

@@ -12,8 +12,10 @@ from dauntless.cli import main
 from dauntless.master.routes_search import preview_hp_search
 
 REPO = Path(__file__).resolve().parents[3]
-ADAPTIVE = REPO / "examples" / "digits" / "adaptive.yaml"
-GRID = REPO / "examples" / "digits" / "grid.yaml"
+# The <=0.37-style configs: their module:Class trials train to the rung lengths the
+# searcher plans, which the preview's tables show trial by trial.
+ADAPTIVE = REPO / "examples" / "digits" / "legacy-adaptive.yaml"
+GRID = REPO / "examples" / "digits" / "legacy-grid.yaml"
 # Nothing listens here: the preview must not need a master.
 NO_MASTER = "http://127.0.0.1:9"
 

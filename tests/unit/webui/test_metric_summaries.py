@@ -31,6 +31,7 @@ from dauntless.master.db.engine import MIGRATIONS_DIR
 from dauntless.master.db.models import MetricFoldPendingRow, MetricSummaryRow
 from dauntless.master.metric_series import (
     CAP_BUCKETS,
+    TIME_SERIES,
     M4Series,
     build_missing_summaries,
     fold_metric_reports,
@@ -40,6 +41,8 @@ from dauntless.master.metric_series import (
 )
 from dauntless.master.models import metrics
 from dauntless.master.testing import sign_in
+
+T0 = 1_700_000_000.0  # reports' times in _store: T0 + batches (seconds)
 
 CONFIG = """
 name: curves
@@ -92,16 +95,15 @@ def _experiment(db: Database, trials: int) -> tuple[int, list[int]]:
 
 
 def _store(db: Database, trial_id: int, group: str, reports, fold: bool = True) -> None:
-    """Store reports as metrics rows and (``fold``) their summaries, in one transaction."""
+    """Store reports as metrics rows and (``fold``) their summaries, in one transaction;
+    each report's time is ``T0 + batches`` seconds (the same for every trial)."""
     with db.write() as s:
         s.add_all(
-            MetricRow(
-                trial_id=trial_id, kind=group, total_batches=b, values=v, reported_at=time.time()
-            )
+            MetricRow(trial_id=trial_id, kind=group, total_batches=b, values=v, reported_at=T0 + b)
             for b, v in reports
         )
         if fold:
-            fold_metric_reports(s, trial_id, group, reports)
+            fold_metric_reports(s, trial_id, group, [(b, v, T0 + b) for b, v in reports])
 
 
 def _stored(db: Database, trial_id: int, group: str, name: str) -> M4Series:
@@ -167,8 +169,12 @@ def test_ingest_equals_one_pass_in_any_order(db_url):
                 s.scalars(select(MetricSummaryRow.name).where(MetricSummaryRow.trial_id == trial))
             )
             marker = s.get(MetricSummaryRow, (trial, "training", ""))
-        assert names == {"", "loss", "lr"}  # strings and bools are not charted
+        # strings and bools are not charted; the reports' times are (TIME_SERIES)
+        assert names == {"", "loss", "lr", TIME_SERIES}
         assert marker.width == 0 and marker.batches == b""
+        times = _stored(db, trial, "training", TIME_SERIES)
+        want = _batch_m4([(b, T0 + b) for b in batches])  # every report, whatever its values
+        assert times.x.tolist() == want.x.tolist() and times.y.tolist() == want.y.tolist()
     finally:
         db.dispose()
 
@@ -238,6 +244,80 @@ def test_reports_through_the_master_survive_a_restart(db_url, tmp_path):
                 == 0
             )
         assert client.get(url, params=params).json()["series"] == []
+
+
+def test_x_axis_by_epochs_and_time(tmp_path):
+    """``x_axis=epochs|time``: each series carries the epochs the trial reported (null for
+    a trial that reports none, without records_per_epoch) or its reports' times, at its
+    points; a summary of report times missing (reports folded before it was kept) is
+    rebuilt from the folded rows at the next fold."""
+    app = create_app(MasterConfig(data_dir=str(tmp_path)), run_loop=False)
+    with TestClient(app) as client:
+        sign_in(client)
+        ctx = app.state.ctx
+        r = client.post("/api/v1/experiments", data={"config": CONFIG, "activate": "false"})
+        exp_id = r.json()["experiment"]["id"]
+        ids = []
+        with ctx.db.write() as s:
+            for name in ("a", "b"):
+                trial = TrialRow(
+                    experiment_id=exp_id,
+                    request_id=name,
+                    state="ACTIVE",
+                    hparams={},
+                    seed=1,
+                    start_time=time.time(),
+                )
+                s.add(trial)
+                s.flush()
+                ids.append(trial.id)
+        a, b = ids
+        for batches in range(10, 110, 10):
+            metrics.report_metrics(
+                ctx,
+                a,
+                "validation",
+                batches,
+                0,
+                {"loss": 1 / batches, "epochs": batches / 20},
+                None,
+            )
+            metrics.report_metrics(ctx, b, "validation", batches, 0, {"loss": 2 / batches}, None)
+        url = f"/api/v1/experiments/{exp_id}/metrics"
+        plain = client.get(url, params={"name": "loss"}).json()
+        assert plain["x_axis"] == "batches"
+        assert all("epochs" not in s and "timestamps" not in s for s in plain["series"])
+
+        epochs = client.get(url, params={"name": "loss", "x_axis": "epochs"}).json()
+        by_trial = {s["trial_id"]: s for s in epochs["series"]}
+        assert epochs["x_axis"] == "epochs"
+        assert by_trial[a]["epochs"] == [x / 20 for x in by_trial[a]["batches"]]
+        assert by_trial[b]["epochs"] is None  # no epochs reported, no records_per_epoch
+
+        def reported(trial_id: int) -> list[float]:
+            rows = client.get(f"/api/v1/trials/{trial_id}/metrics", params={"group": "validation"})
+            return [m["reported_at"] for m in rows.json()["metrics"]]
+
+        timed = client.get(url, params={"name": "loss", "x_axis": "time"}).json()
+        for s in timed["series"]:
+            assert s["timestamps"] == reported(s["trial_id"])  # short series: every point
+            assert s["timestamps"] == sorted(s["timestamps"])
+
+        # Trial b's report times as an older master left them: no summary of them.
+        c = MetricSummaryRow.__table__.c
+        with ctx.db.write() as s:
+            s.execute(delete(MetricSummaryRow).where(c.trial_id == b, c.name == TIME_SERIES))
+        missing = client.get(url, params={"name": "loss", "x_axis": "time"}).json()
+        assert {s["trial_id"]: s["timestamps"] for s in missing["series"]}[b] is None
+        metrics.report_metrics(ctx, b, "validation", 110, 0, {"loss": 0.01}, None)
+        rebuilt = client.get(url, params={"name": "loss", "x_axis": "time"}).json()
+        assert {s["trial_id"]: s["timestamps"] for s in rebuilt["series"]}[b] == reported(b)
+
+        bad = client.get(url, params={"name": "loss", "x_axis": "steps"})
+        assert bad.status_code in (400, 422) and "x_axis" in bad.text
+        # The summary of times is no metric: not listed among a trial's series.
+        names = client.get(f"/api/v1/trials/{b}/metrics", params={"downsample": 64}).json()
+        assert {s["name"] for s in names["series"]} == {"loss"}
 
 
 def _database_at_0001(db_url: str) -> Database:

@@ -14,8 +14,8 @@ import { HeatMap, ParallelCoords } from "../hpviews.js";
 import { navigate } from "../main.js";
 import { compareValues, parseFilter, readState, writeState } from "../urlstate.js";
 import {
-  TERMINAL, badge, confirmAction, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, setChildren,
-  throttle, toast, toYaml,
+  TERMINAL, badge, confirmAction, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, rankColor,
+  setChildren, throttle, toast, toYaml,
 } from "../util.js";
 import { actionButtons } from "./actions.js";
 import { launch } from "./tasks.js";
@@ -28,8 +28,12 @@ const PAGE_SIZES = [10, 20, 50, 100];
 const SUMMARY_NAME = /^[^"\u0000-\u001f]{1,200}$/;
 const CKPT_PAGE = 10;
 
+/** Above this many curves each is coloured by its trial's rank, not a colour of its own. */
+const RANK_COLORS_ABOVE = 20;
+const X_AXES = [["batches", "batches"], ["epochs", "epochs"], ["time", "wall time"]];
+
 const DEFAULTS = {
-  g: "validation", m: "", log: false, show: "", hpv: "pcoords", hp: "", hx: "", hy: "",
+  g: "validation", m: "", log: false, show: "", x: "batches", sm: 0, hpv: "pcoords", hp: "", hx: "", hy: "",
   ts: "id", td: false, tp: 0, tn: 20, tstate: "", tf: "", tv: "", cmp: "", cp: 0,
 };
 
@@ -80,6 +84,13 @@ export function render(root, [expId]) {
   const curveName = h("select", { id: "curve-metric", "aria-label": "metric" });
   const curveShow = h("select", { id: "curve-show", "aria-label": "trials shown" });
   const curveLog = h("input", { type: "checkbox", id: "curve-log", checked: view.log });
+  const curveX = h("select", { id: "curve-x", "aria-label": "x axis" },
+    X_AXES.map(([v, label]) => h("option", { value: v, selected: v === view.x }, label)));
+  const curveSmooth = h("input", {
+    type: "range", id: "curve-smoothing", min: "0", max: "0.99", step: "0.01", value: String(view.sm),
+    "aria-label": "smoothing", title: "smoothing: exponential moving average of each curve",
+  });
+  const curveSmoothValue = h("output", { id: "curve-smoothing-value", for: "curve-smoothing" }, String(view.sm));
   const curveBox = h("div.chart", { id: "learning-curves" });
   const curveNote = h("span.muted.small", { id: "curve-note" });
   const hpView = h("select", { id: "hp-view", "aria-label": "hyperparameter view" },
@@ -117,7 +128,9 @@ export function render(root, [expId]) {
     header,
     h("div.card", null,
       h("div.toolbar", null, h("h2", null, "Learning curves"), h("span.spacer"), curveNote,
-        curveGroup, curveName, curveShow, h("label", null, curveLog, " log")),
+        curveGroup, curveName, curveShow, curveX,
+        h("label.smoothing", null, "smoothing ", curveSmooth, curveSmoothValue),
+        h("label", null, curveLog, " log")),
       curveBox),
     hpCard,
     compareCard,
@@ -347,6 +360,7 @@ export function render(root, [expId]) {
   function summaryQuery() {
     // Training curves default to the first training metric, known only from the names.
     if (view.g !== "validation" && !(view.g === "training" && view.m)) return "";
+    if (view.x !== "batches") return ""; // the summary's series count batches only
     const q = { chart_group: view.g, chart_max_points: MAX_POINTS };
     if (view.m) {
       if (!SUMMARY_NAME.test(view.m)) return "";
@@ -378,6 +392,7 @@ export function render(root, [expId]) {
   async function seriesOf(ids) {
     const body = await get(`/experiments/${expId}/metrics` + query({
       group: curveGroup.value, name: curveName.value, max_points: MAX_POINTS, trial_id: ids || undefined,
+      x_axis: curveX.value === "batches" ? undefined : curveX.value,
     }));
     return body;
   }
@@ -403,16 +418,43 @@ export function render(root, [expId]) {
     drawCurves(body, ids);
   }
 
+  /**
+   * The series of a body of GET /experiments/{id}/metrics for the chart: x by the chosen
+   * axis (series without it are left out and counted), colours by trial rank above
+   * RANK_COLORS_ABOVE curves (drawn worst first, so the best lie on top).
+   */
+  function chartSeries(body) {
+    const axis = body.x_axis || "batches";
+    let missing = 0;
+    const out = [];
+    for (const s of body.series) {
+      const x = axis === "epochs" ? s.epochs : axis === "time" ? s.timestamps : s.batches;
+      if (!x) { missing++; continue; }
+      out.push({ id: s.trial_id, label: `trial ${s.trial_id}`, x, y: s.values });
+    }
+    if (out.length > RANK_COLORS_ABOVE && state.trials.length) {
+      const ranked = rankTrials(state.trials, state.exp.smaller_is_better);
+      const rank = new Map(ranked.map((t, i) => [t.id, ranked.length > 1 ? 1 - i / (ranked.length - 1) : 1]));
+      for (const s of out) s.color = rankColor(rank.get(s.id) ?? 0);
+      out.sort((a, b) => (rank.get(a.id) ?? 0) - (rank.get(b.id) ?? 0));
+    }
+    return { series: out, missing, axis };
+  }
+
   /** Draw the learning curves from a body of GET /experiments/{id}/metrics. */
   function drawCurves(body, ids) {
+    state.curves = { body, ids };
+    const { series, missing, axis } = chartSeries(body);
     curves.draw({
-      series: body.series.map((s) => ({ id: s.trial_id, label: `trial ${s.trial_id}`, x: s.batches, y: s.values })),
-      xLabel: "batches", yLabel: `${body.group} ${body.name}`, log: curveLog.checked,
+      series, xLabel: axis === "time" ? "time" : axis, time: axis === "time",
+      yLabel: `${body.group} ${body.name}`, log: curveLog.checked, smoothing: Number(curveSmooth.value),
     });
     const sampled = body.series.filter((s) => s.downsampled).length;
     const notes = [];
     if (ids) notes.push(`${body.series.length} of ${trialCount()} trials`);
-    if (sampled) notes.push(`${sampled} downsampled (${body.downsampling})`);
+    if (series.length > RANK_COLORS_ABOVE) notes.push("colour: rank by best metric (red best)");
+    if (missing) notes.push(`${missing} without ${axis === "time" ? "report times" : "epochs"}`);
+    if (sampled) notes.push(`${sampled} downsampled (peaks kept)`);
     if (curveLog.checked && curveBox.dataset.log === "0") notes.push("log scale needs values > 0");
     curveNote.textContent = notes.join("; ");
   }
@@ -543,7 +585,13 @@ export function render(root, [expId]) {
             dataset: { action: "delete-checkpoint" },
             onclick: async () => {
               if (!await confirmAction(`Delete checkpoint ${c.uuid.slice(0, 8)} of trial ${c.trial_id} from storage?`, "Delete")) return;
-              try { await del(`/checkpoints/${c.uuid}`); toast(`Checkpoint ${c.uuid.slice(0, 8)} deleted`); await loadCheckpoints(); } catch (err) { toast(`Delete failed: ${err.message}`, "error"); }
+              try {
+                const answer = await del(`/checkpoints/${c.uuid}`);
+                toast(answer?.state === "DELETING"
+                  ? `Checkpoint ${c.uuid.slice(0, 8)}: its storage failed; the master deletes its files when the storage answers`
+                  : `Checkpoint ${c.uuid.slice(0, 8)} deleted`);
+                await loadCheckpoints();
+              } catch (err) { toast(`Delete failed: ${err.message}`, "error"); }
             },
           }, "Delete") : null))));
       rows.push(meta);
@@ -620,6 +668,18 @@ export function render(root, [expId]) {
   curveName.addEventListener("change", () => { view.m = curveName.value; save(); loadCurves(); });
   curveShow.addEventListener("change", () => { view.show = curveShow.value; save(); loadCurves(); });
   curveLog.addEventListener("change", () => { view.log = curveLog.checked; save(); loadCurves(); });
+  curveX.addEventListener("change", () => { view.x = curveX.value; save(); state.summaryKey = null; loadCurves(); });
+  let smoothFrame = 0;
+  curveSmooth.addEventListener("input", () => {
+    view.sm = Number(curveSmooth.value);
+    curveSmoothValue.textContent = curveSmooth.value;
+    if (smoothFrame) return;
+    smoothFrame = requestAnimationFrame(() => {
+      smoothFrame = 0;
+      save();
+      if (state.curves) drawCurves(state.curves.body, state.curves.ids); // no new request
+    });
+  });
 
   let hpSignature = "";
   const close = stream(`/stream/experiments/${expId}${summaryQuery()}`, {
@@ -651,6 +711,10 @@ export function render(root, [expId]) {
       const signature = body.trials.map((t) => `${t.id}:${t.total_batches}:${t.latest_checkpoint}:${t.state}`).join(",");
       if (first || signature !== state.signature) refresh();
       state.signature = signature;
+      // Drawn from the summary before the trials came: colour the curves by rank now.
+      if (first && state.curves && state.curves.body.series.length > RANK_COLORS_ABOVE) {
+        drawCurves(state.curves.body, state.curves.ids);
+      }
       if (first) {
         loadFiles();
         if (compareIds().length) drawCompare(false);

@@ -25,16 +25,30 @@ export function lineLevel(line) {
   return "INFO";
 }
 const AXIS_KEYS = new Set(["batches", "epochs"]);
+const CHART_DEFAULTS = { x: "batches", sm: 0 };
 
-/** Series {label, x, y} of each numeric metric in `reports` (Metric objects). */
-function metricSeries(reports) {
+/** A report's x value on an axis: batches, epochs (reported, else null) or its time. */
+function xOf(r, axis) {
+  if (axis === "time") return r.reported_at;
+  if (axis === "epochs") {
+    const e = r.values?.epochs ?? r.epoch;
+    return typeof e === "number" && Number.isFinite(e) ? e : null;
+  }
+  return r.total_batches;
+}
+
+/** Series {label, x, y} of each numeric metric in `reports` (Metric objects), x on `axis`
+ * (reports without a value there are left out). */
+function metricSeries(reports, axis = "batches") {
   const byName = new Map();
   for (const r of reports) {
+    const x = xOf(r, axis);
+    if (x == null) continue;
     for (const [k, v] of Object.entries(r.values || {})) {
       if (AXIS_KEYS.has(k) || typeof v !== "number" || !Number.isFinite(v)) continue;
       if (!byName.has(k)) byName.set(k, { label: k, x: [], y: [] });
       const s = byName.get(k);
-      s.x.push(r.total_batches);
+      s.x.push(x);
       s.y.push(v);
     }
   }
@@ -52,7 +66,7 @@ class MetricGrid {
     this.charts = new Map();
   }
 
-  draw(series) {
+  draw(series, { axis = "batches", smoothing = 0 } = {}) {
     const names = new Set(series.map((s) => s.label));
     for (const [name, c] of this.charts) {
       if (!names.has(name)) { c.chart.destroy(); c.box.remove(); this.charts.delete(name); }
@@ -70,7 +84,9 @@ class MetricGrid {
         c = { box: box.parentElement, chart: new MultiLineChart(box, { height: 220 }) };
         this.charts.set(s.label, c);
       }
-      c.chart.draw({ series: [s], yLabel: s.label });
+      c.chart.draw({
+        series: [s], yLabel: s.label, xLabel: axis === "time" ? "time" : axis, time: axis === "time", smoothing,
+      });
     }
     this.el.dataset.charts = String(series.length);
     this.el.dataset.rendered = "1";
@@ -91,6 +107,15 @@ export function render(root, [trialId]) {
   const follow = h("input", { type: "checkbox", checked: true, id: "follow-logs" });
   const logCount = h("span.muted.small", { id: "log-count" });
   const logView = readState(LOG_DEFAULTS);
+  const chartView = readState(CHART_DEFAULTS);
+  const chartX = h("select", { id: "trial-x", "aria-label": "x axis" },
+    [["batches", "batches"], ["epochs", "epochs"], ["time", "wall time"]].map(([v, label]) =>
+      h("option", { value: v, selected: v === chartView.x }, label)));
+  const chartSmooth = h("input", {
+    type: "range", id: "trial-smoothing", min: "0", max: "0.99", step: "0.01", value: String(chartView.sm),
+    "aria-label": "smoothing", title: "smoothing: exponential moving average of each curve",
+  });
+  const chartSmoothValue = h("output", { for: "trial-smoothing" }, String(chartView.sm));
   const logLevel = h("select", { id: "log-level", "aria-label": "log level" },
     h("option", { value: "" }, "All levels"), LEVELS.map((l) => h("option", { value: l, selected: l === logView.level }, `${l} and above`)));
   const logSearch = h("input", { type: "search", id: "log-search", placeholder: "Search logs", value: logView.q, "aria-label": "search logs" });
@@ -107,7 +132,10 @@ export function render(root, [trialId]) {
     header,
     h("div.row", null,
       h("div.card", { style: { flex: "0 1 320px" } }, h("h2", null, "Hyperparameters"), hpBox),
-      h("div.card.grow", null, h("h2", null, "Training metrics"), trainBox)),
+      h("div.card.grow", null,
+        h("div.toolbar", null, h("h2", null, "Training metrics"), h("span.spacer"), chartX,
+          h("label.smoothing", null, "smoothing ", chartSmooth, chartSmoothValue)),
+        trainBox)),
     h("div.card", null, h("h2", null, "Validation metrics"), validBox),
     batchCard,
     h("div.card", null,
@@ -157,11 +185,25 @@ export function render(root, [trialId]) {
       Object.entries(t.hparams || {}).map(([k, v]) => h("tr", null, h("td", null, k), h("td", null, hparamText(v)))))));
   }
 
+  let reports = [];
+  function drawMetrics() {
+    const opts = { axis: chartX.value, smoothing: Number(chartSmooth.value) };
+    trainCharts.draw(metricSeries(reports.filter((m) => m.group === "training"), opts.axis), opts);
+    validCharts.draw(metricSeries(reports.filter((m) => m.group === "validation"), opts.axis), opts);
+  }
+  chartX.addEventListener("change", () => { chartView.x = chartX.value; writeState(chartView, CHART_DEFAULTS); drawMetrics(); });
+  chartSmooth.addEventListener("input", () => {
+    chartView.sm = Number(chartSmooth.value);
+    chartSmoothValue.textContent = chartSmooth.value;
+    writeState(chartView, CHART_DEFAULTS);
+    drawMetrics();
+  });
+
   async function loadMetrics() {
     const { metrics } = await get(`/trials/${trialId}/metrics`);
     if (closed) return;
-    trainCharts.draw(metricSeries(metrics.filter((m) => m.group === "training")));
-    validCharts.draw(metricSeries(metrics.filter((m) => m.group === "validation")));
+    reports = metrics;
+    drawMetrics();
     const batch = await get(`/trials/${trialId}/batch-metrics`);
     if (closed) return;
     batchCard.hidden = !batch.series.length;

@@ -184,13 +184,14 @@ def schedule_gc_after_start(s: Session, ctx: MasterContext) -> None:
     ctx.gc_due.update(ids)
 
 
-def mark_deleted(s: Session, uuid: str) -> tuple[bool, dict[str, Any]]:
-    """Mark one checkpoint of a finished experiment DELETED (``det checkpoint delete``);
-    the caller deletes its files once this commits.
+def mark_deleting(s: Session, uuid: str) -> int | None:
+    """Mark one checkpoint of a finished experiment DELETING (``det checkpoint delete``):
+    its files are deleted by :class:`~dauntless.master.checkpoint_gc.CheckpointDeletions`,
+    which marks it DELETED once they are gone and retries with backoff while the storage
+    fails, so a checkpoint is never marked DELETED with its files still stored.
 
     Returns:
-        Whether it was DELETED already, and its experiment's config (JSON form: the
-        checkpoint storage to delete the files from).
+        Its experiment's id, or None when it is DELETED already (nothing to do).
 
     Raises:
         NotFound: no such checkpoint.
@@ -208,9 +209,10 @@ def mark_deleted(s: Session, uuid: str) -> tuple[bool, dict[str, Any]]:
             f"checkpoint {uuid} belongs to experiment {exp.id}, which is {exp.state}; "
             "checkpoints can be deleted once the experiment has finished"
         )
-    already = ckpt.state == "DELETED"
-    ckpt.state = "DELETED"
-    return already, dict(exp.config)
+    if ckpt.state == "DELETED":
+        return None
+    ckpt.state = "DELETING"
+    return exp.id
 
 
 def read_checkpoint(s: Session, uuid: str) -> CheckpointRow:

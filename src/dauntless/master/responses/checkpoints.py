@@ -30,7 +30,8 @@ class CheckpointsOut(BaseModel):
 
 
 class CheckpointDeleted(BaseModel):
-    """``DELETE /checkpoints/{uuid}``: the checkpoint and its new state (``DELETED``)."""
+    """``DELETE /checkpoints/{uuid}``: the checkpoint and its new state: ``DELETED``, or
+    ``DELETING`` while its storage fails (the master retries until the files are gone)."""
 
     uuid: str
     state: str

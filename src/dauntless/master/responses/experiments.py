@@ -56,13 +56,17 @@ class ExperimentCreated(BaseModel):
 
 class TrialSeriesOut(BaseModel):
     """One trial's series of a metric: ``batches`` (x) and ``values`` (y), downsampled
-    when ``downsampled`` (``raw_points`` stored points)."""
+    when ``downsampled`` (``raw_points`` stored points). With ``x_axis=epochs`` also
+    ``epochs`` at the same points, with ``x_axis=time`` ``timestamps`` (seconds since the
+    epoch when each report was stored); null when not known for the trial."""
 
     trial_id: int
     batches: list[int | float]
     values: list[int | float | None]
     raw_points: int
     downsampled: bool
+    epochs: list[float] | None = None
+    timestamps: list[float] | None = None
 
 
 class ExperimentSeriesOut(BaseModel):
@@ -73,6 +77,7 @@ class ExperimentSeriesOut(BaseModel):
     name: str
     max_points: int
     downsampling: str
+    x_axis: str = "batches"
     series: list[TrialSeriesOut]
 
 
