@@ -54,8 +54,18 @@ from ._provider import (
     SlurmResourceManagerConfig,
     parse_duration,
 )
+from ._sso import (
+    INFINITE_LIFESPAN_DAYS,
+    AuditConfig,
+    OIDCConfig,
+    parse_go_duration,
+)
 
 __all__ = [
+    "INFINITE_LIFESPAN_DAYS",
+    "AuditConfig",
+    "OIDCConfig",
+    "parse_go_duration",
     "FIELD_RULES",
     "REMOVED_SEARCHERS",
     "AWSProviderConfig",
