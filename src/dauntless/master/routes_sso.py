@@ -171,7 +171,7 @@ def sso_callback(request: Request) -> Response:
         # A page that opens the UI rather than a 302: the provider's redirect was a
         # cross-site navigation, and a SameSite=Strict cookie set on it is sent only on
         # the next same-site one.
-        resp = _page(200, "Signed in", f"Signed in as {username}; opening Dauntless ...", "/")
+        resp = _page(200, "Signed in", f"Signed in as {username}; opening Dauntless ...", "/?sso=1")
         _session_cookie(resp, request, auth, auth.create_session(user_id))
     resp.delete_cookie(BINDING_COOKIE, path="/oidc")
     return resp

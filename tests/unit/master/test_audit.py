@@ -194,3 +194,39 @@ def test_user_changes_and_sign_ins_are_audited_not_machine_reports(master):
         "breaks": [],
         "break_count": 0,
     }
+
+
+def test_migration_0015_keeps_sessions_and_users_and_goes_back(db_url):
+    """A database of 0009 with a user and a login session upgrades (the session is a
+    USER_SESSION, the user not remote) and downgrades again (access tokens dropped)."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from dauntless.master.db.engine import _alembic_config, make_engine, upgrade
+
+    engine = make_engine(db_url)
+    config = _alembic_config(engine)
+    command.upgrade(config, "0009")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO user_sessions (user_id, token_hash, created_at, expires_at) "
+                "VALUES (1, 'a', 0, 10)"
+            )
+        )
+    upgrade(engine)
+    with engine.begin() as conn:
+        row = conn.execute(text("SELECT token_type, revoked, description FROM user_sessions")).one()
+        assert (row[0], bool(row[1]), row[2]) == ("USER_SESSION", False, None)
+        assert conn.execute(text("SELECT remote FROM users WHERE id = 1")).scalar() in (0, False)
+        conn.execute(
+            text(
+                "INSERT INTO user_sessions (user_id, token_hash, created_at, expires_at, "
+                "token_type) VALUES (1, 'b', 0, 10, 'ACCESS_TOKEN')"
+            )
+        )
+    command.downgrade(config, "0009")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT token_hash FROM user_sessions")).scalars().all() == ["a"]
+    upgrade(engine)
+    engine.dispose()
