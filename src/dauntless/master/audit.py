@@ -9,7 +9,8 @@ HMAC-SHA-256 (RFC 2104; Python's ``hmac``) under the master's *audit key* of
   one more than the last) and a ``prev_hash`` that matches nothing;
 * an edited row no longer matches its ``hash``;
 * rows deleted from the end are found by comparing with the head the master keeps in
-  ``<data_dir>/audit_head`` (the last id and hash it wrote, outside the database);
+  ``<data_dir>/audit_head`` (the database's cluster id and the last id and hash it
+  wrote, outside the database; a new database, with another cluster id, starts afresh);
 * a forger who can write the database cannot recompute the hashes without the key, which
   lives in ``<data_dir>/audit_key`` (random, mode 0600), not in the database. (With a
   plain unkeyed hash anyone with write access could rewrite the chain from the edited
@@ -41,7 +42,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 
-from .db import AuditCheckpointRow, AuditRow, Database
+from .db import AuditCheckpointRow, AuditRow, ClusterRow, Database
 
 log = logging.getLogger("dauntless.master.audit")
 
@@ -215,6 +216,7 @@ class AuditTrail:
         self._head_path = os.path.join(data_dir, AUDIT_HEAD_FILE)
         self._lock = threading.Lock()
         self._head: tuple[int, str] | None = None  # (id, hash) of the last row written
+        self._cluster: str | None = None
 
     # ------------------------------------------------------------------ append
 
@@ -247,6 +249,14 @@ class AuditTrail:
             return saved
         return head
 
+    def _cluster_id(self) -> str:
+        """The database's cluster id (made with the database): the head file belongs to
+        one database, and one made anew (a reset) starts a chain of its own."""
+        if self._cluster is None:
+            with self.db.read() as s:
+                self._cluster = s.scalar(select(ClusterRow.cluster_id)) or "-"
+        return self._cluster
+
     def _save_head(self, row_id: int, digest: str) -> None:
         """Keep the head outside the database (a lower bound: a crash between the commit
         and this write leaves it one behind, which verification accepts)."""
@@ -254,15 +264,19 @@ class AuditTrail:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(f"{row_id} {digest}\n")
+                f.write(f"{self._cluster_id()} {row_id} {digest}\n")
             os.replace(tmp, self._head_path)
         except OSError as exc:
             log.warning("could not record the audit head in %s: %s", self._head_path, exc)
 
     def _saved_head(self) -> tuple[int, str] | None:
+        """The head file's (id, hash), None without one or when it is another
+        database's."""
         try:
             with open(self._head_path, encoding="utf-8") as f:
-                text_id, digest = f.read().split()
+                cluster, text_id, digest = f.read().split()
+            if cluster != self._cluster_id():
+                return None
             return int(text_id), digest
         except (OSError, ValueError):
             return None

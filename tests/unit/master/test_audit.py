@@ -13,7 +13,7 @@ from dauntless.config import MasterConfig
 from dauntless.master import auth_secrets, loop
 from dauntless.master.app import create_app
 from dauntless.master.audit import AuditEntry, AuditTrail, RetentionHook
-from dauntless.master.db import AuditCheckpointRow, AuditRow, Database
+from dauntless.master.db import AuditCheckpointRow, AuditRow, ClusterRow, Database
 from dauntless.master.testing import agent_headers, bearer, login
 
 
@@ -72,6 +72,14 @@ def test_the_chain_names_deleted_edited_and_truncated_rows(db_url, tmp_path):
     forger = AuditTrail(db, str(tmp_path / "other"))
     assert all("was edited" in p for _, p in _problems(forger) if "missing" not in p)
     db.dispose()
+    # A new database (another cluster id) in the same data directory starts afresh.
+    fresh = Database(f"sqlite:///{tmp_path}/fresh.db")
+    fresh.migrate()
+    with fresh.write() as s:
+        s.add(ClusterRow(id=1, cluster_id="another-cluster", created_at=0.0))
+    anew = AuditTrail(fresh, str(tmp_path))
+    assert anew.verify().ok and anew.append(_entry(1)) == 1
+    fresh.dispose()
 
 
 def test_retention_leaves_a_signed_checkpoint_the_chain_goes_on_from(tmp_path):
