@@ -171,6 +171,8 @@ def list_tokens(
     """Tokens: your own, or (admins) everyone's or ``username``'s; access tokens unless
     ``token_type`` says otherwise."""
     who = principal(request)
+    if token_ids is not None and any(not 0 <= i <= INT32_MAX for i in token_ids):
+        raise BadRequest("token_ids must be ids (0 .. 2**31 - 1)", [("token_ids", "out of range")])
     key = sort_by.upper().removeprefix("SORT_BY_")
     key = "ID" if key == "UNSPECIFIED" else key
     if key not in tokens.SORT_COLUMNS:

@@ -181,6 +181,8 @@ def test_who_may_make_list_and_edit_tokens(world):
     r = client.get("/api/v1/tokens", headers=bearer(admin), params={"sort_by": "colour"})
     assert r.status_code == 400 and "unknown sort_by" in r.json()["detail"]
     assert _infos(client, admin, username="nobody")["token_info"] == []
+    r = client.get("/api/v1/tokens", headers=bearer(admin), params={"token_ids": 2**40})
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "token_ids"
 
 
 def test_an_expired_token_is_refused(world):
