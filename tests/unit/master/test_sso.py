@@ -15,6 +15,7 @@ from dauntless.master.db import Database
 from dauntless.master.models import sso_users, users
 from dauntless.master.models.sso_users import SsoRefused
 from dauntless.master.sso import OIDCClient, SsoError, claim_strings, s256_challenge
+from dauntless.master.testing import bearer, login
 
 ENABLED = {
     "enabled": True,
@@ -71,6 +72,18 @@ def test_the_routes_refuse_bad_sign_ins_with_the_reason(tmp_path):
             "/api/v1/auth/sso/exchange", json={"code": "made-up", "code_verifier": verifier}
         )
         assert r.status_code == 401 and "invalid, used or expired" in r.json()["detail"]
+        # Remote users (single sign-on only) have no password, and get none.
+        admin = bearer(login(client))
+        body = {"username": "zed@example.test", "password": "pw", "remote": True}
+        r = client.post("/api/v1/users", headers=admin, json=body)
+        assert r.status_code == 400 and "has no password" in r.json()["detail"]
+        r = client.post("/api/v1/users", headers=admin, json={**body, "password": ""})
+        assert r.status_code == 201 and r.json()["user"]["remote"] is True
+        zed = r.json()["user"]["id"]
+        r = client.post(f"/api/v1/users/{zed}/password", headers=admin, json={"password": "x"})
+        assert r.status_code == 400 and "signs in through single sign-on" in r.json()["detail"]
+        r = client.post("/api/v1/auth/login", json={"username": "zed@example.test", "password": ""})
+        assert r.status_code == 401
 
 
 def test_cli_codes_are_single_use_and_bound_to_the_verifier(tmp_path):
