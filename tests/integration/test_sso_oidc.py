@@ -211,6 +211,8 @@ def _webui_then_cli(c, idp, deadline) -> None:
         assert "relayState=cli" in url and "cli_challenge=" in url
         page.goto(url)
         _idp_sign_in(page, "bob")
+        page.wait_for_selector("text=asks to sign in as bob@example.test")
+        page.click("#cli-confirm")  # the user confirms that the CLI on this computer signs in
         page.wait_for_selector("text=Signed in. You can close this window.")
         assert proc.wait(timeout=deadline(60)) == 0
         rest = "".join(iter(lines.get, ""))
@@ -234,6 +236,7 @@ def _webui_then_cli(c, idp, deadline) -> None:
         with page.expect_request(lambda r: r.url.startswith("http://127.0.0.1:49176/")) as req:
             page.goto(url)
             _idp_sign_in(page, "dave")
+            page.click("#cli-confirm")
         assert proc.stdin is not None
         proc.stdin.write(req.value.url + "\n")
         proc.stdin.flush()

@@ -4,7 +4,8 @@
 ``login`` follows RFC 8252 (OAuth for native apps): it listens on a free port of
 127.0.0.1, opens the master's sign-in address in a browser with ``relayState=cli``, that
 port and the PKCE challenge (RFC 7636) of a verifier only this process knows; after the
-provider the master sends the browser to ``http://127.0.0.1:PORT/?code=...``, and the CLI
+provider, and the user's click on the master's "Sign in the CLI" button, the master sends
+the browser to ``http://127.0.0.1:PORT/?code=...``, and the CLI
 trades the one-time code and its verifier for a login session
 (``POST /api/v1/auth/sso/exchange``), saved like ``det user login``'s. No token travels in
 a URL. ``--headless`` (or no browser) prints the address to open elsewhere and asks for

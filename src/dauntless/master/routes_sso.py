@@ -3,7 +3,8 @@
 | route | who | answer |
 |---|---|---|
 | ``GET /oidc/sso?relayState=webui\\|cli&cli_port=&cli_challenge=`` | anyone | 302 to the identity provider, and the ``dauntless_sso`` cookie binding the sign-in to this browser; 404 when single sign-on is off |
-| ``GET /oidc/callback?code&state`` | the provider's redirect | WebUI: the ``dauntless_token`` cookie and a page that opens the UI; CLI: 302 to ``http://127.0.0.1:<cli_port>/?code=<one-time code>``; an error page (401, 403, 502) otherwise |
+| ``GET /oidc/callback?code&state`` | the provider's redirect | WebUI: the ``dauntless_token`` cookie and a page that opens the UI; CLI: a page asking to confirm the CLI's sign-in; an error page (401, 403, 502) otherwise |
+| ``POST /oidc/cli-confirm`` | that page's button (form ``confirm``) | 302 to ``http://127.0.0.1:<cli_port>/?code=<one-time code>``; 401 page for an unknown or used confirmation, or another browser |
 | ``POST /api/v1/auth/sso/exchange`` | the CLI | ``{code, code_verifier}`` -> ``{"token", "user"}`` (a login session); 401 for a bad code or verifier |
 | ``GET /api/v1/users/{id}/sso-groups`` | the user, or an admin | ``{"groups": [name]}``: what the provider's group claim said at the latest sign-in |
 
@@ -16,13 +17,13 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from dauntless._auth import COOKIE_NAME
 
-from .api_spec import DbId
+from .api_spec import DbId, ErrorBody
 from .audit_http import audit_note
 from .auth import AuthService, access, forbidden, principal
 from .models import sso_users, users
@@ -67,13 +68,27 @@ def _client(request: Request) -> OIDCClient:
     return client
 
 
-def _page(status: int, title: str, text: str, refresh: str | None = None) -> HTMLResponse:
-    """A small HTML page (the callback's answers are seen in a browser)."""
+def _page(
+    status: int,
+    title: str,
+    text: str,
+    refresh: str | None = None,
+    form: tuple[str, str, str] | None = None,
+) -> HTMLResponse:
+    """A small HTML page (the callback's answers are seen in a browser); ``form``:
+    (action, the hidden ``confirm`` value, the button's label) of a POST button."""
     meta = f'<meta http-equiv="refresh" content="0;url={html.escape(refresh)}">' if refresh else ""
+    button = ""
+    if form is not None:
+        action, value, label = (html.escape(x) for x in form)
+        button = (
+            f"<form method='post' action='{action}'><input type='hidden' name='confirm' "
+            f"value='{value}'><button id='cli-confirm' type='submit'>{label}</button></form>"
+        )
     body = (
         f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{html.escape(title)}"
         f"</title></head><body><h1>{html.escape(title)}</h1><p>{html.escape(text)}</p>"
-        "<p><a href='/'>Open Dauntless</a></p></body></html>"
+        f"{button}<p><a href='/'>Open Dauntless</a></p></body></html>"
     )
     return HTMLResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
@@ -130,8 +145,7 @@ def sso_begin(
     "/oidc/callback",
     response_class=HTMLResponse,
     responses={
-        200: _html("Signed in (WebUI): a page that opens the UI"),
-        302: {"description": "Signed in (CLI): to the CLI's loopback address"},
+        200: _html("Signed in: a page that opens the UI, or asks to confirm the CLI's sign-in"),
         **{k: v for k, v in _ERROR_PAGES.items() if k != 503},
     },
 )
@@ -161,11 +175,13 @@ def sso_callback(request: Request) -> Response:
     except SsoError as exc:
         return _page(exc.status, "Single sign-on failed", str(exc))
     if pending.relay == "cli" and pending.cli_port is not None and pending.cli_challenge:
-        code = client.issue_cli_code(user_id, pending.cli_challenge)
-        resp: Response = RedirectResponse(
-            f"http://127.0.0.1:{pending.cli_port}/?code={code}",
-            status_code=302,
-            headers={"Cache-Control": "no-store"},
+        confirm = client.hold_cli_sign_in(user_id, username, pending)
+        return _page(
+            200,
+            "Sign in the Dauntless CLI?",
+            f"The Dauntless CLI on this computer (listening on port {pending.cli_port}) asks "
+            f"to sign in as {username}. Continue only if you have just run det auth login.",
+            form=("/oidc/cli-confirm", confirm, "Sign in the CLI"),
         )
     else:
         # A page that opens the UI rather than a 302: the provider's redirect was a
@@ -173,6 +189,35 @@ def sso_callback(request: Request) -> Response:
         # the next same-site one.
         resp = _page(200, "Signed in", f"Signed in as {username}; opening Dauntless ...", "/?sso=1")
         _session_cookie(resp, request, auth, auth.create_session(user_id))
+    resp.delete_cookie(BINDING_COOKIE, path="/oidc")
+    return resp
+
+
+@router.post(
+    "/oidc/cli-confirm",
+    status_code=302,
+    response_class=RedirectResponse,
+    responses={
+        400: {"model": ErrorBody, "description": "No confirm field"},
+        401: _ERROR_PAGES[401],
+        404: _ERROR_PAGES[404],
+    },
+)
+@access(open=True)
+def sso_cli_confirm(request: Request, confirm: str = Form(max_length=64)) -> Response:
+    """The user confirmed a CLI sign-in (the callback's button): 302 to the CLI's
+    loopback port with a one-time code."""
+    try:
+        code, port = _client(request).confirm_cli_sign_in(
+            confirm, request.cookies.get(BINDING_COOKIE)
+        )
+    except SsoError as exc:
+        return _page(exc.status, "Single sign-on failed", str(exc))
+    resp = RedirectResponse(
+        f"http://127.0.0.1:{port}/?code={code}",
+        status_code=302,
+        headers={"Cache-Control": "no-store"},
+    )
     resp.delete_cookie(BINDING_COOKIE, path="/oidc")
     return resp
 

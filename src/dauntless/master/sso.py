@@ -19,11 +19,13 @@ lacks), and signs the user in.
 **CLI sign-in** (``det auth login``, RFC 8252's loopback redirect): the CLI listens on a
 port of 127.0.0.1 and opens ``/oidc/sso?relayState=cli&cli_port=P&cli_challenge=C``,
 where ``C`` is the S256 challenge of a verifier only the CLI knows. After the provider,
-the master redirects the browser to ``http://127.0.0.1:P/?code=X`` (always that host:
-no open redirect) with a one-time code valid :data:`CLI_CODE_SECONDS`; the CLI trades
-code and verifier for a login session at ``POST /api/v1/auth/sso/exchange``. The session
-token never appears in a URL, and a code seen by another local process is useless
-without the verifier.
+the master asks the user to confirm that the CLI on this computer signs in (a button:
+a link that starts someone else's CLI sign-in must not complete unseen when the provider
+signs the user in silently), then redirects the browser to
+``http://127.0.0.1:P/?code=X`` (always that host: no open redirect) with a one-time code
+valid :data:`CLI_CODE_SECONDS`; the CLI trades code and verifier for a login session at
+``POST /api/v1/auth/sso/exchange``. The session token never appears in a URL, and a code
+seen by another local process is useless without the verifier.
 
 A master restart forgets sign-ins in progress: the user starts again.
 """
@@ -179,6 +181,7 @@ class OIDCClient:
         self._lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
         self._cli_codes: dict[str, tuple[int, str, float]] = {}
+        self._held: dict[str, tuple[int, str, Pending, float]] = {}
         self._app: Any = None
         self._app_made = 0.0
 
@@ -265,6 +268,8 @@ class OIDCClient:
             del self._pending[state]
         for code in [k for k, c in self._cli_codes.items() if c[2] <= now]:
             del self._cli_codes[code]
+        for confirm in [k for k, h in self._held.items() if h[3] <= now]:
+            del self._held[confirm]
 
     # ------------------------------------------------------------------ step 2
 
@@ -353,6 +358,44 @@ class OIDCClient:
         )
 
     # ------------------------------------------------------------------ the CLI
+
+    def hold_cli_sign_in(self, user_id: int, username: str, pending: Pending) -> str:
+        """Keep a finished CLI sign-in until the user confirms it in the browser (the
+        page of :func:`~dauntless.master.routes_sso.sso_callback`); returns the id the
+        confirmation names. Without the click a link that starts a CLI sign-in (someone
+        else's challenge, a port someone else listens on) and a provider that signs the
+        user in silently would hand a session to whoever listens."""
+        confirm = secrets.token_urlsafe(24)
+        with self._lock:
+            self._expire(self.clock())
+            self._held[_sha256(confirm)] = (
+                user_id,
+                username,
+                pending,
+                self.clock() + PENDING_SECONDS,
+            )
+        return confirm
+
+    def confirm_cli_sign_in(self, confirm: str, binding: str | None) -> tuple[str, int]:
+        """The one-time code and loopback port of a held CLI sign-in the user confirmed
+        in the browser that began it.
+
+        Raises:
+            SsoError: 401 for an unknown, used or expired confirmation, or another
+                browser.
+        """
+        with self._lock:
+            held = self._held.pop(_sha256(confirm), None)
+        if held is None or held[3] <= self.clock():
+            raise SsoError(
+                401, "this sign-in is unknown, used or expired; run det auth login again"
+            )
+        user_id, _, pending, _ = held
+        if binding is None or not hmac.compare_digest(_sha256(binding), pending.binding_hash):
+            raise SsoError(401, "this sign-in was started in another browser")
+        if pending.cli_port is None or pending.cli_challenge is None:
+            raise SsoError(400, "this sign-in was not started by det auth login")
+        return self.issue_cli_code(user_id, pending.cli_challenge), pending.cli_port
 
     def issue_cli_code(self, user_id: int, challenge: str) -> str:
         """A one-time code the CLI trades, with the verifier of ``challenge``, for a

@@ -134,6 +134,7 @@ OPEN = {
     # single sign-on (issue 30): the provider's redirects and the CLI's code exchange
     ("GET", "/oidc/sso"),
     ("GET", "/oidc/callback"),
+    ("POST", "/oidc/cli-confirm"),
     ("POST", "/api/v1/auth/sso/exchange"),
 }
 """Routes that need no credential."""

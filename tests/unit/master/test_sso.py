@@ -67,6 +67,8 @@ def test_the_routes_refuse_bad_sign_ins_with_the_reason(tmp_path):
         assert r.status_code == 401 and "unknown or took too long" in r.text
         r = client.get("/oidc/callback", params={"error": "access_denied"})
         assert r.status_code == 401 and "refused the sign-in: access_denied" in r.text
+        r = client.post("/oidc/cli-confirm", data={"confirm": "made-up"}, follow_redirects=False)
+        assert r.status_code == 401 and "unknown, used or expired" in r.text
         verifier, _ = pkce_pair()
         r = client.post(
             "/api/v1/auth/sso/exchange", json={"code": "made-up", "code_verifier": verifier}
