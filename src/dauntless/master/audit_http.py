@@ -24,6 +24,7 @@ audit write is logged and the answer still sent (the change itself is committed)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -68,9 +69,10 @@ def _principal(scope: Scope) -> Any:
     return state.get("principal") if isinstance(state, dict) else None
 
 
-def entry_for(scope: Scope, status: int, now: float) -> AuditEntry | None:
-    """The row to write for a request that was answered ``status``, or None when the
-    request is not audited (see the module)."""
+def entry_for(scope: Scope, status: int, clock: Callable[[], float]) -> AuditEntry | None:
+    """The row to write for a request that was answered ``status`` (its time from
+    ``clock``, seconds since the epoch), or None when the request is not audited (see
+    the module)."""
     note = _note(scope)
     who = _principal(scope)
     if note is None:
@@ -87,7 +89,7 @@ def entry_for(scope: Scope, status: int, now: float) -> AuditEntry | None:
     is_user = who is not None and getattr(who, "kind", None) == "user"
     client = scope.get("client")
     return AuditEntry(
-        at=now,
+        at=clock(),
         user_id=who.user_id if is_user else note.get("user_id"),
         username=who.username if is_user else note.get("username"),
         token_kind=(who.token_kind or "USER_SESSION") if is_user else "NONE",
@@ -136,7 +138,7 @@ class AuditMiddleware:
             raise
 
     async def _record(self, scope: Scope, status: int) -> None:
-        entry = entry_for(scope, status, self.trail.clock())
+        entry = entry_for(scope, status, self.trail.clock)
         if entry is None:
             return
         try:
