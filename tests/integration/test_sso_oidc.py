@@ -225,6 +225,14 @@ def _webui_then_cli(c, idp, deadline) -> None:
             timeout=deadline(60),
         )
         assert "'bob@example.test'" in who.stdout, who
+        listed = subprocess.run(
+            [sys.executable, "-m", "dauntless.cli.main", "-m", c.url, "auth", "list-providers"],
+            env=c.env(),
+            capture_output=True,
+            text=True,
+            timeout=deadline(60),
+        )
+        assert listed.stdout.strip() == "Available providers: TestIdP.", listed
         ctx.close()
 
         # Headless: the address is opened elsewhere and the final address pasted back.
