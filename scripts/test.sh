@@ -39,6 +39,14 @@ if [ ! -x .venv/azurite/node_modules/.bin/azurite-blob ] && command -v npm >/dev
   npm install --prefix .venv/azurite --no-audit --no-fund azurite >.venv/azurite-install.log 2>&1 \
     || echo "warning: Azurite could not be installed; the azure storage tests will be skipped" >&2
 fi
+# npm's oidc-provider (a certified OpenID Connect provider) for the single sign-on test
+# (tests/integration/test_sso_oidc.py), into .venv/oidc-provider; where it cannot be
+# installed that test is skipped and says why.
+if [ ! -f .venv/oidc-provider/node_modules/oidc-provider/lib/index.js ] && command -v npm >/dev/null 2>&1; then
+  echo "Installing oidc-provider for the single sign-on test (log: .venv/oidc-provider-install.log) ..."
+  npm install --prefix .venv/oidc-provider --no-audit --no-fund oidc-provider@9 >.venv/oidc-provider-install.log 2>&1 \
+    || echo "warning: oidc-provider could not be installed; the single sign-on test will be skipped" >&2
+fi
 # Lint, format and type checks first (configured in pyproject.toml): a failure stops here,
 # before the slow tests, and says which check failed and how to reproduce it.
 check() {

@@ -8,7 +8,9 @@ import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
 import * as loginPage from "./pages/login.js";
 import * as queue from "./pages/queue.js";
+import { redirectIfAlways, returnedFromSso } from "./pages/sso.js";
 import * as tasks from "./pages/tasks.js";
+import * as tokens from "./pages/tokens.js";
 import * as trial from "./pages/trial.js";
 import { h, setChildren } from "./util.js";
 
@@ -19,6 +21,7 @@ const ROUTES = [
   [/^\/cluster\/?$/, cluster, "cluster"],
   [/^\/tasks\/?$/, tasks, "tasks"],
   [/^\/queue\/?$/, queue, "queue"],
+  [/^\/tokens\/?$/, tokens, "tokens"],
 ];
 
 let cleanup = null;
@@ -94,6 +97,16 @@ async function boot() {
   // signs in silently without a 401 in the browser's console. With a remembered user the
   // page is drawn first and the answer checked when it comes.
   const cached = rememberedUser();
+  if (returnedFromSso()) {
+    // Back from the identity provider: the master set the session cookie.
+    try { u = await currentUser(); } catch { u = null; }
+    if (u) {
+      remember(u);
+      showUser();
+      route();
+      return;
+    }
+  }
   if (cached) {
     remember(cached);
     showUser();
@@ -121,6 +134,7 @@ async function boot() {
     }
   }
   if (!u && !window.sessionStorage.getItem(SIGNED_OUT_KEY)) {
+    if (await redirectIfAlways()) return;  // oidc.always_redirect: the provider signs in
     try { u = await login("determined", ""); } catch { u = null; }
   }
   if (!u) {

@@ -116,7 +116,9 @@ def _list(args: argparse.Namespace) -> int:
 
 def _create(args: argparse.Namespace) -> int:
     with open_session(args) as session:
-        user = session.create_user(args.username, args.password or "", admin=args.admin)
+        user = session.create_user(
+            args.username, args.password or "", admin=args.admin, remote=args.remote
+        )
     if args.json:
         print_json({"user": user})
         return 0
@@ -191,6 +193,11 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("username", metavar="USERNAME")
     p.add_argument("--admin", action="store_true", help="make the user an administrator")
     p.add_argument("--password", default=None, help="initial password (default: empty)")
+    p.add_argument(
+        "--remote",
+        action="store_true",
+        help="the user signs in only through single sign-on (no password)",
+    )
     add_json_flag(p)
     p.set_defaults(func=_create)
 

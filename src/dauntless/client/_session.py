@@ -383,6 +383,32 @@ class Session:
             self.token_store.drop_token(self.master_url, name)
         self._token, self._token_source = None, "none"
 
+    def adopt_token(self, token: str, *, save: bool = True, activate: bool = True) -> User:
+        """Use ``token`` (an access token, or a session from single sign-on) from now on:
+        ask the master whose it is and save it for that user.
+
+        Args:
+            token: the bearer token.
+            save: save it in :attr:`token_store` under its user's name.
+            activate: also make that user the master's active user there.
+
+        Returns:
+            The token's user.
+
+        Raises:
+            AuthenticationError: the master refuses the token (401).
+        """
+        if not isinstance(token, str) or not token.strip():
+            raise ValueError("token must be a non-empty string")
+        self._token, self._token_source = token.strip(), "explicit"
+        self._token_origin = "the token given"
+        user = self.whoami()
+        name = str(user.get("username"))
+        self._token_source, self.username = "login", name
+        if save:
+            self.token_store.set_token(self.master_url, name, self._token, activate=activate)
+        return user
+
     @property
     def token(self) -> str | None:
         """The bearer token in use (None before the first request or when signed out)."""
@@ -409,13 +435,18 @@ class Session:
                 return user
         raise APIError(404, f"user {username!r} not found")
 
-    def create_user(self, username: str, password: str = "", admin: bool = False) -> User:
-        """``POST /users`` (administrators only): a new, active user.
+    def create_user(
+        self, username: str, password: str = "", admin: bool = False, remote: bool = False
+    ) -> User:
+        """``POST /users`` (administrators only): a new, active user; ``remote``: one who
+        signs in only through single sign-on (no password).
 
         Raises:
             APIError: 403 for a non-administrator, 409 when the name is taken.
         """
-        body = {"username": username, "password": password, "admin": bool(admin)}
+        body: dict[str, Any] = {"username": username, "password": password, "admin": bool(admin)}
+        if remote:
+            body["remote"] = True
         return cast(User, self.post_json("/users", body)["user"])
 
     def patch_user(self, user_id: int, **fields: Any) -> User:

@@ -66,6 +66,12 @@ from ._provider import (
     SlurmResourceManagerConfig,
     parse_duration,
 )
+from ._sso import (
+    INFINITE_LIFESPAN_DAYS,
+    AuditConfig,
+    OIDCConfig,
+    parse_go_duration,
+)
 
 __all__ = [
     "INT_MAX",
@@ -77,6 +83,10 @@ __all__ = [
     "check_tree",
     "load_json",
     "load_yaml",
+    "INFINITE_LIFESPAN_DAYS",
+    "AuditConfig",
+    "OIDCConfig",
+    "parse_go_duration",
     "FIELD_RULES",
     "REMOVED_SEARCHERS",
     "AWSProviderConfig",

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ._experiment import CheckpointStorageConfig
 from ._provider import AgentResourceManagerConfig, ProviderConfig, ResourceManagerConfig
+from ._sso import AuditConfig, OIDCConfig, check_lifespan_days, days_or_infinite
 
 
 class _Strict(BaseModel):
@@ -34,14 +35,42 @@ DEFAULT_TOKEN_LIFESPAN_SECONDS = 7 * 24 * 3600.0
 
 
 class TokenConfig(_Strict):
-    """Login tokens (``security.token``).
+    """Login sessions and access tokens (``security.token``).
 
     Attributes:
         max_lifespan: seconds a token issued at login stays valid (default 7 days); a
             logout or a password change revokes it sooner.
+        default_lifespan_days: days an access token (``det token create``) lives when its
+            request names no lifespan (Determined's default 30); ``-1``: no limit.
+        max_lifespan_days: the longest lifespan an access token may be given, in days
+            (default 30); ``-1``: no limit.
     """
 
     max_lifespan: float = Field(default=DEFAULT_TOKEN_LIFESPAN_SECONDS, gt=0)
+    default_lifespan_days: int = 30
+    max_lifespan_days: int = 30
+
+    @model_validator(mode="after")
+    def _lifespans(self) -> TokenConfig:
+        check_lifespan_days("security.token.default_lifespan_days", self.default_lifespan_days)
+        check_lifespan_days("security.token.max_lifespan_days", self.max_lifespan_days)
+        if days_or_infinite(self.default_lifespan_days) > days_or_infinite(self.max_lifespan_days):
+            raise ValueError(
+                "security.token.default_lifespan_days "
+                f"({self.default_lifespan_days}) must not exceed max_lifespan_days "
+                f"({self.max_lifespan_days})"
+            )
+        return self
+
+    @property
+    def default_access_lifespan(self) -> float:
+        """Seconds an access token lives by default."""
+        return days_or_infinite(self.default_lifespan_days)
+
+    @property
+    def max_access_lifespan(self) -> float:
+        """The most seconds an access token may live."""
+        return days_or_infinite(self.max_lifespan_days)
 
 
 class TLSConfig(_Strict):
@@ -141,6 +170,8 @@ class MasterConfig(_Strict):
             points, ``max_trials``, ASHA's brackets); a larger search is refused at
             create (and ``validate_only``) naming the field, as a preview refuses it.
         task_proxy: where the task services' own origin listens (:class:`TaskProxyConfig`).
+        oidc: single sign-on through an OpenID Connect provider (:class:`OIDCConfig`).
+        audit: the audit trail's retention (:class:`AuditConfig`).
     """
 
     host: str = "127.0.0.1"
@@ -159,6 +190,8 @@ class MasterConfig(_Strict):
     security: SecurityConfig = Field(default_factory=SecurityConfig)
     max_search_trials: int = Field(default=100_000, ge=1, le=2**31 - 1)
     task_proxy: TaskProxyConfig = Field(default_factory=lambda: TaskProxyConfig())
+    oidc: OIDCConfig = Field(default_factory=OIDCConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
 
     @model_validator(mode="after")
     def _providers_need_agents(self) -> MasterConfig:

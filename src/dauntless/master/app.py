@@ -19,6 +19,8 @@ from dauntless.config import MasterConfig
 
 from . import loop
 from .api_spec import declare_errors
+from .audit import AuditTrail, RetentionHook
+from .audit_http import AuditMiddleware
 from .auth import AuthService, authenticate
 from .body_limits import JSONBodyLimits
 from .context import MasterContext
@@ -31,6 +33,7 @@ from .proxy_auth import ProxyAuth
 from .proxy_forward import proxy_client
 from .routes import install_error_handlers
 from .routes_allocations import router as allocations_router
+from .routes_audit import router as audit_router
 from .routes_auth import router as auth_router
 from .routes_charts import router as charts_router
 from .routes_checkpoints import router as checkpoints_router
@@ -42,10 +45,13 @@ from .routes_habits import router as habits_router
 from .routes_harness import router as harness_router
 from .routes_jobs import router as jobs_router
 from .routes_search import router as search_router
+from .routes_sso import router as sso_router
 from .routes_stream import router as stream_router
 from .routes_tasks import install_task_error_handlers
 from .routes_tasks import router as tasks_router
+from .routes_tokens import router as tokens_router
 from .routes_trials import router as trials_router
+from .sso import OIDCClient
 from .webui import router as webui_router
 
 log = logging.getLogger("dauntless.master")
@@ -115,6 +121,12 @@ def create_app(
     ctx = MasterContext(db, config)
     ctx.port = config.port
     auth = AuthService(db, config, allocation_versions=ctx.allocation_versions)
+    trail = AuditTrail(db, config.data_dir)  # issue 30: who changed what
+    if config.audit.retention_days != -1:
+        ctx.loop_hooks.append(RetentionHook(trail, config.audit.retention_days))
+    sso = OIDCClient(config.oidc) if config.oidc.enabled else None
+    for warning in config.oidc.warnings():
+        log.warning("%s", warning)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -178,6 +190,9 @@ def create_app(
     app.state.ctx = ctx
     app.state.auth = auth
     app.state.config = config
+    app.state.audit = trail
+    app.state.sso = sso
+    app.add_middleware(AuditMiddleware, trail=trail)
     install_error_handlers(app)
     install_task_error_handlers(app)
     app.state.proxy_client = proxy_client()
@@ -207,6 +222,9 @@ def create_app(
     app.include_router(charts_router)  # issue 22: batch-level training metrics
     app.include_router(stream_router)
     app.include_router(allocations_router)
+    app.include_router(tokens_router)  # issue 30: access tokens, single sign-on, audit
+    app.include_router(sso_router)
+    app.include_router(audit_router)
     app.include_router(webui_router)  # last: its catch-all serves the UI's pages
     declare_errors(app)
     return app

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
-from sqlalchemy import delete, select
+from sqlalchemy import delete, or_, select
 from starlette.concurrency import run_in_threadpool
 
 from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
@@ -69,6 +69,8 @@ from .auth_secrets import (
 from .auth_secrets import verify_password as verify_password
 from .auth_throttle import LoginThrottle
 from .db import (
+    ACCESS_TOKEN,
+    USER_SESSION,
     AllocationRow,
     CheckpointRow,
     Database,
@@ -125,6 +127,9 @@ class AuthService:
         self.cluster_secret = load_cluster_secret(config)
         self.throttle = LoginThrottle()
         self._allocation_versions = allocation_versions
+        #: Bumped by :meth:`note_revoked`; streams compare it between polls.
+        self.revocations = 0
+        self._revocation_lock = threading.Lock()
         # token digest -> (principal, allocation group id, its version, monotonic time)
         self._trial_tokens: dict[str, tuple[Principal, str, Version, float]] = {}
 
@@ -173,21 +178,35 @@ class AuthService:
         token = new_token()
         now = self.clock()
         with self.db.write() as s:
-            s.execute(delete(UserSessionRow).where(UserSessionRow.expires_at <= now))
+            s.execute(  # ended sessions; access tokens stay listed (show_inactive)
+                delete(UserSessionRow).where(
+                    UserSessionRow.token_type == USER_SESSION,
+                    or_(UserSessionRow.expires_at <= now, UserSessionRow.revoked.is_(True)),
+                )
+            )
             s.add(
                 UserSessionRow(
                     user_id=user_id,
                     token_hash=hash_token(token),
                     created_at=now,
                     expires_at=now + self.token_lifespan,
+                    token_type=USER_SESSION,
                 )
             )
         return token
 
     def revoke_session(self, session_id: int) -> None:
-        """End one login session (logout)."""
+        """End one login session (logout), or revoke the access token presented to logout."""
         with self.db.write() as s:
-            s.execute(delete(UserSessionRow).where(UserSessionRow.id == session_id))
+            users.revoke_token(s, session_id)
+        self.note_revoked()
+
+    def note_revoked(self) -> None:
+        """Record that credentials were revoked (a token, a user's sessions, a user
+        deactivated), after the transaction committed: open event streams check their
+        caller's credential again at once (:attr:`revocations`)."""
+        with self._revocation_lock:
+            self.revocations += 1
 
     def revoke_user_sessions(self, s: Any, user_id: int) -> None:
         """End every session of a user, inside the caller's write session ``s``."""
@@ -265,8 +284,11 @@ class AuthService:
             ).first()
             if row is not None:
                 session, user = row
+                what = "access token" if session.token_type == ACCESS_TOKEN else "token"
+                if session.revoked:
+                    raise unauthorized(f"the {what} (id {session.id}) has been revoked")
                 if session.expires_at <= self.clock():
-                    raise unauthorized("the token has expired; sign in again")
+                    raise unauthorized(f"the {what} has expired; sign in again")
                 if not user.active:
                     raise unauthorized(f"user {user.username} is deactivated")
                 return Principal(
@@ -275,6 +297,8 @@ class AuthService:
                     username=user.username,
                     admin=user.admin,
                     session_id=session.id,
+                    token_kind=session.token_type,
+                    expires_at=session.expires_at,
                 )
             part = s.execute(
                 select(AllocationRow, TrialRow.experiment_id)

@@ -18,8 +18,11 @@ class Principal:
 
     Attributes:
         kind: ``user``, ``agent`` or ``trial``.
-        user_id, username, admin, session_id: for a user (``session_id`` is the login
-            session the token belongs to).
+        user_id, username, admin, session_id: for a user (``session_id`` is the row of
+            the token: a login session or an access token).
+        token_kind: for a user: ``USER_SESSION`` (signed in) or ``ACCESS_TOKEN``.
+        expires_at: for a user: when the token expires (seconds since the epoch); open
+            event streams end then.
         trial_id, experiment_id, allocation_id, part_id: for a trial: its trial and
             experiment, its allocation (``DET_ALLOCATION_ID``) and the part the token
             was made for.
@@ -32,6 +35,8 @@ class Principal:
     username: str | None = None
     admin: bool = False
     session_id: int | None = None
+    token_kind: str | None = None
+    expires_at: float | None = None
     trial_id: int | None = None
     experiment_id: int | None = None
     allocation_id: str | None = None

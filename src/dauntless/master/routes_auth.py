@@ -4,14 +4,14 @@
 |---|---|---|---|
 | ``POST /auth/login`` | anyone | ``{username, password}`` | ``{"token", "user": User, "csrf_token"}`` and the ``dauntless_token`` cookie; 401 ``invalid username or password``; 403 deactivated; 429 after repeated failures |
 | ``GET /auth/csrf`` | a user | | ``{"csrf_token"}``: the presented session's ``X-CSRF-Token`` |
-| ``POST /auth/logout`` | a user | | ``{}``; the presented token is revoked, the cookie cleared |
+| ``POST /auth/logout`` | a user | | ``{}``; the presented login session is revoked (an access token is not: ``PATCH /tokens/{id}``), the cookie cleared |
 | ``GET /auth/user``, ``GET /me`` | a user | | ``{"user": User}`` |
 | ``GET /users`` | a user | | ``{"users": [User]}`` |
-| ``POST /users`` | admin | ``{username, password ("" allowed), admin}`` | 201 ``{"user"}``; 409 if the name is taken |
+| ``POST /users`` | admin | ``{username, password ("" allowed), admin, display_name?, remote?}`` | 201 ``{"user"}``; 409 if the name is taken; ``remote``: single sign-on only, no password |
 | ``PATCH /users/{id}`` | admin; the user itself for ``display_name`` | ``{active?, admin?, display_name?}`` | ``{"user"}`` |
-| ``POST /users/{id}/password`` | the user itself, or an admin | ``{password, old_password?}`` | ``{"user"}``; every token of the user is revoked |
+| ``POST /users/{id}/password`` | the user itself, or an admin | ``{password, old_password?}`` | ``{"user"}``; every login session of the user is revoked (access tokens stay); 400 for a remote user |
 
-``User = {id, username, admin, active, display_name, modified_at}``. Passwords are taken
+``User = {id, username, admin, active, display_name, modified_at, remote}``. Passwords are taken
 as :class:`pydantic.SecretStr`, so they never appear in a repr, a log line or an error.
 """
 
@@ -27,6 +27,7 @@ from dauntless._auth import COOKIE_NAME
 
 from . import responses as R
 from .api_spec import DbId
+from .audit_http import audit_note
 from .auth import (
     AuthService,
     access,
@@ -37,7 +38,8 @@ from .auth import (
     verify_password,
 )
 from .auth_csrf import csrf_token
-from .db import UserRow
+from .db import ACCESS_TOKEN, UserRow
+from .errors import BadRequest
 from .models import users
 
 router = APIRouter(prefix="/api/v1")
@@ -62,6 +64,7 @@ class CreateUserBody(_Body):
     password: SecretStr = Field(default=SecretStr(""), max_length=MAX_PASSWORD_LENGTH)
     admin: bool = False
     display_name: str | None = Field(default=None, max_length=256)
+    remote: bool = False
 
 
 class PatchUserBody(_Body):
@@ -84,6 +87,7 @@ def user_view(user: UserRow) -> dict[str, Any]:
         "active": user.active,
         "display_name": user.display_name,
         "modified_at": user.modified_at,
+        "remote": user.remote,
     }
 
 
@@ -108,9 +112,12 @@ def login(body: LoginBody, request: Request) -> JSONResponse:
             headers={"Retry-After": str(seconds)},
             content={"detail": f"too many failed logins for {name!r}; try again in {seconds} s"},
         )
+    audit_note(request, username=name[:256], target="password sign-in")
     with auth.db.read() as s:
         user = users.read_user_by_name(s, name)
     ok = verify_password(user.password_hash if user else None, body.password.get_secret_value())
+    if user is not None:
+        audit_note(request, user_id=user.id)
     if user is None or not ok:
         auth.throttle.failed(name)
         raise unauthorized("invalid username or password")
@@ -135,7 +142,8 @@ def login(body: LoginBody, request: Request) -> JSONResponse:
 def logout(request: Request) -> JSONResponse:
     """Revoke the presented token and clear the cookie."""
     who = principal(request)
-    if who.session_id is not None:
+    # An access token is revoked with `det token revoke`, not by signing out with it.
+    if who.session_id is not None and who.token_kind != ACCESS_TOKEN:
         _auth(request).revoke_session(who.session_id)
     resp = JSONResponse({})
     resp.delete_cookie(
@@ -192,10 +200,16 @@ def list_users(request: Request) -> dict[str, Any]:
 def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
     """Create a user (admins only); 409 when the name is taken."""
     auth = _auth(request)
-    hashed = hash_password(body.password.get_secret_value())
+    if body.remote and body.password.get_secret_value():
+        raise BadRequest(
+            "a remote user signs in through single sign-on only and has no password",
+            [("password", "must be empty for a remote user")],
+        )
+    hashed = None if body.remote else hash_password(body.password.get_secret_value())
+    audit_note(request, target=f"user {body.username}")
     with auth.db.write() as s:
         user = users.create_user(
-            s, body.username, hashed, body.admin, body.display_name, auth.clock()
+            s, body.username, hashed, body.admin, body.display_name, auth.clock(), body.remote
         )
         return {"user": user_view(user)}
 
@@ -222,13 +236,16 @@ def patch_user(user_id: DbId, body: PatchUserBody, request: Request) -> dict[str
             display_name=body.display_name,
             set_display_name="display_name" in body.model_fields_set,
         )
-        return {"user": user_view(user)}
+        view = user_view(user)
+    if body.active is False:
+        auth.note_revoked()  # open streams of the user end at once
+    return {"user": view}
 
 
 @router.post("/users/{user_id}/password", response_model=R.UserBody)
 def set_password(user_id: DbId, body: PasswordBody, request: Request) -> dict[str, Any]:
     """Set a user's password (the user itself, or an admin for anyone) and revoke every
-    token of that user (the caller signs in again).
+    login session of that user (the caller signs in again); access tokens stay.
 
     ``old_password`` is optional; when given it must be the current password (403),
     so a client can make a user confirm who they are.
@@ -238,7 +255,13 @@ def set_password(user_id: DbId, body: PasswordBody, request: Request) -> dict[st
         raise forbidden("only an admin may change another user's password")
     auth = _auth(request)
     with auth.db.read() as s:
-        current = users.read_user(s, user_id).password_hash
+        target = users.read_user(s, user_id)
+        current = target.password_hash
+    if target.remote:
+        raise BadRequest(
+            f"user {target.username} signs in through single sign-on (remote) and has no password",
+            [("password", "remote users have none")],
+        )
     if body.old_password is not None and not verify_password(
         current, body.old_password.get_secret_value()
     ):
@@ -246,7 +269,9 @@ def set_password(user_id: DbId, body: PasswordBody, request: Request) -> dict[st
     hashed = hash_password(body.password.get_secret_value())
     with auth.db.write() as s:
         user = users.set_password(s, user_id, hashed, auth.clock())
-        return {"user": user_view(user)}
+        view = user_view(user)
+    auth.note_revoked()
+    return {"user": view}
 
 
 __all__ = ["router", "user_view"]

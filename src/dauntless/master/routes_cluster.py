@@ -49,12 +49,14 @@ though no change was seen (changes the ORM does not report, such as a cascade de
 @router.get("/master", response_model=R.MasterInfo)
 @access(open=True)
 def get_master(request: Request) -> dict[str, Any]:
-    """Version and identity of this master."""
+    """Version and identity of this master, and its single sign-on providers."""
     ctx = _ctx(request)
+    sso = getattr(request.app.state, "sso", None)
     return {
         "version": dauntless.__version__,
         "cluster_name": ctx.config.cluster_name,
         "cluster_id": _read(request, agents.cluster_id),
+        "sso_providers": [sso.provider_info()] if sso is not None else [],
     }
 
 

@@ -119,22 +119,32 @@ def _watch_for_shutdown() -> None:
 class _Credential:
     """The credential an open stream was started with, checked again every
     :data:`REAUTH_SECONDS`, so that a revoked token stops receiving events (a stream is
-    authenticated once, when it starts, like any request)."""
+    authenticated once, when it starts, like any request). A revocation on this master
+    (logout, ``PATCH /tokens/{id}``, a password change, a deactivation: the auth
+    service's ``revocations`` counter) has it checked at the next poll, and a user's
+    token is refused at the next poll after it expires, without waiting for the period."""
 
     def __init__(self, request: Request) -> None:
         self.request = request
         self.checked = time.monotonic()
+        service = getattr(request.app.state, "auth", None)
+        self.revocations = getattr(service, "revocations", 0)
 
     async def refused(self) -> str | None:
         """Why the credential no longer holds (the 401's detail), or None while it does
         (also between checks, and for streams opened without a credential)."""
         now = time.monotonic()
-        if now - self.checked < REAUTH_SECONDS:
-            return None
-        self.checked = now
         service = getattr(self.request.app.state, "auth", None)
-        if service is None or getattr(self.request.state, "principal", None) is None:
+        who = getattr(self.request.state, "principal", None)
+        if service is None or who is None:
             return None
+        expires_at = getattr(who, "expires_at", None)
+        if expires_at is not None and service.clock() >= expires_at:
+            return "the token has expired; sign in again"
+        revocations = getattr(service, "revocations", 0)
+        if now - self.checked < REAUTH_SECONDS and revocations == self.revocations:
+            return None
+        self.checked, self.revocations = now, revocations
         try:
             await run_in_threadpool(service.identify, self.request)
         except HTTPException as exc:

@@ -104,6 +104,9 @@ class World:
         )
         (task_spec,) = r.json()["start"]
         self.task_token = task_spec["env"]["DET_SESSION_TOKEN"]
+        r = client.post("/api/v1/tokens", headers=bearer(self.alice), json={})
+        assert r.status_code == 200, r.text
+        self.token_id = r.json()["token_id"]  # an access token of alice's (issue 30)
 
     def _create(self, token: str) -> int:
         r = self.client.post(
@@ -125,7 +128,15 @@ def world(tmp_path):
 
 # ---------------------------------------------------------------------- the walk
 
-OPEN = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/master")}
+OPEN = {
+    ("POST", "/api/v1/auth/login"),
+    ("GET", "/api/v1/master"),
+    # single sign-on (issue 30): the provider's redirects and the CLI's code exchange
+    ("GET", "/oidc/sso"),
+    ("GET", "/oidc/callback"),
+    ("POST", "/oidc/cli-confirm"),
+    ("POST", "/api/v1/auth/sso/exchange"),
+}
 """Routes that need no credential."""
 
 ANY_USER_MAY_MODIFY = {
@@ -136,6 +147,7 @@ ANY_USER_MAY_MODIFY = {
     ("POST", "/api/v1/tensorboards"),
     ("POST", "/api/v1/preview-hp-search"),  # computes, changes nothing
     ("POST", "/api/v1/auth/logout"),  # ends their own session
+    ("POST", "/api/v1/tokens"),  # an access token of their own (issue 30)
 }
 """Modifying routes an ordinary user may call on nothing of alice's."""
 
@@ -167,16 +179,21 @@ ADMIN_ROUTES = {
     ("POST", "/api/v1/agents/{agent_id}/disable"),
     ("POST", "/api/v1/agents/{agent_id}/slots/{slot_id}/{action}"),
     ("POST", "/api/v1/users"),
+    ("GET", "/api/v1/audit"),
+    ("GET", "/api/v1/audit/verify"),
 }
 SELF_ROUTES = {
     ("PATCH", "/api/v1/users/{user_id}"),
     ("POST", "/api/v1/users/{user_id}/password"),
+    ("GET", "/api/v1/users/{user_id}/sso-groups"),
+    ("PATCH", "/api/v1/tokens/{token_id}"),
 }
 
 BODIES = {
     ("POST", "/api/v1/auth/login"): {"username": "bob", "password": "bob-pw"},
     ("POST", "/api/v1/users"): {"username": "carol", "password": "", "admin": False},
     ("PATCH", "/api/v1/users/{user_id}"): {"display_name": "Alice A."},
+    ("PATCH", "/api/v1/tokens/{token_id}"): {"description": "alice's CI"},
     ("POST", "/api/v1/users/{user_id}/password"): {"password": "alice-pw"},
     ("POST", "/api/v1/trials/{trial_id}/metrics"): {
         "group": "training",
@@ -223,6 +240,7 @@ def _url(w: World, path: str) -> str:
         label="v1",
         task_id=w.task_id,
         job_id=f"experiment-{w.exp_id}",
+        token_id=w.token_id,
     )
 
 
@@ -441,6 +459,7 @@ def test_login_answers_and_cookie(world):
         "active",
         "display_name",
         "modified_at",
+        "remote",
     }
     cookie = r.headers["set-cookie"]
     assert f"{COOKIE_NAME}=" in cookie and "HttpOnly" in cookie

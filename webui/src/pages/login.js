@@ -2,6 +2,7 @@
 
 import { ApiError, login } from "../api.js";
 import { h, setChildren } from "../util.js";
+import { ssoButtons, ssoProviders } from "./sso.js";
 
 /**
  * Draw the sign-in form into `root`.
@@ -39,6 +40,7 @@ export function render(root, onSignedIn, reason) {
     }
   }
 
+  const sso = h("div.sso-box", { id: "sso-box" });
   setChildren(root, h("div.card.login-card", { id: "login-page" },
     h("h1", null, "Sign in"),
     reason ? h("p.muted", null, reason) : null,
@@ -46,6 +48,10 @@ export function render(root, onSignedIn, reason) {
       h("label", null, "User name", username),
       h("label", null, "Password", password),
       error,
-      submit)));
+      submit),
+    sso));
   username.focus();
+  ssoProviders().then((providers) => {
+    if (providers.length) setChildren(sso, h("p.muted.small", null, "or"), ssoButtons(providers));
+  });
 }

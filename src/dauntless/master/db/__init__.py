@@ -2,6 +2,8 @@
 
 from .engine import Database, SchemaError, check_schema, current_revision, head_revision, upgrade
 from .models import (
+    ACCESS_TOKEN,
+    USER_SESSION,
     AgentRow,
     AllocationRow,
     Base,
@@ -19,8 +21,14 @@ from .models import (
     UserRow,
     UserSessionRow,
 )
+from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
 
 __all__ = [
+    "ACCESS_TOKEN",
+    "USER_SESSION",
+    "AuditCheckpointRow",
+    "AuditRow",
+    "UserSsoGroupRow",
     "AgentRow",
     "AllocationRow",
     "Base",

@@ -65,12 +65,25 @@ class UserRow(Base):
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     display_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
     modified_at: Mapped[float] = mapped_column(Float)
+    #: Signs in only through single sign-on (Determined's ``remote``): no password.
+    remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+USER_SESSION = "USER_SESSION"
+"""``UserSessionRow.token_type`` of a login session (password or single sign-on)."""
+ACCESS_TOKEN = "ACCESS_TOKEN"
+"""``UserSessionRow.token_type`` of an access token (``det token create``)."""
 
 
 class UserSessionRow(Base):
-    """A login session: the SHA-256 of its bearer token (never the token), its user and
-    when it expires. Logout deletes the row; a password change deletes every row of the
-    user."""
+    """A bearer token of a user: the SHA-256 of the token (never the token), its user,
+    its kind and when it expires.
+
+    ``token_type`` is :data:`USER_SESSION` (a sign-in: logout deletes the row, a password
+    change deletes every session row of the user) or :data:`ACCESS_TOKEN` (Determined's
+    access tokens, for scripts and CI: kept when revoked, ``revoked`` set, so that lists
+    can show them; a password change leaves them).
+    """
 
     __tablename__ = "user_sessions"
 
@@ -79,6 +92,11 @@ class UserSessionRow(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
+    token_type: Mapped[str] = mapped_column(
+        String(32), default=USER_SESSION, server_default=USER_SESSION
+    )
+    description: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class ExperimentRow(Base):

@@ -1,12 +1,13 @@
-"""Users: accounts (``UserRow``) and the revocation of their login sessions. Signing
-in, tokens and password hashing are :mod:`dauntless.master.auth`'s."""
+"""Users: accounts (``UserRow``) and the revocation of their login sessions and tokens.
+Signing in, tokens and password hashing are :mod:`dauntless.master.auth`'s; access
+tokens' lists and edits are :mod:`dauntless.master.models.tokens`'."""
 
 from __future__ import annotations
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from ..db import UserRow, UserSessionRow
+from ..db import USER_SESSION, UserRow, UserSessionRow
 from ..errors import Conflict, NotFound
 
 
@@ -40,17 +41,20 @@ def read_users(session: Session) -> list[UserRow]:
 def create_user(
     session: Session,
     username: str,
-    password_hash: str,
+    password_hash: str | None,
     admin: bool,
     display_name: str | None,
     now: float,
+    remote: bool = False,
 ) -> UserRow:
     """Create an active user (its id assigned).
 
     Args:
         password_hash: the password as :func:`dauntless.master.auth.hash_password` stores
-            it (hashed before the transaction: hashing is slow on purpose).
+            it (hashed before the transaction: hashing is slow on purpose); None for a
+            ``remote`` user, who has no password.
         now: seconds since the epoch (``modified_at``).
+        remote: the user signs in only through single sign-on.
 
     Raises:
         Conflict: the name is taken.
@@ -64,6 +68,7 @@ def create_user(
         active=True,
         display_name=display_name,
         modified_at=now,
+        remote=remote,
     )
     session.add(user)
     session.flush()
@@ -83,8 +88,23 @@ def is_last_admin(session: Session, user: UserRow) -> bool:
 
 
 def revoke_sessions(session: Session, user_id: int) -> None:
-    """End every login session of a user."""
-    session.execute(delete(UserSessionRow).where(UserSessionRow.user_id == user_id))
+    """End every login session of a user (its access tokens stay: see
+    :class:`~dauntless.master.db.UserSessionRow`)."""
+    session.execute(
+        delete(UserSessionRow).where(
+            UserSessionRow.user_id == user_id, UserSessionRow.token_type == USER_SESSION
+        )
+    )
+
+
+def revoke_token(session: Session, token_id: int) -> UserSessionRow | None:
+    """Revoke one token (a login session at logout, or an access token): its row is kept,
+    marked revoked, so that lists can show it; ended sessions are deleted at the next
+    sign-in. Returns the row, None when there is none."""
+    row = session.get(UserSessionRow, token_id)
+    if row is not None:
+        row.revoked = True
+    return row
 
 
 def update_user(

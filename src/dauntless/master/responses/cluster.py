@@ -4,6 +4,8 @@ and the job queue.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from ._base import _Open
@@ -13,6 +15,7 @@ class MasterInfo(_Open):
     version: str
     cluster_name: str | None = None
     cluster_id: str | None = None
+    sso_providers: list[dict[str, Any]] = []
 
 
 class SlotOut(_Open):

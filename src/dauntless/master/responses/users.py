@@ -16,6 +16,7 @@ class UserOut(_Open):
     active: bool
     display_name: str | None
     modified_at: float
+    remote: bool = False
 
 
 class UserBody(BaseModel):
