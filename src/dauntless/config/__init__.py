@@ -5,6 +5,7 @@ Pure: no I/O beyond parsing text handed in.
 
 from ._cluster import (
     AgentConfig,
+    CustomSearchersConfig,
     MasterConfig,
     ResourcePoolConfig,
     SecurityConfig,
@@ -72,6 +73,7 @@ __all__ = [
     "REMOVED_SEARCHERS",
     "SAMPLER_OPTIONS",
     "CmaEsSearcher",
+    "CustomSearchersConfig",
     "CustomSearcher",
     "ExploreFunction",
     "GPSearcher",

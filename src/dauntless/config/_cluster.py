@@ -96,6 +96,21 @@ class SecurityConfig(_Strict):
     tls: TLSConfig = Field(default_factory=TLSConfig)
 
 
+class CustomSearchersConfig(_Strict):
+    """``custom_searchers``: who may run a custom search method inside the master.
+
+    A method named in an experiment config (``searcher.method``) runs in the master's
+    process with the master's privileges (its database, secrets and files), so a
+    multi-user cluster must not run just anyone's: ``off`` (the default) refuses such
+    experiments and leaves the remote search runner, which runs the method in the
+    user's own process with the user's own token; ``admins`` accepts them from
+    administrators only; ``all`` from every user (a single-user or fully trusted
+    cluster).
+    """
+
+    in_master: Literal["off", "admins", "all"] = "off"
+
+
 class MasterConfig(_Strict):
     """The master's config.
 
@@ -111,6 +126,8 @@ class MasterConfig(_Strict):
         resource_manager: where tasks run: ``agent`` (Dauntless agents, the default) or
             ``slurm`` (Slurm jobs; its partitions are the pools).
         security: users, login tokens and the agents' cluster secret.
+        custom_searchers: who may run custom search methods in the master
+            (:class:`CustomSearchersConfig`).
     """
 
     host: str = "127.0.0.1"
@@ -127,6 +144,7 @@ class MasterConfig(_Strict):
     cluster_name: str = "dauntless"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     security: SecurityConfig = Field(default_factory=SecurityConfig)
+    custom_searchers: CustomSearchersConfig = Field(default_factory=CustomSearchersConfig)
 
     @model_validator(mode="after")
     def _providers_need_agents(self) -> MasterConfig:

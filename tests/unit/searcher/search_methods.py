@@ -12,7 +12,7 @@ import random
 
 from dauntless.searcher.custom import Close, Create, SearchMethod, Shutdown, ValidateAfter
 
-MAX_TRIALS = 4
+MAX_TRIALS = 3
 CONCURRENT = 1
 LENGTH = 10
 

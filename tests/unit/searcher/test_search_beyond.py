@@ -32,7 +32,7 @@ from dauntless.searcher import (
     simulate,
 )
 
-from .search_methods import Broken, SeededRandom
+from .search_methods import MAX_TRIALS, Broken, SeededRandom
 
 HPS = {
     "lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1},
@@ -446,7 +446,7 @@ def test_custom_method_runs_and_its_errors_fail_the_search_only():
     config = CONFIGS["custom"]
     driver = run_to_end(make_searcher(config, 4, method=SeededRandom))
     creates = [e for e in driver.log if e["type"] == "create"]
-    assert [e["request_id"] for e in creates] == [f"trial-{i}" for i in range(1, 5)]
+    assert [e["request_id"] for e in creates] == [f"trial-{i}" for i in range(1, MAX_TRIALS + 1)]
     assert driver.log[-1] == {"type": "shutdown", "cancel": False, "failure": False}
 
     broken = make_searcher(config, 4, method=Broken)
@@ -493,6 +493,6 @@ def test_previews_cover_the_new_searchers():
     pbt = preview_document(CONFIGS["pbt"], 3)
     assert pbt["summary"]["num_trials"] == 4 + 1 * 2
     custom = preview_document(CONFIGS["custom"], 3, method=SeededRandom)
-    assert custom["summary"]["num_trials"] == 4
+    assert custom["summary"]["num_trials"] == MAX_TRIALS
     with pytest.raises(SearcherConfigError, match="remote runner"):
         preview_document(cfg({"name": "custom"}), 3)

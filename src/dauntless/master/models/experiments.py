@@ -28,6 +28,7 @@ from dauntless.storage import build_storage
 
 from ..compat038 import merge_config_overrides, prepare_raw_config
 from ..context import MasterContext
+from ..custom_searchers import runs_in_master
 from ..db import (
     AgentRow,
     AllocationRow,
@@ -41,6 +42,7 @@ from ..db import (
 from ..environments import check_pool_can_run
 from ..errors import MAX_CONTEXT_BYTES, BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
+from ..search_setup import custom_method_class, pbt_checkpoints
 from ..states import State, is_terminal
 from . import checkpoints, search, users
 
@@ -117,6 +119,13 @@ def create_experiment(
     if seed is None:
         seed = secrets.randbelow(2**31)
     raw = cfg.to_json()
+    admin = False
+    if runs_in_master(cfg):
+        with ctx.db.read() as s:
+            user = users.read_user_by_name(s, owner)
+        admin = user is not None and bool(user.admin)
+    method = custom_method_class(ctx.config.custom_searchers.in_master, admin, cfg, context)
+    pbt_checkpoints(cfg, raw)
     with ctx.db.read() as s:
         resolve_warm_start(s, raw)
     raw["reproducibility"]["experiment_seed"] = seed
@@ -132,7 +141,7 @@ def create_experiment(
             "invalid experiment config", [("checkpoint_storage.type", str(exc))]
         ) from None
     try:
-        searcher = make_searcher(resolved, seed)
+        searcher = make_searcher(resolved, seed, method=method)
     except SearcherConfigError as exc:
         raise BadRequest("invalid experiment config", [("searcher", str(exc))]) from None
     now = ctx.clock()
