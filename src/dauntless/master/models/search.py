@@ -84,17 +84,20 @@ def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = Fa
         MethodLoadError: a custom search method run in the master cannot be loaded.
     """
     cache = _cache(ctx)
+    config = ctx.experiment_config(exp)
     with _SEARCHERS_LOCK:
         kept = cache.get(exp.id) if read_only else cache.pop(exp.id, None)
     if kept is not None and exp.searcher_state is not None:
-        if kept.snapshot() == exp.searcher_state:
-            return kept
-    config = ctx.experiment_config(exp)
+        kept_config, searcher = kept
+        # The same config (``det experiment continue`` may change it) and the state
+        # the database holds.
+        if kept_config == config and searcher.snapshot() == exp.searcher_state:
+            return searcher
     factory = method_factory(exp.id, config, lambda: _context_of(ctx, exp.id))
     searcher = restore_searcher(config, exp.searcher_state, method=factory)
     if read_only:
         with _SEARCHERS_LOCK:
-            cache[exp.id] = searcher
+            cache[exp.id] = (config, searcher)
     return searcher
 
 
@@ -104,10 +107,11 @@ def _context_of(ctx: MasterContext, exp_id: int) -> bytes | None:
         return None if row is None else bytes(row.content)
 
 
-def _keep(ctx: MasterContext, exp_id: int, searcher: Any) -> None:
+def _keep(ctx: MasterContext, exp: ExperimentRow, searcher: Any) -> None:
     cache = _cache(ctx)
+    config = ctx.experiment_config(exp)
     with _SEARCHERS_LOCK:
-        cache[exp_id] = searcher
+        cache[exp.id] = (config, searcher)
 
 
 def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -> None:
@@ -188,7 +192,7 @@ def apply(
             raise TypeError(f"unknown searcher operation {op!r}")
     exp.searcher_state = searcher.snapshot()
     exp.progress = experiment_progress(s, exp, searcher)
-    _keep(ctx, exp.id, searcher)
+    _keep(ctx, exp, searcher)
     error = searcher.method_error
     if error is not None and State(exp.state) in (State.ACTIVE, State.PAUSED):
         for handler in searcher_error_handlers:
