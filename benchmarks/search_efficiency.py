@@ -277,6 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-ray", action="store_true", help="model suite: skip Ray Tune")
     parser.add_argument("--no-digits", action="store_true", help="model suite: skip digits")
+    parser.add_argument(
+        "--only-digits", action="store_true", help="model suite: digits only, no timing"
+    )
     args = parser.parse_args(argv)
     if args.suite == "model":
         torch.set_num_threads(1)

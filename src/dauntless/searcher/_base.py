@@ -460,6 +460,13 @@ class Searcher(abc.ABC):
         """Whether :meth:`reopen_trial` is allowed."""
         return True
 
+    @property
+    def can_reopen(self) -> bool:
+        """Whether ended trials can be made live again (``det experiment continue``):
+        not for searchers whose decisions already used their results (model-based
+        samplers, PBT, custom methods)."""
+        return self._can_reopen()
+
     def _reopened(self, trial: TrialRecord, reason: ExitedReason | None) -> int | None:
         """Undo the method's bookkeeping of the trial's end; return its next
         ``ValidateAfter`` length (None: its code decides)."""

@@ -135,6 +135,8 @@ def test_remote_runner_events_and_operations(master):
     body = client.get(f"/api/v1/experiments/{exp_id}").json()
     assert body["experiment"]["state"] == "COMPLETED", body
     assert client.post(url, json=done).status_code == 409
+    r = client.post("/api/v1/experiments/continue", json={"id": exp_id})
+    assert r.status_code == 409 and "cannot continue its trials" in r.text
     other = created(
         client, {**BASE, "searcher": {"name": "random", "metric": "loss", "max_trials": 1}}
     )

@@ -9,6 +9,7 @@ import math
 import subprocess
 import sys
 from collections import deque
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -496,3 +497,31 @@ def test_previews_cover_the_new_searchers():
     assert custom["summary"]["num_trials"] == MAX_TRIALS
     with pytest.raises(SearcherConfigError, match="remote runner"):
         preview_document(cfg({"name": "custom"}), 3)
+
+
+def test_det_preview_search_covers_model_and_custom_searchers(tmp_path, capsys):
+    from dauntless.cli import main
+
+    tpe = tmp_path / "tpe.yaml"
+    tpe.write_text(
+        "hyperparameters: {x: {type: double, minval: 0, maxval: 1}}\n"
+        "searcher: {name: tpe, metric: loss, max_trials: 3, max_length: 5}\n"
+    )
+    assert main(["-m", "http://127.0.0.1:9", "preview-search", str(tpe)]) == 0
+    out = capsys.readouterr().out
+    assert "synthetic objective" in out and "Total: 3 trials, 15 batches" in out
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "search_methods.py").write_text(
+        (Path(__file__).parent / "search_methods.py").read_text()
+    )
+    custom = tmp_path / "custom.yaml"
+    custom.write_text(
+        "hyperparameters: {global_batch_size: 32}\n"
+        "searcher: {name: custom, metric: loss, method: 'search_methods:SeededRandom'}\n"
+    )
+    assert main(["-m", "http://127.0.0.1:9", "preview-search", str(custom), str(ctx)]) == 0
+    out = capsys.readouterr().out
+    assert f"Total: {MAX_TRIALS} trials" in out
+    assert main(["-m", "http://127.0.0.1:9", "preview-search", str(custom)]) != 0
+    assert "give the context directory" in capsys.readouterr().err

@@ -449,6 +449,11 @@ def continue_experiment(s: Session, ctx: MasterContext, exp_id: int, overrides: 
         raise Conflict(
             f"experiment {exp_id}: every trial completed its search; nothing to continue"
         )
+    if not search.searcher_for(ctx, exp, read_only=True).can_reopen:
+        raise Conflict(
+            f"experiment {exp_id}: a {cfg.searcher.name} search cannot continue its trials "
+            "(its decisions already used their results); fork it instead"
+        )
     ctx.configs[exp_id] = cfg
     exp.config = cfg.to_json()
     searcher = search.searcher_for(ctx, exp)
