@@ -77,27 +77,29 @@ def _cache(ctx: MasterContext) -> dict[int, Any]:
 def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = False):
     """The experiment's searcher, as its stored snapshot says.
 
-    ``read_only``: the caller only reads it (``progress()``); the master's kept copy
-    is shared instead of handed over.
+    ``read_only``: the caller only reads it (``progress()``, pending events); the
+    master keeps it for the next caller instead of handing it over for changes.
 
     Raises:
         MethodLoadError: a custom search method run in the master cannot be loaded.
     """
     cache = _cache(ctx)
     config = ctx.experiment_config(exp)
-    with _SEARCHERS_LOCK:
-        kept = cache.get(exp.id) if read_only else cache.pop(exp.id, None)
+    with _SEARCHERS_LOCK:  # taken out: no other caller changes it while it is checked
+        kept = cache.pop(exp.id, None)
+    searcher = None
     if kept is not None and exp.searcher_state is not None:
-        kept_config, searcher = kept
+        kept_config, candidate = kept
         # The same config (``det experiment continue`` may change it) and the state
         # the database holds.
-        if kept_config == config and searcher.snapshot() == exp.searcher_state:
-            return searcher
-    factory = method_factory(exp.id, config, lambda: _context_of(ctx, exp.id))
-    searcher = restore_searcher(config, exp.searcher_state, method=factory)
-    if read_only:
+        if kept_config == config and candidate.snapshot() == exp.searcher_state:
+            searcher = candidate
+    if searcher is None:
+        factory = method_factory(exp.id, config, lambda: _context_of(ctx, exp.id))
+        searcher = restore_searcher(config, exp.searcher_state, method=factory)
+    if read_only:  # put back for the next caller (readers only call progress() & co.)
         with _SEARCHERS_LOCK:
-            cache[exp.id] = (config, searcher)
+            cache.setdefault(exp.id, (config, searcher))
     return searcher
 
 
