@@ -300,12 +300,20 @@ export class ParetoChart extends Chart {
           label: "Pareto front",
           stroke: "#d92d20",
           width: 2,
-          points: { show: true, size: 12, width: 2, fill: "#d92d20" },
+          points: { show: false },
+          facets: [{ scale: "x", auto: true }, { scale: "y", auto: true }],
+        },
+        {
+          label: "on the front",
+          stroke: "#d92d20",
+          fill: "rgba(217, 45, 32, 0.85)",
+          paths: uPlot.paths.points(),
+          points: { show: true, size: 13, width: 2 },
           facets: [{ scale: "x", auto: true }, { scale: "y", auto: true }],
         },
       ],
     };
-    this._mount(opts, [null, all, edge], 2, points.length,
+    this._mount(opts, [null, all, edge, edge], 2, points.length,
       [["trials", "#2f5bea", 0], ["Pareto front", "#d92d20", 0]]);
     this.el.dataset.front = String(best.length);
   }
