@@ -20,11 +20,19 @@ paired comparison.
 Algorithm: Li et al., "A System for Massively Parallel Hyperparameter Tuning" (MLSys
 2020); the searchers are ``dauntless.searcher``'s.
 
+``--suite model`` (issue 35) compares instead the model-based searchers (``tpe``, ASHA
+with ``sampler: tpe``) with random search, Optuna alone and Ray Tune on Branin,
+Hartmann-6 with noise and the digits MLP, and times a proposal at 1,000 observations:
+see ``benchmarks/_search_model.py``. Ray Tune is not a test dependency: ``pip install
+'ray[tune]'`` for it (``--no-ray`` skips it).
+
 Usage::
 
     python benchmarks/search_efficiency.py [--seeds 10] [--first-seed 0]
         [--max-trials 64] [--max-length 640] [--divisor 4] [--mode standard]
         [--target 0.98]
+    python benchmarks/search_efficiency.py --suite model [--seeds 10] [--no-ray]
+        [--no-digits]
 """
 
 from __future__ import annotations
@@ -264,7 +272,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--target", type=float, default=0.98, help="target validation accuracy (0..1)"
     )
+    parser.add_argument(
+        "--suite", default="asha", choices=["asha", "model"], help="which comparison to run"
+    )
+    parser.add_argument("--no-ray", action="store_true", help="model suite: skip Ray Tune")
+    parser.add_argument("--no-digits", action="store_true", help="model suite: skip digits")
+    parser.add_argument(
+        "--only-digits", action="store_true", help="model suite: digits only, no timing"
+    )
     args = parser.parse_args(argv)
+    if args.suite == "model":
+        torch.set_num_threads(1)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _search_model
+
+        _search_model.run(args, DigitsObjective)
+        return
     if args.seeds < 1 or args.max_trials < 1 or args.max_length < 1:
         parser.error("--seeds, --max-trials and --max-length must be >= 1")
     if not 0.0 < args.target <= 1.0:

@@ -435,3 +435,58 @@ export class ScatterChart extends Chart {
     this._mount(opts, [null, [x, y]], 1, x.length, []);
   }
 }
+
+/**
+ * A multi-objective search's trials on its first two objectives, the Pareto front
+ * highlighted (issue 35). Call `draw({points: [{trial_id, values}], front: [trial ids],
+ * xLabel, yLabel})`: every trial is a blue point, the trials on the front are red points
+ * joined in x order. data-front holds the front's size for tests and people.
+ */
+export class ParetoChart extends Chart {
+  draw({ points, front, xLabel, yLabel }) {
+    if (!points.length) return this._empty("No trial has validated every objective yet.");
+    const on = new Set(front);
+    const all = [points.map((p) => p.values[0]), points.map((p) => p.values[1])];
+    const best = points.filter((p) => on.has(p.trial_id)).sort((a, b) => a.values[0] - b.values[0]);
+    const edge = [best.map((p) => p.values[0]), best.map((p) => p.values[1])];
+    const opts = {
+      mode: 2,
+      scales: {
+        x: { time: false, range: (u, lo, hi) => padRange(lo, hi, false) },
+        y: { range: (u, lo, hi) => padRange(lo, hi, false) },
+      },
+      axes: [axis(xLabel), axis(yLabel)],
+      legend: { show: false },
+      cursor: { drag: { x: false, y: false } },
+      series: [
+        {},
+        {
+          label: "trials",
+          stroke: "#2f5bea",
+          fill: "rgba(47, 91, 234, 0.35)",
+          paths: uPlot.paths.points(),
+          points: { show: true, size: 10, width: 1.5 },
+          facets: [{ scale: "x", auto: true }, { scale: "y", auto: true }],
+        },
+        {
+          label: "Pareto front",
+          stroke: "#d92d20",
+          width: 2,
+          points: { show: false },
+          facets: [{ scale: "x", auto: true }, { scale: "y", auto: true }],
+        },
+        {
+          label: "on the front",
+          stroke: "#d92d20",
+          fill: "rgba(217, 45, 32, 0.85)",
+          paths: uPlot.paths.points(),
+          points: { show: true, size: 13, width: 2 },
+          facets: [{ scale: "x", auto: true }, { scale: "y", auto: true }],
+        },
+      ],
+    };
+    this._mount(opts, [null, all, edge, edge], 2, points.length,
+      [["trials", "#2f5bea", 0], ["Pareto front", "#d92d20", 0]]);
+    this.el.dataset.front = String(best.length);
+  }
+}

@@ -265,11 +265,23 @@ def describe_one(args: argparse.Namespace) -> int:
     return _describe(args)
 
 
+#: Searchers whose describe adds the search summary (objectives, Pareto front, lineage,
+#: a custom method's error): ``GET /experiments/{id}/searcher``.
+SUMMARY_SEARCHERS = frozenset({"tpe", "cmaes", "gp", "nsgaii", "pbt", "custom"})
+
+
 def _describe(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         detail = session.get_experiment(args.experiment_id)
+        searcher_cfg = (detail["experiment"].get("config") or {}).get("searcher") or {}
+        summary = None
+        if searcher_cfg.get("name") in SUMMARY_SEARCHERS:
+            summary = session.get_json(f"/experiments/{args.experiment_id}/searcher")
     if args.json:
-        print_json(detail)
+        out: dict[str, Any] = dict(detail)
+        if summary is not None:
+            out["search"] = summary
+        print_json(out)
         return 0
     exp = detail["experiment"]
     trials = sorted(detail.get("trials") or [], key=lambda t: int(t.get("id", 0)))
@@ -306,7 +318,37 @@ def _describe(args: argparse.Namespace) -> int:
             [[str(t.get("id")), text or "no failure recorded"] for t, text in errors],
             title="Errors",
         )
+    if summary is not None:
+        print_search_summary(summary)
     return 0
+
+
+def print_search_summary(summary: dict[str, Any]) -> None:
+    """The describe sections of ``GET /experiments/{id}/searcher``: the Pareto front of
+    a multi-objective search, the trials' lineage (PBT), a custom method's error."""
+    front = summary.get("pareto_front")
+    if front is not None:
+        names = [o["name"] for o in summary["objectives"]]
+        on_front = set(front["front"])
+        print_table(
+            ["Trial", *names],
+            [
+                [str(p["trial_id"]), *(f"{v:.6g}" for v in p["values"])]
+                for p in front["points"]
+                if p["trial_id"] in on_front
+            ],
+            title=f"Pareto front ({len(on_front)} of {len(front['points'])} trials)",
+        )
+    parents = [row for row in summary.get("lineage") or [] if row.get("parent_id") is not None]
+    if parents:
+        print_table(
+            ["Trial", "Parent (warm-started from)"],
+            [[str(r["trial_id"]), str(r["parent_id"])] for r in parents],
+            title="Lineage",
+        )
+    if summary.get("error"):
+        write_line("Searcher error (the custom search method raised):")
+        write_line(str(summary["error"]).rstrip("\n"))
 
 
 def _search_fields(config: dict[str, Any], trials: list[Any]) -> list[tuple[str, str]]:

@@ -40,9 +40,13 @@ def print_preview(doc: dict[str, Any], source: str) -> None:
         source: where the config came from (shown in the heading).
     """
     summary = doc["summary"]
+    fed = (
+        f"each trial is fed a synthetic objective ({summary['objective']})"
+        if "objective" in summary
+        else "every trial is assumed to report the same metric"
+    )
     write_line(
-        f"Preview of the {summary['searcher']} search of {source} (seed {summary['seed']}); "
-        "every trial is assumed to report the same metric."
+        f"Preview of the {summary['searcher']} search of {source} (seed {summary['seed']}); {fed}."
     )
     if "brackets" in summary:
         print_table(
@@ -104,8 +108,12 @@ def _preview(args: argparse.Namespace) -> int:
     seed = args.seed
     if seed is None:
         seed = config.reproducibility.experiment_seed or 0
+    method = None
+    name = getattr(config.searcher, "method", None)
+    if name is not None:
+        method = _load_method(str(name), args.model_dir)
     try:
-        doc = preview_document(config, seed)
+        doc = preview_document(config, seed, method=method)
     except SearcherConfigError as exc:
         exit_with_error(f"the experiment config {path} is invalid", [(exc.field, exc.detail)])
     except ValueError as exc:
@@ -115,6 +123,32 @@ def _preview(args: argparse.Namespace) -> int:
     else:
         print_preview(doc, path)
     return 0
+
+
+def _load_method(name: str, model_dir: str | None) -> Any:
+    """The class ``module:Class`` of a custom search method, from ``model_dir``: the
+    user's own code, run in the user's own ``det`` process."""
+    import importlib.util
+
+    module_name, _, class_name = name.partition(":")
+    if model_dir is None:
+        exit_with_error(
+            f"searcher.method {name}: give the context directory holding it "
+            "(det preview-search CONFIG MODEL_DIR)"
+        )
+    path = Path(model_dir) / (module_name.replace(".", "/") + ".py")
+    spec = importlib.util.spec_from_file_location(f"det_preview_{module_name}", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        exit_with_error(f"searcher.method {name}: no file {path}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        exit_with_error(f"searcher.method {name}: {path} raised {type(exc).__name__}: {exc}")
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        exit_with_error(f"searcher.method {name}: no {class_name} in {path}")
+    return cls
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -130,6 +164,13 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
     )
     p.add_argument("config_file", metavar="CONFIG", help="experiment config (YAML)")
+    p.add_argument(
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="?",
+        default=None,
+        help="the context directory, for a custom searcher.method (module:Class) in it",
+    )
     p.add_argument(
         "--seed",
         type=_seed,

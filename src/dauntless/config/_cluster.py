@@ -151,6 +151,21 @@ class TaskProxyConfig(_Strict):
     )
 
 
+class CustomSearchersConfig(_Strict):
+    """``custom_searchers``: who may run a custom search method inside the master.
+
+    A method named in an experiment config (``searcher.method``) runs in the master's
+    process with the master's privileges (its database, secrets and files), so a
+    multi-user cluster must not run just anyone's: ``off`` (the default) refuses such
+    experiments and leaves the remote search runner, which runs the method in the
+    user's own process with the user's own token; ``admins`` accepts them from
+    administrators only; ``all`` from every user (a single-user or fully trusted
+    cluster).
+    """
+
+    in_master: Literal["off", "admins", "all"] = "off"
+
+
 class MasterConfig(_Strict):
     """The master's config.
 
@@ -172,6 +187,8 @@ class MasterConfig(_Strict):
         task_proxy: where the task services' own origin listens (:class:`TaskProxyConfig`).
         oidc: single sign-on through an OpenID Connect provider (:class:`OIDCConfig`).
         audit: the audit trail's retention (:class:`AuditConfig`).
+        custom_searchers: who may run custom search methods in the master
+            (:class:`CustomSearchersConfig`).
     """
 
     host: str = "127.0.0.1"
@@ -192,6 +209,7 @@ class MasterConfig(_Strict):
     task_proxy: TaskProxyConfig = Field(default_factory=lambda: TaskProxyConfig())
     oidc: OIDCConfig = Field(default_factory=OIDCConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    custom_searchers: CustomSearchersConfig = Field(default_factory=CustomSearchersConfig)
 
     @model_validator(mode="after")
     def _providers_need_agents(self) -> MasterConfig:

@@ -103,9 +103,12 @@ class AdaptiveASHASearcher(_SearcherBase):
     bracket_rungs: list[int] = Field(default_factory=list)
     max_concurrent_trials: int = Field(default=16, ge=0)
     stop_once: bool = False
+    sampler: Literal["random", "tpe", "cmaes", "gp"] = "random"
+    sampler_options: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _length_or_time(self) -> AdaptiveASHASearcher:
+        _check_sampler_options(self.sampler, self.sampler_options)
         if self.max_length is None and self.max_time is None:
             raise ValueError("adaptive_asha needs max_length, or max_time with time_metric")
         if (self.max_time is None) != (self.time_metric is None):
@@ -129,9 +132,12 @@ class AsyncHalvingSearcher(_SearcherBase):
     divisor: float = Field(default=4.0, gt=1)
     max_concurrent_trials: int = Field(default=16, ge=0)
     stop_once: bool = False
+    sampler: Literal["random", "tpe", "cmaes", "gp"] = "random"
+    sampler_options: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _length_or_time(self) -> AsyncHalvingSearcher:
+        _check_sampler_options(self.sampler, self.sampler_options)
         if self.max_length is None and self.max_time is None:
             raise ValueError("async_halving needs max_time with time_metric (or max_length)")
         if (self.max_time is None) != (self.time_metric is None):
@@ -139,13 +145,231 @@ class AsyncHalvingSearcher(_SearcherBase):
         return self
 
 
+SAMPLER_OPTIONS: dict[str, dict[str, tuple[type, ...]]] = {
+    "random": {},
+    "tpe": {
+        "n_startup_trials": (int,),
+        "n_ei_candidates": (int,),
+        "multivariate": (bool,),
+        "group": (bool,),
+        "constant_liar": (bool,),
+        "consider_endpoints": (bool,),
+        "consider_magic_clip": (bool,),
+        "consider_prior": (bool,),
+        "prior_weight": (int, float),
+    },
+    "cmaes": {
+        "n_startup_trials": (int,),
+        "sigma0": (int, float),
+        "popsize": (int,),
+        "inc_popsize": (int,),
+        "restart_strategy": (str,),
+        "use_separable_cma": (bool,),
+        "with_margin": (bool,),
+        "lr_adapt": (bool,),
+        "consider_pruned_trials": (bool,),
+    },
+    "gp": {"n_startup_trials": (int,), "deterministic_objective": (bool,)},
+    "nsgaii": {
+        "population_size": (int,),
+        "mutation_prob": (int, float),
+        "crossover_prob": (int, float),
+        "swapping_prob": (int, float),
+    },
+}
+"""The keyword arguments of each Optuna sampler that ``searcher.sampler_options`` passes
+through, with their JSON types. Options that take Python objects (callables, other
+samplers) cannot be written in a config and are not listed; ``seed`` comes from the
+experiment seed."""
+
+
+def _check_sampler_options(sampler: str, options: dict[str, Any]) -> None:
+    """Raise ValueError naming an option the sampler does not take or a wrong type."""
+    known = SAMPLER_OPTIONS[sampler]
+    for key, value in options.items():
+        if key not in known:
+            raise ValueError(
+                f"sampler_options.{key}: not an option of the {sampler} sampler; "
+                f"known: {sorted(known) or 'none'}"
+            )
+        types = known[key]
+        if isinstance(value, bool) and bool not in types:
+            ok = False
+        else:
+            ok = isinstance(value, types)
+        if not ok:
+            names = " or ".join(t.__name__ for t in types)
+            raise ValueError(f"sampler_options.{key}: expected {names}, got {value!r}")
+
+
+class SearchMetric(_Strict):
+    """One objective of a multi-objective search (``searcher.metrics`` entries)."""
+
+    name: str = Field(min_length=1)
+    smaller_is_better: bool = True
+
+
+class _ModelSearcher(_SearcherBase):
+    """Shared by the Optuna samplers ``tpe``, ``cmaes``, ``gp`` and ``nsgaii``.
+
+    ``metrics`` (two or more objectives) makes the search multi-objective; its first
+    entry is then ``metric`` / ``smaller_is_better`` (the searcher metric the rest of the
+    platform shows and keeps checkpoints by). Without ``max_length`` the trial's own code
+    decides its length and the searcher learns the last validation it reported.
+    """
+
+    metric: str = ""
+    metrics: list[SearchMetric] = Field(default_factory=list)
+    max_trials: int = Field(ge=1)
+    max_concurrent_trials: int = Field(default=16, ge=0)
+    max_length: Length | None = None
+    sampler_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_from_metrics(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("metrics"), list) and data["metrics"]:
+            first = data["metrics"][0]
+            if isinstance(first, dict) and "name" in first:
+                data = dict(data)
+                data.setdefault("metric", first["name"])
+                data.setdefault("smaller_is_better", first.get("smaller_is_better", True))
+        return data
+
+    @model_validator(mode="after")
+    def _objectives(self) -> _ModelSearcher:
+        if not self.metric:
+            raise ValueError("give metric (one objective) or metrics (several)")
+        if self.metrics:
+            first = self.metrics[0]
+            if (first.name, first.smaller_is_better) != (self.metric, self.smaller_is_better):
+                raise ValueError(
+                    "metric and smaller_is_better must be those of the first entry of "
+                    f"metrics ({first.name!r}); leave them out with metrics"
+                )
+            names = [m.name for m in self.metrics]
+            if len(set(names)) != len(names):
+                raise ValueError(f"metrics: each objective once, got {names}")
+            if len(names) > 1 and getattr(self, "name", "") == "cmaes":
+                raise ValueError("metrics: the cmaes sampler optimizes one objective only")
+        _check_sampler_options(getattr(self, "name", "tpe"), self.sampler_options)
+        return self
+
+    def objectives(self) -> list[SearchMetric]:
+        """Every objective: ``metrics``, or the one ``metric``."""
+        return list(self.metrics) or [
+            SearchMetric(name=self.metric, smaller_is_better=self.smaller_is_better)
+        ]
+
+
+class TPESearcher(_ModelSearcher):
+    """Optuna's tree-structured Parzen estimator (Bergstra et al., NeurIPS 2011);
+    multi-objective with ``metrics`` (MOTPE, Ozaki et al. 2020)."""
+
+    name: Literal["tpe"]
+
+
+class CmaEsSearcher(_ModelSearcher):
+    """Optuna's CMA-ES sampler (Hansen, 2016 tutorial); one objective."""
+
+    name: Literal["cmaes"]
+
+
+class GPSearcher(_ModelSearcher):
+    """Optuna's Gaussian-process Bayesian optimization sampler."""
+
+    name: Literal["gp"]
+
+
+class NSGAIISearcher(_ModelSearcher):
+    """Optuna's NSGA-II (Deb et al., 2002): a genetic multi-objective search."""
+
+    name: Literal["nsgaii"]
+
+
+class ReplaceFunction(_Strict):
+    """PBT's ``replace_function``: each round the worst ``truncate_fraction`` of the
+    population is closed and replaced by clones of the best as many."""
+
+    truncate_fraction: float = Field(ge=0.0, le=0.5)
+
+
+class ExploreFunction(_Strict):
+    """PBT's ``explore_function``: how a clone's hyperparameters move from its parent's."""
+
+    resample_probability: float = Field(ge=0.0, le=1.0)
+    perturb_factor: float = Field(ge=0.0, le=1.0)
+
+
+class PBTSearcher(_SearcherBase):
+    """Population-based training (Jaderberg et al., 2017), with the fields of Determined's
+    removed ``pbt`` searcher (reference platform §11.2)."""
+
+    name: Literal["pbt"]
+    population_size: int = Field(ge=1)
+    num_rounds: int = Field(ge=1)
+    length_per_round: Length
+    replace_function: ReplaceFunction
+    explore_function: ExploreFunction
+
+    @field_validator("length_per_round", mode="before")
+    @classmethod
+    def _unitless_round(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return {"batches": v}
+        return v
+
+    @model_validator(mode="after")
+    def _positive_round(self) -> PBTSearcher:
+        if self.length_per_round.value < 1:
+            raise ValueError("length_per_round must be at least 1")
+        return self
+
+
+class CustomSearcher(_SearcherBase):
+    """A search method of your own (Determined ≤0.37's ``custom`` searcher).
+
+    ``method`` (``module:Class`` in the context directory) runs the method inside the
+    master, where the master config allows it (``custom_searchers.in_master``); without
+    it the master waits for a remote search runner to answer its events
+    (:mod:`dauntless.searcher.custom`, docs/protocol.md). ``unit`` is the unit of the
+    lengths the method's ``ValidateAfter`` operations give.
+    """
+
+    name: Literal["custom"]
+    unit: Literal["batches", "records", "epochs"] = "batches"
+    method: str | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _module_class(cls, v: str | None) -> str | None:
+        if v is not None and not ENTRYPOINT_CLASS_RE.match(v):
+            raise ValueError(f"expected 'module:Class' (a SearchMethod subclass), got {v!r}")
+        return v
+
+
+MODEL_SEARCHERS = ("tpe", "cmaes", "gp", "nsgaii")
+"""The searchers backed by an Optuna sampler (the ``search`` extra)."""
+
+
 SearcherConfig = Annotated[
-    Union[SingleSearcher, RandomSearcher, GridSearcher, AdaptiveASHASearcher, AsyncHalvingSearcher],
+    Union[
+        SingleSearcher,
+        RandomSearcher,
+        GridSearcher,
+        AdaptiveASHASearcher,
+        AsyncHalvingSearcher,
+        TPESearcher,
+        CmaEsSearcher,
+        GPSearcher,
+        NSGAIISearcher,
+        PBTSearcher,
+        CustomSearcher,
+    ],
     Field(discriminator="name"),
 ]
 
 REMOVED_SEARCHERS = {
-    "custom": "custom searchers were removed in Determined 0.38",
     "adaptive": "the 'adaptive' searcher was removed in Determined 0.38; use adaptive_asha",
     "adaptive_simple": "'adaptive_simple' was removed in Determined 0.38; use adaptive_asha",
     "sync_halving": "'sync_halving' was removed in Determined 0.38; use adaptive_asha",
@@ -163,9 +387,16 @@ def searcher_length(config: ExperimentConfig) -> Length | None:
     ``max_time`` and ``time_metric: batches`` it still hands out rung lengths in batches
     to a ``module:Class`` entrypoint (or a config without entrypoint, as the pure searcher
     tests and previews use): that legacy harness trains exactly to each rung, so the
-    length-driven mode gives the same decisions without overshooting a rung.
+    length-driven mode gives the same decisions without overshooting a rung. ``pbt``
+    (``length_per_round``) and ``custom`` (a length of 0 in its ``unit``: the method
+    decides) always hand out operations.
     """
     searcher = config.searcher
+    if isinstance(searcher, PBTSearcher):
+        return searcher.length_per_round
+    if isinstance(searcher, CustomSearcher):
+        # The method decides every length; the unit stands for "operations drive".
+        return Length(**{searcher.unit: 0})
     max_time = getattr(searcher, "max_time", None)
     if max_time is not None:
         if getattr(searcher, "time_metric", None) == "batches" and (
@@ -645,6 +876,8 @@ class ExperimentConfig(_Strict):
         max_length = getattr(self.searcher, "max_length", None)
         if max_length is not None:
             lengths["searcher.max_length"] = max_length
+        if isinstance(self.searcher, PBTSearcher):
+            lengths["searcher.length_per_round"] = self.searcher.length_per_round
         for field, length in lengths.items():
             if length.unit.value != "batches" and gbs is None:
                 raise ValueError(
@@ -652,7 +885,9 @@ class ExperimentConfig(_Strict):
                 )
             if length.unit.value == "epochs" and self.records_per_epoch <= 0:
                 raise ValueError(f"{field} in epochs needs records_per_epoch > 0")
-        if isinstance(self.searcher, (SingleSearcher, RandomSearcher, GridSearcher)):
+        if isinstance(
+            self.searcher, (SingleSearcher, RandomSearcher, GridSearcher, _ModelSearcher)
+        ):
             if max_length is not None and max_length.value <= 0:
                 raise ValueError("searcher.max_length must be greater than 0")
         return self
@@ -703,6 +938,9 @@ def _format_validation_error(exc: ValidationError) -> list[tuple[str, str]]:
                 "grid",
                 "adaptive_asha",
                 "async_halving",
+                *MODEL_SEARCHERS,
+                "pbt",
+                "custom",
             )
         ):
             loc.pop(1)

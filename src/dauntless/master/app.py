@@ -45,6 +45,7 @@ from .routes_habits import router as habits_router
 from .routes_harness import router as harness_router
 from .routes_jobs import router as jobs_router
 from .routes_search import router as search_router
+from .routes_searcher import router as searcher_router
 from .routes_sso import router as sso_router
 from .routes_stream import router as stream_router
 from .routes_tasks import install_task_error_handlers
@@ -211,6 +212,9 @@ def create_app(
     # The routes of the old routes.py, split per aggregate; this order keeps their
     # matching order and the OpenAPI document's operation order.
     app.include_router(cluster_router)
+    # Before the experiments' POST /experiments/{id}/{action} route that would take
+    # POST /experiments/{id}/searcher_operations for an unknown action.
+    app.include_router(searcher_router)
     app.include_router(experiments_router)
     app.include_router(trials_router)
     app.include_router(checkpoints_router)

@@ -110,10 +110,12 @@ async def create_experiment(request: Request) -> dict[str, Any]:
             )
         data = None if context is None else await read_upload(context)
     ctx = _ctx(request)
-    if validate_only:  # every check of create (experiment_checks), nothing stored
-        await run_in_threadpool(check_experiment, ctx, config, data, parent_id)
-        return {"experiment": None, "warnings": _config_warnings(config)}
     owner = principal(request)
+    if validate_only:  # every check of create (experiment_checks), nothing stored
+        await run_in_threadpool(
+            check_experiment, ctx, config, data, parent_id, owner.username or "determined"
+        )
+        return {"experiment": None, "warnings": _config_warnings(config)}
     exp_id = await run_in_threadpool(
         experiments.create_experiment,
         ctx,

@@ -207,7 +207,9 @@ def trial_view(trial: TrialRow, latest_validation: MetricRow | None) -> dict[str
     search's full length). ``log_policy_matches``: names of the log policies that
     matched its logs; ``failure``: its latest failed run (``{run_id, allocation_id,
     agent_id, exit_code, message, log}``, ``log`` being the last error line the run
-    printed) or None. ``latest_validation`` is that report's values and
+    printed) or None. ``parent_id``: the trial it was warm-started from (a PBT clone's
+    parent) and ``warm_start_checkpoint`` that parent's checkpoint, or None.
+    ``latest_validation`` is that report's values and
     ``latest_validation_batches`` its batch count (the step the trial reported it at:
     Core API trials put no ``batches`` key in their values).
     """
@@ -233,6 +235,8 @@ def trial_view(trial: TrialRow, latest_validation: MetricRow | None) -> dict[str
         "end_time": trial.end_time,
         "log_policy_matches": list((trial.log_policy_state or {}).get("names", [])),
         "failure": trial.failure,
+        "parent_id": trial.parent_id,
+        "warm_start_checkpoint": trial.warm_start_checkpoint,
     }
 
 

@@ -204,6 +204,7 @@ class AdaptiveASHASearch(Searcher):
         while time >= bracket.plan.lengths[trial.rung]:
             rung = trial.rung
             index = bracket.insert(rung, value, trial.request_id, before_equal=True)
+            self._observe(trial, rung, value)
             if rung == bracket.plan.rungs - 1:
                 stop = True
                 break
@@ -217,6 +218,10 @@ class AdaptiveASHASearch(Searcher):
         if bracket.created - bracket.invalid < bracket.plan.trials:
             ops.append(self._create_in(trial.group))
         return ops
+
+    def _observe(self, trial: TrialRecord, rung: int, value: float) -> None:
+        """A result entered a rung (``value``: smaller is better); a model-based sampler
+        (``searcher.sampler``) learns it. Nothing by default."""
 
     def _create_in(self, group: int) -> Operation:
         self._brackets[group].created += 1
@@ -234,6 +239,7 @@ class AdaptiveASHASearch(Searcher):
         while True:
             rung = trial.rung
             index = bracket.insert(rung, value, trial.request_id)
+            self._observe(trial, rung, value)
             if rung == bracket.plan.rungs - 1:
                 return [self._close(trial)]
             if index >= promotion_quota(len(bracket.values[rung]), self._divisor):

@@ -41,6 +41,7 @@ class TrialRecord:
         closing: the searcher sent ``Close``.
         ended: it has ended (closed or exited early); no more events change it.
         exit: why it exited early, or None.
+        parent: the request id of the trial it was warm-started from (PBT), or None.
     """
 
     request_id: str
@@ -54,6 +55,7 @@ class TrialRecord:
     closing: bool = False
     ended: bool = False
     exit: ExitedReason | None = None
+    parent: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON data."""
@@ -69,6 +71,7 @@ class TrialRecord:
             "closing": self.closing,
             "ended": self.ended,
             "exit": None if self.exit is None else self.exit.value,
+            "parent": self.parent,
         }
 
     @classmethod
@@ -121,6 +124,9 @@ class Searcher(abc.ABC):
     """
 
     kind: ClassVar[str] = ""
+    #: The master passes the whole validation metrics dict to ``on_validation_completed``
+    #: (multi-objective searchers read every objective from it).
+    wants_validation_metrics: ClassVar[bool] = False
 
     def __init__(self, config: ExperimentConfig, rng: np.random.RandomState) -> None:
         self._config = config
@@ -130,6 +136,8 @@ class Searcher(abc.ABC):
         self._shutdown: Shutdown | None = None
         self._n_ended = 0
         self._n_exits = {reason: 0 for reason in ExitedReason}
+        self._event_metrics: dict[str, Any] | None = None
+        self._event_raw = math.nan
         self._setup()
 
     # ------------------------------------------------------------------ hooks
@@ -201,16 +209,32 @@ class Searcher(abc.ABC):
         """A config length in batches for a trial, through its ``global_batch_size``."""
         return length.to_batches(hparams.get("global_batch_size"), self._config.records_per_epoch)
 
-    def _create(self, group: int = 0, hparams: dict[str, Any] | None = None) -> Create:
-        """Register a new trial; draws hparams (unless given), request id, trial seed."""
+    def _create(
+        self,
+        group: int = 0,
+        hparams: dict[str, Any] | None = None,
+        *,
+        parent: str | None = None,
+        request_id: str | None = None,
+    ) -> Create:
+        """Register a new trial; draws hparams (unless given), request id (unless given:
+        a custom search method names its trials), trial seed."""
         if hparams is None:
             hparams = sample_hparams(self._config.hyperparameters, self._rng)
-        request_id = draw_request_id(self._rng)
+        if request_id is None:
+            request_id = draw_request_id(self._rng)
         seed = draw_trial_seed(self._rng)
-        trial = TrialRecord(request_id=request_id, hparams=hparams, seed=seed, group=group)
+        trial = TrialRecord(
+            request_id=request_id, hparams=hparams, seed=seed, group=group, parent=parent
+        )
         trial.target = self._first_target(trial)
         self._trials[request_id] = trial
-        return Create(request_id=request_id, hparams=_copy_json(hparams), seed=seed)
+        return Create(
+            request_id=request_id,
+            hparams=_copy_json(hparams),
+            seed=seed,
+            parent_request_id=parent,
+        )
 
     def _close(self, trial: TrialRecord) -> Close:
         trial.closing = True
@@ -286,7 +310,11 @@ class Searcher(abc.ABC):
         return [ValidateAfter(request_id, trial.target)]
 
     def on_validation_completed(
-        self, request_id: str, metric: float, length: int
+        self,
+        request_id: str,
+        metric: float,
+        length: int,
+        metrics: dict[str, Any] | None = None,
     ) -> list[Operation]:
         """A trial validated after training ``length`` batches in all.
 
@@ -295,6 +323,9 @@ class Searcher(abc.ABC):
             metric: the raw searcher metric (``searcher.metric``); the searcher applies
                 ``smaller_is_better`` itself; NaN counts as the worst value.
             length: the trial's total batches trained at this validation.
+            metrics: the whole validation metrics dict at ``length``, for searchers that
+                read more than one metric (multi-objective: ``searcher.metrics``); the
+                master passes it to those (:attr:`wants_validation_metrics`).
 
         Returns:
             The next operations (a further ``ValidateAfter``, or ``Close``, possibly a
@@ -314,7 +345,12 @@ class Searcher(abc.ABC):
         if trial.ended or trial.closing or trial.target is None or length < trial.target:
             return []
         trial.completed = int(length)
-        return self._on_validation(trial, value, int(length)) + self._maybe_shutdown()
+        self._event_metrics = metrics
+        self._event_raw = float(metric)
+        try:
+            return self._on_validation(trial, value, int(length)) + self._maybe_shutdown()
+        finally:
+            self._event_metrics = None
 
     def on_validation_metrics(self, request_id: str, metrics: dict[str, Any]) -> list[Operation]:
         """A trial reported validation metrics (Determined 0.38's searcher event).
@@ -424,6 +460,13 @@ class Searcher(abc.ABC):
         """Whether :meth:`reopen_trial` is allowed."""
         return True
 
+    @property
+    def can_reopen(self) -> bool:
+        """Whether ended trials can be made live again (``det experiment continue``):
+        not for searchers whose decisions already used their results (model-based
+        samplers, PBT, custom methods)."""
+        return self._can_reopen()
+
     def _reopened(self, trial: TrialRecord, reason: ExitedReason | None) -> int | None:
         """Undo the method's bookkeeping of the trial's end; return its next
         ``ValidateAfter`` length (None: its code decides)."""
@@ -474,9 +517,18 @@ class Searcher(abc.ABC):
             "method": self._method_state(),
         }
 
+    @property
+    def method_error(self) -> str | None:
+        """The error (a traceback) of the search method's own code, for searchers that
+        run code of the user's (custom searchers); the master fails the experiment with
+        it. None: no error."""
+        return None
+
     @classmethod
-    def _from_snapshot(cls, config: ExperimentConfig, data: dict[str, Any]) -> Searcher:
-        searcher = cls(config, rng_from_json(data["rng"]))
+    def _from_snapshot(
+        cls, config: ExperimentConfig, data: dict[str, Any], **kwargs: Any
+    ) -> Searcher:
+        searcher = cls(config, rng_from_json(data["rng"]), **kwargs)
         searcher._started = bool(data["started"])
         if data["shutdown"] is not None:
             searcher._shutdown = Shutdown(**data["shutdown"])

@@ -29,7 +29,7 @@ class _OneLength(Searcher):
     it trains, and the trial is done when it exits)."""
 
     def _first_target(self, trial: TrialRecord) -> int | None:
-        length = self._config.searcher.max_length
+        length = getattr(self._config.searcher, "max_length", None)
         if length is None:
             return None
         return self._batches(length, trial.hparams)

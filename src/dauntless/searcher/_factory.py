@@ -9,14 +9,26 @@ from dauntless.config import (
     AsyncHalvingSearcher,
     ExperimentConfig,
     Length,
+    PBTSearcher,
     searcher_length,
 )
 
 from ._asha import AdaptiveASHASearch, AsyncHalvingSearch, asha_length
 from ._base import SNAPSHOT_VERSION, Searcher
 from ._basic import GridSearch, RandomSearch, SingleSearch
+from ._custom import CustomSearch
 from ._errors import SearcherConfigError
+from ._model import (
+    CmaEsSearch,
+    GPSearch,
+    ModelASHASearch,
+    ModelAsyncHalvingSearch,
+    ModelSearch,
+    NSGAIISearch,
+)
+from ._pbt import PBTSearch
 from ._rng import new_rng
+from .custom import SearchMethod
 
 _SEARCHERS: dict[str, type[Searcher]] = {
     "single": SingleSearch,
@@ -24,7 +36,37 @@ _SEARCHERS: dict[str, type[Searcher]] = {
     "grid": GridSearch,
     "adaptive_asha": AdaptiveASHASearch,
     "async_halving": AsyncHalvingSearch,
+    "tpe": ModelSearch,
+    "cmaes": CmaEsSearch,
+    "gp": GPSearch,
+    "nsgaii": NSGAIISearch,
+    "pbt": PBTSearch,
+    "custom": CustomSearch,
 }
+
+_WITH_SAMPLER: dict[str, type[Searcher]] = {
+    "adaptive_asha": ModelASHASearch,
+    "async_halving": ModelAsyncHalvingSearch,
+}
+
+
+def _searcher_class(config: ExperimentConfig) -> type[Searcher]:
+    name = config.searcher.name
+    if getattr(config.searcher, "sampler", "random") != "random":
+        return _WITH_SAMPLER[name]
+    return _SEARCHERS[name]
+
+
+def _method_kwargs(config: ExperimentConfig, method: Any) -> dict[str, Any]:
+    if config.searcher.name != "custom":
+        if method is not None:
+            raise TypeError("method is for custom searchers only")
+        return {}
+    if method is None:
+        return {}
+    if not isinstance(method, SearchMethod) and callable(method):
+        method = method()
+    return {"method": method}
 
 
 def _check_config(config: Any) -> ExperimentConfig:
@@ -41,8 +83,10 @@ def _check_config(config: Any) -> ExperimentConfig:
         if searcher_length(config) is None:
             return config  # 0.38 mode: rungs are in the time metric's own unit
         length: Length | None = Length(**{unit: value})
+    elif isinstance(cfg, PBTSearcher):
+        length = cfg.length_per_round
     else:
-        length = cfg.max_length
+        length = getattr(cfg, "max_length", None)
     if length is None:
         return config
     if length.unit.value != "batches" and "global_batch_size" not in config.hyperparameters:
@@ -58,7 +102,7 @@ def _check_config(config: Any) -> ExperimentConfig:
     return config
 
 
-def make_searcher(config: ExperimentConfig, seed: int) -> Searcher:
+def make_searcher(config: ExperimentConfig, seed: int, *, method: Any = None) -> Searcher:
     """The searcher of an experiment, ready for ``initial_operations()``.
 
     Args:
@@ -66,6 +110,9 @@ def make_searcher(config: ExperimentConfig, seed: int) -> Searcher:
             searcher (``single``, ``random``, ``grid``, ``adaptive_asha``).
         seed: the experiment seed (``0..2**31-1`` in Determined; up to ``2**32-1`` is
             accepted); all of the search's randomness comes from it.
+        method: custom searchers only: the
+            :class:`~dauntless.searcher.custom.SearchMethod` to run (or a zero-argument
+            callable that builds one); None: a remote runner answers the events.
 
     Returns:
         A fresh :class:`Searcher`.
@@ -78,10 +125,12 @@ def make_searcher(config: ExperimentConfig, seed: int) -> Searcher:
         ValueError: if ``seed`` is out of range.
     """
     _check_config(config)
-    return _SEARCHERS[config.searcher.name](config, new_rng(seed))
+    return _searcher_class(config)(config, new_rng(seed), **_method_kwargs(config, method))
 
 
-def restore_searcher(config: ExperimentConfig, snapshot: dict[str, Any] | None) -> Searcher:
+def restore_searcher(
+    config: ExperimentConfig, snapshot: dict[str, Any] | None, *, method: Any = None
+) -> Searcher:
     """Rebuild a searcher from :meth:`Searcher.snapshot` output.
 
     The restored searcher returns exactly the operations the original would have for the
@@ -90,6 +139,8 @@ def restore_searcher(config: ExperimentConfig, snapshot: dict[str, Any] | None) 
     Args:
         config: the experiment's config (the one the snapshot's searcher was made with).
         snapshot: the JSON data (``{"version": 1, "searcher": ..., ...}``).
+        method: custom searchers run in the master: a fresh instance of the search
+            method (or a zero-argument callable), whose state the snapshot restores.
 
     Returns:
         The searcher.
@@ -116,6 +167,8 @@ def restore_searcher(config: ExperimentConfig, snapshot: dict[str, Any] | None) 
             f"{config.searcher.name!r}"
         )
     try:
-        return _SEARCHERS[kind]._from_snapshot(config, snapshot)
+        return _searcher_class(config)._from_snapshot(
+            config, snapshot, **_method_kwargs(config, method)
+        )
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
         raise ValueError(f"malformed searcher snapshot: {exc!r}") from None

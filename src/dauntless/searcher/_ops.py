@@ -41,14 +41,19 @@ class Create:
         hparams: the trial's hyperparameter values (JSON data, nested dicts for nested
             hyperparameters).
         seed: the trial seed, ``0..2**31-1``.
+        parent_request_id: the trial whose latest checkpoint the new trial starts from
+            (a PBT clone, a custom searcher's ``Create`` with a parent), or None.
     """
 
     request_id: str
     hparams: dict[str, Any]
     seed: int
+    parent_request_id: str | None = None
 
     def __post_init__(self) -> None:
         _check_request_id(self.request_id)
+        if self.parent_request_id is not None:
+            _check_request_id(self.parent_request_id)
         if not isinstance(self.hparams, dict):
             raise TypeError(f"hparams must be a dict, got {type(self.hparams).__name__}")
         if (
@@ -118,7 +123,8 @@ def operation_to_json(op: Operation) -> dict[str, Any]:
         op: a :class:`Create`, :class:`ValidateAfter`, :class:`Close` or :class:`Shutdown`.
 
     Returns:
-        ``{"type": "create", "request_id", "hparams", "seed"}``,
+        ``{"type": "create", "request_id", "hparams", "seed"}`` (and
+        ``parent_request_id`` when set),
         ``{"type": "validate_after", "request_id", "length"}``,
         ``{"type": "close", "request_id"}`` or ``{"type": "shutdown", "cancel", "failure"}``.
 
@@ -126,12 +132,15 @@ def operation_to_json(op: Operation) -> dict[str, Any]:
         TypeError: if ``op`` is not an operation.
     """
     if isinstance(op, Create):
-        return {
+        out: dict[str, Any] = {
             "type": "create",
             "request_id": op.request_id,
             "hparams": op.hparams,
             "seed": op.seed,
         }
+        if op.parent_request_id is not None:
+            out["parent_request_id"] = op.parent_request_id
+        return out
     if isinstance(op, ValidateAfter):
         return {"type": "validate_after", "request_id": op.request_id, "length": op.length}
     if isinstance(op, Close):
@@ -142,7 +151,7 @@ def operation_to_json(op: Operation) -> dict[str, Any]:
 
 
 _FIELDS = {
-    "create": (Create, ("request_id", "hparams", "seed")),
+    "create": (Create, ("request_id", "hparams", "seed", "parent_request_id")),
     "validate_after": (ValidateAfter, ("request_id", "length")),
     "close": (Close, ("request_id",)),
     "shutdown": (Shutdown, ("cancel", "failure")),
@@ -170,7 +179,9 @@ def operation_from_json(data: Any) -> Operation:
         raise ValueError(f"unknown operation type {kind!r}; expected one of {sorted(_FIELDS)}")
     cls, fields = _FIELDS[kind]
     extra = set(data) - set(fields) - {"type"}
-    missing = [f for f in fields if f not in data and cls is not Shutdown]
+    missing = [
+        f for f in fields if f not in data and cls is not Shutdown and f != "parent_request_id"
+    ]
     if extra or missing:
         raise ValueError(
             f"operation {kind!r} takes fields {list(fields)}; "

@@ -14,8 +14,11 @@ from dauntless.config import ExperimentConfig
 
 from ._asha import AdaptiveASHASearch
 from ._basic import GridSearch
+from ._custom import CustomSearch
+from ._errors import SearcherConfigError
 from ._factory import make_searcher
-from ._simulate import preview_search
+from ._pbt import PBTSearch
+from ._simulate import SYNTHETIC_OBJECTIVE_TEXT, is_model_based, preview_search
 
 PREVIEW_TRIAL_LIMIT = 10_000
 """The most trials a preview simulates (about 0.7 s of CPU for 10,000 trials)."""
@@ -45,6 +48,10 @@ def planned_trials(config: ExperimentConfig, searcher: Any) -> int:
         return searcher.grid_size
     if isinstance(searcher, AdaptiveASHASearch):
         return sum(plan.trials for plan in searcher.brackets)
+    if isinstance(searcher, PBTSearch):
+        cfg: Any = config.searcher
+        k = int(cfg.replace_function.truncate_fraction * cfg.population_size)
+        return cfg.population_size + k * (cfg.num_rounds - 1)
     return int(getattr(config.searcher, "max_trials", 1))
 
 
@@ -60,7 +67,7 @@ def length_unit(config: ExperimentConfig) -> str | None:
     return "batches"
 
 
-def preview_document(config: ExperimentConfig, seed: int) -> dict[str, Any]:
+def preview_document(config: ExperimentConfig, seed: int, *, method: Any = None) -> dict[str, Any]:
     """Preview a validated config's search.
 
     Args:
@@ -71,18 +78,26 @@ def preview_document(config: ExperimentConfig, seed: int) -> dict[str, Any]:
         ``{"trials": [{"hparams", "lengths"}], "summary": {"searcher", "seed",
         "num_trials", "total_batches", "final_lengths": [{"batches", "trials"}],
         "length_unit", "brackets" (adaptive_asha only): [{"rungs", "unit", "trials",
-        "max_concurrent"}]}}``; lengths in batches (cumulative, one per validation).
+        "max_concurrent"}], "objective" (model-based searchers: the synthetic objective
+        the preview fed them)}}``; lengths in batches (cumulative, one per validation).
+        ``method``: a custom searcher's search method (required for ``custom``).
 
     Raises:
         SearcherConfigError: the searcher cannot search the config (names the field).
         PreviewTooLarge: more than :data:`PREVIEW_TRIAL_LIMIT` trials.
     """
-    searcher = make_searcher(config, seed)
+    searcher = make_searcher(config, seed, method=method)
+    if isinstance(searcher, CustomSearch) and searcher.remote:
+        raise SearcherConfigError(
+            "searcher.method",
+            "a custom search answered by a remote runner cannot be previewed; name the "
+            "search method (module:Class) to preview it",
+        )
     count = planned_trials(config, searcher)
     if count > PREVIEW_TRIAL_LIMIT:
         field = "hyperparameters" if isinstance(searcher, GridSearch) else "searcher.max_trials"
         raise PreviewTooLarge(field, count)
-    plan = preview_search(config, seed)
+    plan = preview_search(config, seed, method=method)
     finals = Counter(lengths[-1] if lengths else 0 for _, lengths in plan)
     summary: dict[str, Any] = {
         "searcher": config.searcher.name,
@@ -92,6 +107,8 @@ def preview_document(config: ExperimentConfig, seed: int) -> dict[str, Any]:
         "final_lengths": [{"batches": k, "trials": finals[k]} for k in sorted(finals)],
         "length_unit": length_unit(config),
     }
+    if is_model_based(config):
+        summary["objective"] = SYNTHETIC_OBJECTIVE_TEXT
     if isinstance(searcher, AdaptiveASHASearch):
         cfg = config.searcher
         unit = "batches"

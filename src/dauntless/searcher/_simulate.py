@@ -25,13 +25,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dauntless import InvalidHP
-from dauntless.config import ExperimentConfig
+from dauntless.config import (
+    MODEL_SEARCHERS,
+    DoubleHP,
+    ExperimentConfig,
+    IntHP,
+    LogHP,
+    SearchMetric,
+)
 
 from ._factory import make_searcher
 from ._ops import Close, Create, ExitedReason, Operation, Shutdown, ValidateAfter
 
-Objective = Callable[[dict[str, Any], int, int], float]
-"""``objective(hparams, length_batches, trial_seed) -> searcher metric``."""
+Objective = Callable[[dict[str, Any], int, int], Any]
+"""``objective(hparams, length_batches, trial_seed) -> searcher metric``, or a dict of
+metric name -> value holding at least ``searcher.metric`` (multi-objective searches read
+every objective of ``searcher.metrics`` from it)."""
 
 
 @dataclass
@@ -183,7 +192,7 @@ class _Cluster:
         trial.record.batches_trained = length
         trial.record.lengths.append(length)
         try:
-            metric = float(self.objective(trial.record.hparams, length, trial.record.seed))
+            metric, extra = self._evaluate(trial, length)
         except InvalidHP:
             trial.record.exited_reason = ExitedReason.INVALID_HP
             self._end(trial)
@@ -194,7 +203,7 @@ class _Cluster:
             return
         trial.record.metrics.append((length, metric))
         name, time_metric = self.metric_names
-        metrics = {name: metric, "batches": length}
+        metrics = {**(extra or {}), name: metric, "batches": length}
         if time_metric is not None:
             metrics[time_metric] = length
         self.apply(self.searcher.on_validation_metrics(request_id, metrics))
@@ -211,7 +220,7 @@ class _Cluster:
         self.total_batches += length - trial.record.batches_trained
         trial.record.batches_trained = length
         try:
-            metric = float(self.objective(trial.record.hparams, length, trial.record.seed))
+            metric, extra = self._evaluate(trial, length)
         except InvalidHP:
             trial.record.exited_reason = ExitedReason.INVALID_HP
             self._end(trial)
@@ -221,7 +230,14 @@ class _Cluster:
             )
             return
         trial.record.metrics.append((length, metric))
-        self.apply(self.searcher.on_validation_completed(request_id, metric, length))
+        self.apply(self.searcher.on_validation_completed(request_id, metric, length, extra))
+
+    def _evaluate(self, trial: _Running, length: int) -> tuple[float, dict[str, Any] | None]:
+        """The searcher metric and, when the objective returns a dict, every metric."""
+        value = self.objective(trial.record.hparams, length, trial.record.seed)
+        if isinstance(value, dict):
+            return float(value[self.metric_names[0]]), dict(value)
+        return float(value), None
 
     def run(self) -> Shutdown:
         self.apply(self.searcher.initial_operations())
@@ -262,6 +278,7 @@ def simulate(
     *,
     trial_limit: int = 1_000_000,
     trial_length: int | None = None,
+    method: Any = None,
 ) -> SimulationResult:
     """Run a whole search against a synthetic objective, in memory.
 
@@ -277,6 +294,9 @@ def simulate(
         trial_length: batches a trial trains when its own code decides (a config without
             ``searcher.max_length``); None: ASHA's ``max_time``, else 0 (the trial exits
             at once, after no validation).
+        method: a custom searcher's search method (or a callable building one); a PBT
+            clone (or a custom ``Create`` with a parent) starts its own batch count at 0
+            here as on the cluster, and the objective sees only its hyperparameters.
 
     Returns:
         The trials, their lengths and metrics, total batches, the best trial.
@@ -291,7 +311,7 @@ def simulate(
         raise ValueError(f"max_concurrent must be None or an int >= 1, got {max_concurrent!r}")
     if not isinstance(trial_limit, int) or trial_limit < 1:
         raise ValueError(f"trial_limit must be an int >= 1, got {trial_limit!r}")
-    searcher = make_searcher(config, seed)
+    searcher = make_searcher(config, seed, method=method)
     time_metric = getattr(config.searcher, "time_metric", None)
     if trial_length is None:
         trial_length = getattr(config.searcher, "max_time", None) or 0
@@ -321,8 +341,74 @@ def simulate(
     )
 
 
+def synthetic_objective(config: ExperimentConfig) -> Objective:
+    """The stated synthetic objective a preview feeds a model-based search.
+
+    Each searched int, double or log hyperparameter is scaled to ``u`` in [0, 1] over its
+    range (log ones on their exponent); objective ``i`` of ``n`` (``searcher.metrics``,
+    else the one ``searcher.metric``) is the mean of ``(u - (i + 1) / (n + 1))**2`` over
+    them, negated where larger is better, so the best trials lie near the points
+    ``u = 1/2`` (one objective) or between ``1/3`` and ``2/3`` (two). Categorical and
+    constant hyperparameters do not change it; neither does the training length.
+    """
+    objectives = getattr(config.searcher, "objectives", None)
+    goals = (
+        objectives()
+        if objectives is not None
+        else [
+            SearchMetric(
+                name=config.searcher.metric, smaller_is_better=config.searcher.smaller_is_better
+            )
+        ]
+    )
+    leaves = _numeric_leaves(config.hyperparameters, ())
+
+    def objective(hparams: dict[str, Any], _length: int, _seed: int) -> dict[str, float]:
+        units = []
+        for path, hp in leaves:
+            value: Any = hparams
+            for key in path:
+                value = value[key]
+            if isinstance(hp, LogHP):
+                value = math.log(value, hp.base)
+            span = float(hp.maxval - hp.minval) or 1.0
+            units.append((float(value) - hp.minval) / span)
+        out = {}
+        for i, goal in enumerate(goals):
+            centre = (i + 1) / (len(goals) + 1)
+            v = sum((u - centre) ** 2 for u in units) / max(len(units), 1)
+            out[goal.name] = v if goal.smaller_is_better else -v
+        return out
+
+    return objective
+
+
+SYNTHETIC_OBJECTIVE_TEXT = (
+    "mean squared distance of the scaled numeric hyperparameters from 1/2 (objective i "
+    "of n: from (i+1)/(n+1)), negated where larger is better"
+)
+
+
+def _numeric_leaves(hps: Any, prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for name in sorted(hps):
+        hp = hps[name]
+        if isinstance(hp, dict):
+            out += _numeric_leaves(hp, (*prefix, name))
+        elif isinstance(hp, (IntHP, DoubleHP, LogHP)):
+            out.append(((*prefix, name), hp))
+    return out
+
+
+def is_model_based(config: ExperimentConfig) -> bool:
+    """Whether the search's proposals depend on results (an Optuna sampler)."""
+    return config.searcher.name in MODEL_SEARCHERS or (
+        getattr(config.searcher, "sampler", "random") != "random"
+    )
+
+
 def preview_search(
-    config: ExperimentConfig, seed: int = 0
+    config: ExperimentConfig, seed: int = 0, *, method: Any = None
 ) -> list[tuple[dict[str, Any], list[int]]]:
     """What a search would do if every trial reported the same metric (``det
     preview-search``).
@@ -337,8 +423,15 @@ def preview_search(
         (0.38) the rung thresholds (in ``time_metric`` units) it would reach; ``[]`` when
         the trial's own code decides its length.
 
+    Model-based searches (an Optuna sampler) are fed :func:`synthetic_objective`
+    instead of a constant, so that the preview shows the sampler at work. ``method``:
+    a custom searcher's search method.
+
     Raises:
         SearcherConfigError: if the config cannot be searched.
     """
-    result = simulate(config, lambda _hparams, _length, _seed: 0.0, seed)
+    objective: Objective = lambda _hparams, _length, _seed: 0.0  # noqa: E731
+    if is_model_based(config):
+        objective = synthetic_objective(config)
+    result = simulate(config, objective, seed, method=method)
     return [(t.hparams, list(t.lengths)) for t in result.trials]

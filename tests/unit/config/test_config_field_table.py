@@ -322,8 +322,8 @@ FIELDS: list[tuple[str, dict, str, str]] = [
     (
         "searcher.name=custom",
         {"searcher": {"name": "custom", "metric": "loss", "unit": "batches"}},
-        "refused",
-        "removed in Determined 0.38",
+        "acted",
+        "tests/unit/searcher/test_search_beyond.py::test_remote_custom_search_acknowledges_events_once",
     ),
     (
         "searcher.name=adaptive",

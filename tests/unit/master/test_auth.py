@@ -172,8 +172,12 @@ TRIAL_ROUTES = {
 }
 TASK_ROUTES = {("POST", "/api/v1/tasks/{task_id}/service")}
 """Routes for a command's, notebook's ... own session token."""
-TASK_OWNER_READS = {("GET", "/api/v1/tasks/{task_id}/context")}
-"""Reads only the task's owner (or an admin, or its agent) may make."""
+TASK_OWNER_READS = {
+    ("GET", "/api/v1/tasks/{task_id}/context"),
+    ("GET", "/api/v1/experiments/{exp_id}/searcher_events"),
+}
+"""Reads only the owner (a task's, or an experiment's: a remote search runner's events),
+an admin, or the task's agent may make."""
 ADMIN_ROUTES = {
     ("POST", "/api/v1/agents/{agent_id}/enable"),
     ("POST", "/api/v1/agents/{agent_id}/disable"),

@@ -9,7 +9,7 @@
 // are drawn from it before the trials (about 600 KB at 1,000 trials) arrive.
 
 import { del, get, getText, post, query, stream } from "../api.js";
-import { MultiLineChart, ScatterChart } from "../charts.js";
+import { MultiLineChart, ParetoChart, ScatterChart } from "../charts.js";
 import { HeatMap, ParallelCoords } from "../hpviews.js";
 import { navigate } from "../main.js";
 import { compareValues, parseFilter, readState, writeState } from "../urlstate.js";
@@ -106,6 +106,12 @@ export function render(root, [expId]) {
   const hpCard = h("div.card", { id: "hparam-card", hidden: true },
     h("div.toolbar", null, h("h2", null, "Hyperparameters"), h("span.spacer"), brushNote, hpControls, hpView),
     pcBox, scatterBox, heatBox);
+  // Issue 35: the search summary (Pareto front, lineage, a custom method's error).
+  const paretoBox = h("div.chart", { id: "pareto-front" });
+  const lineageBox = h("div", { id: "trial-lineage" });
+  const searchErrorBox = h("pre.error-box", { id: "searcher-error", hidden: true });
+  const searchCard = h("div.card", { id: "search-card", hidden: true },
+    h("h2", null, "Search"), searchErrorBox, paretoBox, lineageBox);
   const trialsBox = h("div.table-wrap", { id: "trials" });
   const trialsPager = h("div.pager", { id: "trials-pager" });
   const trialFilterCol = h("select", { id: "trial-filter-col", "aria-label": "filter column" });
@@ -133,6 +139,7 @@ export function render(root, [expId]) {
         h("label", null, curveLog, " log")),
       curveBox),
     hpCard,
+    searchCard,
     compareCard,
     h("div.card", null,
       h("div.toolbar", null, h("h2", null, "Trials"), h("span.spacer"), trialState, trialFilterCol, trialFilter, compareBtn),
@@ -160,7 +167,40 @@ export function render(root, [expId]) {
     },
   });
   const heat = new HeatMap(heatBox);
+  const pareto = new ParetoChart(paretoBox);
   let closed = false;
+
+  // ------------------------------------------------------------------ search summary
+
+  const SUMMARY_SEARCHERS = new Set(["tpe", "cmaes", "gp", "nsgaii", "pbt", "custom"]);
+
+  async function loadSearch() {
+    if (!SUMMARY_SEARCHERS.has(state.exp?.config?.searcher?.name)) return;
+    let body;
+    try {
+      body = await get(`/experiments/${expId}/searcher`);
+    } catch {
+      return;
+    }
+    if (closed) return;
+    const front = body.pareto_front;
+    const parents = (body.lineage || []).filter((r) => r.parent_id != null);
+    searchCard.hidden = !front && !parents.length && !body.error;
+    searchErrorBox.hidden = !body.error;
+    searchErrorBox.textContent = body.error ? `The custom search method failed:\n${body.error}` : "";
+    paretoBox.hidden = !front;
+    if (front) {
+      const [a, b] = body.objectives;
+      const dir = (o) => `${o.name} (${o.smaller_is_better ? "smaller" : "larger"} is better)`;
+      pareto.draw({ points: front.points, front: front.front, xLabel: dir(a), yLabel: dir(b) });
+    }
+    setChildren(lineageBox, parents.length
+      ? h("div", null, h("h3", null, "Lineage"),
+        h("ul", null, parents.map((r) => h("li", { dataset: { trial: r.trial_id } },
+          h("a", { href: `/trials/${r.trial_id}` }, `Trial ${r.trial_id}`), " warm-started from ",
+          h("a", { href: `/trials/${r.parent_id}` }, `trial ${r.parent_id}`)))))
+      : null);
+  }
 
   // ------------------------------------------------------------------ header
 
@@ -709,7 +749,10 @@ export function render(root, [expId]) {
       if (hpSig !== hpSignature) drawHparams();
       hpSignature = hpSig;
       const signature = body.trials.map((t) => `${t.id}:${t.total_batches}:${t.latest_checkpoint}:${t.state}`).join(",");
-      if (first || signature !== state.signature) refresh();
+      if (first || signature !== state.signature) {
+        refresh();
+        loadSearch();
+      }
       state.signature = signature;
       // Drawn from the summary before the trials came: colour the curves by rank now.
       if (first && state.curves && state.curves.body.series.length > RANK_COLORS_ABOVE) {
@@ -741,6 +784,7 @@ export function render(root, [expId]) {
     close();
     curves.destroy();
     scatter.destroy();
+    pareto.destroy();
     compareCurves.chart?.destroy();
   };
 }

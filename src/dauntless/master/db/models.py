@@ -175,6 +175,10 @@ class TrialRow(Base):
     failure: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # The fraction of its training the trial last reported (POST /trials/{id}/progress).
     progress: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Lineage (issue 35): the trial this one was warm-started from (a PBT clone's
+    # parent) and the uuid of that parent's checkpoint it starts from.
+    parent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    warm_start_checkpoint: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class MetricRow(Base):

@@ -145,11 +145,19 @@ def collect(s: Session, ctx: MasterContext, exp: ExperimentRow) -> list[str]:
 
 
 def warm_start_sources(s: Session) -> set[str]:
-    """Checkpoint uuids other experiments start their trials from (never collected)."""
+    """Checkpoint uuids other experiments start their trials from, and those that live
+    clones (PBT) start from (never collected)."""
     out = set()
     for config in s.scalars(select(ExperimentRow.config)):
         uuid_ = (config or {}).get("searcher", {}).get("source_checkpoint_uuid")
         if uuid_:
+            out.add(uuid_)
+    for uuid_, state in s.execute(
+        select(TrialRow.warm_start_checkpoint, TrialRow.state).where(
+            TrialRow.warm_start_checkpoint.is_not(None)
+        )
+    ):
+        if not is_terminal(state):
             out.add(uuid_)
     return out
 

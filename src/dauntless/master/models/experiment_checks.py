@@ -30,9 +30,12 @@ from dauntless.storage import build_storage
 from ..compat038 import prepare_raw_config
 from ..context import MasterContext
 from ..context_archive import check_context_archive
+from ..custom_searchers import runs_in_master
 from ..db import AgentRow, CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from ..environments import check_pool_can_run
 from ..errors import BadRequest, NotFound
+from ..search_setup import custom_method_class, pbt_checkpoints
+from . import users
 
 INT32_MAX = 2**31 - 1
 """The largest training length in batches a trial's rows can hold."""
@@ -61,6 +64,7 @@ def check_experiment(
     config_text: str,
     context: bytes | None,
     parent_id: int | None = None,
+    owner: str | None = None,
 ) -> CheckedExperiment:
     """Check a new experiment as create does, writing nothing.
 
@@ -68,6 +72,8 @@ def check_experiment(
         config_text: the experiment config as YAML text.
         context: the context directory as a gzipped tar, or None.
         parent_id: fork: the experiment whose context is used when ``context`` is None.
+        owner: the username of the experiment's owner: a custom search method runs in
+            the master only as ``custom_searchers.in_master`` allows for this user.
 
     Returns:
         The resolved config, searcher, seed and context.
@@ -117,6 +123,13 @@ def check_experiment(
     if seed is None:
         seed = secrets.randbelow(2**31)
     raw = cfg.to_json()
+    admin = False
+    if owner is not None and runs_in_master(cfg):
+        with ctx.db.read() as s:
+            user = users.read_user_by_name(s, owner)
+        admin = user is not None and bool(user.admin)
+    method = custom_method_class(ctx.config.custom_searchers.in_master, admin, cfg, context)
+    pbt_checkpoints(cfg, raw)
     with ctx.db.read() as s:
         resolve_warm_start(s, raw)
     raw["reproducibility"]["experiment_seed"] = seed
@@ -132,7 +145,7 @@ def check_experiment(
             "invalid experiment config", [("checkpoint_storage.type", str(exc))]
         ) from None
     try:
-        searcher = make_searcher(resolved, seed)
+        searcher = make_searcher(resolved, seed, method=method)
     except SearcherConfigError as exc:
         raise BadRequest("invalid experiment config", [("searcher", str(exc))]) from None
     check_search_size(ctx, resolved, searcher)

@@ -70,7 +70,7 @@ def create_experiment(
         BadRequest, TooLarge, NotFound: what :func:`.experiment_checks.check_experiment`
             raises (every check is there, shared with ``validate_only``).
     """
-    checked = check_experiment(ctx, config_text, context, parent_id)
+    checked = check_experiment(ctx, config_text, context, parent_id, owner)
     resolved, searcher, seed, context = (
         checked.config,
         checked.searcher,
@@ -310,6 +310,11 @@ def continue_experiment(s: Session, ctx: MasterContext, exp_id: int, overrides: 
     if not chosen:
         raise Conflict(
             f"experiment {exp_id}: every trial completed its search; nothing to continue"
+        )
+    if not search.searcher_for(ctx, exp, read_only=True).can_reopen:
+        raise Conflict(
+            f"experiment {exp_id}: a {cfg.searcher.name} search cannot continue its trials "
+            "(its decisions already used their results); fork it instead"
         )
     ctx.configs[exp_id] = cfg
     exp.config = cfg.to_json()

@@ -87,23 +87,25 @@ def kill_trial(s: Session, ctx: MasterContext, trial_id: int) -> None:
 
 
 def searcher_failed(
-    s: Session, ctx: MasterContext, exp: ExperimentRow, why: str, trial: TrialRow
+    s: Session, ctx: MasterContext, exp: ExperimentRow, why: str, trial: TrialRow | None = None
 ) -> None:
-    """A searcher error (e.g. the ASHA metric is missing): the experiment errors, and
-    the reason is written into the trial's log (``det trial logs``)."""
+    """A searcher error (e.g. the ASHA metric is missing, a custom search method
+    raised): the experiment errors, and the reason is written into the trial's log
+    (``det trial logs``; None: every live trial's)."""
     log.error("experiment %s: searcher error: %s", exp.id, why)
-    alloc = allocations.live_allocation(s, trial.id)
-    s.add(
-        TaskLogRow(
-            trial_id=trial.id,
-            allocation_id=alloc.group_id if alloc is not None else "master",
-            seq=None,
-            timestamp=ctx.clock(),
-            stdtype="stderr",
-            rank_id=None,
-            log=f"searcher error (the experiment stops): {why}\n",
+    for t in [trial] if trial is not None else trials.live_trials(s, exp.id):
+        alloc = allocations.live_allocation(s, t.id)
+        s.add(
+            TaskLogRow(
+                trial_id=t.id,
+                allocation_id=alloc.group_id if alloc is not None else "master",
+                seq=None,
+                timestamp=ctx.clock(),
+                stdtype="stderr",
+                rank_id=None,
+                log=f"searcher error (the experiment stops): {why}\n",
+            )
         )
-    )
     if State(exp.state) not in (State.ACTIVE, State.PAUSED):
         return
     search.set_experiment_state(ctx, exp, State.STOPPING_ERROR)
@@ -114,3 +116,6 @@ def searcher_failed(
             search.set_trial_state(ctx, t, State.STOPPING_ERROR)
             search.set_trial_state(ctx, t, State.ERROR)
     search.maybe_finish_experiment(s, ctx, exp)
+
+
+search.searcher_error_handlers.append(searcher_failed)

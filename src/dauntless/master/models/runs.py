@@ -210,11 +210,12 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
             "DET_TRIAL_SEED": str(trial.seed),
             "DET_HPARAMS": json.dumps(trial.hparams),
             "DET_EXPERIMENT_CONFIG": json.dumps(exp.config),
-            # Warm start: a trial without a checkpoint of its own starts from the
-            # searcher's source checkpoint (its batch counters start at 0).
+            # Warm start: a trial without a checkpoint of its own starts from its
+            # parent's (a PBT clone), else the searcher's source checkpoint (its batch
+            # counters start at 0).
             "DET_LATEST_CHECKPOINT": latest.uuid
             if latest
-            else (cfg.searcher.source_checkpoint_uuid or ""),
+            else (trial.warm_start_checkpoint or cfg.searcher.source_checkpoint_uuid or ""),
             "DET_STEPS_COMPLETED": str(latest.total_batches if latest else 0),
             "DET_SLOT_IDS": ",".join(str(x) for x in alloc.slot_ids),
             "DET_CONTAINER_RANK": str(alloc.part_index),

@@ -9,8 +9,10 @@ and the experiment change together (seed 001, reference §7).
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import select
@@ -28,7 +30,8 @@ from dauntless.searcher import (
 )
 
 from ..context import MasterContext
-from ..db import ExperimentRow, TrialRow
+from ..custom_searchers import method_factory
+from ..db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from ..errors import BadRequest, NotFound
 from ..progress import experiment_progress
 from ..states import STOPPING, State, check_transition, is_terminal
@@ -49,9 +52,68 @@ def read_experiment(s: Session, exp_id: int) -> ExperimentRow:
     return exp
 
 
-def searcher_for(ctx: MasterContext, exp: ExperimentRow):
-    """The experiment's searcher, restored from its stored snapshot."""
-    return restore_searcher(ctx.experiment_config(exp), exp.searcher_state)
+# ---------------------------------------------------------------- restored searchers
+# Issue 35: a model-based searcher restores by replaying its sampler's log (O(trials)
+# sampler calls), so the master keeps the searcher it last stored for each experiment and
+# takes it again when the stored snapshot is still the one it made; any other case (a
+# rolled-back transaction, another process's write, a searcher changed without being
+# stored) restores from the snapshot. A searcher taken for changes is held by that
+# caller alone until ``apply`` stores it back.
+
+_SEARCHERS: weakref.WeakKeyDictionary[MasterContext, dict[int, Any]] = weakref.WeakKeyDictionary()
+_SEARCHERS_LOCK = threading.Lock()
+
+#: Called as ``handler(s, ctx, exp, why)`` when a searcher reports an error of its own
+#: code (a custom search method raised): :mod:`.lifecycle` registers
+#: ``searcher_failed`` here, since it imports this module and cannot be imported by it.
+searcher_error_handlers: list[Callable[[Session, MasterContext, ExperimentRow, str], None]] = []
+
+
+def _cache(ctx: MasterContext) -> dict[int, Any]:
+    with _SEARCHERS_LOCK:
+        return _SEARCHERS.setdefault(ctx, {})
+
+
+def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = False):
+    """The experiment's searcher, as its stored snapshot says.
+
+    ``read_only``: the caller only reads it (``progress()``, pending events); the
+    master keeps it for the next caller instead of handing it over for changes.
+
+    Raises:
+        MethodLoadError: a custom search method run in the master cannot be loaded.
+    """
+    cache = _cache(ctx)
+    config = ctx.experiment_config(exp)
+    with _SEARCHERS_LOCK:  # taken out: no other caller changes it while it is checked
+        kept = cache.pop(exp.id, None)
+    searcher = None
+    if kept is not None and exp.searcher_state is not None:
+        kept_config, candidate = kept
+        # The same config (``det experiment continue`` may change it) and the state
+        # the database holds.
+        if kept_config == config and candidate.snapshot() == exp.searcher_state:
+            searcher = candidate
+    if searcher is None:
+        factory = method_factory(exp.id, config, lambda: _context_of(ctx, exp.id))
+        searcher = restore_searcher(config, exp.searcher_state, method=factory)
+    if read_only:  # put back for the next caller (readers only call progress() & co.)
+        with _SEARCHERS_LOCK:
+            cache.setdefault(exp.id, (config, searcher))
+    return searcher
+
+
+def _context_of(ctx: MasterContext, exp_id: int) -> bytes | None:
+    with ctx.db.read() as s:
+        row = s.get(ModelDefinitionRow, exp_id)
+        return None if row is None else bytes(row.content)
+
+
+def _keep(ctx: MasterContext, exp: ExperimentRow, searcher: Any) -> None:
+    cache = _cache(ctx)
+    config = ctx.experiment_config(exp)
+    with _SEARCHERS_LOCK:
+        cache[exp.id] = (config, searcher)
 
 
 def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -> None:
@@ -90,6 +152,11 @@ def apply(
     while queue:
         op = queue.popleft()
         if isinstance(op, Create):
+            parent = (
+                None
+                if op.parent_request_id is None
+                else trials.trial_by_request(s, exp.id, op.parent_request_id)
+            )
             trial = TrialRow(
                 experiment_id=exp.id,
                 request_id=op.request_id,
@@ -101,6 +168,8 @@ def apply(
                 total_batches=0,
                 searcher_closed=False,
                 start_time=ctx.clock(),
+                parent_id=None if parent is None else parent.id,
+                warm_start_checkpoint=None if parent is None else warm_start_checkpoint(s, parent),
             )
             s.add(trial)
             s.flush()
@@ -125,7 +194,31 @@ def apply(
             raise TypeError(f"unknown searcher operation {op!r}")
     exp.searcher_state = searcher.snapshot()
     exp.progress = experiment_progress(s, exp, searcher)
+    _keep(ctx, exp, searcher)
+    error = searcher.method_error
+    if error is not None and State(exp.state) in (State.ACTIVE, State.PAUSED):
+        for handler in searcher_error_handlers:
+            handler(s, ctx, exp, f"the custom search method failed:\n{error}")
     maybe_finish_experiment(s, ctx, exp)
+
+
+def warm_start_checkpoint(s: Session, parent: TrialRow) -> str | None:
+    """The checkpoint a clone of ``parent`` starts from: the parent's checkpoint at the
+    length it last validated for the searcher (the end of its PBT round), else its
+    latest; None when it has none (the clone then starts from scratch)."""
+    if parent.searcher_completed_length is not None:
+        uuid_ = s.scalars(
+            select(CheckpointRow.uuid).where(
+                CheckpointRow.trial_id == parent.id,
+                CheckpointRow.total_batches == parent.searcher_completed_length,
+                CheckpointRow.state.in_(("COMPLETED", "UPLOADING")),
+            )
+        ).first()
+        if uuid_ is not None:
+            return str(uuid_)
+    if parent.latest_checkpoint is None:
+        log.warning("trial %s has no checkpoint: its clone starts from scratch", parent.id)
+    return parent.latest_checkpoint
 
 
 def maybe_finish_experiment(s: Session, ctx: MasterContext, exp: ExperimentRow) -> None:
@@ -192,6 +285,9 @@ def complete_operation(
         )
     trial.searcher_completed_length = length
     searcher = searcher_for(ctx, exp)
-    ops = searcher.on_validation_completed(trial.request_id, float(metric), length)
+    metrics = None
+    if searcher.wants_validation_metrics:  # several objectives: the whole validation
+        metrics = trials.validation_metrics_at(s, trial_id, length)
+    ops = searcher.on_validation_completed(trial.request_id, float(metric), length, metrics)
     apply(s, ctx, exp, searcher, ops)
     return trials.searcher_operation(s, trial_id)

@@ -139,6 +139,18 @@ def latest_validations(session: Session, trial_ids: list[int]) -> dict[int, Metr
     return {m.trial_id: m for m in rows}
 
 
+def validation_metrics_at(session: Session, trial_id: int, total_batches: int) -> dict[str, Any]:
+    """The trial's validation metrics reported at ``total_batches`` (``{}`` if none)."""
+    row = session.scalar(
+        select(MetricRow.values).where(
+            MetricRow.trial_id == trial_id,
+            MetricRow.kind == "validation",
+            MetricRow.total_batches == total_batches,
+        )
+    )
+    return dict(row or {})
+
+
 #: The columns of a metrics report that its API view shows (``schemas.metric_view``).
 METRIC_REPORT_COLUMNS = (
     MetricRow.id,

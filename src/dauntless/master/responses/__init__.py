@@ -63,6 +63,7 @@ from .experiments import (
     PreviewTrialOut,
     TrialSeriesOut,
 )
+from .search import SearcherEventsOut, SearchSummaryOut
 from .tasks import (
     TaskBody,
     TaskCreated,
@@ -131,6 +132,8 @@ __all__ = [
     "PreviewBracket",
     "PreviewFinalLength",
     "PreviewOut",
+    "SearcherEventsOut",
+    "SearchSummaryOut",
     "PreviewSummary",
     "PreviewTrialOut",
     "RendezvousInfo",

@@ -29,6 +29,8 @@ class TrialOut(_Open):
     end_time: float | None
     log_policy_matches: list[str]
     failure: dict[str, Any] | None
+    parent_id: int | None = None
+    warm_start_checkpoint: str | None = None
 
 
 class TrialBody(BaseModel):

@@ -1,0 +1,327 @@
+"""Model-based searchers: Optuna's TPE, CMA-ES, Gaussian-process and NSGA-II samplers,
+alone or proposing into ASHA's brackets (BOHB-style).
+
+``tpe`` / ``cmaes`` / ``gp`` / ``nsgaii`` run ``max_trials`` trials, at most
+``max_concurrent_trials`` at once (0: all), like ``random``; each trial's
+hyperparameters come from the sampler, which has learned the results of every trial
+that ended before it was asked (with ``constant_liar``, TPE also accounts for the trials
+still running). With ``searcher.max_length`` a trial gets one ``ValidateAfter`` and its
+result is that validation; without it (Determined 0.38) the trial trains as long as its
+own code says and its result is the last validation it reported. ``searcher.metrics``
+(several objectives) makes TPE, GP and NSGA-II multi-objective: each trial's result is
+the vector of those metrics, and the master passes the whole validation dict.
+
+``adaptive_asha`` / ``async_halving`` with ``sampler: tpe|cmaes|gp`` keep every ASHA
+decision and draw each new trial's hyperparameters from the sampler instead of at random
+(Falkner et al., "BOHB", ICML 2018, in Optuna's form): each rung result is an intermediate
+value at step = the rung's length, a trial stopped below the top rung is PRUNED, one that
+finished the top rung COMPLETE, one that failed FAIL.
+
+State: the sampler's seed (drawn from the experiment RNG when the search starts) and the
+ordered log of every ask, report and tell (:class:`~._optuna_model.OptunaModel`), so a
+restored searcher proposes exactly what the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dauntless.config import SearchMetric
+
+from ._asha import AdaptiveASHASearch, AsyncHalvingSearch
+from ._base import Searcher, TrialRecord
+from ._basic import initial_count
+from ._ops import Create, ExitedReason, Operation
+from ._optuna_model import OptunaModel, SpaceMap, import_optuna
+from ._rng import draw_trial_seed
+
+
+class _ModelState:
+    """The sampler model of a search and the map of request ids to its trial numbers."""
+
+    def __init__(self, sampler: str, options: dict[str, Any], objectives: list[SearchMetric]):
+        import_optuna(sampler=sampler)  # refuse at create when Optuna is missing
+        self.sampler = sampler
+        self.options = options
+        self.objectives = objectives
+        self.model: OptunaModel | None = None
+        self.numbers: dict[str, int] = {}
+        self.told: set[str] = set()
+
+    def start(self, seed: int, space: SpaceMap) -> None:
+        self.model = OptunaModel(self.sampler, self.options, seed, self.objectives, space)
+
+    def get(self) -> OptunaModel:
+        if self.model is None:
+            raise RuntimeError("the search has not started (initial_operations)")
+        return self.model
+
+    def tell(self, request_id: str, state: str, values: list[float] | None = None) -> None:
+        if request_id in self.told or request_id not in self.numbers:
+            return
+        self.told.add(request_id)
+        self.get().tell(self.numbers[request_id], state, values)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": None if self.model is None else self.model.to_json(),
+            "numbers": dict(self.numbers),
+            "told": sorted(self.told),
+        }
+
+    def load(self, state: dict[str, Any], space: SpaceMap) -> None:
+        saved = state["model"]
+        if saved is not None:
+            if saved["sampler"] != self.sampler:
+                raise ValueError(
+                    f"the snapshot's sampler is {saved['sampler']!r}, the config's "
+                    f"{self.sampler!r}; restore with the experiment's own config"
+                )
+            self.model = OptunaModel(
+                self.sampler, self.options, int(saved["seed"]), self.objectives, space, saved["log"]
+            )
+        self.numbers = {str(k): int(v) for k, v in state["numbers"].items()}
+        self.told = set(state["told"])
+
+
+def objective_values(
+    objectives: list[SearchMetric], metrics: dict[str, Any] | None, metric: float
+) -> list[float]:
+    """The raw value of each objective: ``metric`` for a single objective, else read
+    from the validation ``metrics`` dict.
+
+    Raises:
+        ValueError: an objective is missing from ``metrics`` or not a real number (the
+            message names it).
+    """
+    if len(objectives) == 1 and metrics is None:
+        return [float(metric)]
+    out = []
+    for o in objectives:
+        value = (metrics or {}).get(o.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(
+                f"searcher.metrics: the validation metrics have no numeric {o.name!r} "
+                f"(got {value!r}); report every objective in each validation"
+            )
+        out.append(float(value))
+    return out
+
+
+class ModelSearch(Searcher):
+    """``tpe``, ``cmaes``, ``gp``, ``nsgaii`` (see the module documentation).
+
+    Raises:
+        SearcherConfigError: at construction, when Optuna (or the sampler's own
+            dependency) is not installed, naming ``searcher.name``.
+    """
+
+    kind = "tpe"
+
+    def _setup(self) -> None:
+        cfg: Any = self._config.searcher
+        self._max_trials = int(cfg.max_trials)
+        self._max_concurrent = int(cfg.max_concurrent_trials)
+        self._objectives: list[SearchMetric] = cfg.objectives()
+        self._space = SpaceMap(self._config.hyperparameters)
+        self._state = _ModelState(cfg.name, dict(cfg.sampler_options), self._objectives)
+        #: request id -> the raw objective values of its latest validation (None: NaN)
+        self._latest: dict[str, list[float] | None] = {}
+
+    @property
+    def wants_validation_metrics(self) -> bool:  # type: ignore[override]
+        return len(self._objectives) > 1
+
+    def _propose(self) -> Create:
+        number, hparams = self._state.get().ask()
+        op = self._create(hparams=hparams)
+        self._state.numbers[op.request_id] = number
+        return op
+
+    def _initial(self) -> list[Operation]:
+        self._state.start(draw_trial_seed(self._rng), self._space)
+        return [
+            self._propose() for _ in range(initial_count(self._max_trials, self._max_concurrent))
+        ]
+
+    def _first_target(self, trial: TrialRecord) -> int | None:
+        length = getattr(self._config.searcher, "max_length", None)
+        return None if length is None else self._batches(length, trial.hparams)
+
+    def _on_validation(self, trial: TrialRecord, value: float, length: int) -> list[Operation]:
+        values = objective_values(self._objectives, self._event_metrics, self._event_raw)
+        self._note(trial.request_id, values)
+        self._state.tell(trial.request_id, "complete", values)
+        return [self._close(trial)]
+
+    def _note(self, request_id: str, values: list[float]) -> None:
+        """Keep a trial's latest result; one with a NaN or infinite value is a failure."""
+        finite = all(math.isfinite(v) for v in values)
+        self._latest[request_id] = values if finite else None
+
+    def _on_metrics(self, trial: TrialRecord, metrics: dict[str, Any]) -> list[Operation]:
+        if trial.target is not None:
+            return []
+        first = metrics.get(self._objectives[0].name)
+        if len(self._objectives) == 1:
+            if isinstance(first, bool) or not isinstance(first, (int, float)):
+                raise ValueError(
+                    f"searcher.metric: the validation metrics have no numeric "
+                    f"{self._objectives[0].name!r} (got {first!r})"
+                )
+            self._note(trial.request_id, [float(first)])
+        else:
+            self._note(trial.request_id, objective_values(self._objectives, metrics, math.nan))
+        return []
+
+    def _on_trial_ended(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
+        latest = self._latest.get(trial.request_id)
+        if reason is None and latest is not None:
+            self._state.tell(trial.request_id, "complete", latest)
+        else:
+            self._state.tell(trial.request_id, "fail")
+        if self._count_valid() < self._max_trials:
+            return [self._propose()]
+        return []
+
+    def _can_reopen(self) -> bool:
+        return False
+
+    def _creating_done(self) -> bool:
+        return self._count_valid() >= self._max_trials
+
+    def progress(self) -> float:
+        if self.is_shut_down:
+            return 1.0
+        done = self._n_ended - self._n_exits[ExitedReason.INVALID_HP]
+        return min(done / self._max_trials, 1.0)
+
+    def _method_state(self) -> dict[str, Any]:
+        state = self._state.to_json()
+        state["latest"] = {k: None if v is None else list(v) for k, v in self._latest.items()}
+        return state
+
+    def _load_method_state(self, state: dict[str, Any]) -> None:
+        self._state.load(state, self._space)
+        self._latest = {
+            str(k): None if v is None else [float(x) for x in v] for k, v in state["latest"].items()
+        }
+
+
+class CmaEsSearch(ModelSearch):
+    """``cmaes``: Optuna's CMA-ES sampler."""
+
+    kind = "cmaes"
+
+
+class GPSearch(ModelSearch):
+    """``gp``: Optuna's Gaussian-process sampler."""
+
+    kind = "gp"
+
+
+class NSGAIISearch(ModelSearch):
+    """``nsgaii``: Optuna's NSGA-II sampler."""
+
+    kind = "nsgaii"
+
+
+class _ASHAModelMixin:
+    """ASHA whose new trials' hyperparameters come from an Optuna sampler."""
+
+    _config: Any
+    _rng: Any
+    _trials: dict[str, TrialRecord]
+    _brackets: Any
+
+    def _model_setup(self) -> None:
+        cfg = self._config.searcher
+        objective = SearchMetric(name=cfg.metric, smaller_is_better=cfg.smaller_is_better)
+        self._space = SpaceMap(self._config.hyperparameters)
+        self._state = _ModelState(cfg.sampler, dict(cfg.sampler_options), [objective])
+        self._last: dict[str, float] = {}
+
+    def _raw(self, value: float) -> float:
+        return value if self._config.searcher.smaller_is_better else -value
+
+    def _model_observe(self, trial: TrialRecord, rung: int, value: float) -> None:
+        if not math.isfinite(value):
+            return
+        raw = self._raw(value)
+        self._last[trial.request_id] = raw
+        step = int(self._brackets[trial.group].plan.lengths[rung])
+        self._state.get().report(self._state.numbers[trial.request_id], step, raw)
+
+    def _model_close(self, trial: TrialRecord) -> None:
+        top = self._brackets[trial.group].plan.rungs - 1
+        last = self._last.get(trial.request_id)
+        if trial.rung == top and last is not None:
+            self._state.tell(trial.request_id, "complete", [last])
+        elif last is not None:
+            self._state.tell(trial.request_id, "pruned")
+        else:
+            self._state.tell(trial.request_id, "fail")
+
+    def _model_state_json(self, base: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        out["sampler"] = self._state.to_json()
+        out["sampler"]["last"] = dict(self._last)
+        return out
+
+    def _model_load(self, state: dict[str, Any]) -> dict[str, Any]:
+        saved = dict(state)
+        model = saved.pop("sampler")
+        self._state.load(model, self._space)
+        self._last = {str(k): float(v) for k, v in model["last"].items()}
+        return saved
+
+
+class ModelASHASearch(_ASHAModelMixin, AdaptiveASHASearch):
+    """``adaptive_asha`` with ``sampler: tpe|cmaes|gp`` (BOHB-style)."""
+
+    def _setup(self) -> None:
+        super()._setup()
+        self._model_setup()
+
+    def _initial(self) -> list[Operation]:
+        self._state.start(draw_trial_seed(self._rng), self._space)
+        return super()._initial()
+
+    def _create(self, group: int = 0, hparams: Any = None, **kw: Any) -> Create:
+        number = None
+        if hparams is None:
+            number, hparams = self._state.get().ask()
+        op = super()._create(group, hparams, **kw)
+        if number is not None:
+            self._state.numbers[op.request_id] = number
+        return op
+
+    def _observe(self, trial: TrialRecord, rung: int, value: float) -> None:
+        self._model_observe(trial, rung, value)
+
+    def _close(self, trial: TrialRecord) -> Any:
+        self._model_close(trial)
+        return super()._close(trial)
+
+    def _on_trial_ended(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
+        if reason is not None:
+            self._state.tell(trial.request_id, "fail")
+        elif trial.request_id not in self._state.told:
+            self._model_close(trial)
+        return super()._on_trial_ended(trial, reason)
+
+    def _can_reopen(self) -> bool:
+        return False
+
+    def _method_state(self) -> dict[str, Any]:
+        return self._model_state_json(super()._method_state())
+
+    def _load_method_state(self, state: dict[str, Any]) -> None:
+        super()._load_method_state(self._model_load(state))
+
+
+class ModelAsyncHalvingSearch(ModelASHASearch, AsyncHalvingSearch):
+    """``async_halving`` with ``sampler: tpe|cmaes|gp``."""
+
+    kind = "async_halving"
