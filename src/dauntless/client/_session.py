@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
+from dauntless._auth import read_task_secret
 from dauntless._http import RetryPolicy
 from dauntless._tls import (
     cert_file_from_env,
@@ -143,7 +144,8 @@ class Session:
         self._client = httpx.Client(timeout=self.timeout, transport=transport, verify=verify)
         self.token_store = token_store if token_store is not None else TokenStore()
         self._explicit_user = user or os.environ.get(USER_ENV, "").strip() or None
-        self._explicit_token = token or os.environ.get(TOKEN_ENV, "").strip() or None
+        # In a task the agent hands the owner's token as a file ($DET_USER_TOKEN_FILE).
+        self._explicit_token = token or read_task_secret(TOKEN_ENV) or None
         self._token_origin = "the token given to the session" if token else TOKEN_ENV
         self._auto_login = login
         self._prompt = prompt

@@ -5,6 +5,7 @@ Pure: no I/O beyond parsing text handed in.
 
 from ._cluster import (
     AgentConfig,
+    AgentPolicyConfig,
     MasterConfig,
     ResourcePoolConfig,
     SecurityConfig,
@@ -45,6 +46,13 @@ from ._hparams import (
     dump_hyperparameters,
     parse_hyperparameters,
 )
+from ._identity import (
+    AgentUserGroup,
+    DefaultTaskConfig,
+    TaskIdentity,
+    agent_refusal,
+    resolve_task_identity,
+)
 from ._length import Length, Unit, records_to_batches
 from ._provider import (
     AgentResourceManagerConfig,
@@ -56,6 +64,12 @@ from ._provider import (
 )
 
 __all__ = [
+    "AgentPolicyConfig",
+    "AgentUserGroup",
+    "DefaultTaskConfig",
+    "TaskIdentity",
+    "agent_refusal",
+    "resolve_task_identity",
     "FIELD_RULES",
     "REMOVED_SEARCHERS",
     "AWSProviderConfig",

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from dauntless._auth import CLUSTER_SECRET_HEADER
+from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_HEADER
 
 T = TypeVar("T")
 
@@ -51,8 +51,21 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def agent_headers(app: Any) -> dict[str, str]:
-    """Headers presenting the cluster secret of ``app`` (what agents send)."""
+    """Headers presenting the cluster secret of ``app`` (what agents register with)."""
     return {CLUSTER_SECRET_HEADER: app.state.auth.cluster_secret}
+
+
+def register_agent(client: Any, app: Any, body: dict[str, Any]) -> dict[str, str]:
+    """Register an agent (``POST /api/v1/agents`` with ``body``) as agents do, with the
+    cluster secret, and return the headers presenting the credential it was issued
+    (what the agent sends on every later call).
+
+    Raises:
+        AssertionError: the registration was refused.
+    """
+    r = client.post("/api/v1/agents", json=body, headers=agent_headers(app))
+    assert r.status_code == 200, f"registering agent {body.get('id')} failed: {r.text}"
+    return {AGENT_TOKEN_HEADER: r.json()["token"]}
 
 
 def model_def_tarball(source: bytes = b"print('hello')\n") -> bytes:

@@ -38,7 +38,7 @@ from ..db import (
     TaskLogRow,
     TrialRow,
 )
-from ..environments import check_pool_can_run
+from ..environments import check_pool_can_run, check_pool_identity
 from ..errors import MAX_CONTEXT_BYTES, BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
@@ -110,7 +110,9 @@ def create_experiment(
     refuse_unsupported(raw, cfg)
     with ctx.db.read() as s:  # issue 23: some agent of the pool can run it
         known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
-    env_errors = check_pool_can_run(cfg, pool, known)
+        # issue 29: and as the owner's Unix identity
+        identity = users.task_identity(s, users.user_id(s, owner), ctx.config.security.default_task)
+    env_errors = check_pool_can_run(cfg, pool, known) + check_pool_identity(identity, pool, known)
     if env_errors:
         raise BadRequest("invalid experiment config", env_errors)
     seed = cfg.reproducibility.experiment_seed
