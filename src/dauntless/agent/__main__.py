@@ -45,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         "podman containers; auto: docker or podman when its engine answers, else process",
     )
     p.add_argument(
+        "--orphan-grace-period",
+        type=float,
+        default=180.0,
+        help="seconds a task outlives this agent when the agent dies without stopping it: "
+        "an agent started again on the same --work-dir within this time adopts the task; "
+        "after it, the task's supervisor ends every process of the task (default 180)",
+    )
+    p.add_argument(
         "--master-cert-file",
         default=cert_file_from_env(),
         help="PEM CA bundle that signed an HTTPS master's certificate, or 'noverify' "
@@ -87,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster_secret=SecretStr(secret),
             runtime=args.runtime,
             warm_start=args.warm_start,
+            orphan_grace_period=args.orphan_grace_period,
         )
     except ValidationError as exc:
         p.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))

@@ -420,18 +420,39 @@ class Session:
         return cast(User, self.post_json("/users", body)["user"])
 
     def patch_user(self, user_id: int, **fields: Any) -> User:
-        """``PATCH /users/{id}`` with ``active``, ``admin`` or ``display_name``.
+        """``PATCH /users/{id}`` with ``active``, ``admin``, ``display_name`` or
+        ``agent_user_group`` (``{agent_uid, agent_gid, agent_user, agent_group}``, or
+        None to unlink).
 
         Raises:
             ValueError: for another field name.
-            APIError: 403 when not allowed.
+            APIError: 403 when not allowed, 400 for a bad value (naming the field).
         """
         _check_id("user_id", user_id)
-        unknown = set(fields) - {"active", "admin", "display_name"}
+        allowed = {"active", "admin", "display_name", "agent_user_group"}
+        unknown = set(fields) - allowed
         if unknown:
-            raise ValueError(f"cannot change {sorted(unknown)}; only active, admin, display_name")
+            raise ValueError(f"cannot change {sorted(unknown)}; only {sorted(allowed)}")
         answer = _decode(self.request("PATCH", f"/users/{user_id}", json=fields))
         return cast(User, answer["user"])
+
+    def link_with_agent_user(
+        self, user_id: int, agent_uid: int, agent_gid: int, agent_user: str, agent_group: str
+    ) -> User:
+        """Link a user to a Unix identity (administrators; Determined's
+        ``User.link_with_agent``): the user's tasks run as that uid, gid, user and group.
+
+        Raises:
+            APIError: 403 for a non-administrator, 400 for an out-of-range id or a bad
+                name (the answer names the field).
+        """
+        link = {
+            "agent_uid": agent_uid,
+            "agent_gid": agent_gid,
+            "agent_user": agent_user,
+            "agent_group": agent_group,
+        }
+        return self.patch_user(user_id, agent_user_group=link)
 
     def set_password(self, user_id: int, password: str, old_password: str | None = None) -> None:
         """``POST /users/{id}/password``: set a password; every token of that user stops
