@@ -161,6 +161,47 @@ def plan_task_user(identity: TaskIdentity | None, agent: AgentIdentity) -> TaskU
     return TaskUser(identity, tuple(groups), home, isolate=True)
 
 
+_RUNNABLE: dict[tuple[int, int], str | None] = {}
+"""(uid, gid) -> why the agent's Python cannot be run as them (None: it can)."""
+
+
+def check_python_runnable(user: TaskUser) -> None:
+    """Refuse a task whose identity cannot run the agent's Python (the harness, the
+    launcher and the services are Python): a Python under a home other users cannot
+    enter (pyenv under ``/root``) would fail every task of another identity with
+    "Permission denied". Tried once per identity, as that identity.
+
+    Raises:
+        PrepareError: (fatal) naming the interpreter and the identity.
+    """
+    ident = user.identity
+    key = (ident.uid, ident.gid)
+    if key not in _RUNNABLE:
+        try:
+            res = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", "pass"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                user=ident.uid,
+                group=ident.gid,
+                extra_groups=list(user.groups),
+                cwd="/",
+            )
+            why = None if res.returncode == 0 else (res.stderr.strip() or f"exit {res.returncode}")
+        except OSError as exc:
+            why = str(exc)
+        _RUNNABLE[key] = why
+    why = _RUNNABLE[key]
+    if why is not None:
+        raise PrepareError(
+            f"the agent's Python ({sys.executable}) cannot be run as {ident.describe()}: "
+            f"{why.splitlines()[-1]}; install Dauntless in a Python environment every task "
+            "identity can read and run (not under a home others cannot enter, such as /root)",
+            fatal=True,
+        )
+
+
 def isolated_command(user: TaskUser, argv: list[str], mounts_script: str | None) -> list[str]:
     """The argv that runs ``argv`` isolated as ``user`` (see the module): ``unshare``,
     then (as root, in the new mount namespace) ``mounts_script`` if given, then

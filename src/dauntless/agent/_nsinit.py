@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings  # noqa: F401  (os.execvp imports it: now, while the library is readable)
 
 STATUS_FD = 3
 
