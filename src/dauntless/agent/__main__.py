@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
             secret = read_secret_file(args.cluster_secret_file)
         except ValueError as exc:
             p.error(str(exc))
+        if os.stat(args.cluster_secret_file).st_mode & 0o077:
+            sys.stderr.write(
+                f"warning: {args.cluster_secret_file} is readable by other users (and so by "
+                "their tasks): chmod 600 it; whoever reads it can register agents\n"
+            )
     if secret is None:
         p.error(
             f"no cluster secret: give --cluster-secret-file (the master keeps one in "

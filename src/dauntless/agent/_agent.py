@@ -50,7 +50,6 @@ from dauntless.config._experiment import ENTRYPOINT_CLASS_RE
 from ._identity import (
     AgentIdentity,
     TaskUser,
-    check_python_runnable,
     give,
     move_secrets,
     plan_task_user,
@@ -464,10 +463,7 @@ class Agent:
             identity = TaskIdentity.from_json(raw)
         except ValueError as exc:
             raise PrepareError(f"malformed task identity: {exc}", fatal=True) from None
-        user = plan_task_user(identity, self.identity)
-        if user is not None and user.isolate:
-            check_python_runnable(user)
-        return user
+        return plan_task_user(identity, self.identity)
 
     def adopt(self) -> list[str]:
         """Take over the tasks an earlier run of this agent left under its work dir

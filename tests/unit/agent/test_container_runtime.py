@@ -459,3 +459,24 @@ def test_container_python_path_puts_the_determined_compat_package_first(tmp_path
     # The package mounted at /run/dauntless/lib/dauntless has the shim at that place.
     lib = os.path.dirname(os.path.abspath(dauntless.__file__))
     assert os.path.isfile(os.path.join(lib, "compat", "_shim", "determined", "__init__.py"))
+
+
+def test_a_container_runs_as_the_tasks_identity_with_its_private_dir(tmp_path):
+    """Issue 29: ``--user UID:GID`` and ``--group-add`` for the other groups, the task's
+    private directory (its secret files, its home) at its host path, and ``HOME`` there."""
+    from dauntless.agent._identity import TaskUser
+    from dauntless.config import TaskIdentity
+
+    private = str(tmp_path / ".private" / "abc123")
+    launch = _launch(tmp_path, image="img:1", slot_type="cpu", slot_ids=[])
+    launch.user = TaskUser(TaskIdentity(1001, 1002, "al", "als"), (1002, 27), None, True)
+    launch.private_dir = private
+    launch.env["HOME"] = private + "/home"
+    argv = DockerRuntime(agent_id="agent-7").run_command(launch)
+    i = argv.index("--user")
+    assert argv[i : i + 4] == ["--user", "1001:1002", "--group-add", "27"]
+    assert f"type=bind,source={private},target={private}" in argv
+    env = DockerRuntime(agent_id="agent-7").container_env(launch)
+    assert env["HOME"] == private + "/home"
+    launch.env["HOME"] = "/root"  # the agent's own home never reaches the container
+    assert "HOME" not in DockerRuntime(agent_id="agent-7").container_env(launch)

@@ -31,6 +31,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .base import (
@@ -75,6 +76,13 @@ def mount_namespace_prefix() -> tuple[list[str] | None, str]:
         why = (res.stderr or res.stdout).strip().splitlines()
         return None, f"cannot create a mount namespace: {why[-1] if why else res.returncode}"
     return prefix, ""
+
+
+def _runs_agent_python(argv: list[str]) -> bool:
+    """Whether ``argv`` starts the agent's Python (a trial's launcher, a service's
+    ``python -m``); a shell command may or may not, and is not checked."""
+    names = ("python", "python3", f"python3.{sys.version_info[1]}")
+    return sys.executable in argv or os.path.basename(argv[0]) in names
 
 
 def bind_mount_script(mounts: list[Any]) -> str:
@@ -130,6 +138,10 @@ class ProcessRuntime(Runtime):
         return {**super().describe(), "mount_namespace": self.namespace_prefix is not None}
 
     def prepare(self, launch: TaskLaunch, log: LogFn) -> None:
+        if launch.isolated and _runs_agent_python(launch.argv):
+            from .._identity import check_python_runnable
+
+            check_python_runnable(launch.user)  # the harness, launcher, services
         spec = launch.environment
         if spec.bind_mounts and self.namespace_prefix is None:
             raise PrepareError(
