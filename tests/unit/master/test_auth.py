@@ -626,13 +626,22 @@ def test_trial_and_agent_clients_send_their_credentials(monkeypatch, tmp_path):
             c.get("/api/v1/trials/1")
     assert [r.headers["authorization"] for r in seen] == ["Bearer trial-token"] * 2
 
-    secret = _write_secrets(tmp_path, "pw")
+    me = {"uid": 1000, "gid": 1000, "user": "me", "group": "me"}
+    secret = _write_secrets(tmp_path, "pw", me, artificial_slots=True)
     import yaml
 
     for name in ("master.yaml", "cluster_secret"):
         assert (tmp_path / name).stat().st_mode & 0o077 == 0
     written = yaml.safe_load((tmp_path / "master.yaml").read_text())
-    assert written == {"security": {"cluster_secret": secret, "initial_user_password": "pw"}}
+    assert written == {
+        "security": {
+            "cluster_secret": secret,
+            "initial_user_password": "pw",
+            # whoever deploys a local cluster is its admin: unlinked users' tasks run as it
+            "default_task": me,
+            "agents": {"allow_artificial_slots": True},
+        }
+    }
     assert (tmp_path / "cluster_secret").read_text().strip() == secret
     config = MasterConfig.model_validate({"data_dir": str(tmp_path), **written})
     assert config.security.cluster_secret.get_secret_value() == secret
