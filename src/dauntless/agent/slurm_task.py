@@ -87,6 +87,14 @@ def run(spec_file: str) -> int:
     )
     shipper = LogShipper(client)
     shipper.start()
+    identity = spec.get("identity") or {}
+    if identity and identity.get("uid") != os.getuid():
+        shipper.add(
+            alloc_id,
+            "stderr",
+            f"warning: Slurm runs this job as uid {os.getuid()}; the task's Unix identity "
+            f"({identity.get('user')}, uid {identity.get('uid')}) does not apply to Slurm jobs",
+        )
     work_dir = os.path.join(job["work_dir"], alloc_id)
     try:
         os.makedirs(work_dir, exist_ok=True)

@@ -80,12 +80,19 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
     runtimes = {a.id: a.runtime for a in agents}
     identities: dict[int | None, TaskIdentity] = {}
 
-    def identity_of(owner_id: int | None) -> TaskIdentity:
-        if owner_id not in identities:
-            identities[owner_id] = users.task_identity(
-                s, owner_id, ctx.config.security.default_task
-            )
-        return identities[owner_id]
+    needs_of: dict[tuple[int | None, str], frozenset[str]] = {}
+
+    def identity_need(owner_id: int | None, pool_name: str, runtimes_: list) -> frozenset[str]:
+        """What a request of ``owner_id``'s needs of the pool's agents (issue 29), once
+        per owner and pool."""
+        key = (owner_id, pool_name)
+        if key not in needs_of:
+            if owner_id not in identities:
+                identities[owner_id] = users.task_identity(
+                    s, owner_id, ctx.config.security.default_task
+                )
+            needs_of[key] = identity_needs(identities[owner_id], runtimes_)
+        return needs_of[key]
 
     for pool in ctx.config.resource_pools:
         spec = pool_spec_from_config(pool)
@@ -113,7 +120,7 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
                 continue
             needs[str(trial.id)] = frozenset(
                 required_features(cfg.environment, cfg.bind_mounts)
-            ) | identity_needs(identity_of(exp.owner_id), pool_runtimes)
+            ) | identity_need(exp.owner_id, pool.pool_name, pool_runtimes)
             request = Request(
                 id=str(trial.id),
                 group_id=str(exp.id),
@@ -133,7 +140,7 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
         if task_requests:  # issue 29: the Unix identity the task runs as
             owners = {TASK_REQUEST_PREFIX + row.id: row.owner_id for row in pending_tasks}
             for r in task_requests:
-                need = identity_needs(identity_of(owners[r.id]), pool_runtimes)
+                need = identity_need(owners[r.id], pool.pool_name, pool_runtimes)
                 if need:
                     needs[r.id] = need
         running = []
