@@ -411,7 +411,10 @@ class Agent:
                 task.prepare_exit = (None, msg, False)
                 return
             if isinstance(handle, ShimHandle):  # this thread follows its output
-                self.shipper.follow(alloc_id, 0, handle.record_shipped)
+                # Its lines are numbered after those of the preparation (an environment
+                # build's): recorded now, so that an agent that adopts the task before
+                # any of them is acknowledged numbers them the same.
+                handle.record_shipped(self.shipper.follow(alloc_id, handle.record_shipped), 0)
                 task.readers.append(threading.current_thread())
             for name, stream in runtime.logs(handle):
                 t = threading.Thread(
@@ -486,7 +489,7 @@ class Agent:
             task.runtime = runtime
             task.private = private_dir_path(self.config.work_dir, alloc_id)
             seq, offset = handle.shipped()
-            self.shipper.follow(alloc_id, seq, handle.record_shipped)
+            self.shipper.follow(alloc_id, handle.record_shipped, seq)
             t = threading.Thread(
                 target=self._follow,
                 args=(alloc_id, handle, offset),

@@ -48,13 +48,24 @@ class LogShipper:
         self._thread: threading.Thread | None = None
         self.dropped = 0
 
-    def follow(self, allocation_id: str, seq: int, on_shipped: Callable[[int, int], None]) -> None:
-        """Number the allocation's next line ``seq + 1`` (lines up to ``seq`` were
-        shipped before, by this agent or an earlier one) and call ``on_shipped(seq,
-        offset)`` when lines added with an offset are acknowledged."""
+    def follow(
+        self,
+        allocation_id: str,
+        on_shipped: Callable[[int, int], None],
+        seq: int | None = None,
+    ) -> int:
+        """Call ``on_shipped(seq, offset)`` when lines of the allocation added with an
+        offset are acknowledged; with ``seq``, number its next line ``seq + 1`` (lines up
+        to ``seq`` were shipped by an earlier agent).
+
+        Returns:
+            The number of the allocation's last line queued so far.
+        """
         with self._lock:
-            self._seq[allocation_id] = seq
+            if seq is not None:
+                self._seq[allocation_id] = seq
             self._acks[allocation_id] = on_shipped
+            return self._seq.get(allocation_id, 0)
 
     def forget(self, allocation_id: str) -> None:
         """Stop recording acknowledgements of the allocation (its task has ended)."""

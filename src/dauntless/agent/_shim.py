@@ -199,6 +199,7 @@ class Shim:
                 os.dup2(err_w, 2)
                 if status_w >= 0:
                     os.dup2(status_w, 3)
+                    os.set_inheritable(3, True)  # (dup2 of a fd onto itself sets nothing)
                 os.closerange(4 if status_w >= 0 else 3, 65536)
                 os.chdir(self.spec["cwd"])
                 argv = self.spec["argv"]

@@ -66,3 +66,41 @@ def test_agent_sends_the_secret_and_tasks_do_not_inherit_it(tmp_path, monkeypatc
     # not in the environment (the task runs as the agent, not isolated): a file of 0600
     assert text.endswith(" None 0o600 trial-token")
     assert not (tmp_path / "work" / ".private" / "al-1").exists()  # removed at the end
+
+
+def test_task_output_is_numbered_after_the_preparations_lines(tmp_path):
+    """A task's output (read from its supervisor's file) continues the numbering of the
+    lines its preparation logged (an environment build's): the master stores each
+    ``(allocation, seq)`` once, so a number given twice would lose a line."""
+    shipped: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/task/logs":
+            shipped.extend(json.loads(request.content)["logs"])
+        return httpx.Response(200, json={"agent": {}, "token": "t", "stored": 0})
+
+    config = AgentConfig(
+        work_dir=str(tmp_path / "work"),
+        artificial_slots=1,
+        slot_type="cpu",
+        cluster_secret="s",
+        advertise_addr="127.0.0.1",
+        warm_start=False,
+    )
+    agent = Agent(config, httpx.Client(base_url="http://m", transport=httpx.MockTransport(handler)))
+    for line in ("building environment", "built environment"):  # as prepare() logs them
+        agent.shipper.add("al-2", "stdout", line)
+    agent._start(
+        {"allocation_id": "al-2", "slot_ids": [], "entrypoint": "echo one; echo two", "env": {}}
+    )
+    deadline = time.time() + 60
+    while "al-2" in agent.tasks and time.time() < deadline:
+        agent._reap()
+        time.sleep(0.05)
+    agent.shipper.stop()
+    assert [(x["seq"], x["log"]) for x in shipped] == [
+        (1, "building environment"),
+        (2, "built environment"),
+        (3, "one"),
+        (4, "two"),
+    ]
