@@ -1,6 +1,7 @@
 """A root agent runs a task of another Unix identity isolated (issue 29): as that uid,
 gid and groups, in a PID namespace of its own (it sees only its own processes), with
-umask 077, its secrets in files only it can read, and the agent's files closed to it.
+umask 077, its secrets in files only it can read, its bind mounts made in its own mount
+namespace, and the agent's files closed to it.
 The isolated run needs root (skipped otherwise, saying why)."""
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from dauntless.agent._identity import (
     prepare_work_root,
     private_dir,
 )
-from dauntless.agent.runtimes import PrepareError, ProcessRuntime, TaskLaunch
+from dauntless.agent.runtimes import (
+    BindMountSpec,
+    EnvironmentSpec,
+    PrepareError,
+    ProcessRuntime,
+    TaskLaunch,
+)
 from dauntless.config import TaskIdentity
 
 AGENT = AgentIdentity.probe()
@@ -39,6 +46,7 @@ echo "umask $(umask)"
 echo "pids $(ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' ')"
 echo "token $(cat "$DET_SESSION_TOKEN_FILE") env ${DET_SESSION_TOKEN:-none} home $HOME"
 cat "$1" >/dev/null 2>&1 && echo "secret read" || echo "secret denied"
+echo "mount $(cat "$3/hello.txt") $(touch "$3/new" 2>/dev/null && echo writable || echo read-only)"
 ls "$2" >/dev/null 2>&1 && echo "agent_dir read" || echo "agent_dir denied"
 """
 
@@ -51,6 +59,10 @@ def test_an_isolated_task_sees_only_itself_and_runs_as_its_identity(tmp_path):
     for parent in tmp_path.parents:
         if parent.stat().st_mode & 0o001 == 0:
             os.chmod(parent, parent.stat().st_mode | 0o001)
+    data, target = tmp_path / "data", tmp_path / "mnt"
+    data.mkdir()
+    (data / "hello.txt").write_text("hi")
+    os.chmod(data / "hello.txt", 0o644)
     secret = root / "cluster_secret"
     secret.write_text("agent-only")
     secret.chmod(0o600)
@@ -70,7 +82,8 @@ def test_an_isolated_task_sees_only_itself_and_runs_as_its_identity(tmp_path):
     rt = ProcessRuntime(str(root / "python-envs"), namespace_prefix=None)
     launch = TaskLaunch(
         allocation_id="al-1",
-        argv=["sh", "probe.sh", str(secret), str(root)],
+        argv=["sh", "probe.sh", str(secret), str(root), str(target)],
+        environment=EnvironmentSpec(bind_mounts=(BindMountSpec(str(data), str(target), True),)),
         work_dir=str(work),
         env=env,
         user=user,
@@ -93,6 +106,10 @@ def test_an_isolated_task_sees_only_itself_and_runs_as_its_identity(tmp_path):
     home = os.path.join(private, "home")
     assert seen["token"] == f"tok-1 env tok-1 home {home}"  # alone in its namespace
     assert seen["secret"] == "denied" and seen["agent_dir"] == "denied"
+    # its bind mount, made as root in its own mount namespace, read-only; the host never
+    # saw it
+    assert seen["mount"] == "hi read-only"
+    assert not target.exists() or list(target.iterdir()) == []
     rt.cleanup(handle)
 
 

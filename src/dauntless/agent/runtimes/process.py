@@ -143,7 +143,8 @@ class ProcessRuntime(Runtime):
 
             check_python_runnable(launch.user)  # the harness, launcher, services
         spec = launch.environment
-        if spec.bind_mounts and self.namespace_prefix is None:
+        # (an isolated task has a mount namespace of its own: its mounts are made there)
+        if spec.bind_mounts and self.namespace_prefix is None and not launch.isolated:
             raise PrepareError(
                 "bind_mounts: this agent cannot create a private mount namespace "
                 f"({self.namespace_reason}); run it as root or allow unprivileged user "
