@@ -4,6 +4,12 @@ Each cluster gets free ports and its own temporary directories; the database is 
 in the data directory, or a fresh PostgreSQL database on 127.0.0.1:5432 (user postgres,
 trust auth) that is dropped afterwards. On failure the processes' logs are printed.
 
+The test process deploys these clusters, so it is their admin and configures them as `det
+deploy local cluster-up` does for its deployer (issue 29): tasks of users without a link
+run as the test process's own Unix identity (``security.default_task``), agents may
+register artificial slots, and a task outlives a killed agent for 10 s (not the default
+3 minutes) before its supervisor ends it.
+
 Deadlines hold under load: every wait is for an event (an answer, a state, progress),
 and its deadline is :func:`deadline_seconds` of a figure measured on an idle machine, so
 a busy machine (load average above its core count) waits proportionally longer. Waits
@@ -26,6 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 from databases import fresh_postgres_database, postgres_available
+from deployer import deployer_identity_args
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,6 +60,10 @@ def deadline_seconds(idle_seconds: float) -> float:
     except OSError:
         load = 1.0
     return idle_seconds * max(1.0, load) * float(os.environ.get(TIMEOUT_SCALE_ENV) or 1.0)
+
+
+ORPHAN_GRACE_SECONDS = 10.0
+"""How long the tests' agents let a task outlive them (``--orphan-grace-period``)."""
 
 
 def free_port() -> int:
@@ -159,6 +170,8 @@ class Cluster:
             str(agent_timeout),
             "--cluster-secret-file",
             str(self.secret_file),
+            *deployer_identity_args(),
+            "--allow-artificial-slots",
             *self.master_args,
         ]
         self.master = subprocess.Popen(
@@ -200,6 +213,8 @@ class Cluster:
             "0.2",
             "--cluster-secret-file",
             str(self.secret_file),
+            "--orphan-grace-period",
+            str(ORPHAN_GRACE_SECONDS),
             *extra_args,
         ]
         self.agents[agent_id] = subprocess.Popen(

@@ -258,10 +258,11 @@ def test_notebook_and_tensorboard_through_the_proxy(
         timeout=30,
     )
     assert r.status_code == 403
+    # The task's own session token, which the agent hands it as a file (issue 29).
     probe = (
         "import httpx, os; print('status', httpx.get(os.environ['DET_MASTER'] + "
         f"'/proxy/{task_id}/lab', headers={{'Authorization': 'Bearer ' + "
-        "os.environ['DET_SESSION_TOKEN']}).status_code)"
+        "open(os.environ['DET_SESSION_TOKEN_FILE']).read()}).status_code)"
     )
     proc = c.det("cmd", "run", "--config", "resources.slots=0", sys.executable, "-c", probe)
     assert "status 403" in proc.stdout

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from deployer import deployer_identity_args
 
 from dauntless._tls import make_verify
 
@@ -174,7 +175,16 @@ class TLSCluster:
 
     def start_master(self) -> None:
         proc, log = self.spawn(
-            "master", [sys.executable, "-m", "dauntless.master", "--config-file", str(self.config)]
+            "master",
+            [
+                sys.executable,
+                "-m",
+                "dauntless.master",
+                "--config-file",
+                str(self.config),
+                *deployer_identity_args(),
+                "--allow-artificial-slots",
+            ],
         )
         verify = make_verify(str(self.ca))
         until = time.time() + self.deadline(60)

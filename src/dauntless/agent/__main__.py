@@ -45,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         "podman containers; auto: docker or podman when its engine answers, else process",
     )
     p.add_argument(
+        "--orphan-grace-period",
+        type=float,
+        default=180.0,
+        help="seconds a task outlives this agent when the agent dies without stopping it: "
+        "an agent started again on the same --work-dir within this time adopts the task; "
+        "after it, the task's supervisor ends every process of the task (default 180)",
+    )
+    p.add_argument(
         "--master-cert-file",
         default=cert_file_from_env(),
         help="PEM CA bundle that signed an HTTPS master's certificate, or 'noverify' "
@@ -66,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
             secret = read_secret_file(args.cluster_secret_file)
         except ValueError as exc:
             p.error(str(exc))
+        if os.stat(args.cluster_secret_file).st_mode & 0o077:
+            sys.stderr.write(
+                f"warning: {args.cluster_secret_file} is readable by other users (and so by "
+                "their tasks): chmod 600 it; whoever reads it can register agents\n"
+            )
     if secret is None:
         p.error(
             f"no cluster secret: give --cluster-secret-file (the master keeps one in "
@@ -87,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster_secret=SecretStr(secret),
             runtime=args.runtime,
             warm_start=args.warm_start,
+            orphan_grace_period=args.orphan_grace_period,
         )
     except ValidationError as exc:
         p.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))

@@ -1,12 +1,18 @@
 """The agent: registers with the master, heartbeats, runs tasks as processes, ships their
 output as logs and reports their exit codes.
 
-The agent keeps no state on disk (ARCHITECTURE.md): everything it runs was handed to it
-by the master in a heartbeat answer. When the master goes away the agent keeps its tasks
-running and retries; when the master answers again (re-)registering lists the tasks it
-still runs, and the master adopts those it knows and orders the others killed. An agent
-process that restarts has no tasks (they die with it), so the master treats what it ran
-before as lost.
+Everything the agent runs was handed to it by the master in a heartbeat answer. When the
+master goes away the agent keeps its tasks running and retries; when the master answers
+again (re-)registering lists the tasks it still runs, and the master adopts those it
+knows and orders the others killed.
+
+Each task (but a warm-started trial) runs under a supervisor of its own
+(:mod:`dauntless.agent._shim`) that outlives the agent: an agent process started again
+on the same work dir within ``orphan_grace_period`` adopts the tasks its predecessor
+left (their state directories, :mod:`dauntless.agent._supervise`): it lists them when it
+registers, ships their output on from where the last agent stopped and reports their
+exits. A task whose agent stays away longer is ended whole by its supervisor. Tasks of
+another Unix identity than the agent's run isolated (:mod:`dauntless.agent._identity`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from dauntless._auth import CLUSTER_SECRET_ENV, CLUSTER_SECRET_HEADER
+from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_ENV, CLUSTER_SECRET_HEADER
 from dauntless._http import RetryPolicy
 from dauntless._tls import (
     CERT_FILE_ENV,
@@ -38,11 +44,22 @@ from dauntless._tls import (
     make_verify,
 )
 from dauntless.compat import SHIM_PATH as COMPAT_SHIM_PATH
-from dauntless.config import AgentConfig
+from dauntless.config import AgentConfig, TaskIdentity
 from dauntless.config._experiment import ENTRYPOINT_CLASS_RE
 
+from ._identity import (
+    AgentIdentity,
+    TaskUser,
+    give,
+    move_secrets,
+    plan_task_user,
+    prepare_work_root,
+    private_dir,
+    private_dir_path,
+)
 from ._logs import LogShipper
 from ._slots import Slot, discover_slots
+from ._supervise import ShimHandle, adoptable, state_dir
 from ._warm import WarmStarter
 from .runtimes import EnvironmentSpec, PrepareError, RuntimeSet, TaskLaunch, select_runtimes
 from .runtimes.base import Runtime, TaskHandle
@@ -68,6 +85,8 @@ class _Task:
     runtime: Runtime | None = None
     term_sent: bool = False
     prepare_exit: tuple[int | None, str | None, bool] | None = None
+    # --- identity (issue 29): the task's own directory (secret files, a home)
+    private: str | None = None
 
 
 def task_command(entrypoint: str | list[str]) -> list[str]:
@@ -146,12 +165,16 @@ class Agent:
             timeout=httpx.Timeout(30.0, connect=5.0),
             transport=httpx.HTTPTransport(retries=2, verify=verify),
         )
-        if config.cluster_secret is not None:  # every call to the master carries it
-            self.client.headers[CLUSTER_SECRET_HEADER] = config.cluster_secret.get_secret_value()
+        # The cluster secret registers this agent (and registers it again after a
+        # restart of either side); every other call carries the credential the
+        # registration returned (issue 29).
+        self._secret = config.cluster_secret
         self.slots: list[Slot] = discover_slots(
             config.slot_type, config.artificial_slots, config.visible_gpus
         )
-        os.makedirs(config.work_dir, exist_ok=True)
+        # Who this agent runs as, and whether it can run tasks as others (issue 29).
+        self.identity = AgentIdentity.probe()
+        prepare_work_root(config.work_dir, self.identity)
         # How tasks run (issue 23); RuntimeError: an asked-for engine does not answer.
         self.runtimes: RuntimeSet = select_runtimes(config.runtime, config.work_dir, self.agent_id)
         self._task_lock = threading.Lock()
@@ -188,13 +211,20 @@ class Agent:
             "hostname": socket.gethostname(),
             "slots": [s.to_json() for s in self.slots],
             # What still runs here: the master adopts the allocations it knows.
-            "running": sorted(self.tasks),
-            "runtime": self.runtimes.describe(),
+            # Exits not reported yet too: adopted, then reported with the real code.
+            "running": sorted(set(self.tasks) | set(self.pending_exits)),
+            "runtime": {**self.runtimes.describe(), "identity": self.identity.describe()},
         }
-        r = self.client.post("/api/v1/agents", json=body)
+        headers = {}
+        if self._secret is not None:
+            headers[CLUSTER_SECRET_HEADER] = self._secret.get_secret_value()
+        r = self.client.post("/api/v1/agents", json=body, headers=headers)
         if r.status_code == 400:
             raise RuntimeError(f"the master refused this agent: {r.json().get('detail')}")
         r.raise_for_status()
+        token = r.json().get("token")
+        if token:
+            self.client.headers[AGENT_TOKEN_HEADER] = token
         self.registered = True
         log.info("registered as %s with %d slot(s)", self.agent_id, len(self.slots))
 
@@ -221,7 +251,9 @@ class Agent:
                 for alloc_id, (code, msg, fatal) in exits.items()
             ]
         r = self.client.post(f"/api/v1/agents/{self.agent_id}/heartbeat", json=body)
-        if r.status_code == 404:  # the exits stay pending: sent after re-registering
+        # 404: the master does not know this agent; 401: not its credential (a later
+        # registration of this id replaced it). The exits stay pending: sent after.
+        if r.status_code in (401, 404):
             self.registered = False
             self.register()
             return
@@ -244,8 +276,9 @@ class Agent:
         self.shipper.start()
         if self.warm is not None:  # from this thread: the server dies when it ends
             self.warm.start()
+        adopted = self.adopt()
         for rt in self.runtimes.all():  # containers an earlier run of this agent left
-            for cid in rt.cleanup_orphans(self.agent_id):
+            for cid in rt.cleanup_orphans(self.agent_id, frozenset(adopted)):
                 log.info("removed container %s left by an earlier run of this agent", cid)
         policy = RetryPolicy(attempts=None, backoff=0.5, max_backoff=10.0)
         failures = 0
@@ -277,9 +310,18 @@ class Agent:
             self.shutdown()
 
     def shutdown(self) -> None:
-        """Kill every task, report the exits if the master is reachable, stop shipping."""
+        """Kill every task (SIGTERM, SIGKILL after 3 s), report the exits if the master
+        is reachable, stop shipping. A stopped agent leaves nothing running: its tasks'
+        supervisors end with them."""
         for alloc_id in list(self.tasks):
             self._kill(alloc_id, grace=3.0)
+        deadline = time.time() + 3
+        while self.tasks and time.time() < deadline:
+            self._reap()
+            time.sleep(0.05)
+        for task in list(self.tasks.values()):
+            if task.proc is not None and task.runtime is not None:
+                task.runtime.signal(task.proc, signal.SIGKILL)
         deadline = time.time() + 5
         while self.tasks and time.time() < deadline:
             self._reap()
@@ -318,12 +360,16 @@ class Agent:
             self.shipper.add(alloc_id, stdtype, line)
 
         try:
+            user = self._task_user(spec)
             shutil.rmtree(work_dir, ignore_errors=True)
             os.makedirs(work_dir)
+            os.chmod(work_dir, 0o700)  # the task's own (other identities cannot read it)
             if spec.get("context_url"):
                 context = self._context(spec)
                 if context is not None:
                     _safe_extract(context, work_dir)
+            if user is not None and user.isolate:
+                give(work_dir, user)
             if spec.get("task_type", "TRIAL") == "TRIAL":
                 argv = launched_command(spec["entrypoint"])
             else:  # a command, notebook, shell or TensorBoard: no rank launcher
@@ -331,7 +377,8 @@ class Agent:
             cwd = spec.get("work_dir") or work_dir
             if not os.path.isdir(cwd):
                 raise ValueError(f"work_dir {cwd!r} is not a directory on agent {self.agent_id}")
-            launch = self._task_launch(spec, argv, work_dir)
+            task.private = private_dir(self.config.work_dir, alloc_id, user)
+            launch = self._task_launch(spec, argv, work_dir, user, task.private)
             launch.cwd = cwd
             runtime = self.runtimes.for_task(launch.environment)
             task.runtime = runtime
@@ -363,6 +410,12 @@ class Agent:
                 task_log("stderr", msg)
                 task.prepare_exit = (None, msg, False)
                 return
+            if isinstance(handle, ShimHandle):  # this thread follows its output
+                # Its lines are numbered after those of the preparation (an environment
+                # build's): recorded now, so that an agent that adopts the task before
+                # any of them is acknowledged numbers them the same.
+                handle.record_shipped(self.shipper.follow(alloc_id, handle.record_shipped), 0)
+                task.readers.append(threading.current_thread())
             for name, stream in runtime.logs(handle):
                 t = threading.Thread(
                     target=self.shipper.pump,
@@ -374,18 +427,85 @@ class Agent:
                 task.readers.append(t)
             task.proc = handle
         log.info(
-            "started task %s (%s %s, %s runtime%s): %s",
+            "started task %s (%s %s, %s runtime%s%s): %s",
             alloc_id,
             spec.get("task_type", "TRIAL").lower(),
             spec.get("trial_id") or spec.get("task_id"),
             runtime.name,
             ", warm" if getattr(handle, "warm", False) else "",
+            f", isolated as uid {user.identity.uid}" if user is not None and user.isolate else "",
             " ".join(argv),
         )
-        # This thread forked the task: PR_SET_PDEATHSIG fires when the forking *thread*
-        # ends (prctl(2)), so it stays until the task exits; _reap collects the exit.
-        runtime.wait(handle, None)
+        if isinstance(handle, ShimHandle):
+            self._follow(alloc_id, handle, 0)
+        else:
+            # A warm trial: the fork server forked it; the exit arrives on its socket.
+            runtime.wait(handle, None)
         self.wake.set()
+
+    def _follow(self, alloc_id: str, handle: ShimHandle, offset: int) -> None:
+        """Ship a task's output from its output file (from byte ``offset``) until it
+        has ended; then wake the loop to report the exit."""
+        try:
+            for pos, stdtype, line in handle.lines(offset):
+                self.shipper.add(alloc_id, stdtype, line, pos)
+        except OSError as exc:  # its state directory was removed under it
+            log.warning("stopped following the output of task %s: %s", alloc_id, exc)
+        self.wake.set()
+
+    def _task_user(self, spec: dict[str, Any]) -> TaskUser | None:
+        """How the TaskSpec's ``identity`` runs here (None: as the agent).
+
+        Raises:
+            PrepareError: (fatal) a malformed identity, or one this agent cannot take.
+        """
+        raw = spec.get("identity")
+        if raw is None:
+            return None
+        try:
+            identity = TaskIdentity.from_json(raw)
+        except ValueError as exc:
+            raise PrepareError(f"malformed task identity: {exc}", fatal=True) from None
+        return plan_task_user(identity, self.identity)
+
+    def adopt(self) -> list[str]:
+        """Take over the tasks an earlier run of this agent left under its work dir
+        (their supervisors still run, or recorded the exit): follow their output from
+        where the last agent stopped, and report them as running at registration.
+
+        Returns:
+            Their allocation ids.
+        """
+        ids = []
+        for meta, handle in adoptable(self.config.work_dir):
+            alloc_id = str(meta["allocation_id"])
+            container = self.runtimes.container
+            runtime: Runtime = (
+                container
+                if container is not None and meta.get("runtime") == container.name
+                else self.runtimes.process
+            )
+            task = _Task(alloc_id, handle, os.path.join(self.config.work_dir, alloc_id))
+            task.runtime = runtime
+            task.private = private_dir_path(self.config.work_dir, alloc_id)
+            seq, offset = handle.shipped()
+            self.shipper.follow(alloc_id, handle.record_shipped, seq)
+            t = threading.Thread(
+                target=self._follow,
+                args=(alloc_id, handle, offset),
+                daemon=True,
+                name=f"logs-{alloc_id[:8]}",
+            )
+            task.readers.append(t)
+            self.tasks[alloc_id] = task
+            t.start()
+            log.info(
+                "adopted task %s from an earlier run of this agent (%s)",
+                alloc_id,
+                "still running" if handle.poll() is None else "ended meanwhile",
+            )
+            ids.append(alloc_id)
+        return ids
 
     def _context(self, spec: dict[str, Any]) -> bytes | None:
         """A TaskSpec's context (gzipped tar bytes), None when the experiment has none.
@@ -431,8 +551,16 @@ class Agent:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def _task_launch(self, spec: dict[str, Any], argv: list[str], work_dir: str) -> TaskLaunch:
-        """The :class:`TaskLaunch` of a TaskSpec: its variables on top of the agent's."""
+    def _task_launch(
+        self,
+        spec: dict[str, Any],
+        argv: list[str],
+        work_dir: str,
+        user: TaskUser | None = None,
+        private: str | None = None,
+    ) -> TaskLaunch:
+        """The :class:`TaskLaunch` of a TaskSpec: its variables on top of the agent's,
+        its secrets moved to files in ``private`` (the task's own directory)."""
         env = dict(os.environ)
         env.pop(CLUSTER_SECRET_ENV, None)  # the agent's credential never reaches a task
         env.update({k: str(v) for k, v in spec.get("env", {}).items()})
@@ -458,6 +586,8 @@ class Agent:
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
         types = {slot_types.get(sid, "cpu") for sid in slot_ids}
+        if private is not None:  # tokens as files of the task's own (issue 29)
+            env = move_secrets(env, private, user)
         return TaskLaunch(
             allocation_id=spec["allocation_id"],
             argv=argv,
@@ -467,6 +597,10 @@ class Agent:
             slot_type=types.pop() if len(types) == 1 else "cpu",
             environment=EnvironmentSpec.from_json(spec.get("environment")),
             agent_id=self.agent_id,
+            user=user,
+            private_dir=private,
+            state_dir=state_dir(self.config.work_dir, spec["allocation_id"]),
+            grace=self.config.orphan_grace_period,
         )
 
     def _kill(self, alloc_id: str, grace: float = KILL_GRACE_SECONDS) -> None:
@@ -491,24 +625,37 @@ class Agent:
             if task.proc is None or task.runtime is None:
                 if task.prepare_exit is not None:
                     del self.tasks[alloc_id]
+                    self._remove_private(task)
                     self.pending_exits[alloc_id] = task.prepare_exit
                     log.info("task %s ended before it started", alloc_id)
                 continue
             code = task.runtime.wait(task.proc, 0)
-            if code is None:
+            # A supervised task may end with no known code (its supervisor died).
+            ended = code is not None or bool(getattr(task.proc, "ended", False))
+            if not ended:
                 if task.kill_sent_at is not None:
                     self._kill(alloc_id)
                 continue
             for t in task.readers:
-                t.join(timeout=5)
+                if t is not threading.current_thread():
+                    t.join(timeout=5)
+            message = getattr(task.proc, "exit_message", None)
             task.runtime.cleanup(task.proc)
+            self.shipper.forget(alloc_id)
+            self._remove_private(task)
             del self.tasks[alloc_id]
             self.pending_exits[alloc_id] = (
                 code,
-                None if code == 0 else f"exit code {code}",
+                message or (None if code == 0 else f"exit code {code}"),
                 False,
             )
             log.info("task %s exited with %s", alloc_id, code)
+
+    @staticmethod
+    def _remove_private(task: _Task) -> None:
+        """Remove a task's own directory (its secret files: void once it has ended)."""
+        if task.private is not None:
+            shutil.rmtree(task.private, ignore_errors=True)
 
     def _flush_exits(self) -> None:
         if self.pending_exits:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 import httpx
@@ -26,6 +27,11 @@ class LogShipper:
     as :data:`BATCH_LINES` are waiting). Lines that fail to send stay buffered, in order,
     and are sent on the next attempt.
 
+    Lines read from a task's output file (a task under a supervisor,
+    :mod:`dauntless.agent._supervise`) carry their offset in that file: once the master
+    acknowledged them, the allocation's ``on_shipped(seq, offset)`` (:meth:`follow`)
+    records where a later agent goes on from.
+
     Args:
         client: httpx client whose base URL is the master.
     """
@@ -34,6 +40,7 @@ class LogShipper:
         self.client = client
         self._buf: list[dict[str, Any]] = []
         self._seq: dict[str, int] = {}
+        self._acks: dict[str, Callable[[int, int], None]] = {}
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
@@ -41,21 +48,47 @@ class LogShipper:
         self._thread: threading.Thread | None = None
         self.dropped = 0
 
-    def add(self, allocation_id: str, stdtype: str, line: str) -> None:
-        """Queue one line (its trailing newline removed)."""
+    def follow(
+        self,
+        allocation_id: str,
+        on_shipped: Callable[[int, int], None],
+        seq: int | None = None,
+    ) -> int:
+        """Call ``on_shipped(seq, offset)`` when lines of the allocation added with an
+        offset are acknowledged; with ``seq``, number its next line ``seq + 1`` (lines up
+        to ``seq`` were shipped by an earlier agent).
+
+        Returns:
+            The number of the allocation's last line queued so far.
+        """
+        with self._lock:
+            if seq is not None:
+                self._seq[allocation_id] = seq
+            self._acks[allocation_id] = on_shipped
+            return self._seq.get(allocation_id, 0)
+
+    def forget(self, allocation_id: str) -> None:
+        """Stop recording acknowledgements of the allocation (its task has ended)."""
+        with self._lock:
+            self._acks.pop(allocation_id, None)
+
+    def add(self, allocation_id: str, stdtype: str, line: str, offset: int | None = None) -> None:
+        """Queue one line (its trailing newline removed); ``offset``: where the line
+        ends in its task's output file, if it came from one."""
         with self._lock:
             seq = self._seq.get(allocation_id, 0) + 1
             self._seq[allocation_id] = seq
-            self._buf.append(
-                {
-                    "allocation_id": allocation_id,
-                    "seq": seq,
-                    "timestamp": time.time(),
-                    "stdtype": stdtype,
-                    "rank_id": None,
-                    "log": line.rstrip("\n"),
-                }
-            )
+            entry = {
+                "allocation_id": allocation_id,
+                "seq": seq,
+                "timestamp": time.time(),
+                "stdtype": stdtype,
+                "rank_id": None,
+                "log": line.rstrip("\n"),
+            }
+            if offset is not None:
+                entry["_offset"] = offset
+            self._buf.append(entry)
             if len(self._buf) > MAX_BUFFERED_LINES:
                 extra = len(self._buf) - MAX_BUFFERED_LINES
                 del self._buf[:extra]
@@ -81,13 +114,27 @@ class LogShipper:
                     batch = self._buf[:BATCH_LINES]
                 if not batch:
                     return
-                r = self.client.post("/api/v1/task/logs", json={"logs": batch})
+                body = [{k: v for k, v in e.items() if k != "_offset"} for e in batch]
+                r = self.client.post("/api/v1/task/logs", json={"logs": body})
                 if r.status_code == 404:
                     log.warning("master does not know the allocation of %d log lines", len(batch))
                 else:
                     r.raise_for_status()
                 with self._lock:
                     del self._buf[: len(batch)]
+                    shipped = {
+                        e["allocation_id"]: (e["seq"], e["_offset"])
+                        for e in batch
+                        if "_offset" in e
+                    }
+                    acks = {a: self._acks.get(a) for a in shipped}
+                for alloc_id, (seq, offset) in shipped.items():
+                    ack = acks[alloc_id]
+                    if ack is not None:
+                        try:
+                            ack(seq, offset)
+                        except OSError as exc:  # the task's state is gone: nothing to keep
+                            log.debug("could not record shipped lines of %s: %s", alloc_id, exc)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -4,7 +4,8 @@ Slurm job (the node side of the ``slurm`` resource manager,
 
 The master's Slurm resource manager writes a spec file (mode 0600, on a file system
 the nodes share) holding the same task spec an agent gets in a heartbeat answer, the
-master's URL, and the path of the cluster secret file; the job's batch script runs this
+master's URL, and the credential of this allocation part (``agent_token``: it speaks for
+this part only, :mod:`dauntless.master.auth_agents`); the job's batch script runs this
 module once per node. It does what an agent does for one task: fetch the model
 definition, start the entrypoint under the rank launcher
 (:mod:`dauntless.launch.torch_distributed`, which starts the per-slot workers), ship
@@ -26,7 +27,7 @@ import time
 
 import httpx
 
-from dauntless._auth import CLUSTER_SECRET_ENV, CLUSTER_SECRET_HEADER, read_secret_file
+from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_ENV
 from dauntless._tls import CERT_FILE_ENV, NO_VERIFY, make_verify
 from dauntless.compat import SHIM_PATH as COMPAT_SHIM_PATH
 
@@ -68,22 +69,32 @@ def run(spec_file: str) -> int:
     """Run the task of ``spec_file``; returns its exit code (1 if it could not start).
 
     Raises:
-        ValueError: the spec file or the cluster secret file is unreadable.
+        ValueError: the spec file is unreadable or has no part credential.
     """
     with open(spec_file, encoding="utf-8") as f:
         job = json.load(f)
     spec = job["task"]
     alloc_id = spec["allocation_id"]
-    secret = read_secret_file(job["cluster_secret_file"])
+    token = job.get("agent_token")
+    if not token:
+        raise ValueError(f"{spec_file} holds no agent_token (written by an older master?)")
     cert = job.get("master_cert_file")
     client = httpx.Client(
         base_url=job["master_url"].rstrip("/"),
         timeout=httpx.Timeout(30.0, connect=5.0),
         transport=httpx.HTTPTransport(retries=2, verify=make_verify(cert)),
-        headers={CLUSTER_SECRET_HEADER: secret},
+        headers={AGENT_TOKEN_HEADER: token},
     )
     shipper = LogShipper(client)
     shipper.start()
+    identity = spec.get("identity") or {}
+    if identity and identity.get("uid") != os.getuid():
+        shipper.add(
+            alloc_id,
+            "stderr",
+            f"warning: Slurm runs this job as uid {os.getuid()}; the task's Unix identity "
+            f"({identity.get('user')}, uid {identity.get('uid')}) does not apply to Slurm jobs",
+        )
     work_dir = os.path.join(job["work_dir"], alloc_id)
     try:
         os.makedirs(work_dir, exist_ok=True)

@@ -8,8 +8,10 @@ them), write their output to ``<data_dir>/logs/*.log`` and are recorded in
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
+import pwd
 import secrets
 import signal
 import socket
@@ -222,13 +224,20 @@ def start_local_cluster(
     env: Mapping[str, str] | None = None,
     poll_interval: float = 0.2,
     initial_user_password: str | None = None,
+    default_task_user: str | None = None,
 ) -> ClusterState:
     """Start a master and ``agents`` agents in the background and wait until they serve.
 
     A fresh random cluster secret is written, with ``initial_user_password``, to
     ``DIR/master.yaml`` (``security.cluster_secret``, ``security.initial_user_password``,
     and ``task_proxy.port``: the port after the master's when free, else any free one)
-    and to ``DIR/cluster_secret``, both readable by this user only. The master runs
+    and to ``DIR/cluster_secret``, both readable by this user only.
+
+    Whoever deploys a local cluster is its admin (issue 29): the config makes this
+    user's Unix identity ``security.default_task`` (the identity of tasks whose owner has
+    no link), unless ``default_task_user`` names another user of this host (only root
+    can run tasks as another user: its agents then run each such task isolated). With
+    ``artificial_slots`` it also sets ``security.agents.allow_artificial_slots``. The master runs
     ``python -m <master_module> --port P --data-dir DIR --config-file DIR/master.yaml``;
     once it answers ``GET /api/v1/master``, each agent ``i`` runs ``python -m
     <agent_module> --master-url URL --work-dir DIR/agent-i/work --agent-id agent-i
@@ -248,12 +257,15 @@ def start_local_cluster(
         initial_user_password: the first password of the built-in ``admin`` and
             ``determined`` users; empty when None. It applies when the users are made
             (a new data directory) and changes nothing afterwards.
+        default_task_user: a user of this host whose identity (uid, primary group)
+            tasks of unlinked users run as; None: this process's.
 
     Returns:
         The recorded state (also written to ``<data_dir>/cluster.json``).
 
     Raises:
-        ValueError: for a bad port, agent count, slot count or timeout.
+        ValueError: for a bad port, agent count, slot count or timeout; an unknown
+            ``default_task_user``, or another user than this one when not root.
         LocalClusterError: when a cluster of this data directory still runs, the port is
             taken, or the processes do not come up within ``timeout``; then whatever was
             started is stopped again and the message names the log files.
@@ -268,6 +280,7 @@ def start_local_cluster(
         raise ValueError(f"artificial_slots must be >= 0, got {artificial_slots}")
     if timeout <= 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+    identity = deployer_task_identity(default_task_user)
     root = Path(data_dir).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     old = read_state(root)
@@ -290,7 +303,9 @@ def start_local_cluster(
     url = f"http://127.0.0.1:{master_port}"
     logs = root / "logs"
     master_log = logs / "master.log"
-    secret = _write_secrets(root, initial_user_password, proxy_port)
+    secret = _write_secrets(
+        root, initial_user_password, identity, artificial_slots is not None, proxy_port
+    )
     master_cmd = [
         python,
         "-m",
@@ -402,12 +417,53 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _write_secrets(root: Path, initial_user_password: str | None, proxy_port: int) -> str:
-    """Make a random cluster secret; write the master config (with ``task_proxy.port``:
+def deployer_task_identity(user: str | None = None) -> dict[str, Any]:
+    """``security.default_task`` of a local cluster: this process's Unix identity, or that
+    of ``user`` (a user of this host: its uid and primary group).
+
+    Raises:
+        ValueError: ``user`` does not exist here, or is another user and this process is
+            not root (it could not run tasks as that user).
+    """
+    if user is None:
+        uid, gid = os.getuid(), os.getgid()
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = f"u{uid}"
+    else:
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            raise ValueError(f"default_task_user: no user {user!r} on this host") from None
+        uid, gid, name = entry.pw_uid, entry.pw_gid, entry.pw_name
+        if uid != os.getuid() and os.geteuid() != 0:
+            raise ValueError(
+                f"default_task_user: only root can run tasks as another user ({user}); "
+                "leave it out to run them as yourself"
+            )
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = f"g{gid}"
+    return {"uid": uid, "gid": gid, "user": name, "group": group}
+
+
+def _write_secrets(
+    root: Path,
+    initial_user_password: str | None,
+    default_task: dict[str, Any],
+    artificial_slots: bool,
+    proxy_port: int,
+) -> str:
+    """Make a random cluster secret; write the master config (with the deployer's
+    ``default_task``, for artificial slots their allowance, and ``task_proxy.port``:
     ``proxy_port``, 0 for any free port) and the agents' secret file. Returns the
     secret."""
     secret = secrets.token_urlsafe(32)
-    security: dict[str, str] = {"cluster_secret": secret}
+    security: dict[str, Any] = {"cluster_secret": secret, "default_task": default_task}
+    if artificial_slots:
+        security["agents"] = {"allow_artificial_slots": True}
     if initial_user_password is not None:
         security["initial_user_password"] = initial_user_password
     config = {"security": security, "task_proxy": {"port": proxy_port}}

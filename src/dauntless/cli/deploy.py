@@ -42,6 +42,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
             artificial_slots=args.artificial_slots,
             timeout=args.timeout,
             initial_user_password=args.initial_user_password,
+            default_task_user=args.default_task_user,
         )
     except (LocalClusterError, ValueError) as exc:
         exit_with_error(str(exc))
@@ -114,6 +115,14 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         metavar="PASSWORD",
         help="the first password of the built-in users admin and determined (default: "
         "empty); applies to a new data directory only",
+    )
+    p.add_argument(
+        "--default-task-user",
+        default=None,
+        metavar="USER",
+        help="run tasks of users without a link (det user link-with-agent-user) as this "
+        "user of this host (security.default_task; default: yourself, who deploys the "
+        "cluster; another user needs root)",
     )
     p.set_defaults(func=_cluster_up)
 

@@ -155,6 +155,23 @@ def _set_active(active: bool) -> Any:
     return run
 
 
+def _link_with_agent_user(args: argparse.Namespace) -> int:
+    # As Determined's CLI: every one of the four is required, checked before any call.
+    for flag in ("agent_uid", "agent_gid", "agent_user", "agent_group"):
+        if getattr(args, flag) is None:
+            exit_with_error(f"{flag.replace('_', '-')} argument required")
+    with open_session(args) as session:
+        target = session.get_user_by_name(args.det_username)
+        session.link_with_agent_user(
+            int(target["id"]), args.agent_uid, args.agent_gid, args.agent_user, args.agent_group
+        )
+    write_line(
+        f"Linked user '{args.det_username}' to {args.agent_user} (uid {args.agent_uid}), "
+        f"group {args.agent_group} (gid {args.agent_gid}): its tasks run as them."
+    )
+    return 0
+
+
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``user`` (alias ``u``) command group."""
     group = subparsers.add_parser(
@@ -217,6 +234,18 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         )
         p.add_argument("username", metavar="USERNAME")
         p.set_defaults(func=_set_active(active))
+
+    p = sub.add_parser(
+        "link-with-agent-user",
+        help="run a user's tasks as a Unix uid/gid on the agents (administrators)",
+        parents=[common],
+    )
+    p.add_argument("det_username", metavar="DET_USERNAME")
+    p.add_argument("--agent-uid", type=int, default=None, help="the Unix user id")
+    p.add_argument("--agent-gid", type=int, default=None, help="the Unix group id")
+    p.add_argument("--agent-user", default=None, help="the Unix user name")
+    p.add_argument("--agent-group", default=None, help="the Unix group name")
+    p.set_defaults(func=_link_with_agent_user)
 
 
 __all__ = ["read_password", "register"]

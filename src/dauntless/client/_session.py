@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 import yaml
 
+from dauntless._auth import read_task_secret
 from dauntless._http import RetryPolicy, internal_client
 from dauntless._tls import (
     cert_file_from_env,
@@ -144,7 +145,8 @@ class Session:
         self._client = internal_client(timeout=self.timeout, transport=transport, verify=verify)
         self.token_store = token_store if token_store is not None else TokenStore()
         self._explicit_user = user or os.environ.get(USER_ENV, "").strip() or None
-        self._explicit_token = token or os.environ.get(TOKEN_ENV, "").strip() or None
+        # In a task the agent hands the owner's token as a file ($DET_USER_TOKEN_FILE).
+        self._explicit_token = token or read_task_secret(TOKEN_ENV) or None
         self._token_origin = "the token given to the session" if token else TOKEN_ENV
         self._auto_login = login
         self._prompt = prompt
@@ -450,18 +452,39 @@ class Session:
         return cast(User, self.post_json("/users", body)["user"])
 
     def patch_user(self, user_id: int, **fields: Any) -> User:
-        """``PATCH /users/{id}`` with ``active``, ``admin`` or ``display_name``.
+        """``PATCH /users/{id}`` with ``active``, ``admin``, ``display_name`` or
+        ``agent_user_group`` (``{agent_uid, agent_gid, agent_user, agent_group}``, or
+        None to unlink).
 
         Raises:
             ValueError: for another field name.
-            APIError: 403 when not allowed.
+            APIError: 403 when not allowed, 400 for a bad value (naming the field).
         """
         _check_id("user_id", user_id)
-        unknown = set(fields) - {"active", "admin", "display_name"}
+        allowed = {"active", "admin", "display_name", "agent_user_group"}
+        unknown = set(fields) - allowed
         if unknown:
-            raise ValueError(f"cannot change {sorted(unknown)}; only active, admin, display_name")
+            raise ValueError(f"cannot change {sorted(unknown)}; only {sorted(allowed)}")
         answer = _decode(self.request("PATCH", f"/users/{user_id}", json=fields))
         return cast(User, answer["user"])
+
+    def link_with_agent_user(
+        self, user_id: int, agent_uid: int, agent_gid: int, agent_user: str, agent_group: str
+    ) -> User:
+        """Link a user to a Unix identity (administrators; Determined's
+        ``User.link_with_agent``): the user's tasks run as that uid, gid, user and group.
+
+        Raises:
+            APIError: 403 for a non-administrator, 400 for an out-of-range id or a bad
+                name (the answer names the field).
+        """
+        link = {
+            "agent_uid": agent_uid,
+            "agent_gid": agent_gid,
+            "agent_user": agent_user,
+            "agent_group": agent_group,
+        }
+        return self.patch_user(user_id, agent_user_group=link)
 
     def set_password(self, user_id: int, password: str, old_password: str | None = None) -> None:
         """``POST /users/{id}/password``: set a password; every token of that user stops

@@ -16,8 +16,18 @@ TERMINAL_EXPERIMENT_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELET
 TERMINAL_TRIAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR"})
 
 
+class AgentUserGroup(TypedDict):
+    """A user's link to a Unix identity (Determined's ``agent_user_group``)."""
+
+    agent_uid: int | None
+    agent_gid: int | None
+    agent_user: str | None
+    agent_group: str | None
+
+
 class User(TypedDict):
-    """A user (``GET /me``, ``GET /users``); ``modified_at`` in seconds since the epoch."""
+    """A user (``GET /me``, ``GET /users``); ``modified_at`` in seconds since the epoch;
+    ``agent_user_group`` None when the user has no link."""
 
     id: int
     username: str
@@ -25,6 +35,7 @@ class User(TypedDict):
     active: bool
     display_name: str | None
     modified_at: float | None
+    agent_user_group: AgentUserGroup | None
 
 
 class MasterInfo(TypedDict):

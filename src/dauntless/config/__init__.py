@@ -5,6 +5,7 @@ Pure: no I/O beyond parsing text handed in.
 
 from ._cluster import (
     AgentConfig,
+    AgentPolicyConfig,
     CustomSearchersConfig,
     MasterConfig,
     ResourcePoolConfig,
@@ -58,6 +59,13 @@ from ._hparams import (
     dump_hyperparameters,
     parse_hyperparameters,
 )
+from ._identity import (
+    AgentUserGroup,
+    DefaultTaskConfig,
+    TaskIdentity,
+    agent_refusal,
+    resolve_task_identity,
+)
 from ._length import Length, Unit, records_to_batches
 from ._limits import (
     INT_MAX,
@@ -99,6 +107,12 @@ __all__ = [
     "AuditConfig",
     "OIDCConfig",
     "parse_go_duration",
+    "AgentPolicyConfig",
+    "AgentUserGroup",
+    "DefaultTaskConfig",
+    "TaskIdentity",
+    "agent_refusal",
+    "resolve_task_identity",
     "FIELD_RULES",
     "MODEL_SEARCHERS",
     "REMOVED_SEARCHERS",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ._experiment import CheckpointStorageConfig
+from ._identity import DefaultTaskConfig
 from ._provider import AgentResourceManagerConfig, ProviderConfig, ResourceManagerConfig
 from ._sso import AuditConfig, OIDCConfig, check_lifespan_days, days_or_infinite
 
@@ -99,6 +100,31 @@ class TLSConfig(_Strict):
         return self.cert is not None and self.key is not None
 
 
+DEFAULT_MAX_AGENT_SLOTS = 64
+"""Slots one agent may register by default (``security.agents.max_slots``)."""
+
+
+class AgentPolicyConfig(_Strict):
+    """What the master accepts of an agent's registration (``security.agents``).
+
+    An agent proves itself with the cluster secret once; what it then claims to have is
+    checked here, so that a stolen secret cannot register a machine of 100,000 slots
+    and attract every task.
+
+    Attributes:
+        max_slots: the most slots one agent may register (default 64); a registration
+            with more is refused (400, naming the field).
+        allow_artificial_slots: whether agents may register artificial CPU slots
+            (``--artificial-slots``, for tests and demos; their slots say ``device:
+            artificial``). Off by default; ``det deploy local cluster-up
+            --artificial-slots`` turns it on for its own master, and agents that a
+            ``local`` provider starts get them from the master's own config.
+    """
+
+    max_slots: int = Field(default=DEFAULT_MAX_AGENT_SLOTS, ge=0, le=100_000)
+    allow_artificial_slots: bool = False
+
+
 class SecurityConfig(_Strict):
     """Authentication of users, agents and trials (``security``; docs/protocol.md,
     "Authentication").
@@ -117,12 +143,18 @@ class SecurityConfig(_Strict):
             file to hand to agents (``--cluster-secret-file``).
         token: login token settings.
         tls: the certificate and key for HTTPS (:class:`TLSConfig`).
+        default_task: the Unix identity of tasks whose owner is not linked to one
+            (``det user link-with-agent-user``); ``nobody``/``nogroup`` (65534) by
+            default, root only when configured so (:mod:`dauntless.config._identity`).
+        agents: what agents may register (:class:`AgentPolicyConfig`).
     """
 
     initial_user_password: SecretStr | None = None
     cluster_secret: SecretStr | None = None
     token: TokenConfig = Field(default_factory=TokenConfig)
     tls: TLSConfig = Field(default_factory=TLSConfig)
+    default_task: DefaultTaskConfig = Field(default_factory=DefaultTaskConfig)
+    agents: AgentPolicyConfig = Field(default_factory=AgentPolicyConfig)
 
 
 class TaskProxyConfig(_Strict):
@@ -247,6 +279,10 @@ class AgentConfig(_Strict):
             process). Tasks without ``environment.image`` run as processes either way.
         warm_start: fork single-rank trials from a warm worker that has already imported
             torch and Dauntless (docs/warm-start.md); False starts every task cold.
+        orphan_grace_period: seconds a task outlives its agent when the agent dies
+            without stopping it (a crash, SIGKILL): an agent started again on the same
+            ``work_dir`` within this time adopts the task; after it, the task's
+            supervisor ends every process of the task (:mod:`dauntless.agent._shim`).
     """
 
     master_url: str = "http://127.0.0.1:8080"
@@ -262,3 +298,4 @@ class AgentConfig(_Strict):
     master_cert_file: str | None = None
     runtime: Literal["auto", "process", "docker", "podman"] = "auto"
     warm_start: bool = True
+    orphan_grace_period: float = Field(default=180.0, ge=0, le=7 * 24 * 3600)

@@ -12,6 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from dauntless._auth import read_task_secret
+
 TASK_TYPE_TRIAL = "TRIAL"
 
 
@@ -130,7 +132,8 @@ class ClusterInfo:
             trial=trial,
             cluster_id=env.get("DET_CLUSTER_ID", "").strip(),
             agent_id=env.get("DET_AGENT_ID", "").strip(),
-            session_token=env.get("DET_SESSION_TOKEN", "").strip(),
+            # The agent hands it as a file ($DET_SESSION_TOKEN_FILE), issue 29.
+            session_token=read_task_secret("DET_SESSION_TOKEN", env),
             container_rank=_int_var(
                 env, "DET_CONTAINER_RANK", default=_int_var(env, "DET_PART_INDEX", default=0)
             ),

@@ -44,6 +44,7 @@ from typing import Any
 
 import httpx
 
+from dauntless._auth import read_task_secret
 from dauntless._tls import cert_file_from_env, make_verify
 
 log = logging.getLogger("dauntless.task_service")
@@ -62,6 +63,25 @@ def _env(name: str) -> str:
     return value
 
 
+def _secret(name: str) -> str:
+    """A secret the agent handed the task (``NAME``, else the file ``$NAME_FILE``)."""
+    value = read_task_secret(name)
+    if not value:
+        raise SystemExit(
+            f"neither {name} nor {name}_FILE is set: this module runs inside a task started "
+            "by an agent"
+        )
+    return value
+
+
+def _without_service_token(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without the service token, for what the service starts (kernels, shells)."""
+    out = dict(env)
+    out.pop("DAUNTLESS_SERVICE_TOKEN", None)
+    out.pop("DAUNTLESS_SERVICE_TOKEN_FILE", None)
+    return out
+
+
 class _Master:
     """The calls a task's process makes to the master (its own session token)."""
 
@@ -69,7 +89,7 @@ class _Master:
         self.task_id = _env("DET_TASK_ID")
         self.client = httpx.Client(
             base_url=_env("DET_MASTER").rstrip("/"),
-            headers={"Authorization": f"Bearer {_env('DET_SESSION_TOKEN')}"},
+            headers={"Authorization": f"Bearer {_secret('DET_SESSION_TOKEN')}"},
             timeout=30.0,
             verify=make_verify(cert_file_from_env()),
             transport=None,
@@ -194,7 +214,7 @@ def run_notebook(master: _Master) -> int:
     addr = os.environ.get("DET_ADVERTISE_ADDR", "127.0.0.1")
     port = free_port(addr)
     prefix = os.environ.get("DAUNTLESS_PROXY_PREFIX", "/")
-    token = _env("DAUNTLESS_SERVICE_TOKEN")
+    token = _secret("DAUNTLESS_SERVICE_TOKEN")
     secrets_dir = tempfile.mkdtemp(prefix="dauntless-jupyter-")  # mode 0700
     argv = [
         sys.executable,
@@ -213,8 +233,7 @@ def run_notebook(master: _Master) -> int:
         argv.append("--debug")
     if os.geteuid() == 0:  # agents in containers often run as root
         argv.append("--allow-root")
-    env = dict(os.environ)
-    env.pop("DAUNTLESS_SERVICE_TOKEN", None)  # the kernel needs no key to its own server
+    env = _without_service_token(dict(os.environ))  # the kernel needs no key to its server
     try:
         proc = subprocess.Popen(argv, env=env)
         _forward_term(proc)
@@ -321,8 +340,7 @@ class _ShellServer:
             q = ws.query_params
             argv = json.loads(q["cmd"]) if q.get("cmd") else _login_shell()
             rows, cols = int(q.get("rows") or 24), int(q.get("cols") or 80)
-            env = dict(os.environ)
-            env.pop("DAUNTLESS_SERVICE_TOKEN", None)
+            env = _without_service_token(dict(os.environ))
             env["TERM"] = q.get("term") or env.get("TERM") or "xterm"
             if q.get("pty", "1") == "0":
                 code = await self._run_pipes(ws, argv, env)
@@ -430,7 +448,7 @@ def run_shell(master: _Master) -> int:
     port = free_port(addr)
     prefix = os.environ.get("DAUNTLESS_PROXY_PREFIX", "/")
     idle = float(os.environ.get("DAUNTLESS_IDLE_TIMEOUT") or 0)
-    server = _ShellServer(master, _env("DAUNTLESS_SERVICE_TOKEN"), idle)
+    server = _ShellServer(master, _secret("DAUNTLESS_SERVICE_TOKEN"), idle)
     app = Starlette(routes=[WebSocketRoute(prefix + "pty", server.handle)])
     config = uvicorn.Config(app, host=addr, port=port, log_level="warning", lifespan="off")
     uv = uvicorn.Server(config)

@@ -43,6 +43,21 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
         help="file holding the secret agents present (security.cluster_secret; "
         "default: <data_dir>/cluster_secret, made when missing)",
     )
+    # Determined's flags for the identity of tasks whose owner has no link.
+    for key, kind in (("uid", int), ("gid", int), ("user", str), ("group", str)):
+        p.add_argument(
+            f"--security-default-task-{key}",
+            type=kind,
+            help=f"security.default_task.{key}: the Unix {key} of tasks whose owner is not "
+            "linked to one (default: nobody/nogroup, 65534)",
+        )
+    p.add_argument(
+        "--allow-artificial-slots",
+        action="store_true",
+        default=None,
+        help="accept agents that register artificial CPU slots (--artificial-slots, for "
+        "tests and demos; security.agents.allow_artificial_slots)",
+    )
     args = p.parse_args(argv)
     raw: dict = {}
     if args.config_file:
@@ -81,6 +96,22 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
         if not isinstance(proxy, dict):
             p.error("task_proxy in the master config must be a mapping")
         proxy["port"] = args.proxy_port
+    for key in ("uid", "gid", "user", "group"):
+        value = getattr(args, f"security_default_task_{key}")
+        if value is not None:
+            security = raw.setdefault("security", {})
+            if not isinstance(security, dict) or not isinstance(
+                security.setdefault("default_task", {}), dict
+            ):
+                p.error("security.default_task in the master config must be a mapping")
+            security["default_task"][key] = value
+    if args.allow_artificial_slots:
+        security = raw.setdefault("security", {})
+        if not isinstance(security, dict) or not isinstance(
+            security.setdefault("agents", {}), dict
+        ):
+            p.error("security.agents in the master config must be a mapping")
+        security["agents"]["allow_artificial_slots"] = True
     if args.cluster_secret_file:
         security = raw.setdefault("security", {})
         if not isinstance(security, dict):

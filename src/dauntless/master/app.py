@@ -65,6 +65,63 @@ def default_db_url(config: MasterConfig) -> str:
     return "sqlite:///" + os.path.join(os.path.abspath(config.data_dir), "dauntless.db")
 
 
+SHARED_DIR_MODE = 0o1733
+"""Directories tasks of every Unix identity create their entries in (the default
+checkpoint storage): anyone may create and enter, only the owner lists, and the sticky
+bit keeps each entry its creator's. Checkpoints themselves are 0700 (``tempfile``)."""
+
+
+def protect_data_dir(config: MasterConfig, created: bool) -> None:
+    """Keep the master's files from tasks of other identities (issue 29), and let those
+    tasks write checkpoints to the default storage.
+
+    A data directory this call's master created is 0711 (entered, not listed); the
+    SQLite database file is 0600 (its journal files take its mode); the default
+    checkpoint storage ``<data_dir>/checkpoints`` and its ``tensorboard/experiment`` are
+    :data:`SHARED_DIR_MODE`. When tasks of unlinked users run as another uid than the
+    master's and cannot reach that storage (a directory above it is closed to others),
+    a warning names ``checkpoint_storage``.
+    """
+    data_dir = os.path.abspath(config.data_dir)
+    if created:
+        os.chmod(data_dir, 0o711)
+    db_url = default_db_url(config)
+    if db_url.startswith("sqlite:///") and os.path.exists(db_url[len("sqlite:///") :]):
+        os.chmod(db_url[len("sqlite:///") :], 0o600)
+    if config.checkpoint_storage is not None:
+        return
+    base = os.path.join(data_dir, "checkpoints")
+    for path in (
+        base,
+        os.path.join(base, "tensorboard"),
+        os.path.join(base, "tensorboard", "experiment"),
+    ):
+        os.makedirs(path, exist_ok=True)
+        if os.stat(path).st_uid == os.geteuid():
+            os.chmod(path, SHARED_DIR_MODE)
+    if config.security.default_task.uid != os.geteuid():
+        closed = [p for p in _ancestors(base) if not os.stat(p).st_mode & 0o001]
+        if closed:
+            log.warning(
+                "tasks of users without a link run as uid %d, which cannot reach the default "
+                "checkpoint storage %s (%s is closed to other users): set checkpoint_storage "
+                "to a directory they can reach, or link users to identities that can",
+                config.security.default_task.uid,
+                base,
+                closed[0],
+            )
+
+
+def _ancestors(path: str) -> list[str]:
+    out = []
+    while True:
+        out.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return out
+        path = parent
+
+
 def freeze_startup_heap() -> None:
     """Move every object alive now into the garbage collector's permanent generation
     (``gc.collect()``, then ``gc.freeze()``; Python's ``gc`` module documentation), so
@@ -117,6 +174,7 @@ def create_app(
             master process does; in-process test servers need not start an interpreter
             each).
     """
+    created = not os.path.isdir(config.data_dir)
     os.makedirs(config.data_dir, exist_ok=True)
     db = Database(default_db_url(config))
     ctx = MasterContext(db, config)
@@ -132,6 +190,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
+        protect_data_dir(config, created)
         with db.write() as s:
             if s.scalar(select(ClusterRow)) is None:
                 s.add(ClusterRow(id=1, cluster_id=str(uuid.uuid4()), created_at=time.time()))

@@ -6,9 +6,10 @@
 * *users*, with a bearer token from ``POST /api/v1/auth/login``, sent as
   ``Authorization: Bearer <token>`` or in the ``dauntless_token`` cookie (the WebUI and its
   ``EventSource`` streams, which cannot set headers);
-* *agents*, with the cluster secret in the ``X-Dauntless-Cluster-Secret`` header (one
-  secret for the cluster: agents are trusted machines, as in Determined, and an agent id
-  proves nothing more);
+* *agents*: the cluster secret (``X-Dauntless-Cluster-Secret``) registers an agent
+  and nothing else; the registration returns a credential bound to the agent's id
+  (``X-Dauntless-Agent-Token``, :mod:`dauntless.master.auth_agents`), and an agent
+  may report only about the allocations placed on it;
 * *trials*, with the session token their agent put in ``DET_SESSION_TOKEN``: one random
   token per allocation part, made when the part is handed to its agent.
 
@@ -50,13 +51,14 @@ from fastapi import Request
 from sqlalchemy import delete, or_, select
 from starlette.concurrency import run_in_threadpool
 
-from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
+from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_HEADER, COOKIE_NAME
 from dauntless.config import MasterConfig
 
 from .auth_access import ACCESS_ATTR as ACCESS_ATTR
 from .auth_access import DEFAULT_ACCESS as DEFAULT_ACCESS
 from .auth_access import Access, Principal, forbidden, route_access, unauthorized
 from .auth_access import access as access
+from .auth_agents import AgentCredentials
 from .auth_csrf import check_csrf
 from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
 from .auth_secrets import (
@@ -125,6 +127,7 @@ class AuthService:
         self.config = config
         self.clock = clock
         self.cluster_secret = load_cluster_secret(config)
+        self.agents = AgentCredentials(self.cluster_secret)
         self.throttle = LoginThrottle()
         self._allocation_versions = allocation_versions
         #: Bumped by :meth:`note_revoked`; streams compare it between polls.
@@ -215,9 +218,10 @@ class AuthService:
     # ------------------------------------------------------------------ identify
 
     def identify_without_db(self, request: Request) -> Principal | None:
-        """The caller of ``request`` when no database read is needed to know it: an
-        agent (the cluster secret) or a trial whose session token is remembered (see
-        the class); None otherwise (:meth:`identify` reads the database).
+        """The caller of ``request`` when no database read is needed to know it: the
+        cluster secret, an agent whose credential is remembered, or a trial whose
+        session token is remembered (see the class); None otherwise (:meth:`identify`
+        reads the database).
 
         Raises:
             HTTPException: 401 for a wrong cluster secret, a malformed Authorization
@@ -228,6 +232,9 @@ class AuthService:
             if hmac.compare_digest(secret.encode(), self.cluster_secret.encode()):
                 return Principal(kind="agent")
             raise unauthorized("the cluster secret is wrong (agents: check --cluster-secret-file)")
+        agent_token = request.headers.get(AGENT_TOKEN_HEADER)
+        if agent_token is not None:
+            return self.agents.identify_cached(agent_token)
         digest = hash_token(self._token(request))
         remembered = self._trial_tokens.get(digest)
         versions = self._allocation_versions
@@ -273,6 +280,10 @@ class AuthService:
         who = self.identify_without_db(request)
         if who is not None:
             return who
+        agent_token = request.headers.get(AGENT_TOKEN_HEADER)
+        if agent_token is not None:
+            with self.db.read() as s:
+                return self.agents.identify(s, agent_token)
         digest = hash_token(self._token(request))
         versions = self._allocation_versions
         changes_before = versions.total() if versions is not None else None
@@ -358,11 +369,18 @@ class AuthService:
         target = f"{request.method} {getattr(route, 'path', request.url.path)}"
         params = {k: str(v) for k, v in request.path_params.items()}
         if who.kind == "agent":
-            if rule.agent:
+            if who.agent_id is None:  # the cluster secret itself
+                if rule.secret:
+                    return
+                if rule.agent:
+                    raise forbidden(
+                        f"the cluster secret only registers agents; {target} needs the "
+                        "credential the agent's registration returned "
+                        "(X-Dauntless-Agent-Token)"
+                    )
+            elif rule.agent:
                 return
-            raise forbidden(
-                f"agents (the cluster secret) may not call {target}; users sign in instead"
-            )
+            raise forbidden(f"agents may not call {target}; users sign in instead")
         if who.kind == "trial":
             if rule.trial == "route":
                 return

@@ -28,6 +28,9 @@ class Principal:
             was made for.
         task_id: for a generic task's session token (kind ``trial``, no trial id): the
             task (commands, notebooks ...; :mod:`dauntless.master.tasks`).
+        agent_id: for an agent: the agent its credential is bound to; None for the
+            cluster secret itself, which only registers agents. A Slurm job's part
+            credential also sets ``part_id``: it speaks for that part only.
     """
 
     kind: Literal["user", "agent", "trial"]
@@ -42,6 +45,7 @@ class Principal:
     allocation_id: str | None = None
     part_id: str | None = None
     task_id: str | None = None
+    agent_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,10 @@ class Access:
         users: which signed-in users: ``any``; ``owner`` (the owner of the experiment
             the path names, by ``exp_id``, ``trial_id`` or ``uuid``); ``admin``; or
             ``none``. Admins always pass.
-        agent: whether the cluster secret (an agent) may call it.
+        agent: whether an agent (the credential its registration returned) may call it;
+            the route then checks that what it reports about is the agent's own.
+        secret: whether the cluster secret itself may call it (registering an agent,
+            listing agents): every other agent call needs the agent's credential.
         trial: whether a trial's session token may call it: ``none``; ``own`` (every
             one of the path's ``trial_id``, ``allocation_id``, ``exp_id`` and ``uuid``
             must be the trial's own; a path with none of them is refused); ``route``
@@ -65,6 +72,7 @@ class Access:
     open: bool = False
     users: Literal["any", "owner", "admin", "none"] = "any"
     agent: bool = False
+    secret: bool = False
     trial: Literal["none", "own", "route"] = "none"
     what: str = ""
 

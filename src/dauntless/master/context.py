@@ -104,6 +104,9 @@ class MasterContext:
         self._context_digests: dict[int, str] = {}
         #: allocation id -> its trial id (None: a task), for log ingestion.
         self.alloc_trial: dict[str, int | None] = {}
+        #: allocation part id -> the agent it was placed on (parts never move): whose
+        #: reports about it the master accepts (issue 29).
+        self.alloc_agent: dict[str, str] = {}
         #: Experiments one of whose trials ended since the last checkpoint GC.
         self.gc_due: set[int] = set()
         #: Called after each scheduling pass (the pools' provisioners, resource managers).

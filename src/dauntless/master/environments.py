@@ -11,6 +11,11 @@ which agents can give it.
   scheduler places a task only on agents that have every feature it needs, and
   :func:`check_pool_can_run` refuses an experiment at create time when no agent of its
   pool could ever run it.
+- The Unix identity a task runs as (issue 29) is a feature too
+  (:func:`identity_feature`): a root agent gives any identity, a non-root one only its
+  own. :func:`identity_needs` asks for it only where some agent of the pool cannot
+  give it, so that on pools of root agents (or of agents that all run as the task's
+  identity) the scheduler's order across users is unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from dauntless.config import ExperimentConfig
+from dauntless.config import ExperimentConfig, TaskIdentity, agent_refusal
 from dauntless.config._experiment import (
     BindMount,
     EnvironmentConfig,
@@ -31,6 +36,52 @@ CONTAINERS = "containers"
 """Feature: runs tasks in container images (docker or podman runtime)."""
 MOUNT_NAMESPACE = "mount_namespace"
 """Feature: makes bind mounts for tasks without an image (private mount namespace)."""
+IDENTITY_PREFIX = "identity:"
+"""Features ``identity:<uid>:<gid>``: runs tasks as that Unix identity."""
+
+
+def identity_feature(identity: TaskIdentity) -> str:
+    """The feature of running tasks as ``identity`` (``identity:<uid>:<gid>``)."""
+    return f"{IDENTITY_PREFIX}{identity.uid}:{identity.gid}"
+
+
+def identity_needs(identity: TaskIdentity, runtimes: list[dict[str, Any] | None]) -> frozenset[str]:
+    """What a request of ``identity`` needs of a pool whose agents registered
+    ``runtimes``: nothing when every one of them can run it, else its feature."""
+    feature = identity_feature(identity)
+    if all(agent_has(rt, feature) for rt in runtimes):
+        return frozenset()
+    return frozenset({feature})
+
+
+def check_pool_identity(
+    identity: TaskIdentity, pool: str, agents: list[tuple[str, str, dict[str, Any] | None]]
+) -> list[tuple[str, str]]:
+    """A config error when agents are registered in ``pool`` and none can run tasks as
+    ``identity`` (a non-root agent runs only its own uid and gid).
+
+    Args:
+        identity: the task's resolved identity (:func:`dauntless.config.resolve_task_identity`).
+        pool: the task's resource pool.
+        agents: ``(agent id, pool, runtime)`` of every registered agent.
+
+    Returns:
+        ``[("resources.resource_pool", message)]``, or empty.
+    """
+    members = [(aid, rt) for aid, p, rt in agents if p == pool]
+    reasons = [(aid, agent_refusal((rt or {}).get("identity"), identity)) for aid, rt in members]
+    if not members or any(why is None for _, why in reasons):
+        return []
+    why_not = "; ".join(f"agent {aid}: {why}" for aid, why in reasons)
+    return [
+        (
+            "resources.resource_pool",
+            f"no agent in resource pool {pool!r} can run tasks as {identity.describe()} "
+            f"({why_not}); an admin links the owner to an identity those agents run as "
+            "(det user link-with-agent-user) or sets security.default_task, or runs the "
+            "agent as root",
+        )
+    ]
 
 
 def task_environment(
@@ -72,6 +123,10 @@ def required_features(
 def agent_has(runtime: dict[str, Any] | None, feature: str) -> bool:
     """Whether an agent's registered ``runtime`` provides ``feature`` (an agent that
     reported no runtime runs plain processes without mount namespaces)."""
+    if feature.startswith(IDENTITY_PREFIX):
+        uid, gid = (int(x) for x in feature[len(IDENTITY_PREFIX) :].split(":"))
+        task = TaskIdentity(uid, gid, str(uid), str(gid))
+        return agent_refusal((runtime or {}).get("identity"), task) is None
     return bool((runtime or {}).get(feature, False))
 
 

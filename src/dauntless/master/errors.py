@@ -38,4 +38,9 @@ class Conflict(Exception):
     """The request conflicts with the object's state (the API answers 409)."""
 
 
-__all__ = ["MAX_CONTEXT_BYTES", "BadRequest", "Conflict", "NotFound", "TooLarge"]
+class Forbidden(PermissionError):
+    """The caller may not do this to this object (the API answers 403); the message
+    names the rule."""
+
+
+__all__ = ["MAX_CONTEXT_BYTES", "BadRequest", "Conflict", "Forbidden", "NotFound", "TooLarge"]

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from .context import MasterContext
 from .db import CheckpointRow, ExperimentRow, TrialRow
-from .errors import BadRequest, Conflict, NotFound, TooLarge
+from .errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
 from .models import checkpoints, experiment_reads, trials
 from .schemas import checkpoint_view, experiment_view, trial_view
 from .states import IllegalTransition
@@ -75,9 +75,9 @@ def _error(status: int, detail: str, errors: list[tuple[str, str]] | None = None
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Map domain errors to statuses: NotFound 404, BadRequest 400, TooLarge 413,
-    IllegalTransition 409,
-    request validation 400 (with the field path of each problem)."""
+    """Map domain errors to statuses: NotFound 404, BadRequest 400, Forbidden 403,
+    TooLarge 413, IllegalTransition 409, request validation 400 (with the field path of
+    each problem)."""
 
     @app.exception_handler(NotFound)
     async def _not_found(_req: Request, exc: NotFound) -> JSONResponse:
@@ -98,6 +98,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Conflict)
     async def _conflict_state(_req: Request, exc: Conflict) -> JSONResponse:
         return _error(409, str(exc))
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_req: Request, exc: Forbidden) -> JSONResponse:
+        return _error(403, str(exc))
 
     @app.exception_handler(IllegalTransition)
     async def _conflict(_req: Request, exc: IllegalTransition) -> JSONResponse:

@@ -8,10 +8,10 @@
 | ``GET /auth/user``, ``GET /me`` | a user | | ``{"user": User}`` |
 | ``GET /users`` | a user | | ``{"users": [User]}`` |
 | ``POST /users`` | admin | ``{username, password ("" allowed), admin, display_name?, remote?}`` | 201 ``{"user"}``; 409 if the name is taken; ``remote``: single sign-on only, no password |
-| ``PATCH /users/{id}`` | admin; the user itself for ``display_name`` | ``{active?, admin?, display_name?}`` | ``{"user"}`` |
+| ``PATCH /users/{id}`` | admin; the user itself for ``display_name`` | ``{active?, admin?, display_name?, agent_user_group?}`` | ``{"user"}``; ``agent_user_group`` (admin only) links the user to a Unix identity, ``null`` unlinks |
 | ``POST /users/{id}/password`` | the user itself, or an admin | ``{password, old_password?}`` | ``{"user"}``; every login session of the user is revoked (access tokens stay); 400 for a remote user |
 
-``User = {id, username, admin, active, display_name, modified_at, remote}``. Passwords are taken
+``User = {id, username, admin, active, display_name, modified_at, remote, agent_user_group}``. Passwords are taken
 as :class:`pydantic.SecretStr`, so they never appear in a repr, a log line or an error.
 """
 
@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from dauntless._auth import COOKIE_NAME
+from dauntless.config import AgentUserGroup
 
 from . import responses as R
 from .api_spec import DbId
@@ -71,6 +72,8 @@ class PatchUserBody(_Body):
     active: bool | None = None
     admin: bool | None = None
     display_name: str | None = Field(default=None, max_length=256)
+    agent_user_group: AgentUserGroup | None = None
+    """The user's Unix identity for tasks (Determined's field); ``null`` or ``{}`` unlinks."""
 
 
 class PasswordBody(_Body):
@@ -80,6 +83,7 @@ class PasswordBody(_Body):
 
 def user_view(user: UserRow) -> dict[str, Any]:
     """The JSON of a user (never its password hash)."""
+    link = users.agent_link(user)
     return {
         "id": user.id,
         "username": user.username,
@@ -88,6 +92,7 @@ def user_view(user: UserRow) -> dict[str, Any]:
         "display_name": user.display_name,
         "modified_at": user.modified_at,
         "remote": user.remote,
+        "agent_user_group": None if link is None else link.model_dump(),
     }
 
 
@@ -216,15 +221,18 @@ def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
 
 @router.patch("/users/{user_id}", response_model=R.UserBody)
 def patch_user(user_id: DbId, body: PatchUserBody, request: Request) -> dict[str, Any]:
-    """Activate, deactivate, make or unmake admin (admins), or set the display name
-    (admins, or the user itself). Deactivating a user revokes its tokens; the last
-    active admin cannot be deactivated or demoted (409)."""
+    """Activate, deactivate, make or unmake admin (admins), link the user to a Unix
+    identity for its tasks (admins), or set the display name (admins, or the user
+    itself). Deactivating a user revokes its tokens; the last active admin cannot be
+    deactivated or demoted (409)."""
     who = principal(request)
     if not who.admin:
         if who.user_id != user_id:
             raise forbidden("only an admin may edit another user")
         if body.active is not None or body.admin is not None:
             raise forbidden("only an admin may activate, deactivate or change admin rights")
+        if "agent_user_group" in body.model_fields_set:
+            raise forbidden("only an admin may link a user to a Unix identity (agent_user_group)")
     auth = _auth(request)
     with auth.db.write() as s:
         user = users.update_user(
@@ -235,6 +243,8 @@ def patch_user(user_id: DbId, body: PatchUserBody, request: Request) -> dict[str
             admin=body.admin,
             display_name=body.display_name,
             set_display_name="display_name" in body.model_fields_set,
+            agent_user_group=body.agent_user_group,
+            set_agent_user_group="agent_user_group" in body.model_fields_set,
         )
         view = user_view(user)
     if body.active is False:

@@ -19,8 +19,8 @@ import dauntless
 
 from . import loop
 from . import responses as R
-from .auth import access
-from .errors import NotFound
+from .auth import access, forbidden, principal
+from .errors import Forbidden, NotFound
 from .models import agents, allocations, logs
 from .routes import _ctx, _read, _write
 from .schemas import (
@@ -61,7 +61,7 @@ def get_master(request: Request) -> dict[str, Any]:
 
 
 @router.get("/agents", response_model=R.AgentsOut)
-@access(agent=True)
+@access(agent=True, secret=True)
 def list_agents(request: Request) -> dict[str, Any]:
     """Every agent with its slots and which allocation holds each."""
     with _ctx(request).db.read() as s:
@@ -70,11 +70,12 @@ def list_agents(request: Request) -> dict[str, Any]:
         return {"agents": [agent_view(a, used.get(a.id, {})) for a in rows]}
 
 
-@router.post("/agents", response_model=R.AgentBody)
-@access(users="admin", agent=True, what="register agents")
+@router.post("/agents", response_model=R.AgentRegistered)
+@access(users="admin", secret=True, what="register agents")
 def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
-    """An agent announces itself and its slots."""
-    agent = _write(
+    """An agent announces itself and its slots (with the cluster secret); the answer
+    holds the credential it presents from now on (``X-Dauntless-Agent-Token``)."""
+    agent, token = _write(
         request,
         agents.register_agent,
         body.id,
@@ -82,9 +83,31 @@ def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
         body.hostname,
         [sl.model_dump() for sl in body.slots],
         running=body.running,
-        runtime=body.runtime.model_dump() if body.runtime else None,
+        runtime=body.runtime.model_dump(exclude_none=True) if body.runtime else None,
     )
-    return {"agent": agent_view(agent, {})}
+    assert agent.token_hash is not None  # set by register_agent
+    request.app.state.auth.agents.remember(agent.id, agent.token_hash)
+    return {"agent": agent_view(agent, {}), "token": token}
+
+
+def _reporter(request: Request) -> tuple[str, str | None] | None:
+    """The agent (and Slurm part) a report comes from; None for an admin, who may
+    report for any agent."""
+    who = principal(request)
+    if who.kind != "agent":
+        return None
+    assert who.agent_id is not None  # the cluster secret is refused by the rule
+    return who.agent_id, who.part_id
+
+
+def _check_reports(request: Request, reporter: tuple[str, str | None], ids: list[str]) -> None:
+    """Refuse (403) a report of ``reporter`` about parts placed on another agent; where
+    each part was placed is read once and then remembered."""
+    ctx = _ctx(request)
+    missing = [i for i in dict.fromkeys(ids) if i not in ctx.alloc_agent]
+    if missing:
+        ctx.alloc_agent.update(_read(request, agents.placements, missing))
+    agents.check_reports(ctx.alloc_agent, reporter[0], reporter[1], ids)
 
 
 @router.post("/agents/{agent_id}/enable", response_model=R.AgentBody)
@@ -138,7 +161,18 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
     404 is by the agent), so the work their slots freed is in this answer (issue 19).
     """
     ctx = _ctx(request)
+    reporter = _reporter(request)
+    if reporter is not None and (reporter[0] != agent_id or reporter[1] is not None):
+        raise forbidden(
+            f"agent {reporter[0]} may heartbeat only for itself, not for agent {agent_id}"
+        )
     for ex in body.exited:
+        if reporter is not None:
+            try:
+                _check_reports(request, reporter, [ex.allocation_id])
+            except Forbidden as exc:  # skipped, as an unknown allocation is
+                log.warning("agent %s: %s", agent_id, exc)
+                continue
         try:
             loop.allocation_exited(ctx, ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
         except NotFound:
@@ -155,7 +189,10 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)
 @access(users="none", agent=True, what="report task exits")
 def allocation_exited(allocation_id: str, body: AllocationExited, request: Request) -> dict:
-    """The agent reports that a task's process ended."""
+    """The agent reports that a task's process ended (only of a task placed on it)."""
+    reporter = _reporter(request)
+    if reporter is not None:
+        _check_reports(request, reporter, [allocation_id])
     loop.allocation_exited(_ctx(request), allocation_id, body.exit_code, body.message, body.fatal)
     return {}
 
@@ -220,6 +257,9 @@ async def get_rendezvous(
 @router.post("/task/logs", response_model=R.StoredCount)
 @access(users="none", agent=True, what="ship task logs")
 def post_logs(body: LogBatch, request: Request) -> dict[str, int]:
-    """Agents ship task output here in batches."""
+    """Agents ship task output here in batches (only of the tasks placed on them)."""
+    reporter = _reporter(request)
+    if reporter is not None:
+        _check_reports(request, reporter, [line.allocation_id for line in body.logs])
     n = _write(request, logs.ingest_logs, [line.model_dump() for line in body.logs])
     return {"stored": n}

@@ -20,7 +20,7 @@ from .auth import access, principal
 from .context import MasterContext
 from .context_archive import read_upload
 from .errors import BadRequest, NotFound
-from .models import experiment_reads, experiments, lifecycle, trials
+from .models import agents, experiment_reads, experiments, lifecycle, trials
 from .models.experiment_checks import check_experiment
 from .routes import (
     _checkpoint_views,
@@ -215,7 +215,11 @@ def get_experiment_checkpoints(exp_id: DbId, request: Request) -> dict[str, Any]
 @router.get("/experiments/{exp_id}/model_def")
 @access(agent=True, trial="own")
 def get_model_def(exp_id: DbId, request: Request) -> Response:
-    """The experiment's context directory as a gzipped tar."""
+    """The experiment's context directory as a gzipped tar (for an agent: only of an
+    experiment one of whose trials it runs)."""
+    who = principal(request)
+    if who.kind == "agent" and who.agent_id is not None:
+        _read(request, agents.runs_work_of, who.agent_id, who.part_id, exp_id)
     content = _read(request, experiments.model_definition, exp_id)
     if content is None:
         raise NotFound(f"experiment {exp_id} was created without a context directory")

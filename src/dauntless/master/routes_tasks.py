@@ -24,6 +24,7 @@ from .auth import access, forbidden, principal
 from .context import MasterContext
 from .context_archive import check_context_archive, read_upload
 from .errors import MAX_CONTEXT_BYTES, BadRequest
+from .models import agents as agent_models
 from .tasks import NotFound, TaskConflict, TaskService
 
 router = APIRouter(prefix="/api/v1")
@@ -264,6 +265,9 @@ def task_context(task_id: str, request: Request) -> Response:
     who = principal(request)
     if who.kind != "agent":
         _owner_or_admin(request, task_id, "download the context of")
+    elif who.agent_id is not None:  # only the agent the task was placed on
+        with request.app.state.ctx.db.read() as s:
+            agent_models.runs_work_of(s, who.agent_id, who.part_id, task_id=task_id)
     data = _tasks(request).context(task_id)
     if data is None:
         raise NotFound(f"task {task_id} has no context directory")

@@ -12,12 +12,13 @@ import logging
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from dauntless.config import TaskIdentity
 from dauntless.scheduler import AgentState, Allocation, Request, pool_spec_from_config
 
 from .context import MasterContext
 from .db import AgentRow, AllocationRow, ExperimentRow, TaskRow, TrialRow
-from .environments import required_features, schedule_by_features
-from .models import allocations
+from .environments import identity_needs, required_features, schedule_by_features
+from .models import allocations, users
 from .states import State
 from .task_policies import excluded_agents
 from .tasks import REQUEST_PREFIX as TASK_REQUEST_PREFIX
@@ -76,6 +77,23 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
             )
         running_meta = {t: exps[e] for t, e in exp_ids.items() if e in exps}
     created = 0
+    runtimes = {a.id: a.runtime for a in agents}
+    identities: dict[int | None, TaskIdentity] = {}
+
+    needs_of: dict[tuple[int | None, str], frozenset[str]] = {}
+
+    def identity_need(owner_id: int | None, pool_name: str, runtimes_: list) -> frozenset[str]:
+        """What a request of ``owner_id``'s needs of the pool's agents (issue 29), once
+        per owner and pool."""
+        key = (owner_id, pool_name)
+        if key not in needs_of:
+            if owner_id not in identities:
+                identities[owner_id] = users.task_identity(
+                    s, owner_id, ctx.config.security.default_task
+                )
+            needs_of[key] = identity_needs(identities[owner_id], runtimes_)
+        return needs_of[key]
+
     for pool in ctx.config.resource_pools:
         spec = pool_spec_from_config(pool)
         pool_agents = [
@@ -95,11 +113,14 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
         requests = []
         constrained: list[tuple[Request, set[str]]] = []  # exclude_node log policies
         needs: dict[str, frozenset[str]] = {}  # issue 23: what a request needs of its agent
+        pool_runtimes = [runtimes[a.id] for a in pool_agents]
         for trial, exp in pending:
             cfg = ctx.experiment_config(exp)
             if (cfg.resources.resource_pool or "default") != pool.pool_name:
                 continue
-            needs[str(trial.id)] = frozenset(required_features(cfg.environment, cfg.bind_mounts))
+            needs[str(trial.id)] = frozenset(
+                required_features(cfg.environment, cfg.bind_mounts)
+            ) | identity_need(exp.owner_id, pool.pool_name, pool_runtimes)
             request = Request(
                 id=str(trial.id),
                 group_id=str(exp.id),
@@ -114,7 +135,14 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
                 constrained.append((request, avoid))
             else:
                 requests.append(request)
-        requests.extend(ctx.tasks.scheduling.requests(pending_tasks, pool.pool_name))
+        task_requests = ctx.tasks.scheduling.requests(pending_tasks, pool.pool_name)
+        requests.extend(task_requests)
+        if task_requests:  # issue 29: the Unix identity the task runs as
+            owners = {TASK_REQUEST_PREFIX + row.id: row.owner_id for row in pending_tasks}
+            for r in task_requests:
+                need = identity_need(owners[r.id], pool.pool_name, pool_runtimes)
+                if need:
+                    needs[r.id] = need
         running = []
         pool_agent_ids = {a.id for a in pool_agents}
         for alloc in live:
@@ -137,7 +165,6 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
             )
         if not requests and not constrained:
             continue
-        runtimes = {a.id: a.runtime for a in agents}
         decision = schedule_by_features(spec, pool_agents, requests, running, needs, runtimes)
         assignments = list(decision.assignments)
         # A trial that an exclude_node log policy keeps off some agents is placed after

@@ -22,12 +22,24 @@ class SlotIn(_Body):
     device: str = ""
 
 
+class AgentIdentityIn(_Body):
+    """The Unix identity an agent runs as (issue 29): a root agent runs tasks as any
+    identity, each in a private PID namespace (``pid_namespace``); a non-root agent
+    only as its own."""
+
+    uid: int = Field(ge=0, le=2**31 - 2)
+    gid: int = Field(ge=0, le=2**31 - 2)
+    root: bool = False
+    pid_namespace: bool = False
+
+
 class AgentRuntimeIn(_Body):
     """What an agent reports of its task runtime (:mod:`dauntless.agent.runtimes`)."""
 
     name: Literal["process", "docker", "podman"] = "process"
     containers: bool = False
     mount_namespace: bool = False
+    identity: AgentIdentityIn | None = None
 
 
 class RegisterAgent(_Body):

@@ -22,6 +22,7 @@ from dauntless.scheduler import Allocation, Request
 
 from .auth import hash_token, new_token
 from .db import AllocationRow, Database, TaskRow, UserSessionRow
+from .models.users import task_identity
 from .task_states import REQUEST_PREFIX, TASK_TERMINAL, TaskState, check_task_transition
 
 log = logging.getLogger("dauntless.master.tasks")
@@ -198,6 +199,10 @@ class TaskScheduling:
             "context_url": f"/api/v1/tasks/{row.id}/context" if has_context else None,
             "work_dir": cfg.work_dir,
             "bind_mounts": [b.model_dump(mode="json") for b in cfg.bind_mounts],
+            # The Unix identity the task's processes run as (issue 29).
+            "identity": task_identity(
+                s, row.owner_id, self.ctx.config.security.default_task
+            ).to_json(),
         }
 
     def on_exit(self, s: Session, alloc: AllocationRow) -> None:

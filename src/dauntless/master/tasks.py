@@ -45,6 +45,7 @@ from dauntless.config import ConfigError
 from dauntless.config._task import TASK_TYPES, parse_task_config
 
 from .db import (
+    AgentRow,
     AllocationRow,
     ExperimentRow,
     TaskLogRow,
@@ -52,6 +53,7 @@ from .db import (
     TrialRow,
     UserRow,
 )
+from .models.users import task_identity
 from .task_scheduling import TaskHost, TaskScheduling
 from .task_states import DEFAULT_SLOTS as DEFAULT_SLOTS
 from .task_states import EXTRAS as EXTRAS
@@ -141,6 +143,7 @@ class TaskService:
                 "context",
                 f"{len(context)} bytes compressed; the limit is {MAX_CONTEXT_BYTES} bytes (95 MiB)",
             )
+        self._check_identity(owner, pool)
         if task_type == "COMMAND":
             if entrypoint is None or (isinstance(entrypoint, str) and not entrypoint.strip()):
                 raise _bad("entrypoint", "a command to run (an argv list or a string)")
@@ -190,6 +193,28 @@ class TaskService:
         self.ctx.wake.set()
         log.info("created %s task %s for %s", task_type, task_id, owner)
         return {"task": view, "warnings": warnings}
+
+    def _check_identity(self, owner: str, pool: str) -> None:
+        """Refuse a task that no agent of its pool can run as its owner's Unix identity
+        (a pool without agents accepts it: agents may join later).
+
+        Raises:
+            BadRequest: naming ``resources.resource_pool``, the identity and why each
+                agent cannot take it.
+        """
+        from .environments import check_pool_identity
+        from .errors import BadRequest
+
+        with self.ctx.db.read() as s:
+            known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
+            identity = task_identity(
+                s,
+                s.scalar(select(UserRow.id).where(UserRow.username == owner)),
+                self.ctx.config.security.default_task,
+            )
+        errors = check_pool_identity(identity, pool, known)
+        if errors:
+            raise BadRequest("invalid task config", errors)
 
     # ------------------------------------------------------------------ read
 

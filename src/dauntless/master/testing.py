@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from dauntless._auth import CLUSTER_SECRET_HEADER
+from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_HEADER
 
 T = TypeVar("T")
 
@@ -50,8 +50,21 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def agent_headers(app: Any) -> dict[str, str]:
-    """Headers presenting the cluster secret of ``app`` (what agents send)."""
+    """Headers presenting the cluster secret of ``app`` (what agents register with)."""
     return {CLUSTER_SECRET_HEADER: app.state.auth.cluster_secret}
+
+
+def register_agent(client: Any, app: Any, body: dict[str, Any]) -> dict[str, str]:
+    """Register an agent (``POST /api/v1/agents`` with ``body``) as agents do, with the
+    cluster secret, and return the headers presenting the credential it was issued
+    (what the agent sends on every later call).
+
+    Raises:
+        AssertionError: the registration was refused.
+    """
+    r = client.post("/api/v1/agents", json=body, headers=agent_headers(app))
+    assert r.status_code == 200, f"registering agent {body.get('id')} failed: {r.text}"
+    return {AGENT_TOKEN_HEADER: r.json()["token"]}
 
 
 def model_def_tarball(source: bytes = b"print('hello')\n") -> bytes:
@@ -176,8 +189,9 @@ def wait_for(what: str, check: Callable[[], T], interval: float = 0.02) -> T:
 class Cluster:
     """The real master at ``url``, and its other parties acting through its API.
 
-    ``admin`` is an HTTP client signed in as the built-in administrator; ``agent`` presents
-    the cluster secret as agents do. The trial-side calls (reports, logs, checkpoints) are
+    ``admin`` is an HTTP client signed in as the built-in administrator; ``agent`` is the
+    agents' client: it registers with the cluster secret and then presents each agent's
+    own credential (``credentials``), as agents do. The trial-side calls (reports, logs, checkpoints) are
     made as the administrator, whom the master lets make them. ``running`` holds, per
     agent, the allocation ids the agent runs (what its heartbeats report).
 
@@ -194,7 +208,8 @@ class Cluster:
         self.app = app
         self.admin = httpx.Client(base_url=url, timeout=30)
         sign_in(self.admin)
-        self.agent = httpx.Client(base_url=url, timeout=30, headers=agent_headers(app))
+        self.agent = httpx.Client(base_url=url, timeout=30)
+        self.credentials: dict[str, dict[str, str]] = {}
         self.running: dict[str, list[str]] = {}
 
     def __enter__(self) -> Cluster:
@@ -248,9 +263,10 @@ class Cluster:
         """Register an agent on host ``box`` in the default pool with ``slots`` CPU slots
         (ids ``"0"``, ``"1"``, ...; devices ``cpu0``, ...), running nothing."""
         self.running[agent_id] = []
-        self._ok(
+        answer = self._ok(
             self.agent.post(
                 "/api/v1/agents",
+                headers=agent_headers(self.app),
                 json={
                     "id": agent_id,
                     "hostname": "box",
@@ -260,13 +276,16 @@ class Cluster:
                 },
             )
         )
+        self.credentials[agent_id] = {AGENT_TOKEN_HEADER: answer["token"]}
 
     def heartbeat(self, agent_id: str = "agent-0") -> dict[str, Any]:
         """One heartbeat reporting what the agent runs; the master's answer (``start``,
         ``kill``), whose starts the agent then runs."""
         body = self._ok(
             self.agent.post(
-                f"/api/v1/agents/{agent_id}/heartbeat", json={"running": self.running[agent_id]}
+                f"/api/v1/agents/{agent_id}/heartbeat",
+                json={"running": self.running[agent_id]},
+                headers=self.credentials[agent_id],
             )
         )
         self.running[agent_id] += [spec["allocation_id"] for spec in body["start"]]
@@ -299,7 +318,13 @@ class Cluster:
 
     def exited(self, alloc: str, code: int, agent_id: str = "agent-0") -> None:
         """Report, as the agent, that ``alloc``'s process exited with ``code``."""
-        self._ok(self.agent.post(f"/api/v1/allocations/{alloc}/exited", json={"exit_code": code}))
+        self._ok(
+            self.agent.post(
+                f"/api/v1/allocations/{alloc}/exited",
+                json={"exit_code": code},
+                headers=self.credentials[agent_id],
+            )
+        )
         self.running[agent_id].remove(alloc)
 
     # -- as a trial --------------------------------------------------------------------

@@ -70,9 +70,11 @@ if cmd == "run":
             sys.exit(128 + signal.Signals[sig].value)
         time.sleep(0.01)
     sys.exit(0)
-if cmd == "kill":
-    with open(os.path.join(state, "killed-" + args[-1]), "w") as f:
+if cmd == "kill":  # written whole, then renamed: `run` never reads half of it
+    marker = os.path.join(state, "killed-" + args[-1])
+    with open(marker + ".tmp", "w") as f:
         f.write(args[args.index("--signal") + 1])
+    os.replace(marker + ".tmp", marker)
     sys.exit(0)
 if cmd == "ps":
     print("\\n".join(os.environ.get("FAKE_PS_IDS", "").split()))
@@ -219,9 +221,8 @@ def test_docker_lifecycle_pull_start_kill_cleanup(tmp_path, fake_cli):
     assert (Path(launch.work_dir) / ".dauntless-requirements.txt").read_text() == (
         "inflection==0.5.1\n"
     )
-    handle = rt.start(launch)
-    assert handle.stdout is not None
-    assert handle.stdout.readline() == b"container running\n"
+    handle = rt.start(launch)  # the client runs under the task's supervisor (its shim)
+    assert next(iter(handle.lines()))[1:] == ("stdout", "container running")
     assert rt.wait(handle, 0) is None
     rt.signal(handle, signal.SIGTERM)
     assert rt.wait(handle, 30) == 128 + signal.SIGTERM
@@ -280,7 +281,15 @@ def test_agent_restart_removes_leftover_containers(fake_cli, monkeypatch):
     rt = DockerRuntime(agent_id="agent-7")
     assert rt.cleanup_orphans("agent-7") == ["c1", "c2"]
     assert [c["argv"] for c in fake_cli()] == [
-        ["docker", "ps", "--all", "--quiet", "--filter", "label=ai.dauntless.agent=agent-7"],
+        [
+            "docker",
+            "ps",
+            "--all",
+            "--filter",
+            "label=ai.dauntless.agent=agent-7",
+            "--format",
+            '{{.ID}} {{.Label "ai.dauntless.allocation"}}',
+        ],
         ["docker", "rm", "--force", "c1", "c2"],
     ]
 
@@ -366,16 +375,17 @@ def test_a_real_container_sees_bind_mount_env_and_shm(tmp_path):
     rt.prepare(launch, lambda *a: None)
     handle = rt.start(launch)
     try:
-        out, err = handle.proc.communicate(timeout=120)
+        out, err = handle.communicate(timeout=120)
+        code = handle.returncode
     finally:
         rt.cleanup(handle)
         subprocess.run([cli, "rmi", "--force", image], capture_output=True, timeout=120)
-    if handle.proc.returncode != 0 and b"setrlimit" in err:
+    if code != 0 and b"setrlimit" in err:
         pytest.skip(
             f"{cli} cannot start containers in this sandbox: {err.decode(errors='replace')[-200:]}"
         )
     text = out.decode()
-    assert handle.proc.returncode == 0, err.decode()
+    assert code == 0, err.decode()
     assert "hello from the host" in text and "VAR=42" in text and "READONLY" in text
     assert " 65536 " in text  # 64 MiB of /dev/shm, in KiB
 
@@ -395,7 +405,7 @@ def test_agent_runs_an_image_task_through_the_container_runtime(tmp_path, fake_c
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
             posted.append((request.url.path, json.loads(request.content or b"{}")))
-        return httpx.Response(200, json={"agent": {}})
+        return httpx.Response(200, json={"agent": {}, "token": "credential"})
 
     config = AgentConfig(
         work_dir=str(tmp_path / "work"),
@@ -449,3 +459,24 @@ def test_container_python_path_puts_the_determined_compat_package_first(tmp_path
     # The package mounted at /run/dauntless/lib/dauntless has the shim at that place.
     lib = os.path.dirname(os.path.abspath(dauntless.__file__))
     assert os.path.isfile(os.path.join(lib, "compat", "_shim", "determined", "__init__.py"))
+
+
+def test_a_container_runs_as_the_tasks_identity_with_its_private_dir(tmp_path):
+    """Issue 29: ``--user UID:GID`` and ``--group-add`` for the other groups, the task's
+    private directory (its secret files, its home) at its host path, and ``HOME`` there."""
+    from dauntless.agent._identity import TaskUser
+    from dauntless.config import TaskIdentity
+
+    private = str(tmp_path / ".private" / "abc123")
+    launch = _launch(tmp_path, image="img:1", slot_type="cpu", slot_ids=[])
+    launch.user = TaskUser(TaskIdentity(1001, 1002, "al", "als"), (1002, 27), None, True)
+    launch.private_dir = private
+    launch.env["HOME"] = private + "/home"
+    argv = DockerRuntime(agent_id="agent-7").run_command(launch)
+    i = argv.index("--user")
+    assert argv[i : i + 4] == ["--user", "1001:1002", "--group-add", "27"]
+    assert f"type=bind,source={private},target={private}" in argv
+    env = DockerRuntime(agent_id="agent-7").container_env(launch)
+    assert env["HOME"] == private + "/home"
+    launch.env["HOME"] = "/root"  # the agent's own home never reaches the container
+    assert "HOME" not in DockerRuntime(agent_id="agent-7").container_env(launch)

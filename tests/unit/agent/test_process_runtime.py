@@ -39,10 +39,12 @@ def _launch(tmp_path: Path, argv: list[str], **spec) -> TaskLaunch:
 def _run(rt: ProcessRuntime, launch: TaskLaunch) -> tuple[int, str, str, list[str]]:
     logged: list[str] = []
     rt.prepare(launch, lambda t, line: logged.append(line))
-    handle = rt.start(launch)
-    out, err = handle.proc.communicate(timeout=60)
+    handle = rt.start(launch)  # under its supervisor, the shim
+    out, err = handle.communicate(timeout=60)
+    code = handle.returncode
     rt.cleanup(handle)
-    return handle.proc.returncode, out.decode(), err.decode(), logged
+    assert code is not None
+    return code, out.decode(), err.decode(), logged
 
 
 @needs_namespace
@@ -130,12 +132,12 @@ def test_fields_a_process_cannot_honour_are_warned_about(tmp_path):
     assert "force_pull_image/registry_auth apply to images only" in text
 
 
-def test_task_dies_with_the_agent_and_python_is_swapped(tmp_path):
-    rt = ProcessRuntime(str(tmp_path / "envs"), namespace_prefix=None, parent_pid=1234)
+def test_python_is_swapped(tmp_path):
+    rt = ProcessRuntime(str(tmp_path / "envs"), namespace_prefix=None)
     launch = _launch(tmp_path, [sys.executable, "-m", "x"])
     launch.python = "/envs/e/bin/python"
     argv = rt.command(launch)
-    assert argv[:5] == [sys.executable, "-m", "dauntless.agent._launch", "1234", "--"]
+    assert argv[:2] == ["sh", "-c"]  # the startup hook's wrapper; the shim starts it
     assert argv[-3:] == ["/envs/e/bin/python", "-m", "x"]
     env = rt.task_env(launch)
     assert env["PATH"].startswith("/envs/e/bin" + os.pathsep) and env["VIRTUAL_ENV"] == "/envs/e"

@@ -248,3 +248,25 @@ def test_cli_cluster_up_failure_is_one_error(tmp_path: Path, monkeypatch: Any,
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("Error: the master exited during startup")
     assert str(tmp_path / "root" / "local-cluster") in err and "Traceback" not in err
+
+
+def test_the_deployer_is_the_default_task_identity():
+    """Issue 29: a local cluster runs unlinked users' tasks as whoever deployed it, or as
+    another user of the host that root names; an unknown one is refused, naming it."""
+    import grp
+    import pwd
+
+    from dauntless.cli._local_cluster import deployer_task_identity
+
+    me = deployer_task_identity()
+    assert (me["uid"], me["gid"]) == (os.getuid(), os.getgid())
+    assert me["user"] == pwd.getpwuid(os.getuid()).pw_name
+    assert me["group"] == grp.getgrgid(os.getgid()).gr_name
+    with pytest.raises(ValueError, match="no user 'no-such-user-here'"):
+        deployer_task_identity("no-such-user-here")
+    nobody = pwd.getpwnam("nobody")
+    if os.geteuid() == 0:
+        assert deployer_task_identity("nobody")["uid"] == nobody.pw_uid
+    elif nobody.pw_uid != os.getuid():
+        with pytest.raises(ValueError, match="only root can run tasks as another user"):
+            deployer_task_identity("nobody")

@@ -20,7 +20,13 @@ from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.auth import LoginThrottle, hash_token
 from dauntless.master.db import AllocationRow, Database, ExperimentRow, UserRow
-from dauntless.master.testing import agent_headers, bearer, login, model_def_tarball
+from dauntless.master.testing import (
+    agent_headers,
+    bearer,
+    login,
+    model_def_tarball,
+    register_agent,
+)
 
 CONFIG = """
 name: owned
@@ -42,7 +48,7 @@ class World:
     def __init__(self, client: TestClient, app) -> None:
         self.client, self.app, self.ctx = client, app, app.state.ctx
         self.admin = login(client)
-        self.agent = agent_headers(app)
+        self.secret = agent_headers(app)  # the cluster secret: registers agents only
         for name in ("alice", "bob"):
             r = client.post(
                 "/api/v1/users",
@@ -55,15 +61,12 @@ class World:
         self.bob = login(client, "bob", "bob-pw")
         self.exp_ids = [self._create(self.alice) for _ in range(2)]
         self.exp_id = self.exp_ids[0]
-        r = client.post(
-            "/api/v1/agents",
-            headers=self.agent,
-            json={
-                "id": "a1",
-                "slots": [{"id": "cpu0", "type": "cpu"}, {"id": "cpu1", "type": "cpu"}],
-            },
+        # the credential the registration issued to a1 (issue 29)
+        self.agent = register_agent(
+            client,
+            app,
+            {"id": "a1", "slots": [{"id": "cpu0", "type": "cpu"}, {"id": "cpu1", "type": "cpu"}]},
         )
-        assert r.status_code == 200, r.text
         assert loop.schedule_pass(self.ctx) == 2
         r = client.post("/api/v1/agents/a1/heartbeat", headers=self.agent, json={"running": []})
         assert r.status_code == 200, r.text
@@ -267,6 +270,8 @@ def _call(w: World, method: str, path: str, headers: dict[str, str] | None):
 
 def _right(w: World, method: str, path: str) -> dict[str, str]:
     key = (method, path)
+    if key == ("POST", "/api/v1/agents"):
+        return w.secret
     if key in AGENT_ROUTES:
         return w.agent
     if key in TRIAL_ROUTES:
@@ -464,6 +469,7 @@ def test_login_answers_and_cookie(world):
         "display_name",
         "modified_at",
         "remote",
+        "agent_user_group",
     }
     cookie = r.headers["set-cookie"]
     assert f"{COOKIE_NAME}=" in cookie and "HttpOnly" in cookie
@@ -650,14 +656,21 @@ def test_trial_and_agent_clients_send_their_credentials(monkeypatch, tmp_path):
             c.get("/api/v1/trials/1")
     assert [r.headers["authorization"] for r in seen] == ["Bearer trial-token"] * 2
 
-    secret = _write_secrets(tmp_path, "pw", 0)
+    me = {"uid": 1000, "gid": 1000, "user": "me", "group": "me"}
+    secret = _write_secrets(tmp_path, "pw", me, True, 0)
     import yaml
 
     for name in ("master.yaml", "cluster_secret"):
         assert (tmp_path / name).stat().st_mode & 0o077 == 0
     written = yaml.safe_load((tmp_path / "master.yaml").read_text())
     assert written == {
-        "security": {"cluster_secret": secret, "initial_user_password": "pw"},
+        "security": {
+            "cluster_secret": secret,
+            "initial_user_password": "pw",
+            # whoever deploys a local cluster is its admin: unlinked users' tasks run as it
+            "default_task": me,
+            "agents": {"allow_artificial_slots": True},
+        },
         "task_proxy": {"port": 0},
     }
     assert (tmp_path / "cluster_secret").read_text().strip() == secret

@@ -22,7 +22,7 @@ from dauntless.config import AWSProviderConfig, MasterConfig  # noqa: E402
 from dauntless.master import loop  # noqa: E402
 from dauntless.master.app import create_app  # noqa: E402
 from dauntless.master.provisioner.aws import run_instances_params  # noqa: E402
-from dauntless.master.testing import agent_headers, sign_in  # noqa: E402
+from dauntless.master.testing import register_agent, sign_in  # noqa: E402
 
 EXPERIMENT = """
 name: three
@@ -121,25 +121,23 @@ def test_demand_sequence_launches_tags_and_terminates(tmp_path, moto_url, aws_en
         prov = app.state.provisioners.pools[0]
 
         agents: dict[str, list[str]] = {}  # registered agent -> allocations handed to it
+        credentials: dict[str, dict[str, str]] = {}  # registered agent -> its credential
 
         def step() -> None:
             for agent_id, started in agents.items():  # the agents' heartbeats
                 beat = client.post(
                     f"/api/v1/agents/{agent_id}/heartbeat",
                     json={"running": started},
-                    headers=agent_headers(app),
+                    headers=credentials[agent_id],
                 ).json()
                 started += [spec["allocation_id"] for spec in beat["start"]]
             loop.schedule_pass(ctx)
             prov.step(force=True)
 
         def register(name: str) -> None:
-            r = client.post(
-                "/api/v1/agents",
-                json={"id": name, "slots": [{"id": "0", "type": "cuda"}]},
-                headers=agent_headers(app),
+            credentials[name] = register_agent(
+                client, app, {"id": name, "slots": [{"id": "0", "type": "cuda"}]}
             )
-            assert r.status_code == 200, r.text
             agents[name] = []
 
         step()
@@ -201,7 +199,7 @@ def test_demand_sequence_launches_tags_and_terminates(tmp_path, moto_url, aws_en
                 client.post(
                     f"/api/v1/allocations/{alloc_id}/exited",
                     json={"exit_code": -15, "message": "killed"},
-                    headers=agent_headers(app),
+                    headers=credentials[agent_id],
                 )
             agents[agent_id] = []
         step()

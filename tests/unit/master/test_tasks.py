@@ -16,7 +16,7 @@ from dauntless.exec.task_service import notebook_idle_since
 from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.tasks import TaskConflict, TaskState, check_task_transition
-from dauntless.master.testing import agent_headers, bearer, login, model_def_tarball, sign_in
+from dauntless.master.testing import bearer, login, model_def_tarball, register_agent, sign_in
 from dauntless.storage._fs import SharedFSStorageManager
 
 
@@ -28,13 +28,11 @@ def master(tmp_path):
         yield client, app
 
 
-def _register(client, app, slots=1):
-    r = client.post(
-        "/api/v1/agents",
-        json={"id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(slots)]},
-        headers=agent_headers(app),
+def _register(client, app, slots=1) -> dict[str, str]:
+    """Register agent a1; the headers of its credential."""
+    return register_agent(
+        client, app, {"id": "a1", "slots": [{"id": f"cpu{i}", "type": "cpu"} for i in range(slots)]}
     )
-    assert r.status_code == 200, r.text
 
 
 def test_config_parsing_and_refusals():
@@ -74,12 +72,10 @@ def test_create_schedule_hand_over_exit_and_logs(master):
     task = r.json()["task"]
     assert task["state"] == "QUEUED" and task["owner"] == "determined"
     assert loop.schedule_pass(ctx) == 0  # no agent: stays queued
-    _register(client, app)
+    agent = _register(client, app)
     assert loop.schedule_pass(ctx) == 1
     assert client.get(f"/api/v1/tasks/{task['id']}").json()["task"]["state"] == "ASSIGNED"
-    work = client.post(
-        "/api/v1/agents/a1/heartbeat", json={"running": []}, headers=agent_headers(app)
-    ).json()
+    work = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=agent).json()
     (spec,) = work["start"]
     assert spec["task_type"] == "COMMAND" and spec["entrypoint"] == ["echo", "hi"]
     # The cluster view shows every allocation, tasks' too, not only trials'.
@@ -103,13 +99,13 @@ def test_create_schedule_hand_over_exit_and_logs(master):
     r = client.post(
         "/api/v1/task/logs",
         json={"logs": [{"allocation_id": spec["allocation_id"], "seq": 1, "log": "hi"}]},
-        headers=agent_headers(app),
+        headers=agent,
     )
     assert r.status_code == 200
     client.post(
         f"/api/v1/allocations/{spec['allocation_id']}/exited",
         json={"exit_code": 0, "message": None},
-        headers=agent_headers(app),
+        headers=agent,
     )
     done = client.get(f"/api/v1/tasks/{task['id']}").json()["task"]
     assert done["state"] == "COMPLETED" and done["exit_code"] == 0

@@ -160,6 +160,14 @@ class TaskLaunch:
             built one.
         cwd: the directory a process runtime starts the task in (a command's or
             notebook's ``work_dir``); None: ``work_dir``.
+        user: how the task runs as its Unix identity
+            (:class:`dauntless.agent._identity.TaskUser`); None: as the agent does.
+        private_dir: the task's own directory (its secret files; its home when it has
+            none), mounted into containers at the same path; None: none.
+        state_dir: the task's state directory (its shim's files,
+            :mod:`dauntless.agent._supervise`); None:
+            ``<work_dir's parent>/.tasks/<allocation id>``.
+        grace: seconds the task may outlive its agent (``orphan_grace_period``).
     """
 
     allocation_id: str
@@ -172,6 +180,22 @@ class TaskLaunch:
     agent_id: str = ""
     python: str | None = None
     cwd: str | None = None
+    user: Any = None
+    private_dir: str | None = None
+    state_dir: str | None = None
+    grace: float = 180.0
+
+    def state_path(self) -> str:
+        """The task's state directory (see :attr:`state_dir`)."""
+        if self.state_dir is not None:
+            return self.state_dir
+        parent = os.path.dirname(os.path.abspath(self.work_dir))
+        return os.path.join(parent, ".tasks", self.allocation_id)
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the task runs isolated as another identity (a root agent's)."""
+        return bool(self.user is not None and self.user.isolate)
 
 
 class TaskHandle:
@@ -196,6 +220,24 @@ class TaskHandle:
     def poll(self) -> int | None:
         """The exit code once the task has exited, else None."""
         return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code, waiting up to ``timeout`` seconds (None: until it exits);
+        None while it runs."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal(self, sig: int) -> None:
+        """Deliver ``sig`` to the task's process group (gone already: nothing)."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def remove(self) -> None:
+        """Remove what the handle keeps on disk (nothing for a plain process)."""
 
     @property
     def stdout(self) -> IO[bytes] | None:
@@ -233,23 +275,18 @@ class Runtime(abc.ABC):
 
     def signal(self, handle: TaskHandle, sig: int) -> None:
         """Deliver ``sig`` to every process of the task (gone already: nothing)."""
-        try:
-            os.killpg(handle.pid, sig)
-        except ProcessLookupError:
-            pass
+        handle.signal(sig)
 
     def wait(self, handle: TaskHandle, timeout: float | None = 0) -> int | None:
         """The task's exit code, waiting up to ``timeout`` seconds (None: until it
         exits; 0: do not wait); None while it runs."""
         if timeout == 0:
             return handle.poll()
-        try:
-            return handle.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        return handle.wait(timeout)
 
     def logs(self, handle: TaskHandle) -> list[tuple[str, IO[bytes]]]:
-        """The task's output streams as ``[(stdtype, stream)]``, read to EOF by the agent."""
+        """The task's output streams as ``[(stdtype, stream)]``, read to EOF by the agent
+        (none for a task under a shim: the agent follows its output file)."""
         out = []
         if handle.stdout is not None:
             out.append(("stdout", handle.stdout))
@@ -265,9 +302,11 @@ class Runtime(abc.ABC):
             except FileNotFoundError:
                 pass
         handle.cleanup_paths.clear()
+        handle.remove()
 
-    def cleanup_orphans(self, agent_id: str) -> list[str]:
-        """Remove tasks an earlier run of this agent left running (after a crash).
+    def cleanup_orphans(self, agent_id: str, keep: frozenset[str] = frozenset()) -> list[str]:
+        """Remove tasks an earlier run of this agent left running (after a crash),
+        except those of the allocation parts in ``keep`` (adopted).
 
         Returns:
             What was removed (container ids); empty for runtimes whose tasks die with

@@ -26,6 +26,12 @@ client's exit code is the container's):
   ``--device nvidia.com/gpu=0`` (podman); rocm slots get ``/dev/kfd`` and ``/dev/dri``.
 - ``startup-hook.sh`` and ``python_requirements`` (``pip install`` at each start, not
   cached) run in the container before the entrypoint.
+- the task's Unix identity (issue 29): ``--user UID:GID`` and ``--group-add`` for its
+  supplementary groups; its private directory (secret files, a home) at its host path,
+  with ``HOME`` there when the user has no home of its own on the agent.
+- the ``run`` client runs under the task's supervisor (:mod:`dauntless.agent._shim`):
+  an agent started again adopts the container; one that stays away longer than
+  ``orphan_grace_period`` gets it removed (``<cli> rm --force``).
 - kill: ``<cli> kill --signal``; cleanup: ``<cli> rm --force``.
 """
 
@@ -39,7 +45,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from typing import Any
 
@@ -89,16 +94,14 @@ class ContainerRuntime(Runtime):
     Args:
         cli: the executable (``docker`` or ``podman``, or a path).
         agent_id: labels this agent's containers.
-        parent_pid: the agent's pid (the attached client dies with it).
     """
 
     name = "docker"
     containers = True
 
-    def __init__(self, cli: str, agent_id: str = "", parent_pid: int | None = None) -> None:
+    def __init__(self, cli: str, agent_id: str = "") -> None:
         self.cli = cli
         self.agent_id = agent_id
-        self.parent_pid = parent_pid
 
     # ------------------------------------------------------------ engine
 
@@ -232,6 +235,23 @@ class ContainerRuntime(Runtime):
         ]
         for path in spec.storage_paths:
             argv += ["--mount", _mount_opt(["type=bind", f"source={path}", f"target={path}"])]
+        if launch.private_dir:  # the task's secret files (and home), at their host path
+            argv += [
+                "--mount",
+                _mount_opt(
+                    [
+                        "type=bind",
+                        f"source={launch.private_dir}",
+                        f"target={launch.private_dir}",
+                    ]
+                ),
+            ]
+        if launch.user is not None:  # the task's Unix identity
+            ident = launch.user.identity
+            argv += ["--user", f"{ident.uid}:{ident.gid}"]
+            for gid in launch.user.groups:
+                if gid != ident.gid:
+                    argv += ["--group-add", str(gid)]
         cert = launch.env.get("DET_MASTER_CERT_FILE")
         if cert and os.path.isabs(cert):
             argv += [
@@ -285,30 +305,28 @@ class ContainerRuntime(Runtime):
         # the image's site-packages, so model code for Determined imports ours, not a
         # `determined` the image may have installed.
         env["PYTHONPATH"] = os.pathsep.join([WORKDIR, SHIM_DIR, LIB_DIR])
+        home = launch.env.get("HOME", "")
+        if launch.private_dir and home.startswith(launch.private_dir + os.sep):
+            env["HOME"] = home  # the private home, mounted at the same path
         env["DET_CONTAINER_ID"] = container_name(launch.allocation_id)
         return env
 
     def start(self, launch: TaskLaunch) -> TaskHandle:
+        from .._supervise import start_shim
+
         env = dict(os.environ)
         env.update(self.container_env(launch))
-        parent = str(self.parent_pid or os.getpid())
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "dauntless.agent._launch",
-                parent,
-                "--",
-                *self.run_command(launch),
-            ],
-            cwd=launch.work_dir,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+        name = container_name(launch.allocation_id)
+        return start_shim(
+            launch.state_path(),
+            self.run_command(launch),
+            env,
+            launch.work_dir,
+            launch.grace,
+            {"allocation_id": launch.allocation_id, "runtime": self.name},
+            on_orphan=[self.cli, "rm", "--force", name],
+            name=name,
         )
-        return TaskHandle(proc, name=container_name(launch.allocation_id))
 
     def signal(self, handle: TaskHandle, sig: int) -> None:
         import signal as _signal
@@ -329,14 +347,23 @@ class ContainerRuntime(Runtime):
                 pass
         super().cleanup(handle)
 
-    def cleanup_orphans(self, agent_id: str) -> list[str]:
+    def cleanup_orphans(self, agent_id: str, keep: frozenset[str] = frozenset()) -> list[str]:
         try:
             res = self._call(
-                "ps", "--all", "--quiet", "--filter", f"label={LABEL_AGENT}={agent_id}"
+                "ps",
+                "--all",
+                "--filter",
+                f"label={LABEL_AGENT}={agent_id}",
+                "--format",
+                f'{{{{.ID}}}} {{{{.Label "{LABEL_ALLOCATION}"}}}}',
             )
         except (OSError, subprocess.SubprocessError):
             return []
-        ids = res.stdout.split() if res.returncode == 0 else []
+        ids = []
+        for line in res.stdout.splitlines() if res.returncode == 0 else []:
+            cid, _, alloc = line.strip().partition(" ")
+            if cid and alloc.strip() not in keep:  # an adopted task's container stays
+                ids.append(cid)
         if ids:
             try:
                 self._call("rm", "--force", *ids)
@@ -350,8 +377,8 @@ class DockerRuntime(ContainerRuntime):
 
     name = "docker"
 
-    def __init__(self, agent_id: str = "", parent_pid: int | None = None, cli: str = "docker"):
-        super().__init__(cli, agent_id, parent_pid)
+    def __init__(self, agent_id: str = "", cli: str = "docker"):
+        super().__init__(cli, agent_id)
 
 
 class PodmanRuntime(ContainerRuntime):
@@ -359,8 +386,8 @@ class PodmanRuntime(ContainerRuntime):
 
     name = "podman"
 
-    def __init__(self, agent_id: str = "", parent_pid: int | None = None, cli: str = "podman"):
-        super().__init__(cli, agent_id, parent_pid)
+    def __init__(self, agent_id: str = "", cli: str = "podman"):
+        super().__init__(cli, agent_id)
 
     def _auth_options(self, scratch_dir: str, auth_file: str) -> list[str]:
         return []  # podman takes the file as an option of pull

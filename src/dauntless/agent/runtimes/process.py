@@ -13,10 +13,15 @@
   to a host process: they are warned about in the task's logs.
 - ``startup-hook.sh`` is sourced before the entrypoint (:func:`.base.startup_hook_script`).
 
-Every task is started through :mod:`dauntless.agent._launch` so that it dies with the
-agent (``PR_SET_PDEATHSIG``), except a single-rank trial that the agent's warm worker can
-fork (:mod:`dauntless.agent._warm`, docs/warm-start.md), which dies with the agent the
-same way.
+Every task is started under its own supervisor (:mod:`dauntless.agent._shim`), which
+holds its output, outlives the agent for ``orphan_grace_period`` seconds (an agent
+started again adopts the task) and then ends every process of the task; except a
+single-rank trial that the agent's warm worker can fork (:mod:`dauntless.agent._warm`,
+docs/warm-start.md), which dies with the agent (``PR_SET_PDEATHSIG``).
+
+A task of another Unix identity than the agent's (a root agent's) runs isolated in
+PID and mount namespaces of its own as that identity (:mod:`dauntless.agent._identity`);
+its bind mounts are made in that mount namespace, before the identity is dropped.
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ def mount_namespace_prefix() -> tuple[list[str] | None, str]:
     return prefix, ""
 
 
+def _runs_agent_python(argv: list[str]) -> bool:
+    """Whether ``argv`` starts the agent's Python (a trial's launcher, a service's
+    ``python -m``); a shell command may or may not, and is not checked."""
+    names = ("python", "python3", f"python3.{sys.version_info[1]}")
+    return sys.executable in argv or os.path.basename(argv[0]) in names
+
+
 def bind_mount_script(mounts: list[Any]) -> str:
     """``sh`` lines that make ``mounts`` (:class:`.base.BindMountSpec`) inside a fresh
     mount namespace; the first failure ends the script with its exit code."""
@@ -100,7 +112,6 @@ class ProcessRuntime(Runtime):
         namespace_prefix: the ``unshare`` argv prefix, or None when this agent cannot
             make mount namespaces; probed with :func:`mount_namespace_prefix` when not
             given.
-        parent_pid: the agent's pid (tasks die with it); this process's by default.
     """
 
     name = "process"
@@ -112,7 +123,6 @@ class ProcessRuntime(Runtime):
         self,
         envs_dir: str,
         namespace_prefix: list[str] | None | object = _PROBE,
-        parent_pid: int | None = None,
     ) -> None:
         if namespace_prefix is ProcessRuntime._PROBE:
             prefix, self.namespace_reason = mount_namespace_prefix()
@@ -120,7 +130,6 @@ class ProcessRuntime(Runtime):
             prefix, self.namespace_reason = namespace_prefix, "disabled"  # type: ignore[assignment]
         self.namespace_prefix: list[str] | None = prefix  # type: ignore[assignment]
         self.envs = PythonEnvironments(envs_dir)
-        self.parent_pid = parent_pid
         self.warm: WarmStarter | None = None
         """The agent's fork server, when warm trial start is on (set by the agent)."""
         self.log = logging.getLogger("dauntless.agent")
@@ -129,8 +138,13 @@ class ProcessRuntime(Runtime):
         return {**super().describe(), "mount_namespace": self.namespace_prefix is not None}
 
     def prepare(self, launch: TaskLaunch, log: LogFn) -> None:
+        if launch.isolated and _runs_agent_python(launch.argv):
+            from .._identity import check_python_runnable
+
+            check_python_runnable(launch.user)  # the harness, launcher, services
         spec = launch.environment
-        if spec.bind_mounts and self.namespace_prefix is None:
+        # (an isolated task has a mount namespace of its own: its mounts are made there)
+        if spec.bind_mounts and self.namespace_prefix is None and not launch.isolated:
             raise PrepareError(
                 "bind_mounts: this agent cannot create a private mount namespace "
                 f"({self.namespace_reason}); run it as root or allow unprivileged user "
@@ -172,20 +186,30 @@ class ProcessRuntime(Runtime):
         if spec.python_requirements is not None:
             lines = read_requirements(spec.python_requirements, launch.work_dir)
             if lines:
-                env_dir = self.envs.ensure(lines, launch.work_dir, log)
+                # An isolated task's environment is built as its identity: pip runs
+                # code of the requirements (setup.py), never as the agent's root.
+                env_dir = self.envs.ensure(
+                    lines, launch.work_dir, log, user=launch.user if launch.isolated else None
+                )
                 launch.python = os.path.join(env_dir, "bin", "python")
 
     def command(self, launch: TaskLaunch) -> list[str]:
-        """The full argv this runtime starts for a prepared task."""
-        parent = str(self.parent_pid or os.getpid())
+        """The full argv this runtime's shim starts for a prepared task."""
+        from .._identity import isolated_command
+
         argv = with_python(launch.argv, launch.python)
         script = startup_hook_script()
         inner = ["sh", "-c", script, "sh", *argv]
-        if launch.environment.bind_mounts:
+        mounts = list(launch.environment.bind_mounts)
+        if launch.isolated:  # mounts as root in the task's namespace, then its identity
+            return isolated_command(
+                launch.user, inner, bind_mount_script(mounts) if mounts else None
+            )
+        if mounts:
             assert self.namespace_prefix is not None  # prepare() refused otherwise
-            script = bind_mount_script(list(launch.environment.bind_mounts)) + script
+            script = bind_mount_script(mounts) + script
             inner = [*self.namespace_prefix, "--", "sh", "-c", script, "sh", *argv]
-        return [sys.executable, "-m", "dauntless.agent._launch", parent, "--", *inner]
+        return inner
 
     def task_env(self, launch: TaskLaunch) -> dict[str, str]:
         """The task's variables, with a built Python environment first on ``PATH``."""
@@ -197,26 +221,27 @@ class ProcessRuntime(Runtime):
         return env
 
     def start(self, launch: TaskLaunch) -> TaskHandle:
+        from .._supervise import start_shim
+
         warm = self._start_warm(launch)
         if warm is not None:
             return warm
-        proc = subprocess.Popen(
+        return start_shim(
+            launch.state_path(),
             self.command(launch),
-            cwd=launch.cwd or launch.work_dir,
-            env=self.task_env(launch),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            self.task_env(launch),
+            launch.cwd or launch.work_dir,
+            launch.grace,
+            {"allocation_id": launch.allocation_id, "runtime": self.name},
+            status_fd=launch.isolated,
         )
-        return TaskHandle(proc)
 
     def _start_warm(self, launch: TaskLaunch) -> TaskHandle | None:
         """Fork the task from the warm worker when it may be (:mod:`.._warm`); None: start
         it cold."""
         from .._warm import warm_request
 
-        if self.warm is None:
+        if self.warm is None or launch.isolated:  # the worker cannot isolate a task
             return None
         if launch.python is not None or launch.environment.bind_mounts:
             return None

@@ -12,6 +12,12 @@ of the requirement lines and the agent's Python; they are built once, under an
 exclusive file lock (``flock``, so concurrent tasks and agents sharing the directory
 wait for one build), marked ready only when pip succeeded, and reused by later tasks.
 A failed build leaves nothing behind.
+
+A task isolated as another Unix identity (a root agent's, :mod:`dauntless.agent._identity`)
+gets an environment of that identity's own, ``python-envs/uid-<uid>/<key>``, built by
+that identity (venv, pip and every file of it; pip runs the requirements' build code),
+so that no task's build runs as root and no identity's environment can be changed by
+another. The locks stay in the agent's ``python-envs/.locks`` (root's).
 """
 
 from __future__ import annotations
@@ -26,8 +32,12 @@ import subprocess
 import sys
 import time
 from collections import deque
+from typing import Any
 
 from .base import LogFn, PrepareError
+
+_WRITE_STDIN_TO = "import sys; open(sys.argv[1], 'w').write(sys.stdin.read())"
+"""What writes a file of an environment as its identity (``python -c``)."""
 
 READY_FILE = ".dauntless-env-ready"
 """Written into an environment once pip succeeded; its absence means "build again"."""
@@ -96,13 +106,16 @@ class PythonEnvironments:
         """The interpreter of the environment with this key."""
         return os.path.join(self.path(key), "bin", "python")
 
-    def ensure(self, lines: list[str], cwd: str, log: LogFn) -> str:
+    def ensure(self, lines: list[str], cwd: str, log: LogFn, user: Any = None) -> str:
         """The environment for these requirements, built now if no ready one exists.
 
         Args:
             lines: pip requirement lines.
             cwd: where pip runs (relative paths in the requirements resolve from it).
             log: the task's log.
+            user: the isolated task's :class:`~dauntless.agent._identity.TaskUser`: the
+                environment is that identity's, built as it (see the module); None:
+                the agent's.
 
         Returns:
             The environment's directory.
@@ -111,9 +124,21 @@ class PythonEnvironments:
             PrepareError: (fatal) pip failed; the message holds the end of its output.
         """
         key = environment_key(lines, self.base_python)
-        env_dir = self.path(key)
         os.makedirs(self.root, exist_ok=True)
-        with open(env_dir + ".lock", "w") as lock:
+        if user is None:
+            env_dir = self.path(key)
+            lock_path = env_dir + ".lock"
+        else:
+            uid = user.identity.uid
+            home = os.path.join(self.root, f"uid-{uid}")
+            if not os.path.isdir(home):
+                os.mkdir(home, 0o700)
+                os.chown(home, uid, user.identity.gid)
+            env_dir = os.path.join(home, key)
+            locks = os.path.join(self.root, ".locks")
+            os.makedirs(locks, mode=0o700, exist_ok=True)
+            lock_path = os.path.join(locks, f"uid-{uid}-{key}.lock")
+        with open(lock_path, "w") as lock:
             if not os.path.exists(os.path.join(env_dir, READY_FILE)):
                 log("stdout", f"waiting for the lock of Python environment {key}")
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
@@ -124,20 +149,49 @@ class PythonEnvironments:
             started = time.monotonic()
             shutil.rmtree(env_dir, ignore_errors=True)
             try:
-                self._build(env_dir, lines, cwd, log)
+                self._build(env_dir, lines, cwd, log, user)
             except BaseException:
                 shutil.rmtree(env_dir, ignore_errors=True)
                 raise
-            with open(os.path.join(env_dir, READY_FILE), "w") as f:
-                f.write(json.dumps({"requirements": lines, "built_at": time.time()}))
+            ready = json.dumps({"requirements": lines, "built_at": time.time()})
+            self._write(os.path.join(env_dir, READY_FILE), ready, user)
             log(
                 "stdout",
                 f"built Python environment {key} in {time.monotonic() - started:.1f} s",
             )
             return env_dir
 
-    def _build(self, env_dir: str, lines: list[str], cwd: str, log: LogFn) -> None:
-        self._run([self.base_python, "-m", "venv", "--without-pip", env_dir], cwd, log, "venv")
+    @staticmethod
+    def _as(user: Any) -> dict[str, Any]:
+        """``subprocess`` arguments that run a build step as ``user`` (nothing: as the
+        agent)."""
+        if user is None:
+            return {}
+        ident = user.identity
+        return {"user": ident.uid, "group": ident.gid, "extra_groups": list(user.groups)}
+
+    def _write(self, path: str, text: str, user: Any) -> None:
+        """Write a file of the environment: as ``user`` into its own environment (never
+        as root into a directory another identity owns)."""
+        if user is None:
+            with open(path, "w") as f:
+                f.write(text)
+            return
+        subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _WRITE_STDIN_TO, path],
+            input=text,
+            text=True,
+            check=True,
+            timeout=60,
+            **self._as(user),
+        )
+
+    def _build(
+        self, env_dir: str, lines: list[str], cwd: str, log: LogFn, user: Any = None
+    ) -> None:
+        self._run(
+            [self.base_python, "-m", "venv", "--without-pip", env_dir], cwd, log, "venv", user
+        )
         purelib = subprocess.run(
             [
                 os.path.join(env_dir, "bin", "python"),
@@ -147,15 +201,14 @@ class PythonEnvironments:
             capture_output=True,
             text=True,
             check=True,
+            **self._as(user),
         ).stdout.strip()
-        with open(os.path.join(purelib, "_dauntless_agent_site.pth"), "w") as f:
-            # "import" lines of a .pth run at start-up; addsitedir also reads the .pth
-            # files of the agent's site-packages (editable installs).
-            for d in _agent_site_dirs():
-                f.write(f"import site; site.addsitedir({d!r})\n")
+        # "import" lines of a .pth run at start-up; addsitedir also reads the .pth files
+        # of the agent's site-packages (editable installs).
+        pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in _agent_site_dirs())
+        self._write(os.path.join(purelib, "_dauntless_agent_site.pth"), pth, user)
         req = os.path.join(env_dir, "requirements.txt")
-        with open(req, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        self._write(req, "\n".join(lines) + "\n", user)
         self._run(
             [
                 self.base_python,
@@ -174,10 +227,10 @@ class PythonEnvironments:
             cwd,
             log,
             "pip",
+            user,
         )
 
-    @staticmethod
-    def _run(argv: list[str], cwd: str, log: LogFn, what: str) -> None:
+    def _run(self, argv: list[str], cwd: str, log: LogFn, what: str, user: Any = None) -> None:
         """Run a build step, its output line by line into the task's logs.
 
         Raises:
@@ -187,6 +240,10 @@ class PythonEnvironments:
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)
         env["PIP_NO_INPUT"] = "1"
+        if user is not None:  # its own home and pip cache, not the agent's
+            home = os.path.join(self.root, f"uid-{user.identity.uid}")
+            env["HOME"] = home
+            env["PIP_CACHE_DIR"] = os.path.join(home, ".pip-cache")
         try:
             proc = subprocess.Popen(
                 argv,
@@ -197,6 +254,7 @@ class PythonEnvironments:
                 stdin=subprocess.DEVNULL,
                 text=True,
                 errors="replace",
+                **self._as(user),
             )
         except OSError as exc:
             raise PrepareError(f"could not run {what}: {exc}", fatal=True) from None

@@ -53,7 +53,9 @@ class UserRow(Base):
     own salt and cost parameters); None only for the built-in users between the
     migration that made them and the master's first start, which sets their password
     (``security.initial_user_password``, else empty). ``modified_at`` changes with
-    every edit, the password included.
+    every edit, the password included. ``agent_uid``, ``agent_gid``, ``agent_user`` and
+    ``agent_group`` are the user's link to a Unix identity (Determined's
+    ``agent_user_group``), each None when unset (:mod:`dauntless.config._identity`).
     """
 
     __tablename__ = "users"
@@ -65,6 +67,10 @@ class UserRow(Base):
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     display_name: Mapped[str | None] = mapped_column(String(256), nullable=True)
     modified_at: Mapped[float] = mapped_column(Float)
+    agent_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    agent_gid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    agent_user: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    agent_group: Mapped[str | None] = mapped_column(String(64), nullable=True)
     #: Signs in only through single sign-on (Determined's ``remote``): no password.
     remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
@@ -231,6 +237,11 @@ class AgentRow(Base):
     # What the agent reported at registration (issue 23): {name, containers,
     # mount_namespace}; None for agents that reported nothing (plain processes).
     runtime: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=None)
+    # SHA-256 of the credential the master issued at the agent's latest registration
+    # (issue 29); the agent presents it on every later call. None: none issued yet.
+    token_hash: Mapped[str | None] = mapped_column(
+        String(64), nullable=True, unique=True, index=True
+    )
 
 
 class AllocationRow(Base):

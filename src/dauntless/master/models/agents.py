@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from ..auth import hash_token, new_token
 from ..context import MasterContext
-from ..db import AgentRow, AllocationRow, ClusterRow, InstanceRow
-from ..errors import BadRequest, NotFound
+from ..db import AgentRow, AllocationRow, ClusterRow, InstanceRow, TrialRow
+from ..errors import BadRequest, Forbidden, NotFound
 from . import runs
 
 log = logging.getLogger("dauntless.master")
@@ -44,8 +44,8 @@ def register_agent(
     slots: list[dict[str, Any]],
     running: list[str] | None = None,
     runtime: dict[str, Any] | None = None,
-) -> AgentRow:
-    """Add or replace an agent and reconcile what it runs.
+) -> tuple[AgentRow, str]:
+    """Add or replace an agent, reconcile what it runs, and issue its credential.
 
     Allocation parts of this agent that it lists in ``running`` are adopted (they kept
     running while the master or the connection was away); its other live parts that
@@ -61,10 +61,20 @@ def register_agent(
         running: allocation part ids the agent still runs (None: none).
 
     ``runtime`` is what the agent reported of its task runtime (``{name,
-    containers, mount_namespace}``; :mod:`dauntless.master.environments`).
+    containers, mount_namespace, identity}``; :mod:`dauntless.master.environments`).
+
+    The agent's credential (:mod:`dauntless.master.auth_agents`) is made anew: its hash
+    replaces the agent's earlier one in the row, and the caller hands the token to the
+    agent once the transaction has committed.
+
+    Returns:
+        The agent's row and its new credential.
 
     Raises:
-        BadRequest: an unknown resource pool, or duplicate slot ids.
+        BadRequest: an unknown resource pool, duplicate slot ids, more slots than
+            ``security.agents.max_slots``, or artificial slots where
+            ``security.agents.allow_artificial_slots`` is off (agents a provider of the
+            master launched may have them: its config gave them).
     """
     pools = [p.pool_name for p in ctx.config.resource_pools]
     if resource_pool not in pools:
@@ -75,6 +85,7 @@ def register_agent(
     ids = [str(sl["id"]) for sl in slots]
     if len(set(ids)) != len(ids):
         raise BadRequest("slot ids must be unique", [("slots", f"duplicates in {ids}")])
+    _check_slot_policy(s, ctx, agent_id, slots)
     now = ctx.clock()
     agent = s.get(AgentRow, agent_id)
     clean = [
@@ -118,9 +129,99 @@ def register_agent(
                     log.info("agent %s still runs %s: adopted", agent_id, alloc.id)
                 continue
             runs.terminate(s, ctx, alloc, None, "the agent restarted")
+    token = new_token()
+    agent.token_hash = hash_token(token)
     ctx.wake_after_commit(s)
     log.info("agent %s registered with %d slots in pool %s", agent_id, len(slots), resource_pool)
-    return agent
+    return agent, token
+
+
+def _check_slot_policy(
+    s: Session, ctx: MasterContext, agent_id: str, slots: list[dict[str, Any]]
+) -> None:
+    """Refuse what ``security.agents`` does not allow (see :func:`register_agent`)."""
+    policy = ctx.config.security.agents
+    if len(slots) > policy.max_slots:
+        raise BadRequest(
+            f"agent {agent_id} registers {len(slots)} slots; this master accepts at most "
+            f"{policy.max_slots} per agent (security.agents.max_slots)",
+            [("slots", f"at most {policy.max_slots} slots")],
+        )
+    artificial = [str(sl["id"]) for sl in slots if sl.get("device") == "artificial"]
+    if artificial and not policy.allow_artificial_slots:
+        instance = s.get(InstanceRow, agent_id)
+        if instance is None or instance.state == "TERMINATED":
+            raise BadRequest(
+                f"agent {agent_id} registers artificial slots ({', '.join(artificial)}); "
+                "this master does not allow them (security.agents.allow_artificial_slots)",
+                [("slots", "artificial slots are not allowed by the master config")],
+            )
+
+
+def placements(s: Session, allocation_ids: list[str]) -> dict[str, str]:
+    """The agent each existing allocation part of ``allocation_ids`` was placed on
+    (``{part id: agent id}``; unknown ids are left out). A part never moves."""
+    rows = s.execute(
+        select(AllocationRow.id, AllocationRow.agent_id).where(
+            AllocationRow.id.in_(list(dict.fromkeys(allocation_ids)))
+        )
+    ).all()
+    return {part: agent for part, agent in rows}
+
+
+def check_reports(
+    placed: dict[str, str], agent_id: str, part_id: str | None, allocation_ids: list[str]
+) -> None:
+    """Refuse an agent's report about allocation parts it does not run: every one of
+    ``allocation_ids`` that exists (is in ``placed``, :func:`placements`) must be placed
+    on ``agent_id`` (and, for a Slurm job's credential, be ``part_id`` itself). Unknown
+    ids pass: the routes answer them as before (404, or skipped).
+
+    Raises:
+        Forbidden: naming the first part that belongs to another agent.
+    """
+    for alloc_id in dict.fromkeys(allocation_ids):
+        owner = placed.get(alloc_id)
+        if owner is None:
+            continue
+        if owner != agent_id or (part_id is not None and alloc_id != part_id):
+            who = f"the Slurm job of part {part_id}" if part_id else f"agent {agent_id}"
+            raise Forbidden(
+                f"{who} may report only about the allocations placed on it; "
+                f"allocation {alloc_id} is not one of them"
+            )
+
+
+def runs_work_of(
+    s: Session,
+    agent_id: str,
+    part_id: str | None,
+    experiment_id: int | None = None,
+    task_id: str | None = None,
+) -> None:
+    """Refuse an agent's download of a context it has no live allocation for: of a trial
+    of ``experiment_id``, or of ``task_id``.
+
+    Raises:
+        Forbidden: the agent (or the Slurm job's part) runs no such allocation.
+    """
+    q = select(AllocationRow.id).where(
+        AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+    )
+    if part_id is not None:
+        q = q.where(AllocationRow.id == part_id)
+    if experiment_id is not None:
+        q = q.join(TrialRow, TrialRow.id == AllocationRow.trial_id).where(
+            TrialRow.experiment_id == experiment_id
+        )
+        what = f"experiment {experiment_id}"
+    else:
+        q = q.where(AllocationRow.task_id == task_id)
+        what = f"task {task_id}"
+    if s.scalar(q.limit(1)) is None:
+        raise Forbidden(
+            f"agent {agent_id} runs no allocation of {what}, so it may not download its context"
+        )
 
 
 def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str]) -> dict[str, Any]:

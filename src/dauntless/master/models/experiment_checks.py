@@ -32,7 +32,7 @@ from ..context import MasterContext
 from ..context_archive import check_context_archive
 from ..custom_searchers import runs_in_master
 from ..db import AgentRow, CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
-from ..environments import check_pool_can_run
+from ..environments import check_pool_can_run, check_pool_identity
 from ..errors import BadRequest, NotFound
 from ..search_setup import custom_method_class, pbt_checkpoints
 from . import users
@@ -116,7 +116,11 @@ def check_experiment(
     refuse_unsupported(raw, cfg)
     with ctx.db.read() as s:  # issue 23: some agent of the pool can run it
         known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
-    env_errors = check_pool_can_run(cfg, pool, known)
+        # issue 29: and as the owner's Unix identity
+        identity = users.task_identity(
+            s, users.user_id(s, owner or "determined"), ctx.config.security.default_task
+        )
+    env_errors = check_pool_can_run(cfg, pool, known) + check_pool_identity(identity, pool, known)
     if env_errors:
         raise BadRequest("invalid experiment config", env_errors)
     seed = cfg.reproducibility.experiment_seed

@@ -20,7 +20,7 @@ from ..environments import task_environment
 from ..errors import NotFound
 from ..states import STOPPING, State, is_terminal
 from ..task_policies import record_failure, retries_canceled
-from . import allocations, search, trials
+from . import allocations, search, trials, users
 
 log = logging.getLogger("dauntless.master")
 
@@ -261,4 +261,8 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
         "environment": task_environment(
             cfg.environment, cfg.bind_mounts, cfg.resources, cfg.checkpoint_storage
         ),
+        # The Unix identity the part's processes run as (issue 29).
+        "identity": users.task_identity(
+            s, exp.owner_id, ctx.config.security.default_task
+        ).to_json(),
     }

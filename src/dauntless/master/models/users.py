@@ -7,6 +7,8 @@ from __future__ import annotations
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from dauntless.config import AgentUserGroup, DefaultTaskConfig, TaskIdentity, resolve_task_identity
+
 from ..db import USER_SESSION, UserRow, UserSessionRow
 from ..errors import Conflict, NotFound
 
@@ -14,6 +16,29 @@ from ..errors import Conflict, NotFound
 def user_id(session: Session, username: str) -> int | None:
     """The id of the user named ``username``, None when there is none."""
     return session.scalar(select(UserRow.id).where(UserRow.username == username))
+
+
+def agent_link(user: UserRow) -> AgentUserGroup | None:
+    """A user's link to a Unix identity (Determined's ``agent_user_group``), None when
+    no field of it is set."""
+    link = AgentUserGroup.model_construct(
+        agent_uid=user.agent_uid,
+        agent_gid=user.agent_gid,
+        agent_user=user.agent_user,
+        agent_group=user.agent_group,
+    )
+    return None if link.is_empty() else link
+
+
+def task_identity(
+    session: Session, owner_id: int | None, default_task: DefaultTaskConfig
+) -> TaskIdentity:
+    """The Unix identity a task of ``owner_id`` runs as: the owner's link, else
+    ``default_task`` (field by field; :func:`dauntless.config.resolve_task_identity`).
+    An owner that no longer exists, or None (work from before users existed), has no
+    link."""
+    user = session.get(UserRow, owner_id) if owner_id is not None else None
+    return resolve_task_identity(agent_link(user) if user else None, default_task)
 
 
 def read_user(session: Session, user_id: int) -> UserRow:
@@ -116,10 +141,14 @@ def update_user(
     admin: bool | None = None,
     display_name: str | None = None,
     set_display_name: bool = False,
+    agent_user_group: AgentUserGroup | None = None,
+    set_agent_user_group: bool = False,
 ) -> UserRow:
     """Activate or deactivate a user (deactivating revokes its sessions), make or unmake
-    it admin, or (with ``set_display_name``) set its display name ("" or None: none).
-    None leaves a field as it is.
+    it admin, (with ``set_display_name``) set its display name ("" or None: none), or
+    (with ``set_agent_user_group``) replace its link to a Unix identity (None or an empty
+    link: unlinked; its next tasks run as ``security.default_task``). None leaves a
+    field as it is.
 
     Raises:
         NotFound: no such user.
@@ -136,6 +165,10 @@ def update_user(
         user.admin = admin
     if set_display_name:
         user.display_name = display_name or None
+    if set_agent_user_group:
+        link = agent_user_group or AgentUserGroup()
+        user.agent_uid, user.agent_gid = link.agent_uid, link.agent_gid
+        user.agent_user, user.agent_group = link.agent_user, link.agent_group
     user.modified_at = now
     return user
 

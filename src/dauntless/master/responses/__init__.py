@@ -36,6 +36,7 @@ from .checkpoints import (
 from .cluster import (
     AgentBody,
     AgentOut,
+    AgentRegistered,
     AgentsOut,
     JobBody,
     JobOut,
@@ -94,6 +95,7 @@ from .users import (
 
 __all__ = [
     "AgentBody",
+    "AgentRegistered",
     "AgentOut",
     "AgentsOut",
     "AllocationOut",

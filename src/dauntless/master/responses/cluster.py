@@ -42,6 +42,14 @@ class AgentBody(BaseModel):
     agent: AgentOut
 
 
+class AgentRegistered(BaseModel):
+    """A registration's answer: the agent, and the credential it presents from now on
+    (``X-Dauntless-Agent-Token``; issued once, stored by the master only hashed)."""
+
+    agent: AgentOut
+    token: str
+
+
 class AgentsOut(BaseModel):
     agents: list[AgentOut]
 

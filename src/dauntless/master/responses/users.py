@@ -7,8 +7,19 @@ from pydantic import BaseModel
 from ._base import _Open
 
 
+class AgentUserGroupOut(_Open):
+    """A user's link to a Unix identity (Determined's ``agent_user_group``); a field is
+    None when unset (``security.default_task`` gives it)."""
+
+    agent_uid: int | None
+    agent_gid: int | None
+    agent_user: str | None
+    agent_group: str | None
+
+
 class UserOut(_Open):
-    """A user (never its password hash); ``modified_at`` in seconds since the epoch."""
+    """A user (never its password hash); ``modified_at`` in seconds since the epoch;
+    ``agent_user_group`` None when the user has no link."""
 
     id: int
     username: str
@@ -17,6 +28,7 @@ class UserOut(_Open):
     display_name: str | None
     modified_at: float
     remote: bool = False
+    agent_user_group: AgentUserGroupOut | None = None
 
 
 class UserBody(BaseModel):

@@ -23,10 +23,12 @@ scheduler (priority, fair share, gang placement) as it does on agents:
   after its allocation ended is cancelled. A job that vanishes without reporting is
   treated as a lost task (the trial restarts from its checkpoint).
 
-The cluster secret reaches jobs as the path of the master's secret file, and a part's
-session token in its spec file (mode 0600), both under ``work_dir``, which must be on a
-file system that the master and the nodes share (as must checkpoint storage: shared_fs
-on that file system, or object storage).
+A job speaks for its own allocation part only: its spec file (mode 0600, under
+``work_dir``) holds the part's credential (:mod:`dauntless.master.auth_agents`, never
+the cluster secret) and session token. ``work_dir`` must be on a file system that the
+master and the nodes share (as must checkpoint storage: shared_fs on that file system,
+or object storage). Jobs run as the user ``sbatch`` submits them as (the master's):
+``security.default_task`` and users' links do not apply to them.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from sqlalchemy import select
 from dauntless.config import ResourcePoolConfig, SlurmResourceManagerConfig
 
 from .. import loop
-from ..auth import CLUSTER_SECRET_FILE, hash_token, new_token
+from ..auth import CLUSTER_SECRET_FILE, hash_token, load_cluster_secret, new_token
+from ..auth_agents import AgentCredentials
 from ..db import AgentRow, AllocationRow
 from ..models import runs
 
@@ -169,6 +172,7 @@ class SlurmResourceManager:
         self._cancelled: set[str] = set()
         self._agents: dict[str, Node] = {}
         self._drained: set[str] = set()
+        self._parts: AgentCredentials | None = None
 
     # ------------------------------------------------------------------ commands
 
@@ -301,7 +305,7 @@ class SlurmResourceManager:
                     {
                         "task": spec,
                         "master_url": self.ctx.public_url(),
-                        "cluster_secret_file": self._secret_file(),
+                        "agent_token": self._credentials().part_token(alloc_id),
                         "work_dir": os.path.join(self.work_dir, "tasks"),
                     },
                     f,
@@ -328,15 +332,15 @@ class SlurmResourceManager:
                 continue
             log.info("allocation %s submitted as Slurm job %s on %s", alloc_id, job_id, node.name)
 
-    def _secret_file(self) -> str:
-        path = os.path.join(self.work_dir, CLUSTER_SECRET_FILE)
-        if not os.path.exists(path):
-            from ..auth import load_cluster_secret
-
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(load_cluster_secret(self.ctx.config) + "\n")
-        return path
+    def _credentials(self) -> AgentCredentials:
+        """The issuer of jobs' part credentials; a copy of the cluster secret that an
+        older master left in ``work_dir`` (where jobs could read it) is removed."""
+        if self._parts is None:
+            self._parts = AgentCredentials(load_cluster_secret(self.ctx.config))
+            old = os.path.join(self.work_dir, CLUSTER_SECRET_FILE)
+            if os.path.exists(old):
+                os.unlink(old)
+        return self._parts
 
     def _poll_jobs(self) -> None:
         out = self._run([self.cfg.squeue, "-h", "-o", "%i|%j|%T"])
