@@ -35,7 +35,7 @@ from starlette.websockets import WebSocket
 
 from dauntless.config import TaskProxyConfig
 from dauntless.master.body_limits import MAX_JSON_BODY_BYTES
-from dauntless.master.testing import LiveMaster, agent_headers, bearer, login, serve, wait_for
+from dauntless.master.testing import LiveMaster, bearer, login, register_agent, serve, wait_for
 
 PAGE = "<html><body><script>window.evil = true</script>task page</body></html>"
 
@@ -104,19 +104,14 @@ def _world(master: LiveMaster, port: int) -> World:
         )
         assert r.status_code == 201, r.text
         bob = login(c, "bob", "pw")
-        r = c.post(
-            "/api/v1/agents",
-            json={"id": "a1", "slots": [{"id": "cpu0", "type": "cpu"}]},
-            headers=agent_headers(app),
-        )
-        assert r.status_code == 200, r.text
+        agent = register_agent(c, app, {"id": "a1", "slots": [{"id": "cpu0", "type": "cpu"}]})
         r = c.post("/api/v1/notebooks", data={}, headers=bearer(bob))
         assert r.status_code == 201, r.text
         task_id = r.json()["task"]["id"]
 
         def handed_over() -> dict | None:
             start = c.post(
-                "/api/v1/agents/a1/heartbeat", json={"running": []}, headers=agent_headers(app)
+                "/api/v1/agents/a1/heartbeat", json={"running": []}, headers=agent
             ).json()["start"]
             return start[0] if start else None
 

@@ -189,7 +189,7 @@ def session_user(session: Session, session_id: int, now: float) -> UserRow | Non
     """The user of login session ``session_id`` while it is valid (not revoked, not
     expired at ``now``, seconds since the epoch, its user active); None otherwise."""
     row = session.get(UserSessionRow, session_id)
-    if row is None or row.expires_at <= now:
+    if row is None or row.revoked or row.expires_at <= now:
         return None
     user = session.get(UserRow, row.user_id)
     return user if user is not None and user.active else None
