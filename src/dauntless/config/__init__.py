@@ -5,6 +5,7 @@ Pure: no I/O beyond parsing text handed in.
 
 from ._cluster import (
     AgentConfig,
+    AuthzConfig,
     MasterConfig,
     ResourcePoolConfig,
     SecurityConfig,
@@ -86,6 +87,7 @@ __all__ = [
     "Length",
     "LogHP",
     "MasterConfig",
+    "AuthzConfig",
     "RandomSearcher",
     "ResourcePoolConfig",
     "ResourcesConfig",

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from starlette.routing import Match
 from starlette.types import Scope
 
-from .auth import route_access
+from .auth import route_rule
 
 INT32_MAX = 2**31 - 1
 """Largest value of an ``INTEGER`` column (PostgreSQL's int4; ids are ``SERIAL``)."""
@@ -99,7 +99,8 @@ def api_routes(app: FastAPI) -> list[APIRoute]:
 
 def error_statuses(route: APIRoute) -> set[int]:
     """The error statuses ``route`` can answer (see the module docstring)."""
-    rule = route_access(route.endpoint)
+    method = sorted(route.methods or {"GET"})[0]
+    rule = route_rule(method, route.path_format, route.endpoint)
     statuses = {400, 405}
     if not rule.open:
         statuses |= {401, 403}

@@ -20,12 +20,14 @@ from dauntless.config import MasterConfig
 from . import loop
 from .api_spec import declare_errors
 from .auth import AuthService, authenticate
+from .authz import Authorizer
 from .context import MasterContext
 from .db import ClusterRow, Database
 from .fold_worker import FoldWorker
 from .metric_series import MetricFolder
 from .provisioner import build_provisioners
 from .proxy import make_proxy_app, proxy_client
+from .rbac import ROLES
 from .routes import install_error_handlers
 from .routes_allocations import router as allocations_router
 from .routes_auth import router as auth_router
@@ -38,11 +40,14 @@ from .routes_files import router as files_router
 from .routes_habits import router as habits_router
 from .routes_harness import router as harness_router
 from .routes_jobs import router as jobs_router
+from .routes_projects import router as projects_router
+from .routes_rbac import router as rbac_router
 from .routes_search import router as search_router
 from .routes_stream import router as stream_router
 from .routes_tasks import install_task_error_handlers
 from .routes_tasks import router as tasks_router
 from .routes_trials import router as trials_router
+from .routes_workspaces import router as workspaces_router
 from .webui import router as webui_router
 
 log = logging.getLogger("dauntless.master")
@@ -107,7 +112,14 @@ def create_app(
     db = Database(default_db_url(config))
     ctx = MasterContext(db, config)
     ctx.port = config.port
-    auth = AuthService(db, config, allocation_versions=ctx.allocation_versions)
+    assign = config.security.authz.workspace_creator_assign_role
+    if assign.enabled and assign.role_id not in ROLES:
+        raise ValueError(
+            "security.authz.workspace_creator_assign_role.role_id: no role "
+            f"{assign.role_id}; roles: {sorted(ROLES)}"
+        )
+    authz = Authorizer(db, config)
+    auth = AuthService(db, config, allocation_versions=ctx.allocation_versions, authz=authz)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -170,11 +182,17 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.auth = auth
+    app.state.authz = authz
     app.state.config = config
     install_error_handlers(app)
     install_task_error_handlers(app)
     app.state.proxy_client = proxy_client()
     app.mount("/proxy", make_proxy_app(app.state))  # task services (dauntless.master.proxy)
+    # Issue 30 first: /users/assignments and /experiments/{id}/move before the
+    # /users/{user_id} and /experiments/{exp_id}/{action} routes that would match them.
+    app.include_router(rbac_router)
+    app.include_router(workspaces_router)
+    app.include_router(projects_router)
     app.include_router(tasks_router)
     app.include_router(auth_router)
     app.include_router(compat_router)

@@ -60,17 +60,18 @@ from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
 from .auth_secrets import hash_password, hash_token, load_cluster_secret, new_token
 from .auth_secrets import verify_password as verify_password
 from .auth_throttle import LoginThrottle
+from .authz import Authorizer
 from .db import (
     AllocationRow,
     CheckpointRow,
     Database,
-    ExperimentRow,
     TrialRow,
     UserRow,
     UserSessionRow,
 )
 from .db.changes import RowVersions, Version
 from .models import users
+from .permissions import Rule, rule_for
 
 log = logging.getLogger("dauntless.master.auth")
 
@@ -102,6 +103,8 @@ class AuthService:
         clock: seconds since the epoch (session expiry); tests may pass their own.
         allocation_versions: change counters of allocation rows by group id
             (``MasterContext.allocation_versions``); None: no remembering.
+        authz: the permission checks of users (:mod:`dauntless.master.authz`); one of
+            its own when None.
     """
 
     def __init__(
@@ -110,8 +113,10 @@ class AuthService:
         config: MasterConfig,
         clock: Callable[[], float] = time.time,
         allocation_versions: RowVersions | None = None,
+        authz: Authorizer | None = None,
     ):
         self.db = db
+        self.authz = authz or Authorizer(db, config)
         self.config = config
         self.clock = clock
         self.cluster_secret = load_cluster_secret(config)
@@ -306,11 +311,13 @@ class AuthService:
 
     # ------------------------------------------------------------------ authorize
 
-    def authorize(self, who: Principal, rule: Access, request: Request) -> None:
-        """Check ``rule`` for ``who`` calling ``request``'s route.
+    def authorize(self, who: Principal, rule: Rule, request: Request) -> None:
+        """Check ``rule`` (the route's row of :data:`dauntless.master.permissions.ROUTES`)
+        for ``who`` calling ``request``'s route; users' permissions are
+        :class:`~dauntless.master.authz.Authorizer`'s.
 
         Raises:
-            HTTPException: 403 naming the rule that refuses.
+            HTTPException: 403 naming what is needed.
         """
         route = request.scope.get("route")
         target = f"{request.method} {getattr(route, 'path', request.url.path)}"
@@ -330,35 +337,7 @@ class AuthService:
             raise forbidden(
                 f"a trial's session token may call only its own trial's routes, not {target}"
             )
-        if who.admin or rule.users == "any":
-            return
-        what = rule.what.format(**params) if rule.what else f"call {target}"
-        if rule.users == "admin":
-            raise forbidden(f"only an admin may {what}")
-        if rule.users == "owner":
-            exp = self._experiment_of(params)
-            if exp is None or exp.owner_id == who.user_id:
-                return  # no such object: the route answers 404
-            raise forbidden(
-                f"only the owner of experiment {exp.id} ({exp.owner}) or an admin may {what}"
-            )
-        raise forbidden(f"only agents, trials or an admin may {what}")
-
-    def _experiment_of(self, params: dict[str, str]) -> ExperimentRow | None:
-        """The experiment a path names (by ``exp_id``, ``trial_id`` or checkpoint
-        ``uuid``), or None when it names none that exists."""
-        with self.db.read() as s:
-            exp_id: int | None = None
-            if "exp_id" in params:
-                exp_id = _int(params["exp_id"])
-            elif "trial_id" in params:
-                tid = _int(params["trial_id"])
-                trial = s.get(TrialRow, tid) if tid is not None else None
-                exp_id = trial.experiment_id if trial else None
-            elif "uuid" in params:
-                ckpt = s.get(CheckpointRow, params["uuid"])
-                exp_id = ckpt.experiment_id if ckpt else None
-            return s.get(ExperimentRow, exp_id) if exp_id is not None else None
+        self.authz.check(who, rule, request)
 
     def _check_own(self, who: Principal, params: dict[str, str], target: str) -> None:
         refuse = forbidden(
@@ -410,7 +389,7 @@ async def authenticate(request: Request) -> Principal | None:
     """
     route = request.scope.get("route")
     path = getattr(route, "path", "") or ""
-    rule = route_access(getattr(route, "endpoint", None))
+    rule = route_rule(request.method, path, getattr(route, "endpoint", None))
     if rule.open or not path.startswith("/api/"):
         request.state.principal = None
         return None
@@ -426,7 +405,36 @@ async def authenticate(request: Request) -> Principal | None:
     return who
 
 
-def _identify_and_authorize(service: AuthService, rule: Access, request: Request) -> Principal:
+def route_rule(method: str, path: str, endpoint: Any) -> Rule:
+    """The rule of a route: its row of the permission table; else, for a route not yet
+    moved there, its old ``@access(...)`` rule (:func:`legacy_rule`); else a rule no
+    user passes (a route nobody declared is refused, never open)."""
+    rule = rule_for(method, path)
+    if rule is not None:
+        return rule
+    if hasattr(endpoint, ACCESS_ATTR):
+        return legacy_rule(route_access(endpoint))
+    return UNDECLARED
+
+
+UNDECLARED = Rule(on="admin", what="call a route that declares no permission")
+"""The rule of a route in neither the table nor ``@access``: admins only."""
+
+
+def legacy_rule(old: Access) -> Rule:
+    """An ``@access(...)`` rule as a table :class:`Rule`: ``users="any"`` is any signed-in
+    user; ``admin``, ``none`` and ``owner`` (which names no permission) are admins
+    only."""
+    return Rule(
+        on="any" if old.users == "any" else "admin",
+        open=old.open,
+        agent=old.agent,
+        trial=old.trial,
+        what=old.what,
+    )
+
+
+def _identify_and_authorize(service: AuthService, rule: Rule, request: Request) -> Principal:
     who = service.identify(request)
     request.state.principal = who
     service.authorize(who, rule, request)

@@ -1,9 +1,10 @@
 """The master's proxy to task services: ``/proxy/<task id>/...`` (HTTP and WebSocket).
 
 A notebook, shell or TensorBoard listens on a port of its agent; users reach it through
-the master's one address (and its TLS), signed in: only the task's owner or an admin
-passes (a trial's or task's session token, or another user, gets 403; no credential
-401). The service gets the path unchanged (notebooks and TensorBoards are started with
+the master's one address (and its TLS), signed in: only the task's owner or a user with
+``UPDATE_NSC`` on its workspace passes (the ``PROXY`` row of
+:mod:`dauntless.master.permissions`; a trial's or task's session token, or another user,
+gets 403; no credential 401). The service gets the path unchanged (notebooks and TensorBoards are started with
 ``/proxy/<task id>/`` as their base URL), and the proxy adds the service's own secret
 (``Authorization: token ...``, Jupyter's token), so the service cannot be used by
 going around the master. The master's ``dauntless_token`` cookie and the caller's
@@ -37,6 +38,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from dauntless._auth import COOKIE_NAME
 
+from .authz import may_open
 from .tasks import NotFound
 
 log = logging.getLogger("dauntless.master.proxy")
@@ -109,10 +111,9 @@ async def _target(conn: HTTPConnection, task_id: str) -> tuple[Any, str]:
         raise _Refused(
             403, f"only users may open task services; a {who.kind}'s token may not reach {task_id}"
         )
-    if not (who.admin or who.user_id == row.owner_id):
-        raise _Refused(
-            403, f"only the owner of task {task_id} ({row.owner}) or an admin may open it"
-        )
+    refused = await run_in_threadpool(may_open, app.state.authz, who, task_id)
+    if refused is not None:
+        raise _Refused(403, refused)
     if base is None:
         if row.state in ("COMPLETED", "ERROR", "CANCELED"):
             raise _Refused(410, f"task {task_id} has ended ({row.state}): {row.exit_message}")

@@ -6,9 +6,9 @@
 | ``POST /auth/logout`` | a user | | ``{}``; the presented token is revoked, the cookie cleared |
 | ``GET /auth/user``, ``GET /me`` | a user | | ``{"user": User}`` |
 | ``GET /users`` | a user | | ``{"users": [User]}`` |
-| ``POST /users`` | admin | ``{username, password ("" allowed), admin}`` | 201 ``{"user"}``; 409 if the name is taken |
-| ``PATCH /users/{id}`` | admin; the user itself for ``display_name`` | ``{active?, admin?, display_name?}`` | ``{"user"}`` |
-| ``POST /users/{id}/password`` | the user itself, or an admin | ``{password, old_password?}`` | ``{"user"}``; every token of the user is revoked |
+| ``POST /users`` | ``ADMINISTRATE_USER`` (admins) | ``{username, password ("" allowed), admin}`` | 201 ``{"user"}``; 409 if the name is taken |
+| ``PATCH /users/{id}`` | ``ADMINISTRATE_USER``; the user itself for ``display_name`` | ``{active?, admin?, display_name?}`` | ``{"user"}`` |
+| ``POST /users/{id}/password`` | the user itself, or ``ADMINISTRATE_USER`` | ``{password, old_password?}`` | ``{"user"}``; every token of the user is revoked |
 
 ``User = {id, username, admin, active, display_name, modified_at}``. Passwords are taken
 as :class:`pydantic.SecretStr`, so they never appear in a repr, a log line or an error.
@@ -28,15 +28,16 @@ from . import responses as R
 from .api_spec import DbId
 from .auth import (
     AuthService,
-    access,
     forbidden,
     hash_password,
     principal,
     unauthorized,
     verify_password,
 )
+from .authz import may
 from .db import UserRow
 from .models import users
+from .rbac import Perm
 
 router = APIRouter(prefix="/api/v1")
 
@@ -93,7 +94,6 @@ def _auth(request: Request) -> AuthService:
 
 
 @router.post("/auth/login", response_model=R.LoginOut)
-@access(open=True)
 def login(body: LoginBody, request: Request) -> JSONResponse:
     """Sign in: a bearer token (also set as the ``dauntless_token`` cookie)."""
     auth = _auth(request)
@@ -175,7 +175,6 @@ def list_users(request: Request) -> dict[str, Any]:
 
 
 @router.post("/users", status_code=201, response_model=R.UserBody)
-@access(users="admin", what="create users")
 def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
     """Create a user (admins only); 409 when the name is taken."""
     auth = _auth(request)
@@ -192,12 +191,11 @@ def patch_user(user_id: DbId, body: PatchUserBody, request: Request) -> dict[str
     """Activate, deactivate, make or unmake admin (admins), or set the display name
     (admins, or the user itself). Deactivating a user revokes its tokens; the last
     active admin cannot be deactivated or demoted (409)."""
-    who = principal(request)
-    if not who.admin:
-        if who.user_id != user_id:
-            raise forbidden("only an admin may edit another user")
-        if body.active is not None or body.admin is not None:
-            raise forbidden("only an admin may activate, deactivate or change admin rights")
+    if not may(request, Perm.ADMINISTRATE_USER, [None])[0] and (
+        body.active is not None or body.admin is not None
+    ):
+        # The table lets users edit themselves; these fields are for administrators.
+        raise forbidden("only an admin may activate, deactivate or change admin rights")
     auth = _auth(request)
     with auth.db.write() as s:
         user = users.update_user(
@@ -220,9 +218,6 @@ def set_password(user_id: DbId, body: PasswordBody, request: Request) -> dict[st
     ``old_password`` is optional; when given it must be the current password (403),
     so a client can make a user confirm who they are.
     """
-    who = principal(request)
-    if not who.admin and who.user_id != user_id:
-        raise forbidden("only an admin may change another user's password")
     auth = _auth(request)
     with auth.db.read() as s:
         current = users.read_user(s, user_id).password_hash

@@ -45,6 +45,7 @@ from dauntless.config import ConfigError
 from dauntless.config._task import TASK_TYPES, parse_task_config
 
 from .db import (
+    UNCATEGORIZED_ID,
     AllocationRow,
     ExperimentRow,
     TaskLogRow,
@@ -52,6 +53,7 @@ from .db import (
     TrialRow,
     UserRow,
 )
+from .models import workspaces
 from .task_scheduling import TaskHost, TaskScheduling
 from .task_states import DEFAULT_SLOTS as DEFAULT_SLOTS
 from .task_states import EXTRAS as EXTRAS
@@ -96,6 +98,7 @@ class TaskService:
         entrypoint: str | list[str] | None = None,
         context: bytes | None = None,
         meta: dict[str, Any] | None = None,
+        workspace_id: int = UNCATEGORIZED_ID,
     ) -> dict[str, Any]:
         """Validate and queue a task.
 
@@ -110,6 +113,8 @@ class TaskService:
                 None.
             meta: type-specific facts (a TensorBoard's ``experiment_ids``,
                 ``trial_ids`` and ``logdirs``).
+            workspace_id: its workspace (not archived), whose default pools apply when
+                the config names no pool; a pool bound to other workspaces is refused.
 
         Returns:
             The task's view (:meth:`view`) and ``warnings`` (list of str).
@@ -133,9 +138,13 @@ class TaskService:
 
             raise BadRequest("invalid task config", exc.errors) from None
         pools = [p.pool_name for p in self.ctx.config.resource_pools]
-        pool = cfg.resources.resource_pool or "default"
-        if pool not in pools:
-            raise _bad("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")
+        with self.ctx.db.read() as s:
+            ws = workspaces.read_workspace(s, workspace_id)
+            workspaces.refuse_archived(ws)
+            pool = cfg.resources.resource_pool or workspaces.workspace_pool(ws, cfg.resources.slots)
+            if pool not in pools:
+                raise _bad("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")
+            workspaces.check_pool_usable(s, pool, workspace_id, "resources.resource_pool")
         if context is not None and len(context) > MAX_CONTEXT_BYTES:
             raise _bad(
                 "context",
@@ -175,8 +184,9 @@ class TaskService:
                 owner=owner,
                 owner_id=s.scalar(select(UserRow.id).where(UserRow.username == owner)),
                 description=desc[:512],
-                config=cfg.to_json(),
+                config=_with_pool(cfg.to_json(), pool),
                 entrypoint=entrypoint,
+                workspace_id=workspace_id,
                 meta=dict(meta or {}),
                 context=context,
                 run_id=0,
@@ -203,6 +213,7 @@ class TaskService:
             "state": row.state,
             "owner": row.owner,
             "user_id": row.owner_id,
+            "workspace_id": row.workspace_id,
             "description": row.description,
             "config": cfg,
             "entrypoint": row.entrypoint,
@@ -246,8 +257,15 @@ class TaskService:
         with self.ctx.db.read() as s:
             return self.view(s, self.get_row(s, task_id))
 
-    def list(self, task_type: str | None = None, owner: str | None = None) -> list[dict[str, Any]]:
-        """Every task, oldest first, optionally of one type and/or one owner.
+    def list(
+        self,
+        task_type: str | None = None,
+        owner: str | None = None,
+        visible: builtins.set[int] | None = None,
+        workspace_id: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every task, oldest first, optionally of one type, one owner and one workspace,
+        of the ``visible`` workspaces only (the caller's view; None: all).
 
         Raises:
             BadRequest: an unknown type.
@@ -260,6 +278,10 @@ class TaskService:
                 q = q.where(TaskRow.type == task_type)
             if owner is not None:
                 q = q.where(TaskRow.owner == owner)
+            if visible is not None:
+                q = q.where(TaskRow.workspace_id.in_(visible))
+            if workspace_id is not None:
+                q = q.where(TaskRow.workspace_id == workspace_id)
             return [self.view(s, r) for r in s.scalars(q).all()]
 
     def context(self, task_id: str) -> bytes | None:
@@ -461,3 +483,10 @@ def _default_description(task_type: str, task_id: str, entrypoint: Any) -> str:
     return {"NOTEBOOK": "JupyterLab", "SHELL": "Shell", "TENSORBOARD": "TensorBoard"}[
         task_type
     ] + f" ({task_id})"
+
+
+def _with_pool(config: dict[str, Any], pool: str) -> dict[str, Any]:
+    """A task config with its pool set (the workspace's default when it named none)."""
+    if pool != "default" and not config["resources"].get("resource_pool"):
+        config["resources"] = {**config["resources"], "resource_pool": pool}
+    return config

@@ -19,8 +19,26 @@ from .models import (
     UserRow,
     UserSessionRow,
 )
+from .teams import (
+    UNCATEGORIZED_ID,
+    PoolBindingRow,
+    ProjectRow,
+    RoleAssignmentRow,
+    UserGroupMemberRow,
+    UserGroupRow,
+    WorkspacePinRow,
+    WorkspaceRow,
+)
 
 __all__ = [
+    "UNCATEGORIZED_ID",
+    "PoolBindingRow",
+    "ProjectRow",
+    "RoleAssignmentRow",
+    "UserGroupMemberRow",
+    "UserGroupRow",
+    "WorkspacePinRow",
+    "WorkspaceRow",
     "AgentRow",
     "AllocationRow",
     "Base",

@@ -29,6 +29,7 @@ from dauntless.storage import build_storage
 from ..compat038 import merge_config_overrides, prepare_raw_config
 from ..context import MasterContext
 from ..db import (
+    UNCATEGORIZED_ID,
     AgentRow,
     AllocationRow,
     CheckpointRow,
@@ -42,7 +43,7 @@ from ..environments import check_pool_can_run
 from ..errors import MAX_CONTEXT_BYTES, BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
-from . import checkpoints, search, users
+from . import checkpoints, projects, search, users, workspaces
 
 log = logging.getLogger("dauntless.master")
 
@@ -54,6 +55,7 @@ def create_experiment(
     activate: bool = True,
     owner: str = "determined",
     parent_id: int | None = None,
+    project_id: int = UNCATEGORIZED_ID,
 ) -> int:
     """Validate a config, store the experiment and run its searcher's first operations.
 
@@ -66,6 +68,10 @@ def create_experiment(
             delete it); the built-in ``determined`` by default.
         parent_id: fork: the experiment this one is forked from (its model
             definition is copied when ``context`` is None).
+        project_id: its project (:func:`.projects.project_for_create` chose it). Its
+            workspace's checkpoint storage is merged under the config's and its default
+            compute or auxiliary pool is used when the config names none (reference
+            §1.2); a pool bound to other workspaces is refused, naming it.
 
     Opens its own transactions (reads for the checks, one write for the rows) and wakes
     the control loop once the experiment is stored.
@@ -78,15 +84,20 @@ def create_experiment(
             master cannot honour (named, with the reason), an unknown warm-start
             source, an unsupported checkpoint storage, an unknown resource pool, or a
             context over 95 MiB.
-        NotFound: ``parent_id`` names no experiment.
+        NotFound: ``parent_id`` names no experiment; no such project.
+        Conflict: the project or its workspace is archived.
     """
     if parent_id is not None:
         with ctx.db.read() as s:
             parent_context = model_definition(s, parent_id)  # NotFound if none
         if context is None:
             context = parent_context
+    with ctx.db.read() as s:
+        _project, ws = projects.accepting_project(s, project_id)
     try:
-        raw = prepare_raw_config(config_text, ctx.default_storage())
+        raw = prepare_raw_config(
+            config_text, workspaces.workspace_storage(ws, ctx.default_storage())
+        )
         cfg = parse_experiment_config(raw)
     except ConfigError as exc:
         raise BadRequest("invalid experiment config", exc.errors) from None
@@ -101,12 +112,19 @@ def create_experiment(
             [("entrypoint", "required: 'module:TrialClass' or a command to run")],
         )
     pools = [p.pool_name for p in ctx.config.resource_pools]
-    pool = cfg.resources.resource_pool or "default"
+    pool = cfg.resources.resource_pool or workspaces.workspace_pool(
+        ws, cfg.resources.slots_per_trial
+    )
     if pool not in pools:
         raise BadRequest(
             "invalid experiment config",
             [("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")],
         )
+    with ctx.db.read() as s:
+        workspaces.check_pool_usable(s, pool, ws.id, "resources.resource_pool")
+    if not cfg.resources.resource_pool and pool != "default":
+        raw.setdefault("resources", {})["resource_pool"] = pool
+        cfg = parse_experiment_config(raw)
     refuse_unsupported(raw, cfg)
     with ctx.db.read() as s:  # issue 23: some agent of the pool can run it
         known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
@@ -121,7 +139,7 @@ def create_experiment(
         resolve_warm_start(s, raw)
     raw["reproducibility"]["experiment_seed"] = seed
     if raw.get("checkpoint_storage") is None:
-        raw["checkpoint_storage"] = ctx.default_storage()
+        raw["checkpoint_storage"] = workspaces.workspace_storage(ws, ctx.default_storage())
     resolved = parse_experiment_config(raw)
     try:
         # The master deletes checkpoints (GC) and serves downloads: it needs the
@@ -144,6 +162,7 @@ def create_experiment(
             archived=False,
             owner=owner,
             owner_id=users.user_id(s, owner),
+            project_id=project_id,
             config=resolved.to_json(),
             original_config=config_text,
             seed=seed,
