@@ -201,6 +201,11 @@ class Authorizer:
             for uid, kind in target.owners
         )
 
+    def is_admin(self, who: Principal) -> bool:
+        """Whether user ``who`` is an admin: the ``admin`` flag, or ClusterAdmin (every
+        permission) from a cluster-scope role."""
+        return who.admin or (who.kind == "user" and self.grants(who).cluster >= ALL)
+
     def visible(self, who: Principal, perm: Perm) -> set[int] | None:
         """The workspaces whose objects ``who`` may see with ``perm`` (None: all)."""
         if who.kind != "user":
@@ -241,7 +246,7 @@ class Authorizer:
         if rule.on == "any" or rule.on in ("body", "list"):
             return
         if rule.on == "admin":
-            if who.admin:
+            if self.is_admin(who):
                 return
             raise forbidden(f"only agents, trials or an admin may {what}")
         perm = rule.perm_for(params.get("action"))

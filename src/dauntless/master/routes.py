@@ -144,12 +144,15 @@ def _experiment_views(s: Session, exps: list[ExperimentRow]) -> list[dict[str, A
         counts[exp_id] = counts.get(exp_id, 0) + 1
         if best is not None:
             bests.setdefault(exp_id, []).append(best)
+    places = experiment_reads.project_places(s, {e.project_id for e in exps})
     out = []
     for e in exps:
         values = bests.get(e.id)
         smaller = e.config.get("searcher", {}).get("smaller_is_better", True)
         best = (min(values) if smaller else max(values)) if values else None
-        out.append(experiment_view(e, counts.get(e.id, 0), best))
+        view = experiment_view(e, counts.get(e.id, 0), best)
+        view.update(places.get(e.project_id, {}))
+        out.append(view)
     return out
 
 

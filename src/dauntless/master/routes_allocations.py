@@ -80,6 +80,6 @@ def list_allocations(
                 403, f"a trial's session token may read only its own trial ({who.trial_id})"
             )
         trial_id = who.trial_id
-    elif not who.admin:
+    elif not request.app.state.authz.is_admin(who):
         owner_id = who.user_id
     return {"allocations": _allocations(request, trial_id, active, owner_id)}

@@ -164,7 +164,7 @@ def _authorize_create(
 
     Raises:
         BadRequest: ``workspace``/``project`` not text, or only one given.
-        NotFound: no such project. Conflict: it or its workspace is archived.
+        NotFound: no such project.
         HTTPException: 403 naming the permission.
     """
     import yaml
@@ -181,8 +181,8 @@ def _authorize_create(
             raise BadRequest("invalid experiment config", [(key, "a name (text)")])
         names.append(value)
     with _ctx(request).db.read() as s:
-        project, _ws = projects.project_for_create(s, project_id, names[0], names[1])
-        target = authz.project_target(s, project.id)
+        project = projects.project_for_create(s, project_id, names[0], names[1])
+        target = authz.project_target(s, project)
         sources = [parent_id] if parent_id is not None else []
         searcher = raw.get("searcher")
         searcher = searcher if isinstance(searcher, dict) else {}
@@ -194,7 +194,7 @@ def _authorize_create(
     for source in source_targets:
         if source is not None:
             authz.require(request, source, perm=Perm.VIEW_EXPERIMENT_ARTIFACTS)
-    return project.id
+    return project
 
 
 def _config_warnings(config: str) -> list[str]:

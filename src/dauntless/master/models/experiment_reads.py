@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..db import CheckpointRow, ExperimentRow, ProjectRow, TrialRow
+from ..db import CheckpointRow, ExperimentRow, ProjectRow, TrialRow, WorkspaceRow
 from ..errors import NotFound
 from ..states import State
 
@@ -97,3 +97,19 @@ def warm_start_experiments(session: Session, trial_id: object, uuid: object) -> 
         if exp is not None:
             out.append(exp)
     return out
+
+
+def project_places(session: Session, project_ids: set[int]) -> dict[int, dict[str, object]]:
+    """Per project id: ``project_name``, ``workspace_id`` and ``workspace_name`` (what
+    experiment views add, as Determined's)."""
+    if not project_ids:
+        return {}
+    rows = session.execute(
+        select(ProjectRow.id, ProjectRow.name, WorkspaceRow.id, WorkspaceRow.name)
+        .join(WorkspaceRow, WorkspaceRow.id == ProjectRow.workspace_id)
+        .where(ProjectRow.id.in_(project_ids))
+    )
+    return {
+        pid: {"project_name": pname, "workspace_id": wid, "workspace_name": wname}
+        for pid, pname, wid, wname in rows
+    }

@@ -315,17 +315,15 @@ def accepting_project(s: Session, project_id: int) -> tuple[ProjectRow, Workspac
     return p, ws
 
 
-def project_for_create(
-    s: Session, project_id: int | None, workspace: str, project: str
-) -> tuple[ProjectRow, WorkspaceRow]:
+def project_for_create(s: Session, project_id: int | None, workspace: str, project: str) -> int:
     """The project a new experiment goes to: ``project_id`` (``--project_id``) first,
     else the config's ``workspace`` and ``project`` names, else Uncategorized
-    (Determined's order and messages).
+    (Determined's order and messages). Whether it takes new experiments is
+    :func:`accepting_project`'s.
 
     Raises:
         BadRequest: only one of the two names given.
         NotFound: no such project, or no such workspace/project pair.
-        Conflict: the project or workspace is archived.
     """
     if project_id is None:
         if bool(workspace) != bool(project):
@@ -350,7 +348,7 @@ def project_for_create(
             project_id = found
     elif s.get(ProjectRow, project_id) is None:
         raise NotFound(f"project ({project_id}) not found")
-    return accepting_project(s, project_id)
+    return project_id
 
 
 def move_experiment(s: Session, exp: ExperimentRow, destination: int) -> ProjectRow:
