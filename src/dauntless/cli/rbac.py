@@ -215,7 +215,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         ("assign-role", True, "give a role to a user or group, on a workspace or the cluster"),
         ("unassign-role", False, "take a role back"),
     ):
-        p = sub.add_parser(name, help=help_text, parents=[common])
+        # Not the common options: -u here is the user to assign, as in Determined (give
+        # -m/-u of the caller before the command: det -u admin rbac assign-role ...).
+        p = sub.add_parser(name, help=help_text)
         p.add_argument("role_name", metavar="ROLE")
         p.add_argument("-w", "--workspace-name", help="on this workspace (default: the cluster)")
         p.add_argument("-u", "--username-to-assign", help="the user")

@@ -141,17 +141,15 @@ class Role:
         id: Determined's role id.
         name: Determined's role name (``ClusterAdmin`` ...).
         permissions: what it grants.
+        global_only: assignable on the cluster only.
     """
 
     id: int
     name: str
     permissions: frozenset[Perm]
-
-    @property
-    def global_only(self) -> bool:
-        """Whether every permission of the role is global (it is then assignable at
-        cluster scope only, as Determined's ``WorkspaceCreator`` and ``TokenCreator``)."""
-        return self.permissions <= GLOBAL_ONLY
+    global_only: bool = False
+    """Assignable on the cluster only (Determined's ``WorkspaceCreator`` and
+    ``TokenCreator``)."""
 
 
 CLUSTER_ADMIN = 1
@@ -184,7 +182,7 @@ ROLES: dict[int, Role] = {
                 97002,
             ),  # fmt: skip
         ),
-        Role(3, "WorkspaceCreator", _ids(94001, 11006, 11007)),
+        Role(3, "WorkspaceCreator", _ids(94001, 11006, 11007), global_only=True),
         Role(
             4, "Viewer", _ids(2002, 2003, 3002, 4002, 5002, 7001, 9001, 11003, 11006, 11007, 97002)
         ),
@@ -208,7 +206,7 @@ ROLES: dict[int, Role] = {
             ),  # fmt: skip
         ),
         Role(9, "EditorProjectRestricted", _EDITOR - _ids(5001, 5003)),
-        Role(10, "TokenCreator", _ids(12002, 12003, 12006)),
+        Role(10, "TokenCreator", _ids(12002, 12003, 12006), global_only=True),
     )
 }
 """Every role by id (Determined 0.38.1's ten)."""
