@@ -15,12 +15,14 @@
 **Where it is enforced.** :func:`authenticate` is a dependency of the whole application
 (``FastAPI(dependencies=...)``), so every route, present or future, passes through it; a
 route cannot be forgotten. Routes outside ``/api/`` (the WebUI's pages and files, which
-hold no data) and routes marked ``@access(open=True)`` (login, ``GET /master``) need no
+hold no data) and the open rows of the permission table (login, ``GET /master``) need no
 credential; FastAPI's own ``/docs`` and ``/openapi.json`` are not API routes and stay open,
 as Determined's are (the API's shape is no secret). Everything else needs a credential
-(401 otherwise, with ``WWW-Authenticate: Bearer``) and then passes the route's
-:class:`Access` rule (403 naming the rule otherwise). A route with no rule gets
-:data:`DEFAULT_ACCESS`: any signed-in user, no agent, no trial. Admins pass every rule.
+(401 otherwise, with ``WWW-Authenticate: Bearer``) and then passes the route's row of
+:data:`dauntless.master.permissions.ROUTES` (403 naming what is needed otherwise; users'
+permissions are :mod:`dauntless.master.authz`'s). A route without a row falls back on an
+old-style ``@access(...)`` rule (:func:`legacy_rule`), else admits admins only
+(:data:`UNDECLARED`).
 
 **Storage.** Passwords are hashed with argon2id (argon2-cffi's defaults, RFC 9106's
 low-memory profile; the encoded hash carries salt and parameters). Tokens are 256 random

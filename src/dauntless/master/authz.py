@@ -223,8 +223,13 @@ class Authorizer:
         if target.kind == "task":
             perm = TASK_EQUIVALENT.get(perm, perm)
         view = VIEW_OF_KIND[target.kind]
-        if perm != view and not self.allowed(who, view, target):
+        if perm == view:
             return forbidden(f"permission denied: {target.label} needs {view.api_name}")
+        if not self.allowed(who, view, target):
+            return forbidden(
+                f"permission denied: to {what}, {target.label} needs {perm.api_name} on its "
+                f"workspace (and {view.api_name} to see it)"
+            )
         owned = any(perm in OWNER_PERMISSIONS[kind] for _, kind in target.owners)
         if self.basic and owned:
             owner = f" ({target.owner_name})" if target.owner_name else ""
@@ -453,10 +458,13 @@ def visible(request: Request, perm: Perm | None = None) -> set[int] | None:
 
 
 def read_target(request: Request, kind: str, ident: Any) -> Target | None:
-    """The target of the ``kind`` (experiment, task, project, workspace) ``ident``."""
+    """The target of the ``kind`` (experiment, trial: its experiment, task, project,
+    workspace) ``ident``."""
     with authorizer(request).db.read() as s:
         if kind == "experiment":
             return experiment_target(s, ident)
+        if kind == "trial":  # its experiment
+            return path_target(s, {"trial_id": str(ident)})
         if kind == "task":
             return task_target(s, ident)
         if kind == "project":

@@ -140,7 +140,9 @@ ROUTES: dict[tuple[str, str], Rule] = {
         for m in ("POST", "DELETE", "PUT")
     },
     # -- experiments
-    ("POST", f"{V1}/experiments"): Rule(perm=P.CREATE_EXPERIMENT, on="body"),
+    ("POST", f"{V1}/experiments"): Rule(
+        perm=P.CREATE_EXPERIMENT, on="body", what="create experiments in it"
+    ),
     ("GET", f"{V1}/experiments"): _list(VIEW_EXP),
     ("GET", f"{V1}/stream/experiments"): _list(VIEW_EXP),
     ("GET", f"{V1}/experiments/{{exp_id}}"): _path(VIEW_EXP, trial="own"),
@@ -208,7 +210,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
         (m, f"{V1}/{f}"): r
         for f in _TASK_FAMILIES
         for m, r in (
-            ("POST", Rule(perm=P.CREATE_NSC, on="body")),
+            ("POST", Rule(perm=P.CREATE_NSC, on="body", what="start tasks in it")),
             ("GET", _list(P.VIEW_NSC)),
         )
     },  # fmt: skip

@@ -222,6 +222,7 @@ def permissions_summary(request: Request) -> dict[str, Any]:
         ] = True
     grants = az.grants(who) if who.kind == "user" else None
     return {
+        "user_id": who.user_id,
         "roles": [role_json(ROLES[i]) for i in sorted(scopes) if i in ROLES],
         "assignments": [scopes[i] for i in sorted(scopes) if i in ROLES],
         "basic": az.basic,

@@ -149,8 +149,11 @@ def _make_create(family: str, task_type: str):
             exp_ids, trial_ids, logdirs = await run_in_threadpool(
                 svc.tensorboard_logdirs, exp_ids, trial_ids
             )
-            for exp_id in exp_ids:  # their event files: VIEW_EXPERIMENT_ARTIFACTS
-                source = await run_in_threadpool(authz.read_target, request, "experiment", exp_id)
+            # Their event files: VIEW_EXPERIMENT_ARTIFACTS on each experiment, also on
+            # those of the trials named.
+            sources = [("experiment", e) for e in exp_ids] + [("trial", t) for t in trial_ids]
+            for kind, ident in sources:
+                source = await run_in_threadpool(authz.read_target, request, kind, ident)
                 authz.require(request, source, perm=Perm.VIEW_EXPERIMENT_ARTIFACTS)
             found = await run_in_threadpool(svc.find_tensorboard, owner, exp_ids, trial_ids)
             if found is not None:
@@ -197,9 +200,11 @@ def _make_list(task_type: str):
     def list_family(
         request: Request,
         workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only its"),
+        offset: int = Query(0, ge=0, le=INT32_MAX),
+        limit: int = Query(0, ge=0, le=10_000, description="0: every one"),
     ) -> dict[str, Any]:
         scope = authz.visible(request)
-        return {"tasks": _tasks(request).list(task_type, None, scope, workspace_id)}
+        return _tasks(request).list(task_type, None, scope, workspace_id, offset, limit)
 
     list_family.__name__ = f"list_{task_type.lower()}s"
     list_family.__doc__ = f"The {task_type.lower()} tasks the caller may view, oldest first."
@@ -235,12 +240,14 @@ def list_tasks(
     type: str | None = Query(None, description="COMMAND, NOTEBOOK, SHELL or TENSORBOARD"),
     owner: str | None = Query(None, max_length=256, description="only this user's tasks"),
     workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only its tasks"),
+    offset: int = Query(0, ge=0, le=INT32_MAX),
+    limit: int = Query(0, ge=0, le=10_000, description="0: every one"),
 ) -> dict[str, Any]:
-    """The generic tasks the caller may view (``VIEW_NSC``), oldest first."""
+    """A page of the generic tasks the caller may view (``VIEW_NSC``), oldest first, and
+    how many matched."""
     scope = authz.visible(request)
-    return {
-        "tasks": _tasks(request).list(type.upper() if type else None, owner, scope, workspace_id)
-    }
+    kind = type.upper() if type else None
+    return _tasks(request).list(kind, owner, scope, workspace_id, offset, limit)
 
 
 @router.get("/tasks/{task_id}", response_model=R.TaskBody)

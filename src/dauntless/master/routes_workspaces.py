@@ -32,7 +32,7 @@ from .auth import principal
 from .authz import authorizer, require, visible, workspace_target
 from .db import UserRow, WorkspaceRow
 from .errors import BadRequest, NotFound
-from .models import workspaces
+from .models import pool_bindings, workspaces
 from .rbac import Perm
 from .responses import Empty
 from .responses import teams as T
@@ -363,7 +363,7 @@ def available_pools(workspace_id: DbId, request: Request) -> dict[str, Any]:
     """The resource pools the workspace's tasks may use (unbound, or bound to it)."""
     with _ctx(request).db.read() as s:
         workspaces.read_workspace(s, workspace_id)
-        return {"resource_pools": workspaces.available_pools(s, workspace_id, _pools(request))}
+        return {"resource_pools": pool_bindings.available_pools(s, workspace_id, _pools(request))}
 
 
 # ---------------------------------------------------------------------- pool bindings
@@ -385,7 +385,7 @@ def _change(mode: str):
 
         def change(s: Session, _c: Any) -> None:
             ids = _binding_ids(s, body)
-            workspaces.change_bindings(s, pool_name, ids, mode, pools, DEFAULT_POOLS)
+            pool_bindings.change_bindings(s, pool_name, ids, mode, pools, DEFAULT_POOLS)
 
         _ctx(request).write(change)
         return {}
@@ -415,6 +415,6 @@ def list_bound_workspaces(pool_name: str, request: Request) -> dict[str, Any]:
         raise NotFound(f"resource pool {pool_name!r} not found")
     who = principal(request)
     with _ctx(request).db.read() as s:
-        rows = workspaces.pool_workspaces(s, pool_name, visible(request))
+        rows = pool_bindings.pool_workspaces(s, pool_name, visible(request))
         views = workspace_views(s, rows, who.user_id)
     return {"workspace_ids": [w["id"] for w in views], "workspaces": views}

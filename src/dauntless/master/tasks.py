@@ -38,7 +38,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from dauntless.config import ConfigError
@@ -53,7 +53,7 @@ from .db import (
     TrialRow,
     UserRow,
 )
-from .models import workspaces
+from .models import pool_bindings, workspaces
 from .task_scheduling import TaskHost, TaskScheduling
 from .task_states import DEFAULT_SLOTS as DEFAULT_SLOTS
 from .task_states import EXTRAS as EXTRAS
@@ -144,7 +144,7 @@ class TaskService:
             pool = cfg.resources.resource_pool or workspaces.workspace_pool(ws, cfg.resources.slots)
             if pool not in pools:
                 raise _bad("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")
-            workspaces.check_pool_usable(s, pool, workspace_id, "resources.resource_pool")
+            pool_bindings.check_pool_usable(s, pool, workspace_id, "resources.resource_pool")
         if context is not None and len(context) > MAX_CONTEXT_BYTES:
             raise _bad(
                 "context",
@@ -263,9 +263,12 @@ class TaskService:
         owner: str | None = None,
         visible: builtins.set[int] | None = None,
         workspace_id: int | None = None,
-    ) -> list[dict[str, Any]]:
-        """Every task, oldest first, optionally of one type, one owner and one workspace,
-        of the ``visible`` workspaces only (the caller's view; None: all).
+        offset: int = 0,
+        limit: int = 0,
+    ) -> dict[str, Any]:
+        """A page of tasks, oldest first (``limit`` 0: every one), optionally of one type,
+        one owner and one workspace, of the ``visible`` workspaces only (the caller's
+        view; None: all), as ``{"tasks": [...], "total": N}``.
 
         Raises:
             BadRequest: an unknown type.
@@ -282,7 +285,9 @@ class TaskService:
                 q = q.where(TaskRow.workspace_id.in_(visible))
             if workspace_id is not None:
                 q = q.where(TaskRow.workspace_id == workspace_id)
-            return [self.view(s, r) for r in s.scalars(q).all()]
+            total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
+            q = q.offset(offset).limit(limit) if limit else q.offset(offset)
+            return {"tasks": [self.view(s, r) for r in s.scalars(q).all()], "total": total}
 
     def context(self, task_id: str) -> bytes | None:
         """The task's context tarball, or None. Raises NotFound for an unknown id."""

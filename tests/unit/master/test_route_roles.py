@@ -387,6 +387,10 @@ def test_lists_show_only_what_each_role_may_see(world: World) -> None:
         shown = {a["experiment_id"] for a in cluster["allocations"] if a["experiment_id"]}
         assert shown == {w.exp[n] for n in see_exp}, (user, shown)
 
+        if user == "r5":  # a TensorBoard over B's trial: B's event files
+            form = {"workspace_id": str(w.ws["A"]), "trial_ids": json.dumps([w.trial["B"]])}
+            r = w.client.post("/api/v1/tensorboards", headers=h, data=form)
+            assert r.status_code == 403, r.text
         for n in "AB":  # logs and the proxy
             r = w.client.get(f"/api/v1/trials/{w.trial[n]}/logs", headers=h)
             assert (r.status_code == 200) == holds(user, Perm.VIEW_EXPERIMENT_ARTIFACTS, n), user

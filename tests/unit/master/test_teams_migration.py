@@ -46,6 +46,11 @@ def _database_at_0009(url: str) -> None:
     assert current_revision(db.engine) == "0009"
     hashed = hash_password("pw")
     with db.engine.begin() as conn:
+        # A cluster in use: its master gave `determined` its password at its first start.
+        conn.execute(
+            text("UPDATE users SET password_hash = :h WHERE username = 'determined'"),
+            {"h": hash_password("")},
+        )
         for name in ("alice", "bob"):
             conn.execute(
                 text(
@@ -140,3 +145,10 @@ def test_upgrade_from_0009_keeps_everyone_s_rights(db_url: str, tmp_path: Path) 
             r = client.post("/api/v1/users", headers=admin, json={"username": f"c-{authz}"})
             assert r.status_code == 201, r.text
         app.state.ctx.db.dispose()
+
+
+def test_a_new_database_gives_determined_no_role(tmp_path: Path) -> None:
+    app = create_app(MasterConfig(data_dir=str(tmp_path)), run_loop=False)
+    with TestClient(app), app.state.ctx.db.read() as s:
+        rows = [(a.user_id, a.role_id) for a in s.scalars(select(RoleAssignmentRow))]
+    assert rows == [(1, 1)]  # admin: ClusterAdmin; determined: nothing

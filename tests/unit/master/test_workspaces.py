@@ -243,9 +243,32 @@ def test_config_workspace_and_project_place_the_experiment(pools_master):
         for t in client.get("/api/v1/tasks", params={"workspace_id": a["id"]}).json()["tasks"]
     ] == [task["id"]]
     assert client.get("/api/v1/tasks", params={"workspace_id": b["id"]}).json()["tasks"] == []
+    r = client.post(
+        "/api/v1/commands", data={"entrypoint": '"true"', "config": "resources: {slots: 0}"}
+    )
+    page = client.get("/api/v1/commands", params={"limit": 1, "offset": 1}).json()
+    assert page["total"] == 2 and [t["id"] for t in page["tasks"]] == [r.json()["task"]["id"]]
     # Unbinding refuses nothing any more.
     r = client.request(
         "DELETE", "/api/v1/resource-pools/gpu/workspace-bindings", json={"workspace_ids": [a["id"]]}
     )
     assert r.status_code == 200
     assert _create(client, bad).status_code == 201
+
+
+def test_workspace_agent_user_group_overrides_field_by_field(pools_master):
+    from dauntless.master.models.workspaces import workspace_agent_user_group
+
+    client, ctx = pools_master
+    group = {"agent_uid": 1001, "agent_user": "ml"}
+    r = client.post("/api/v1/workspaces", json={"name": "posix", "agent_user_group": group})
+    assert r.status_code == 201 and r.json()["workspace"]["agent_user_group"] == group
+    r = client.post(
+        "/api/v1/workspaces", json={"name": "bad", "agent_user_group": {"agent_uid": -1}}
+    )
+    assert r.status_code == 400 and r.json()["errors"][0]["field"].endswith("agent_uid")
+    base = {"agent_uid": 0, "agent_gid": 0, "agent_user": "root", "agent_group": "root"}
+    with ctx.db.read() as s:
+        ws = r.json() and client.get("/api/v1/workspaces", params={"name": "posix"}).json()
+        got = workspace_agent_user_group(s, ws["workspaces"][0]["id"], base)
+    assert got == {"agent_uid": 1001, "agent_gid": 0, "agent_user": "ml", "agent_group": "root"}

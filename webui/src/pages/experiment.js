@@ -12,6 +12,7 @@ import { del, get, getText, post, query, stream } from "../api.js";
 import { MultiLineChart, ScatterChart } from "../charts.js";
 import { HeatMap, ParallelCoords } from "../hpviews.js";
 import { navigate } from "../main.js";
+import { P, canExperiment } from "../perms.js";
 import { compareValues, parseFilter, readState, writeState } from "../urlstate.js";
 import {
   TERMINAL, badge, confirmAction, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, setChildren,
@@ -154,7 +155,7 @@ export function render(root, [expId]) {
   function drawHeader() {
     const e = state.exp;
     const s = e.config?.searcher || {};
-    const canDelete = TERMINAL.has(e.state) && e.state !== "DELETED";
+    const canDelete = TERMINAL.has(e.state) && e.state !== "DELETED" && canExperiment(e, P.DELETE_EXPERIMENT);
     setChildren(header,
       h("div.toolbar", null,
         h("h1", null, `Experiment ${e.id}: ${e.name}`), badge(e.state),
@@ -284,7 +285,7 @@ export function render(root, [expId]) {
         if (c.hp) return h("td", null, v === undefined ? "–" : hparamText(v));
         return h("td.num", null, fmtNum(v));
       }),
-      h("td", null, TERMINAL.has(t.state) ? null : h("button.small.danger", {
+      h("td", null, TERMINAL.has(t.state) || !canExperiment(state.exp, P.UPDATE_EXPERIMENT) ? null : h("button.small.danger", {
         dataset: { action: "kill-trial" }, type: "button",
         onclick: async () => {
           if (!await confirmAction(`Kill trial ${t.id}? It stops at once, without a checkpoint, and ends CANCELED.`, "Kill")) return;
@@ -539,7 +540,7 @@ export function render(root, [expId]) {
         h("td", null, h("span.actions", null,
           h("button.small", { dataset: { action: "metadata" }, onclick: () => { meta.hidden = !meta.hidden; } }, "Metadata"),
           c.state === "COMPLETED" ? h("a.button.small", { href: `/api/v1/checkpoints/${c.uuid}/download`, download: `${c.uuid}.tar.gz`, dataset: { action: "download" } }, "Download") : null,
-          finished && c.state !== "DELETED" ? h("button.small.danger", {
+          finished && c.state !== "DELETED" && canExperiment(state.exp, P.UPDATE_EXPERIMENT) ? h("button.small.danger", {
             dataset: { action: "delete-checkpoint" },
             onclick: async () => {
               if (!await confirmAction(`Delete checkpoint ${c.uuid.slice(0, 8)} of trial ${c.trial_id} from storage?`, "Delete")) return;

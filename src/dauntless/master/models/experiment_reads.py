@@ -60,8 +60,18 @@ def experiments_page(
         if workspace_id is not None:
             projects = projects.where(ProjectRow.workspace_id == workspace_id)
         q = q.where(ExperimentRow.project_id.in_(projects))
-    total = session.scalar(select(func.count()).select_from(q.subquery())) or 0
-    exps = session.scalars(q.order_by(ExperimentRow.id.desc()).limit(limit).offset(offset))
+    total = (
+        session.scalar(
+            select(func.count()).select_from(q.with_only_columns(ExperimentRow.id).subquery())
+        )
+        or 0
+    )
+    # The page's ids first, then their rows: filtered by project, the planner reads the
+    # matching rows through the project index and sorts them; sorting ids only, not rows
+    # with their configs, keeps a scoped list as cheap as an unscoped one (issue 30).
+    ids = q.with_only_columns(ExperimentRow.id).order_by(ExperimentRow.id.desc())
+    page = select(ExperimentRow).where(ExperimentRow.id.in_(ids.limit(limit).offset(offset)))
+    exps = session.scalars(page.order_by(ExperimentRow.id.desc()))
     return list(exps), total
 
 

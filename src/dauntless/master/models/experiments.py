@@ -43,7 +43,7 @@ from ..environments import check_pool_can_run
 from ..errors import MAX_CONTEXT_BYTES, BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
-from . import checkpoints, projects, search, users, workspaces
+from . import checkpoints, pool_bindings, projects, search, users, workspaces
 
 log = logging.getLogger("dauntless.master")
 
@@ -121,7 +121,7 @@ def create_experiment(
             [("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")],
         )
     with ctx.db.read() as s:
-        workspaces.check_pool_usable(s, pool, ws.id, "resources.resource_pool")
+        pool_bindings.check_pool_usable(s, pool, ws.id, "resources.resource_pool")
     if not cfg.resources.resource_pool and pool != "default":
         raw.setdefault("resources", {})["resource_pool"] = pool
         cfg = parse_experiment_config(raw)

@@ -145,6 +145,7 @@ class PermissionsSummary(BaseModel):
     authz applies; the permission ids the caller holds on the cluster and per workspace
     (what the WebUI uses to hide what the caller may not do)."""
 
+    user_id: int | None
     roles: list[dict[str, Any]]
     assignments: list[dict[str, Any]]
     basic: bool

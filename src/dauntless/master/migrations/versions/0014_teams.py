@@ -10,9 +10,10 @@ to workspace 1 (the columns' default).
 
 Users keep what they could do (the "owner or admin" rules before this revision): under
 ``security.authz.type: basic``, the default, those rules are unchanged; for ``rbac``,
-every administrator gets the ``ClusterAdmin`` role (1) and every other user the
-``Viewer`` role (4) on the whole cluster (they saw everything), and owners keep their
-rights on what they own (``dauntless.master.rbac.OWNER_PERMISSIONS``).
+every administrator gets the ``ClusterAdmin`` role (1) and every other user who has
+signed in the ``Viewer`` role (4) on the whole cluster (they saw everything), and owners
+keep their rights on what they own (``dauntless.master.rbac.OWNER_PERMISSIONS``). A new
+database's ``determined`` (no password yet) gets no role, as Determined's.
 
 Revision ID: 0014
 Revises: 0009
@@ -177,8 +178,15 @@ def upgrade() -> None:
             op.create_foreign_key(f"fk_{table}_{column}_{parent}", table, parent, [column], ["id"])
         op.create_index(f"ix_{table}_{column}", table, [column])
 
-    users = sa.table("users", sa.column("id", sa.Integer), sa.column("admin", sa.Boolean))
-    rows = bind.execute(sa.select(users.c.id, users.c.admin).order_by(users.c.id)).all()
+    users = sa.table(
+        "users",
+        sa.column("id", sa.Integer),
+        sa.column("admin", sa.Boolean),
+        sa.column("password_hash", sa.String),
+    )
+    rows = bind.execute(
+        sa.select(users.c.id, users.c.admin, users.c.password_hash).order_by(users.c.id)
+    ).all()
     op.bulk_insert(
         assignments,
         [
@@ -189,7 +197,11 @@ def upgrade() -> None:
                 "workspace_id": None,
                 "created_at": now,
             }
-            for user_id, admin in rows
+            for user_id, admin, password_hash in rows
+            # A user without a password hash never signed in: the built-ins of a new
+            # database (the master sets their password at its first start). On a new
+            # cluster `determined` holds no role, as in Determined; `admin` is an admin.
+            if admin or password_hash is not None
         ],
     )
 
