@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Path
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.routing import Match
 from starlette.types import Scope
 
@@ -33,6 +33,8 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
 DbId = Annotated[int, Path(ge=0, le=INT32_MAX, description="an id (0 .. 2**31 - 1)")]
+BodyId = Annotated[int, Field(ge=0, le=INT32_MAX, description="an id (0 .. 2**31 - 1)")]
+"""An id in a request body or a query list."""
 """The type of an integer id in a route's path."""
 
 

@@ -211,11 +211,14 @@ def _form_int(form: Any, name: str) -> int | None:
     if value is None or value == "":
         return None
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
+        number = -1
+    if not 0 <= number <= INT32_MAX:
         raise BadRequest(
-            f"invalid request: {name}: expected an integer", [(name, "expected an integer")]
-        ) from None
+            f"invalid request: {name}: expected an id (0 .. 2**31 - 1)", [(name, "an id")]
+        )
+    return number
 
 
 @router.get("/experiments", response_model=R.ExperimentPage)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .api_spec import INT32_MAX, DbId
+from .api_spec import INT32_MAX, BodyId, DbId
 from .auth import forbidden, principal
 from .authz import experiment_target, project_target, read_target, require
 from .db import ExperimentRow, ProjectRow, UserRow
@@ -82,7 +82,7 @@ class MoveExperiment(_Body):
 
 class MoveExperiments(_Body):
     destination_project_id: int = Field(ge=1, le=INT32_MAX)
-    experiment_ids: list[int] = Field(min_length=1, max_length=1000)
+    experiment_ids: list[BodyId] = Field(min_length=1, max_length=1000)
     project_id: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
 
@@ -149,7 +149,7 @@ def list_projects(
     limit: int = Query(0, ge=0, le=10_000, description="0: every project"),
     name: str | None = Query(None, max_length=1000),
     archived: bool | None = Query(None),
-    user_ids: list[int] | None = Query(None),
+    user_ids: list[BodyId] | None = Query(None),
 ) -> dict[str, Any]:
     """The projects of a workspace, filtered and paged."""
     key = sort_by.upper().removeprefix("SORT_BY_").lower()

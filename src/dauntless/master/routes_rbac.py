@@ -23,7 +23,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from .api_spec import INT32_MAX, DbId
+from .api_spec import INT32_MAX, BodyId, DbId
 from .auth import principal
 from .authz import require, workspace_target
 from .db import RoleAssignmentRow, UserGroupRow, UserRow
@@ -74,7 +74,7 @@ class Page(_Body):
 
 
 class ByIds(_Body):
-    role_ids: list[int] = Field(max_length=1000)
+    role_ids: list[BodyId] = Field(max_length=1000)
 
 
 class ByAssignability(_Body):
@@ -85,14 +85,14 @@ class ByAssignability(_Body):
 
 class CreateGroup(_Body):
     name: str = Field(max_length=1000)
-    add_users: list[int] = Field(default_factory=list, max_length=10_000)
+    add_users: list[BodyId] = Field(default_factory=list, max_length=10_000)
 
 
 class UpdateGroup(_Body):
     group_id: int | None = Field(default=None, ge=0, le=INT32_MAX)
     name: str | None = Field(default=None, max_length=1000)
-    add_users: list[int] = Field(default_factory=list, max_length=10_000)
-    remove_users: list[int] = Field(default_factory=list, max_length=10_000)
+    add_users: list[BodyId] = Field(default_factory=list, max_length=10_000)
+    remove_users: list[BodyId] = Field(default_factory=list, max_length=10_000)
 
 
 class SearchGroups(_Body):
@@ -103,9 +103,9 @@ class SearchGroups(_Body):
 
 
 class AssignGroups(_Body):
-    user_ids: list[int] = Field(max_length=10_000)
-    add_groups: list[int] = Field(default_factory=list, max_length=1000)
-    remove_groups: list[int] = Field(default_factory=list, max_length=1000)
+    user_ids: list[BodyId] = Field(max_length=10_000)
+    add_groups: list[BodyId] = Field(default_factory=list, max_length=1000)
+    remove_groups: list[BodyId] = Field(default_factory=list, max_length=1000)
 
 
 def _ctx(request: Request) -> Any:

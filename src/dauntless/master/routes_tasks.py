@@ -74,7 +74,7 @@ def _json_field(form: Any, name: str, default: Any) -> Any:
 
 def _ids(value: Any, name: str) -> list[int]:
     if not isinstance(value, list) or not all(
-        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value
+        isinstance(x, int) and not isinstance(x, bool) and 0 < x <= INT32_MAX for x in value
     ):
         raise BadRequest(
             f"invalid request: {name}: expected a list of positive ids", [(name, "list of ids")]

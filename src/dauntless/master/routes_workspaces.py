@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from dauntless.config import CheckpointStorageConfig
 from dauntless.storage import build_storage
 
-from .api_spec import INT32_MAX, DbId
+from .api_spec import INT32_MAX, BodyId, DbId
 from .auth import principal
 from .authz import authorizer, require, visible, workspace_target
 from .db import UserRow, WorkspaceRow
@@ -82,7 +82,7 @@ class PatchWorkspace(_Body):
 
 
 class Bindings(_Body):
-    workspace_ids: list[int] = Field(default_factory=list, max_length=10_000)
+    workspace_ids: list[BodyId] = Field(default_factory=list, max_length=10_000)
     workspace_names: list[str] = Field(default_factory=list, max_length=10_000)
 
 
@@ -197,7 +197,7 @@ def list_workspaces(
     limit: int = Query(0, ge=0, le=10_000, description="0: every workspace"),
     name: str | None = Query(None, max_length=1000),
     archived: bool | None = Query(None),
-    user_ids: list[int] | None = Query(None, description="only those these users created"),
+    user_ids: list[BodyId] | None = Query(None, description="only those these users created"),
     pinned: bool | None = Query(None, description="true: only those the caller pinned"),
 ) -> dict[str, Any]:
     """The workspaces the caller may view (``VIEW_WORKSPACE``), filtered and paged."""
