@@ -175,10 +175,6 @@ class Authorizer:
             self._grants[uid] = (version, grants)
         return grants
 
-    def forget(self) -> None:
-        """Drop every remembered grant (after a change the ORM does not see)."""
-        self.changes.set()
-
     # ------------------------------------------------------------------ checks
 
     def allowed(self, who: Principal, perm: Perm, target: Target | None) -> bool:

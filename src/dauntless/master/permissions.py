@@ -107,10 +107,10 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", f"{V1}/users"): ANY,
     ("POST", f"{V1}/users"): _cluster(P.ADMINISTRATE_USER, "create users"),
     ("PATCH", f"{V1}/users/{{user_id}}"): Rule(
-        perm=P.ADMINISTRATE_USER, on="self", what="edit other users"
+        perm=P.ADMINISTRATE_USER, on="self", what="edit another user"
     ),
     ("POST", f"{V1}/users/{{user_id}}/password"): Rule(
-        perm=P.ADMINISTRATE_USER, on="self", what="set other users' passwords"
+        perm=P.ADMINISTRATE_USER, on="self", what="change another user's password"
     ),
     ("PATCH", f"{V1}/users/assignments"): _cluster(P.UPDATE_GROUP, "change group members"),
     ("POST", f"{V1}/preview-hp-search"): ANY,

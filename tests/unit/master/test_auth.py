@@ -11,12 +11,13 @@ import logging
 import time
 
 import pytest
+from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
 from sqlalchemy import insert, select, text
 
 from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
 from dauntless.config import MasterConfig
-from dauntless.master import loop
+from dauntless.master import auth_secrets, loop
 from dauntless.master.app import create_app
 from dauntless.master.auth import LoginThrottle, hash_token
 from dauntless.master.db import AllocationRow, Database, ExperimentRow, UserRow
@@ -131,7 +132,12 @@ class World:
 
 
 @pytest.fixture()
-def world(tmp_path):
+def world(tmp_path, monkeypatch):
+    # argon2id at its smallest costs: the walk signs in once per changing route (the
+    # hashing at the default costs is what the tests without this fixture use).
+    monkeypatch.setattr(
+        auth_secrets, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    )
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         yield World(client, app)
