@@ -5,7 +5,7 @@ Three users and two workspaces: ``vic`` is Viewer on A, ``eve`` Editor on A, ``w
 WorkspaceAdmin on B. The Viewer reads A's experiment but cannot pause it; the Editor
 creates in A and is refused in B; a pool bound to A refuses an experiment of B, naming
 the pool; in the browser each user sees only their workspaces (and the Viewer no action
-buttons, the Editor the experiment's actions; only admins the Admin link).
+buttons, the Editor the experiment's Pause; only admins the Admin link).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_three_users_two_workspaces(cluster_factory, tmp_path: Path) -> None:
 
     # The Editor creates in A, and is refused in B.
     out = det("-u", "eve", "e", "create", _config(tmp_path, "a", workspace="A", project="pa"),
-              str(tmp_path / "ctx"), "--paused").stdout  # fmt: skip
+              str(tmp_path / "ctx")).stdout  # fmt: skip  (ACTIVE; no agent runs it)
     exp_id = int(out.split("Created experiment")[1].split()[0])
     refused = det("-u", "eve", "e", "create", _config(tmp_path, "b", workspace="B", project="pb"),
                   str(tmp_path / "ctx"), check=False)  # fmt: skip
@@ -98,8 +98,9 @@ def test_three_users_two_workspaces(cluster_factory, tmp_path: Path) -> None:
     # The Viewer reads but cannot pause.
     listed = det("-u", "vic", "e", "list", "--json").stdout
     assert [e["id"] for e in json.loads(listed)["experiments"]] == [exp_id]
-    refused = det("-u", "vic", "e", "activate", str(exp_id), check=False)
+    refused = det("-u", "vic", "e", "pause", str(exp_id), check=False)
     assert refused.returncode == 1 and "PERMISSION_TYPE_UPDATE_EXPERIMENT" in refused.stderr
+    assert c.api(f"/experiments/{exp_id}")["experiment"]["state"] == "ACTIVE"
     listed = det("-u", "wes", "e", "list", "--json").stdout
     assert json.loads(listed)["experiments"] == []  # nothing of A
 
@@ -129,7 +130,7 @@ def test_three_users_two_workspaces(cluster_factory, tmp_path: Path) -> None:
                 "#workspace-switcher option", "os => os.map(o => o.textContent)"
             )
             assert options == ["All workspaces", *workspaces], (user, options)
-            assert page.locator("[data-nav=admin]").is_hidden()
+            assert page.locator("[data-nav=admin]").count() == 0
             page.screenshot(path=str(SHOTS / f"workspaces-{user}.png"))
             if user != "wes":
                 page.click("#workspaces tr[data-name=A] a")
@@ -139,7 +140,7 @@ def test_three_users_two_workspaces(cluster_factory, tmp_path: Path) -> None:
                 page.wait_for_selector(f"#project-experiments tr[data-id='{exp_id}']")
                 row = page.locator(f"#project-experiments tr[data-id='{exp_id}']")
                 page.wait_for_timeout(300)  # the actions fill in once permissions are known
-                assert (row.locator("button[data-action=activate]").count() == 1) == acts, user
+                assert (row.locator("button[data-action=pause]").count() == 1) == acts, user
                 page.screenshot(path=str(SHOTS / f"project-{user}.png"))
             ctx.close()
         # The admin sees both, the Admin link, and the members of A.

@@ -34,6 +34,11 @@ const ROUTES = [
 
 /** Where the user's permissions are remembered between page loads (issue 30). */
 const PERMS_KEY = "dauntless-permissions";
+/** The header's Admin link and the link it goes before, while it is out of the page. */
+const ADMIN_LINK = document.querySelector("[data-nav=admin]");
+const ADMIN_PLACE = ADMIN_LINK?.nextElementSibling;
+ADMIN_LINK?.remove();
+if (ADMIN_LINK) ADMIN_LINK.hidden = false;
 
 let cleanup = null;
 /** The signed-in user ({username, admin, ...}), or null while signed out. */
@@ -77,8 +82,11 @@ async function refreshPermissions() {
 
 /** Fill the header's workspace switcher and show the Admin link to administrators. */
 async function drawChrome() {
-  const adminLink = document.querySelector("[data-nav=admin]");
-  if (adminLink) adminLink.hidden = !canAdminister();
+  if (ADMIN_LINK) {
+    // In the page only for administrators (a hidden link would still take nav space).
+    if (canAdminister() && !ADMIN_LINK.isConnected) ADMIN_PLACE?.before(ADMIN_LINK);
+    else if (!canAdminister()) ADMIN_LINK.remove();
+  }
   const switcher = document.getElementById("workspace-switcher");
   if (!switcher || !user) return;
   let list = [];

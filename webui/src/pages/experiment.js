@@ -12,7 +12,7 @@ import { del, get, getText, post, query, stream } from "../api.js";
 import { MultiLineChart, ScatterChart } from "../charts.js";
 import { HeatMap, ParallelCoords } from "../hpviews.js";
 import { navigate } from "../main.js";
-import { P, canExperiment } from "../perms.js";
+import { P, can, canExperiment } from "../perms.js";
 import { compareValues, parseFilter, readState, writeState } from "../urlstate.js";
 import {
   TERMINAL, badge, confirmAction, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, setChildren,
@@ -172,11 +172,13 @@ export function render(root, [expId]) {
             } catch (err) { toast(`Delete failed: ${err.message}`, "error"); }
           },
         }, "Delete") : null,
-        h("button", {
+        !can(P.CREATE_NSC, e.workspace_id ?? 1) ? null : h("button", {
           id: "open-tensorboard", type: "button", title: "TensorBoard over this experiment's trials",
           onclick: async () => {
             try {
-              const { task } = await launch("tensorboards", { experiment_ids: [e.id] });
+              const { task } = await launch("tensorboards", {
+                experiment_ids: [e.id], workspace_id: String(e.workspace_id ?? 1),
+              });
               toast(`TensorBoard ${task.id}: open it from the Tasks page when it is ready`);
               window.location.assign("/tasks");
             } catch (err) { toast(`TensorBoard failed: ${err.message}`, "error"); }

@@ -79,7 +79,7 @@ export function render(root) {
         h("td", null, t.owner), h("td", null, badge(t.state), t.exit_message ? h("div.muted.small", null, t.exit_message) : null),
         h("td.num", null, t.slots), h("td", null, fmtTime(t.start_time)),
         h("td", null,
-          t.service_url && t.ready ? h("a", { href: openUrl(t), target: "_blank", dataset: { open: t.id } }, "Open") : null, " ",
+          t.service_url && t.ready && canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? h("a", { href: openUrl(t), target: "_blank", dataset: { open: t.id } }, "Open") : null, " ",
           h("button.small", { type: "button", dataset: { logs: t.id }, onclick: () => showLogs(t) }, "Logs"), " ",
           ENDED.has(t.state) || !canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? null : h("button.small.danger", {
             type: "button", dataset: { kill: t.id },
