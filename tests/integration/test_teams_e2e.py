@@ -83,8 +83,14 @@ def test_three_users_two_workspaces(cluster_factory, tmp_path: Path) -> None:
     (tmp_path / "ctx" / "model_def.py").write_text("x = 1\n")
 
     # The Editor creates in A, and is refused in B.
-    out = det("-u", "eve", "e", "create", _config(tmp_path, "a", workspace="A", project="pa"),
-              str(tmp_path / "ctx")).stdout  # fmt: skip  (ACTIVE; no agent runs it)
+    out = det(
+        "-u",
+        "eve",
+        "e",
+        "create",
+        _config(tmp_path, "a", workspace="A", project="pa"),
+        str(tmp_path / "ctx"),
+    ).stdout  # fmt: skip  (ACTIVE; no agent runs it)
     exp_id = int(out.split("Created experiment")[1].split()[0])
     refused = det("-u", "eve", "e", "create", _config(tmp_path, "b", workspace="B", project="pb"),
                   str(tmp_path / "ctx"), check=False)  # fmt: skip
