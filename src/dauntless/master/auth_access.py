@@ -1,6 +1,10 @@
-"""Who made a request (:class:`Principal`) and who may call a route (:class:`Access`, set
-with :func:`access`), with the 401 and 403 answers of refusals. The checks themselves are
-in :mod:`dauntless.master.auth`.
+"""Who made a request (:class:`Principal`), with the 401 and 403 answers of refusals.
+
+What each route needs is its row of :data:`dauntless.master.permissions.ROUTES` (issue
+30). :class:`Access` and :func:`access` are the older per-route form: a route still
+marked ``@access(...)`` and without a row is checked by it (see
+:func:`dauntless.master.auth.legacy_rule`) until it is moved into the table. The checks
+themselves are in :mod:`dauntless.master.auth` and :mod:`dauntless.master.authz`.
 """
 
 from __future__ import annotations
