@@ -68,6 +68,8 @@ export const post = (path, body) => request("POST", path, body);
 export const patch = (path, body) => request("PATCH", path, body);
 /** DELETE a path under /api/v1. */
 export const del = (path) => request("DELETE", path);
+/** PUT a JSON body to a path under /api/v1. */
+export const put = (path, body) => request("PUT", path, body);
 
 /**
  * GET a path under /api/v1 as text (a file, not JSON).

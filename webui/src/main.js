@@ -2,16 +2,23 @@
 // `render(root, params)`, which draws into `root` and returns a function that stops its
 // streams and charts when the user navigates away.
 
-import { UNAUTHORIZED_EVENT, currentUser, dropEarlyStream, login, logout } from "./api.js";
+import { UNAUTHORIZED_EVENT, currentUser, dropEarlyStream, get, login, logout } from "./api.js";
+import * as admin from "./pages/admin.js";
 import * as cluster from "./pages/cluster.js";
 import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
 import * as loginPage from "./pages/login.js";
+import * as project from "./pages/project.js";
 import * as queue from "./pages/queue.js";
 import { redirectIfAlways, returnedFromSso } from "./pages/sso.js";
 import * as tasks from "./pages/tasks.js";
 import * as tokens from "./pages/tokens.js";
 import * as trial from "./pages/trial.js";
+import * as workspace from "./pages/workspace.js";
+import * as workspaces from "./pages/workspaces.js";
+import {
+  canAdminister, forgetPermissions, loadPermissions, permissionsJson, primePermissions,
+} from "./perms.js";
 import { h, setChildren } from "./util.js";
 
 const ROUTES = [
@@ -22,7 +29,19 @@ const ROUTES = [
   [/^\/tasks\/?$/, tasks, "tasks"],
   [/^\/queue\/?$/, queue, "queue"],
   [/^\/tokens\/?$/, tokens, "tokens"],
+  [/^\/workspaces\/?$/, workspaces, "workspaces"],
+  [/^\/workspaces\/(\d+)\/?$/, workspace, "workspaces"],
+  [/^\/projects\/(\d+)\/?$/, project, "workspaces"],
+  [/^\/admin\/?$/, admin, "admin"],
 ];
+
+/** Where the user's permissions are remembered between page loads (issue 30). */
+const PERMS_KEY = "dauntless-permissions";
+/** The header's Admin link and the link it goes before, while it is out of the page. */
+const ADMIN_LINK = document.querySelector("[data-nav=admin]");
+const ADMIN_PLACE = ADMIN_LINK?.nextElementSibling;
+ADMIN_LINK?.remove();
+if (ADMIN_LINK) ADMIN_LINK.hidden = false;
 
 let cleanup = null;
 /** The signed-in user ({username, admin, ...}), or null while signed out. */
@@ -39,13 +58,54 @@ const SIGNED_IN_KEY = "dauntless-signed-in";
 let confirming = false;
 
 function remember(u) {
+  const changed = u?.username !== user?.username;
   user = u;
   if (u) {
     window.localStorage.setItem(SIGNED_IN_KEY, JSON.stringify(u));
     window.sessionStorage.removeItem(SIGNED_OUT_KEY);
   } else {
     window.localStorage.removeItem(SIGNED_IN_KEY);
+    window.localStorage.removeItem(PERMS_KEY);
+    forgetPermissions();
   }
+  if (u && changed) window.localStorage.removeItem(PERMS_KEY);
+}
+
+/**
+ * Read what the user may do (remembered from the last page load, then asked again) and
+ * the workspaces they may see; draw the page again when that changed what it shows.
+ */
+async function refreshPermissions() {
+  try {
+    const changed = await loadPermissions();
+    window.localStorage.setItem(PERMS_KEY, permissionsJson());
+    if (changed && user) route();
+  } catch { /* signed out or unreachable: the page says so */ }
+}
+
+/** Fill the header's workspace switcher and show the Admin link to administrators. */
+async function drawChrome() {
+  if (ADMIN_LINK) {
+    // In the page only for administrators (a hidden link would still take nav space).
+    if (canAdminister() && !ADMIN_LINK.isConnected) ADMIN_PLACE?.before(ADMIN_LINK);
+    else if (!canAdminister()) ADMIN_LINK.remove();
+  }
+  const switcher = document.getElementById("workspace-switcher");
+  if (!switcher || !user) return;
+  let list = [];
+  try { ({ workspaces: list } = await get("/workspaces?archived=false")); } catch { return; }
+  const m = window.location.pathname.match(/^\/workspaces\/(\d+)/);
+  const current = m ? Number(m[1]) : Number(switcher.dataset.current || 0);
+  setChildren(switcher, h("option", { value: "" }, "All workspaces"),
+    list.map((w) => h("option", { value: w.id, selected: w.id === current }, w.name)));
+}
+
+/** Mark workspace `id` as the one the page shows (0: none) in the switcher. */
+export function showWorkspace(id) {
+  const switcher = document.getElementById("workspace-switcher");
+  if (!switcher) return;
+  switcher.dataset.current = String(id || 0);
+  switcher.value = id ? String(id) : "";
 }
 
 /** The user remembered by the last page load, or null. */
@@ -74,9 +134,10 @@ function showLogin(reason) {
   dropEarlyStream();
   remember(null);
   showUser();
-  loginPage.render(document.getElementById("app"), (u) => {
+  loginPage.render(document.getElementById("app"), async (u) => {
     remember(u);
     showUser();
+    await refreshPermissions();
     route();
   }, reason);
 }
@@ -109,6 +170,11 @@ async function boot() {
   }
   if (cached) {
     remember(cached);
+    try {
+      const perms = JSON.parse(window.localStorage.getItem(PERMS_KEY) || "null");
+      if (perms) primePermissions(perms);
+    } catch { /* drawn without, then again once known */ }
+    refreshPermissions();
     showUser();
     confirming = true;
     route();
@@ -143,6 +209,7 @@ async function boot() {
   }
   remember(u);
   showUser();
+  await refreshPermissions();
   route();
 }
 
@@ -165,6 +232,8 @@ function route() {
     setChildren(root);
     cleanup = page.render(root, m.slice(1).map(Number)) || null;
     dropEarlyStream();  // opened for a view this page did not ask for
+    if (!/^\/(workspaces|projects)\//.test(path)) showWorkspace(0);
+    drawChrome();
     return;
   }
   dropEarlyStream();
@@ -190,4 +259,8 @@ document.addEventListener("click", (ev) => {
 });
 
 window.addEventListener("popstate", () => { if (user) route(); });
+document.getElementById("workspace-switcher")?.addEventListener("change", (ev) => {
+  const id = ev.target.value;
+  navigate(id ? `/workspaces/${id}` : "/workspaces");
+});
 boot();

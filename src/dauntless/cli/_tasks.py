@@ -94,6 +94,9 @@ def add_start_options(p: argparse.ArgumentParser, context: bool = True) -> None:
     p.add_argument(
         "-d", "--detach", action="store_true", help="print the task's id and return at once"
     )
+    p.add_argument(
+        "-w", "--workspace-name", metavar="WORKSPACE", help="its workspace (default: Uncategorized)"
+    )
 
 
 def build_config(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
@@ -137,14 +140,22 @@ def create_task(
     family: str,
     config: dict[str, Any],
     context_dir: str | None = None,
+    workspace: str | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
     """``POST /api/v1/{family}`` with the form of docs/protocol.md; prints warnings.
+
+    Args:
+        workspace: the name of the task's workspace (None: Uncategorized).
 
     Returns:
         The master's answer (``task``, ``warnings``, ``reused``).
     """
     parts: dict[str, Any] = {"config": (None, yaml.safe_dump(config, sort_keys=False))}
+    if workspace is not None:
+        from ._teams import workspace_id
+
+        parts["workspace_id"] = (None, str(workspace_id(session, workspace)))
     for name, value in fields.items():
         parts[name] = (None, json.dumps(value))
     if context_dir is not None:
@@ -226,8 +237,12 @@ def open_or_print(url: str, no_browser: bool) -> None:
 
 def _list(task_type: str | None):
     def run(args: argparse.Namespace) -> int:
-        params = {"type": task_type} if task_type else {}
+        params: dict[str, Any] = {"type": task_type} if task_type else {}
         with open_session(args) as session:
+            if getattr(args, "workspace_name", None):
+                from ._teams import workspace_id
+
+                params["workspace_id"] = workspace_id(session, args.workspace_name)
             tasks = session.get_json("/tasks", params)["tasks"]
             if not getattr(args, "all", True):
                 me = session.whoami()["username"]
@@ -313,6 +328,7 @@ def register_common(
     p.add_argument(
         "--mine", dest="all", action="store_false", help="only the ones of the signed-in user"
     )
+    p.add_argument("-w", "--workspace-name", metavar="WORKSPACE", help="only this workspace's")
     add_json_flag(p)
     p.set_defaults(func=_list(task_type))
 

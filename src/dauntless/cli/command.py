@@ -19,7 +19,9 @@ def _run(args: argparse.Namespace) -> int:
     config, context = build_config(args)
     entrypoint: Any = args.entrypoint if len(args.entrypoint) > 1 else args.entrypoint[0]
     with open_session(args) as session:
-        task = create_task(session, "commands", config, context, entrypoint=entrypoint)["task"]
+        task = create_task(
+            session, "commands", config, context, args.workspace_name, entrypoint=entrypoint
+        )["task"]
         note(f"Launched command {task['id']}: {task['description']}")
         if args.detach:
             write_line(task["id"])

@@ -197,7 +197,9 @@ def _create(args: argparse.Namespace) -> int:
         args.follow = True
         note("Test mode: one batch of training, a validation and a checkpoint, no restarts")
     with open_session(args) as session:
-        exp = session.create_experiment(text, context, activate=not args.paused)
+        exp = session.create_experiment(
+            text, context, activate=not args.paused, project_id=args.project_id
+        )
         print_warnings(list(exp.get("warnings", [])))
         write_line(f"Created experiment {exp['id']}")
         if args.follow:
@@ -440,6 +442,14 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--template", metavar="NAME", help="config template (none exist here: error)")
     p.add_argument(
+        "--project_id",
+        "--project-id",
+        dest="project_id",
+        type=positive_int,
+        default=None,
+        help="create it in this project (over the config's workspace and project)",
+    )
+    p.add_argument(
         "-t",
         "--test-mode",
         action="store_true",
@@ -471,7 +481,9 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     from .compat_cmds import register_experiment_extras
     from .experiment_compat import register_compat_commands
     from .lifecycle import register_experiment_commands
+    from .project import register_experiment_move
 
+    register_experiment_move(sub, common)
     register_experiment_extras(sub, common)
     register_experiment_commands(sub, common)
     register_compat_commands(sub, common)

@@ -38,6 +38,10 @@ _GROUPS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("shell", "shell", (), "shells on agents"),
     ("tensorboard", "tensorboard", (), "TensorBoards"),
     ("task", "task", (), "list every command, notebook, shell and TensorBoard"),
+    ("workspace", "workspace", ("w",), "manage workspaces"),
+    ("project", "project", ("p",), "manage projects"),
+    ("rbac", "rbac", (), "roles and role assignments"),
+    ("user_group", "user-group", (), "manage user groups"),
     ("deploy", "deploy", (), "run a cluster"),
     ("version", "version", (), "show client and master versions"),
 )

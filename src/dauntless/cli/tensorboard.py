@@ -27,6 +27,7 @@ def _start(args: argparse.Namespace) -> int:
             "tensorboards",
             config,
             None,
+            args.workspace_name,
             experiment_ids=args.experiment_ids,
             trial_ids=args.trial_ids,
         )

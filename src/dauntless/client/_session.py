@@ -518,6 +518,7 @@ class Session:
         *,
         activate: bool = True,
         parent_id: int | None = None,
+        project_id: int | None = None,
     ) -> CreatedExperiment:
         """``POST /experiments``: submit an experiment.
 
@@ -528,6 +529,8 @@ class Session:
             activate: False to create the experiment paused.
             parent_id: fork: the experiment this one is forked from (its context is
                 reused when ``context`` is None).
+            project_id: the project to create it in (over the config's ``workspace``
+                and ``project``; default: those, else Uncategorized).
 
         Returns:
             The created experiment (its ``id`` names it from now on); the master's
@@ -542,6 +545,8 @@ class Session:
         form = self._experiment_form(config, context, activate, validate_only=False)
         if parent_id is not None:
             form["parent_id"] = (None, str(int(parent_id)))
+        if project_id is not None:
+            form["project_id"] = (None, str(int(project_id)))
         answer = _decode(
             self.request(
                 "POST",

@@ -6,6 +6,7 @@ Pure: no I/O beyond parsing text handed in.
 from ._cluster import (
     AgentConfig,
     AgentPolicyConfig,
+    AuthzConfig,
     CustomSearchersConfig,
     MasterConfig,
     ResourcePoolConfig,
@@ -155,6 +156,7 @@ __all__ = [
     "Length",
     "LogHP",
     "MasterConfig",
+    "AuthzConfig",
     "RandomSearcher",
     "ResourcePoolConfig",
     "ResourcesConfig",

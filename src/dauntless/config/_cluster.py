@@ -125,6 +125,42 @@ class AgentPolicyConfig(_Strict):
     allow_artificial_slots: bool = False
 
 
+class RoleAssignConfig(_Strict):
+    """``security.authz.workspace_creator_assign_role``: the role a workspace's creator
+    gets on it.
+
+    Attributes:
+        enabled: give the role (default true).
+        role_id: the role's id (default 2, WorkspaceAdmin); one of Determined's role ids
+            (the master refuses to start with an unknown one).
+    """
+
+    enabled: bool = True
+    role_id: int = Field(default=2, gt=0)
+
+
+class AuthzConfig(_Strict):
+    """Who may do what (``security.authz``, Determined's names; docs/protocol.md,
+    "Workspaces, projects and RBAC").
+
+    Attributes:
+        type: ``basic`` (the default, as Determined's): every user views everything and
+            may create workspaces, projects, experiments and tasks; changes to what
+            others own need its owner or an admin; explicit role assignments add to
+            that. ``rbac``: a user may do only what their roles (direct or through
+            their groups, cluster-wide or on a workspace) grant, plus their rights as
+            owner of what they created while they may still see it.
+        workspace_creator_assign_role: the role given to a workspace's creator on it.
+        strict_job_queue_control: only holders of ``CONTROL_STRICT_JOB_QUEUE``
+            (ClusterAdmin) may change a job's priority or weight; otherwise whoever may
+            update the experiment or task may.
+    """
+
+    type: Literal["basic", "rbac"] = "basic"
+    workspace_creator_assign_role: RoleAssignConfig = Field(default_factory=RoleAssignConfig)
+    strict_job_queue_control: bool = False
+
+
 class SecurityConfig(_Strict):
     """Authentication of users, agents and trials (``security``; docs/protocol.md,
     "Authentication").
@@ -147,6 +183,7 @@ class SecurityConfig(_Strict):
             (``det user link-with-agent-user``); ``nobody``/``nogroup`` (65534) by
             default, root only when configured so (:mod:`dauntless.config._identity`).
         agents: what agents may register (:class:`AgentPolicyConfig`).
+        authz: authorization (:class:`AuthzConfig`).
     """
 
     initial_user_password: SecretStr | None = None
@@ -155,6 +192,7 @@ class SecurityConfig(_Strict):
     tls: TLSConfig = Field(default_factory=TLSConfig)
     default_task: DefaultTaskConfig = Field(default_factory=DefaultTaskConfig)
     agents: AgentPolicyConfig = Field(default_factory=AgentPolicyConfig)
+    authz: AuthzConfig = Field(default_factory=AuthzConfig)
 
 
 class TaskProxyConfig(_Strict):

@@ -191,18 +191,6 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         "webhooks are not implemented by this master",
     ),
     FieldRule(
-        "workspace",
-        "refused",
-        "workspaces and projects are not implemented by this master",
-        default="",
-    ),
-    FieldRule(
-        "project",
-        "refused",
-        "workspaces and projects are not implemented by this master",
-        default="",
-    ),
-    FieldRule(
         "resources.slots",
         "refused",
         "a legacy alias that Dauntless does not read; use resources.slots_per_trial",

@@ -131,12 +131,12 @@ def resolve_task_identity(
 
     Precedence, field by field (Determined 0.38's): the workspace's ``agent_user_group``
     field when set, else the user's link field when set, else ``security.default_task``.
-    Workspaces do not exist yet: ``workspace_link`` is the hook for them (None today).
+    ``workspace_link`` is the task's workspace's ``agent_user_group`` (issue 30).
 
     Args:
         user_link: the owner's link (None or empty: no link).
         default_task: the master's ``security.default_task``.
-        workspace_link: the task's workspace's link, when workspaces exist.
+        workspace_link: the task's workspace's link (None: none).
 
     Returns:
         The resolved :class:`TaskIdentity`.

@@ -23,17 +23,19 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Path
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.routing import Match
 from starlette.types import Scope
 
-from .auth import route_access
+from .auth import route_rule
 
 INT32_MAX = 2**31 - 1
 """Largest value of an ``INTEGER`` column (PostgreSQL's int4; ids are ``SERIAL``)."""
 INT32_MIN = -(2**31)
 
 DbId = Annotated[int, Path(ge=0, le=INT32_MAX, description="an id (0 .. 2**31 - 1)")]
+BodyId = Annotated[int, Field(ge=0, le=INT32_MAX, description="an id (0 .. 2**31 - 1)")]
+"""An id in a request body or a query list."""
 """The type of an integer id in a route's path."""
 
 
@@ -100,7 +102,8 @@ def api_routes(app: FastAPI) -> list[APIRoute]:
 
 def error_statuses(route: APIRoute) -> set[int]:
     """The error statuses ``route`` can answer (see the module docstring)."""
-    rule = route_access(route.endpoint)
+    method = sorted(route.methods or {"GET"})[0]
+    rule = route_rule(method, route.path_format, route.endpoint)
     statuses = {400, 405}
     if not rule.open:
         statuses |= {401, 403}

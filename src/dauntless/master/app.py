@@ -22,6 +22,7 @@ from .api_spec import declare_errors
 from .audit import AuditTrail, RetentionHook
 from .audit_http import AuditMiddleware
 from .auth import AuthService, authenticate
+from .authz import Authorizer
 from .body_limits import JSONBodyLimits
 from .context import MasterContext
 from .db import ClusterRow, Database
@@ -31,6 +32,7 @@ from .provisioner import build_provisioners
 from .proxy import make_master_proxy_app, make_proxy_origin_app
 from .proxy_auth import ProxyAuth
 from .proxy_forward import proxy_client
+from .rbac import ROLES
 from .routes import install_error_handlers
 from .routes_allocations import router as allocations_router
 from .routes_audit import router as audit_router
@@ -44,6 +46,8 @@ from .routes_files import router as files_router
 from .routes_habits import router as habits_router
 from .routes_harness import router as harness_router
 from .routes_jobs import router as jobs_router
+from .routes_projects import router as projects_router
+from .routes_rbac import router as rbac_router
 from .routes_search import router as search_router
 from .routes_searcher import router as searcher_router
 from .routes_sso import router as sso_router
@@ -52,6 +56,7 @@ from .routes_tasks import install_task_error_handlers
 from .routes_tasks import router as tasks_router
 from .routes_tokens import router as tokens_router
 from .routes_trials import router as trials_router
+from .routes_workspaces import router as workspaces_router
 from .sso import OIDCClient
 from .webui import router as webui_router
 
@@ -179,7 +184,14 @@ def create_app(
     db = Database(default_db_url(config))
     ctx = MasterContext(db, config)
     ctx.port = config.port
-    auth = AuthService(db, config, allocation_versions=ctx.allocation_versions)
+    assign = config.security.authz.workspace_creator_assign_role
+    if assign.enabled and assign.role_id not in ROLES:
+        raise ValueError(
+            "security.authz.workspace_creator_assign_role.role_id: no role "
+            f"{assign.role_id}; roles: {sorted(ROLES)}"
+        )
+    authz = Authorizer(db, config)
+    auth = AuthService(db, config, allocation_versions=ctx.allocation_versions, authz=authz)
     trail = AuditTrail(db, config.data_dir)  # issue 30: who changed what
     if config.audit.retention_days != -1:
         ctx.loop_hooks.append(RetentionHook(trail, config.audit.retention_days))
@@ -249,6 +261,7 @@ def create_app(
     )
     app.state.ctx = ctx
     app.state.auth = auth
+    app.state.authz = authz
     app.state.config = config
     app.state.audit = trail
     app.state.sso = sso
@@ -265,6 +278,11 @@ def create_app(
     app.mount("/proxy", make_master_proxy_app(app.state))
     app.state.proxy_origin_app = make_proxy_origin_app(app.state)
     app.add_middleware(JSONBodyLimits)  # bounded JSON bodies (dauntless.master.body_limits)
+    # Issue 30 first: /users/assignments and /experiments/{id}/move before the
+    # /users/{user_id} and /experiments/{exp_id}/{action} routes that would match them.
+    app.include_router(rbac_router)
+    app.include_router(workspaces_router)
+    app.include_router(projects_router)
     app.include_router(tasks_router)
     app.include_router(auth_router)
     app.include_router(compat_router)

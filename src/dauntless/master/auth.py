@@ -16,12 +16,14 @@
 **Where it is enforced.** :func:`authenticate` is a dependency of the whole application
 (``FastAPI(dependencies=...)``), so every route, present or future, passes through it; a
 route cannot be forgotten. Routes outside ``/api/`` (the WebUI's pages and files, which
-hold no data) and routes marked ``@access(open=True)`` (login, ``GET /master``) need no
+hold no data) and the open rows of the permission table (login, ``GET /master``) need no
 credential; FastAPI's own ``/docs`` and ``/openapi.json`` are not API routes and stay open,
 as Determined's are (the API's shape is no secret). Everything else needs a credential
-(401 otherwise, with ``WWW-Authenticate: Bearer``) and then passes the route's
-:class:`Access` rule (403 naming the rule otherwise). A route with no rule gets
-:data:`DEFAULT_ACCESS`: any signed-in user, no agent, no trial. Admins pass every rule.
+(401 otherwise, with ``WWW-Authenticate: Bearer``) and then passes the route's row of
+:data:`dauntless.master.permissions.ROUTES` (403 naming what is needed otherwise; users'
+permissions are :mod:`dauntless.master.authz`'s). A route without a row falls back on an
+old-style ``@access(...)`` rule (:func:`legacy_rule`), else admits admins only
+(:data:`UNDECLARED`).
 
 **Storage.** Passwords are hashed with argon2id (argon2-cffi's defaults, RFC 9106's
 low-memory profile; the encoded hash carries salt and parameters). Tokens are 256 random
@@ -56,8 +58,11 @@ from dauntless.config import MasterConfig
 
 from .auth_access import ACCESS_ATTR as ACCESS_ATTR
 from .auth_access import DEFAULT_ACCESS as DEFAULT_ACCESS
-from .auth_access import Access, Principal, forbidden, route_access, unauthorized
+from .auth_access import Principal, forbidden, unauthorized
 from .auth_access import access as access
+from .auth_access import principal as principal
+from .auth_access import require_own_trial as require_own_trial
+from .auth_access import route_rule as route_rule
 from .auth_agents import AgentCredentials
 from .auth_csrf import check_csrf
 from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
@@ -70,19 +75,20 @@ from .auth_secrets import (
 )
 from .auth_secrets import verify_password as verify_password
 from .auth_throttle import LoginThrottle
+from .authz import Authorizer
 from .db import (
     ACCESS_TOKEN,
     USER_SESSION,
     AllocationRow,
     CheckpointRow,
     Database,
-    ExperimentRow,
     TrialRow,
     UserRow,
     UserSessionRow,
 )
 from .db.changes import RowVersions, Version
 from .models import users
+from .permissions import Rule
 
 log = logging.getLogger("dauntless.master.auth")
 
@@ -114,6 +120,8 @@ class AuthService:
         clock: seconds since the epoch (session expiry); tests may pass their own.
         allocation_versions: change counters of allocation rows by group id
             (``MasterContext.allocation_versions``); None: no remembering.
+        authz: the permission checks of users (:mod:`dauntless.master.authz`); one of
+            its own when None.
     """
 
     def __init__(
@@ -122,8 +130,10 @@ class AuthService:
         config: MasterConfig,
         clock: Callable[[], float] = time.time,
         allocation_versions: RowVersions | None = None,
+        authz: Authorizer | None = None,
     ):
         self.db = db
+        self.authz = authz or Authorizer(db, config)
         self.config = config
         self.clock = clock
         self.cluster_secret = load_cluster_secret(config)
@@ -359,11 +369,13 @@ class AuthService:
 
     # ------------------------------------------------------------------ authorize
 
-    def authorize(self, who: Principal, rule: Access, request: Request) -> None:
-        """Check ``rule`` for ``who`` calling ``request``'s route.
+    def authorize(self, who: Principal, rule: Rule, request: Request) -> None:
+        """Check ``rule`` (the route's row of :data:`dauntless.master.permissions.ROUTES`)
+        for ``who`` calling ``request``'s route; users' permissions are
+        :class:`~dauntless.master.authz.Authorizer`'s.
 
         Raises:
-            HTTPException: 403 naming the rule that refuses.
+            HTTPException: 403 naming what is needed.
         """
         route = request.scope.get("route")
         target = f"{request.method} {getattr(route, 'path', request.url.path)}"
@@ -390,35 +402,7 @@ class AuthService:
             raise forbidden(
                 f"a trial's session token may call only its own trial's routes, not {target}"
             )
-        if who.admin or rule.users == "any":
-            return
-        what = rule.what.format(**params) if rule.what else f"call {target}"
-        if rule.users == "admin":
-            raise forbidden(f"only an admin may {what}")
-        if rule.users == "owner":
-            exp = self._experiment_of(params)
-            if exp is None or exp.owner_id == who.user_id:
-                return  # no such object: the route answers 404
-            raise forbidden(
-                f"only the owner of experiment {exp.id} ({exp.owner}) or an admin may {what}"
-            )
-        raise forbidden(f"only agents, trials or an admin may {what}")
-
-    def _experiment_of(self, params: dict[str, str]) -> ExperimentRow | None:
-        """The experiment a path names (by ``exp_id``, ``trial_id`` or checkpoint
-        ``uuid``), or None when it names none that exists."""
-        with self.db.read() as s:
-            exp_id: int | None = None
-            if "exp_id" in params:
-                exp_id = _int(params["exp_id"])
-            elif "trial_id" in params:
-                tid = _int(params["trial_id"])
-                trial = s.get(TrialRow, tid) if tid is not None else None
-                exp_id = trial.experiment_id if trial else None
-            elif "uuid" in params:
-                ckpt = s.get(CheckpointRow, params["uuid"])
-                exp_id = ckpt.experiment_id if ckpt else None
-            return s.get(ExperimentRow, exp_id) if exp_id is not None else None
+        self.authz.check(who, rule, request)
 
     def _check_own(self, who: Principal, params: dict[str, str], target: str) -> None:
         refuse = forbidden(
@@ -472,7 +456,7 @@ async def authenticate(request: Request) -> Principal | None:
     """
     route = request.scope.get("route")
     path = getattr(route, "path", "") or ""
-    rule = route_access(getattr(route, "endpoint", None))
+    rule = route_rule(request.method, path, getattr(route, "endpoint", None))
     if rule.open or not path.startswith("/api/"):
         request.state.principal = None
         return None
@@ -489,43 +473,9 @@ async def authenticate(request: Request) -> Principal | None:
     return who
 
 
-def _identify_and_authorize(service: AuthService, rule: Access, request: Request) -> Principal:
+def _identify_and_authorize(service: AuthService, rule: Rule, request: Request) -> Principal:
     who = service.identify(request)
     request.state.principal = who
     check_csrf(request, request.method)  # a cookie's state change: 403 without its token
     service.authorize(who, rule, request)
     return who
-
-
-def principal(request: Request) -> Principal:
-    """The caller :func:`authenticate` found (for routes that need more than the rule).
-
-    Raises:
-        HTTPException: 401 if the route was reached without a credential.
-    """
-    who = getattr(request.state, "principal", None)
-    if who is None:
-        raise unauthorized("authentication required")
-    return who
-
-
-def require_own_trial(request: Request, trial_id: int) -> None:
-    """For routes with ``trial="route"``: a trial's token may name only its own trial
-    (in the body); users pass only as admins.
-
-    Raises:
-        HTTPException: 403 otherwise.
-    """
-    who = principal(request)
-    if who.kind == "trial":
-        if who.trial_id != trial_id:
-            raise forbidden(
-                f"a trial's session token may report only for its own trial "
-                f"({who.trial_id}), not trial {trial_id}"
-            )
-        return
-    if who.kind == "user" and who.admin:
-        return
-    raise forbidden(
-        f"only trial {trial_id}'s own task (its session token) or an admin may report for it"
-    )

@@ -1,6 +1,12 @@
-"""Who made a request (:class:`Principal`) and who may call a route (:class:`Access`, set
-with :func:`access`), with the 401 and 403 answers of refusals. The checks themselves are
-in :mod:`dauntless.master.auth`.
+"""Who made a request (:class:`Principal`), with the 401 and 403 answers of refusals.
+
+What each route needs is its row of :data:`dauntless.master.permissions.ROUTES` (issue
+30). :class:`Access` and :func:`access` are the older per-route form: a route still
+marked ``@access(...)`` and without a row is checked by it (see
+:func:`legacy_rule`) until it is moved into the table. The checks
+themselves are in :mod:`dauntless.master.auth` and :mod:`dauntless.master.authz`; the
+rule of a route (:func:`route_rule`) and the caller a route was reached by
+(:func:`principal`) are here.
 """
 
 from __future__ import annotations
@@ -9,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
+
+from .permissions import Rule, rule_for
 
 
 @dataclass(frozen=True)
@@ -110,3 +118,67 @@ def unauthorized(detail: str) -> HTTPException:
 def forbidden(detail: str) -> HTTPException:
     """A 403 answer naming the rule that refused."""
     return HTTPException(403, detail)
+
+
+def route_rule(method: str, path: str, endpoint: Any) -> Rule:
+    """The rule of a route: its row of the permission table; else, for a route not yet
+    moved there, its old ``@access(...)`` rule (:func:`legacy_rule`); else a rule no
+    user passes (a route nobody declared is refused, never open)."""
+    rule = rule_for(method, path)
+    if rule is not None:
+        return rule
+    if hasattr(endpoint, ACCESS_ATTR):
+        return legacy_rule(route_access(endpoint))
+    return UNDECLARED
+
+
+UNDECLARED = Rule(on="admin", what="call a route that declares no permission")
+"""The rule of a route in neither the table nor ``@access``: admins only."""
+
+
+def legacy_rule(old: Access) -> Rule:
+    """An ``@access(...)`` rule as a table :class:`Rule`: ``users="any"`` is any signed-in
+    user; ``admin``, ``none`` and ``owner`` (which names no permission) are admins
+    only."""
+    return Rule(
+        on="any" if old.users == "any" else "admin",
+        open=old.open,
+        agent=old.agent,
+        secret=old.secret,
+        trial=old.trial,
+        what=old.what,
+    )
+
+
+def principal(request: Request) -> Principal:
+    """The caller :func:`authenticate` found (for routes that need more than the rule).
+
+    Raises:
+        HTTPException: 401 if the route was reached without a credential.
+    """
+    who = getattr(request.state, "principal", None)
+    if who is None:
+        raise unauthorized("authentication required")
+    return who
+
+
+def require_own_trial(request: Request, trial_id: int) -> None:
+    """For routes with ``trial="route"``: a trial's token may name only its own trial
+    (in the body); users pass only as admins.
+
+    Raises:
+        HTTPException: 403 otherwise.
+    """
+    who = principal(request)
+    if who.kind == "trial":
+        if who.trial_id != trial_id:
+            raise forbidden(
+                f"a trial's session token may report only for its own trial "
+                f"({who.trial_id}), not trial {trial_id}"
+            )
+        return
+    if who.kind == "user" and who.admin:
+        return
+    raise forbidden(
+        f"only trial {trial_id}'s own task (its session token) or an admin may report for it"
+    )

@@ -1,7 +1,8 @@
 """The master's proxy to task services: ``/proxy/<task id>/...`` (HTTP and WebSocket).
 
 A notebook, shell or TensorBoard listens on a port of its agent; users reach it through
-the master (and its TLS), signed in: only the task's owner or an admin passes (a
+the master (and its TLS), signed in: only the task's owner or a user with ``UPDATE_NSC``
+on its workspace passes (the ``PROXY`` row of :mod:`dauntless.master.permissions`; a
 trial's or task's session token, or another user, gets 403; no credential 401).
 
 **Two origins.** A page a task serves is the task owner's code. Served on the master's
@@ -51,6 +52,7 @@ from starlette.websockets import WebSocket
 from dauntless._auth import COOKIE_NAME
 
 from .auth_access import Principal
+from .authz import may_open
 from .models import users
 from .proxy_auth import PROXY_COOKIE, TICKET_PATH, ProxyAuth, proxy_origin
 from .proxy_forward import forward_http, forward_ws, raw_path
@@ -110,10 +112,9 @@ async def _target(conn: HTTPConnection, who: Principal, task_id: str) -> tuple[A
         raise _Refused(
             403, f"only users may open task services; a {who.kind}'s token may not reach {task_id}"
         )
-    if not (who.admin or who.user_id == row.owner_id):
-        raise _Refused(
-            403, f"only the owner of task {task_id} ({row.owner}) or an admin may open it"
-        )
+    refused = await run_in_threadpool(may_open, conn.app.state.authz, who, task_id)
+    if refused is not None:
+        raise _Refused(403, refused)
     if base is None:
         if row.state in ("COMPLETED", "ERROR", "CANCELED"):
             raise _Refused(410, f"task {task_id} has ended ({row.state}): {row.exit_message}")
@@ -160,7 +161,8 @@ async def _master_http(request: Request) -> Response:
         if not request.cookies.get(COOKIE_NAME):
             raise _Refused(401, _NO_CREDENTIAL, {"WWW-Authenticate": "Bearer"})
         who = await _identify(request, _CookieOnly(request))
-        await _target(request, who, task_id)
+        row, _base = await _target(request, who, task_id)
+        _check_shared_origin(request, who, row, task_id)
         if request.method not in ("GET", "HEAD"):
             raise _Refused(
                 403,
@@ -200,6 +202,30 @@ async def _master_ws(ws: WebSocket) -> None:
         await _deny(ws, exc)
         return
     await forward_ws(ws, row, base)
+
+
+def _check_shared_origin(conn: HTTPConnection, who: Principal, row: Any, task_id: str) -> None:
+    """Without ``task_proxy.domain`` every task's service shares one proxy origin, so a
+    page of one task could drive, in the browser of whoever opens it, the services of
+    that person's other tasks (their proxy cookies are sent to the same origin). A
+    browser may therefore open only its own user's tasks there; opening another user's
+    task in a browser (an admin, a workspace's ``UPDATE_NSC`` holder) needs the origin
+    per task that ``task_proxy.domain`` gives. Bearer clients (the CLI) are not browsers
+    and are not limited.
+
+    Raises:
+        _Refused: 403 for another user's task on a shared origin.
+    """
+    if conn.app.state.config.task_proxy.domain or row.owner_id == who.user_id:
+        return
+    raise _Refused(
+        403,
+        f"task {task_id} belongs to {row.owner}: without task_proxy.domain in the master "
+        "config every task shares one origin, so a browser may open only its own user's "
+        "tasks (a page of this task could otherwise act in your other tasks); ask the "
+        "administrator to set task_proxy.domain, or reach it with a bearer token "
+        "(det shell, det notebook as its owner)",
+    )
 
 
 def make_master_proxy_app(state: Any) -> Starlette:

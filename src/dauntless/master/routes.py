@@ -11,9 +11,9 @@ trial harness reports). They are thin: they parse the request, call a model func
 below call read model functions in the route's read session), and return JSON views.
 Domain errors map to HTTP statuses once, here.
 
-Who may call each route is declared next to it with ``@access(...)``
-(:mod:`dauntless.master.auth`; a route without one is for any signed-in user) and checked
-by the application-wide dependency before the route runs.
+Who may call each route is its row of the one permission table
+(:data:`dauntless.master.permissions.ROUTES`; a route without a row is refused to all but
+admins), checked by the application-wide dependency before the route runs.
 """
 
 from __future__ import annotations
@@ -153,12 +153,15 @@ def _experiment_views(s: Session, exps: list[ExperimentRow]) -> list[dict[str, A
         counts[exp_id] = counts.get(exp_id, 0) + 1
         if best is not None:
             bests.setdefault(exp_id, []).append(best)
+    places = experiment_reads.project_places(s, {e.project_id for e in exps})
     out = []
     for e in exps:
         values = bests.get(e.id)
         smaller = e.config.get("searcher", {}).get("smaller_is_better", True)
         best = (min(values) if smaller else max(values)) if values else None
-        out.append(experiment_view(e, counts.get(e.id, 0), best))
+        view = experiment_view(e, counts.get(e.id, 0), best)
+        view.update(places.get(e.project_id, {}))
+        out.append(view)
     return out
 
 

@@ -10,10 +10,12 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
+from . import authz
 from . import responses as R
 from .api_spec import INT32_MAX
-from .auth import access, principal
+from .auth import principal
 from .models import allocations
+from .rbac import Perm
 
 router = APIRouter(prefix="/api/v1")
 
@@ -22,9 +24,14 @@ def _allocations(
     request: Request, trial_id: int | None, active: bool | None, owner_id: int | None = None
 ) -> list[dict]:
     # Trials' allocations and tasks' (commands, notebooks, shells, TensorBoards), whose
-    # trial_id and experiment_id are None.
+    # trial_id and experiment_id are None; only those of what the caller may view.
+    who = principal(request)
+    exp_ws = task_ws = None
+    if who.kind == "user":
+        exp_ws = authz.visible(request, Perm.VIEW_EXPERIMENT_METADATA)
+        task_ws = authz.visible(request, Perm.VIEW_NSC)
     with request.app.state.ctx.db.read() as s:
-        rows = allocations.listing(s, trial_id, active, owner_id)
+        rows = allocations.listing(s, trial_id, active, owner_id, exp_ws, task_ws)
         return [
             {
                 "id": a.id,
@@ -46,7 +53,6 @@ def _allocations(
 
 
 @router.get("/allocations", response_model=R.AllocationsOut)
-@access(trial="route")
 def list_allocations(
     request: Request,
     trial_id: int | None = Query(
@@ -59,8 +65,9 @@ def list_allocations(
     """Allocations (one per run of a trial on slots of an agent), oldest first: which
     trial holds which slots, and how each earlier run ended (its restarts).
 
-    Admins see every allocation; other users those of the experiments they own; a
-    trial's token only its own trial's (it may leave ``trial_id`` out)."""
+    Admins see every allocation; other users those of the experiments and tasks they
+    own and may view; a trial's token only its own trial's (it may leave ``trial_id``
+    out)."""
     who = principal(request)
     owner_id = None
     if who.kind == "trial":
@@ -73,6 +80,6 @@ def list_allocations(
                 403, f"a trial's session token may read only its own trial ({who.trial_id})"
             )
         trial_id = who.trial_id
-    elif not who.admin:
+    elif not request.app.state.authz.is_admin(who):
         owner_id = who.user_id
     return {"allocations": _allocations(request, trial_id, active, owner_id)}

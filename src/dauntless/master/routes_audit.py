@@ -19,7 +19,6 @@ from starlette.concurrency import run_in_threadpool
 
 from .api_spec import INT32_MAX
 from .audit import AuditTrail
-from .auth import access
 from .db import AuditRow
 from .models import audit as audit_reads
 from .responses import tokens as R
@@ -39,7 +38,6 @@ def _trail(request: Request) -> AuditTrail:
 
 
 @router.get("/audit", response_model=R.AuditOut)
-@access(users="admin", what="read the audit trail")
 def list_audit(
     request: Request,
     offset: int = Query(0, ge=0, le=INT32_MAX),
@@ -76,7 +74,6 @@ def list_audit(
 
 
 @router.get("/audit/verify", response_model=R.AuditVerifyOut)
-@access(users="admin", what="verify the audit trail")
 async def verify_audit(request: Request) -> dict[str, Any]:
     """Check the whole chain (see :meth:`AuditTrail.verify`); ``ok`` false names each
     break."""

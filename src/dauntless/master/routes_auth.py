@@ -7,9 +7,9 @@
 | ``POST /auth/logout`` | a user | | ``{}``; the presented login session is revoked (an access token is not: ``PATCH /tokens/{id}``), the cookie cleared |
 | ``GET /auth/user``, ``GET /me`` | a user | | ``{"user": User}`` |
 | ``GET /users`` | a user | | ``{"users": [User]}`` |
-| ``POST /users`` | admin | ``{username, password ("" allowed), admin, display_name?, remote?}`` | 201 ``{"user"}``; 409 if the name is taken; ``remote``: single sign-on only, no password |
-| ``PATCH /users/{id}`` | admin; the user itself for ``display_name`` | ``{active?, admin?, display_name?, agent_user_group?}`` | ``{"user"}``; ``agent_user_group`` (admin only) links the user to a Unix identity, ``null`` unlinks |
-| ``POST /users/{id}/password`` | the user itself, or an admin | ``{password, old_password?}`` | ``{"user"}``; every login session of the user is revoked (access tokens stay); 400 for a remote user |
+| ``POST /users`` | ``ADMINISTRATE_USER`` (admins) | ``{username, password ("" allowed), admin, display_name?, remote?}`` | 201 ``{"user"}``; 409 if the name is taken; ``remote``: single sign-on only, no password |
+| ``PATCH /users/{id}`` | ``ADMINISTRATE_USER``; the user itself for ``display_name`` | ``{active?, admin?, display_name?, agent_user_group?}`` | ``{"user"}``; ``agent_user_group`` (``ADMINISTRATE_USER`` only) links the user to a Unix identity, ``null`` unlinks |
+| ``POST /users/{id}/password`` | the user itself, or ``ADMINISTRATE_USER`` | ``{password, old_password?}`` | ``{"user"}``; every login session of the user is revoked (access tokens stay); 400 for a remote user |
 
 ``User = {id, username, admin, active, display_name, modified_at, remote, agent_user_group}``. Passwords are taken
 as :class:`pydantic.SecretStr`, so they never appear in a repr, a log line or an error.
@@ -31,7 +31,6 @@ from .api_spec import DbId
 from .audit_http import audit_note
 from .auth import (
     AuthService,
-    access,
     forbidden,
     hash_password,
     principal,
@@ -39,9 +38,11 @@ from .auth import (
     verify_password,
 )
 from .auth_csrf import csrf_token
+from .authz import may
 from .db import ACCESS_TOKEN, UserRow
 from .errors import BadRequest
 from .models import users
+from .rbac import Perm
 
 router = APIRouter(prefix="/api/v1")
 
@@ -104,7 +105,6 @@ def _auth(request: Request) -> AuthService:
 
 
 @router.post("/auth/login", response_model=R.LoginOut)
-@access(open=True)
 def login(body: LoginBody, request: Request) -> JSONResponse:
     """Sign in: a bearer token (also set as the ``dauntless_token`` cookie)."""
     auth = _auth(request)
@@ -201,7 +201,6 @@ def list_users(request: Request) -> dict[str, Any]:
 
 
 @router.post("/users", status_code=201, response_model=R.UserBody)
-@access(users="admin", what="create users")
 def create_user(body: CreateUserBody, request: Request) -> dict[str, Any]:
     """Create a user (admins only); 409 when the name is taken."""
     auth = _auth(request)
@@ -225,14 +224,12 @@ def patch_user(user_id: DbId, body: PatchUserBody, request: Request) -> dict[str
     identity for its tasks (admins), or set the display name (admins, or the user
     itself). Deactivating a user revokes its tokens; the last active admin cannot be
     deactivated or demoted (409)."""
-    who = principal(request)
-    if not who.admin:
-        if who.user_id != user_id:
-            raise forbidden("only an admin may edit another user")
-        if body.active is not None or body.admin is not None:
-            raise forbidden("only an admin may activate, deactivate or change admin rights")
-        if "agent_user_group" in body.model_fields_set:
-            raise forbidden("only an admin may link a user to a Unix identity (agent_user_group)")
+    administrator = may(request, Perm.ADMINISTRATE_USER, [None])[0]
+    # The table lets users edit themselves; these fields are for administrators.
+    if not administrator and (body.active is not None or body.admin is not None):
+        raise forbidden("only an admin may activate, deactivate or change admin rights")
+    if not administrator and "agent_user_group" in body.model_fields_set:
+        raise forbidden("only an admin may link a user to a Unix identity (agent_user_group)")
     auth = _auth(request)
     with auth.db.write() as s:
         user = users.update_user(
@@ -260,9 +257,6 @@ def set_password(user_id: DbId, body: PasswordBody, request: Request) -> dict[st
     ``old_password`` is optional; when given it must be the current password (403),
     so a client can make a user confirm who they are.
     """
-    who = principal(request)
-    if not who.admin and who.user_id != user_id:
-        raise forbidden("only an admin may change another user's password")
     auth = _auth(request)
     with auth.db.read() as s:
         target = users.read_user(s, user_id)

@@ -19,7 +19,6 @@ from dauntless.config import parse_experiment_config
 from dauntless.storage import StoreError, build_storage
 
 from . import responses as R
-from .auth import access
 from .errors import Conflict, NotFound
 from .models import checkpoints
 from .routes import StoreUnavailable, _checkpoint_views, _ctx, _get_experiment, _storage_dir
@@ -52,7 +51,6 @@ def _tar_object_checkpoint(config: dict[str, Any], uuid: str) -> str:
 
 
 @router.get("/checkpoints/{uuid}", response_model=R.CheckpointBody)
-@access(trial="own")
 def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
     """One checkpoint."""
     with _ctx(request).db.read() as s:
@@ -62,7 +60,6 @@ def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
 
 
 @router.get("/checkpoints/{uuid}/download")
-@access(trial="own")
 def download_checkpoint(uuid: str, request: Request) -> FileResponse:
     """The checkpoint directory as a gzipped tar (streamed from a temporary file)."""
     with _ctx(request).db.read() as s:

@@ -19,7 +19,7 @@ import dauntless
 
 from . import loop
 from . import responses as R
-from .auth import access, forbidden, principal
+from .auth import forbidden, principal
 from .errors import Forbidden, NotFound
 from .models import agents, allocations, logs
 from .routes import _ctx, _read, _write
@@ -47,7 +47,6 @@ though no change was seen (changes the ORM does not report, such as a cascade de
 
 
 @router.get("/master", response_model=R.MasterInfo)
-@access(open=True)
 def get_master(request: Request) -> dict[str, Any]:
     """Version and identity of this master, and its single sign-on providers."""
     ctx = _ctx(request)
@@ -61,7 +60,6 @@ def get_master(request: Request) -> dict[str, Any]:
 
 
 @router.get("/agents", response_model=R.AgentsOut)
-@access(agent=True, secret=True)
 def list_agents(request: Request) -> dict[str, Any]:
     """Every agent with its slots and which allocation holds each."""
     with _ctx(request).db.read() as s:
@@ -71,7 +69,6 @@ def list_agents(request: Request) -> dict[str, Any]:
 
 
 @router.post("/agents", response_model=R.AgentRegistered)
-@access(users="admin", secret=True, what="register agents")
 def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
     """An agent announces itself and its slots (with the cluster secret); the answer
     holds the credential it presents from now on (``X-Dauntless-Agent-Token``)."""
@@ -111,14 +108,12 @@ def _check_reports(request: Request, reporter: tuple[str, str | None], ids: list
 
 
 @router.post("/agents/{agent_id}/enable", response_model=R.AgentBody)
-@access(users="admin", what="enable agents")
 def enable_agent(agent_id: str, request: Request) -> dict[str, Any]:
     """Let the scheduler use this agent again."""
     return _agent_json(request, _write(request, agents.set_agent_enabled, agent_id, True).id)
 
 
 @router.post("/agents/{agent_id}/disable", response_model=R.AgentBody)
-@access(users="admin", what="disable agents")
 def disable_agent(agent_id: str, request: Request, body: AgentSwitch | None = None) -> dict:
     """No new work on this agent; without ``drain`` its trials are preempted now."""
     drain = body.drain if body else False
@@ -128,7 +123,6 @@ def disable_agent(agent_id: str, request: Request, body: AgentSwitch | None = No
 
 
 @router.post("/agents/{agent_id}/slots/{slot_id}/{action}", response_model=R.AgentBody)
-@access(users="admin", what="{action} slots")
 def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> dict[str, Any]:
     """``enable`` or ``disable`` one slot of an agent."""
     if action not in ("enable", "disable"):
@@ -138,7 +132,6 @@ def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> d
 
 
 @router.get("/resource-pools", response_model=R.ResourcePoolsOut)
-@access(agent=True)
 def list_resource_pools(request: Request) -> dict[str, Any]:
     """Declared pools with their schedulers and slots used and free."""
     return {"resource_pools": _read(request, agents.resource_pools, _ctx(request))}
@@ -152,7 +145,6 @@ def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
 
 
 @router.post("/agents/{agent_id}/heartbeat", response_model=R.HeartbeatOut)
-@access(users="none", agent=True, what="heartbeat for agents")
 def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[str, Any]:
     """Liveness plus work: returns tasks to start and allocations to kill.
 
@@ -187,7 +179,6 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
 
 
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)
-@access(users="none", agent=True, what="report task exits")
 def allocation_exited(allocation_id: str, body: AllocationExited, request: Request) -> dict:
     """The agent reports that a task's process ended (only of a task placed on it)."""
     reporter = _reporter(request)
@@ -198,7 +189,6 @@ def allocation_exited(allocation_id: str, body: AllocationExited, request: Reque
 
 
 @router.get("/allocations/{allocation_id}/signals/preemption", response_model=R.PreemptionSignal)
-@access(users="admin", trial="own", what="read a trial's preemption signal")
 async def preemption_signal(
     allocation_id: str, request: Request, timeout_seconds: float = Query(0, ge=0, le=60)
 ) -> dict[str, bool]:
@@ -231,7 +221,6 @@ async def preemption_signal(
 
 
 @router.post("/allocations/{allocation_id}/rendezvous", response_model=R.Empty)
-@access(users="none", trial="own", what="publish a rendezvous")
 def post_rendezvous(allocation_id: str, body: RendezvousIn, request: Request) -> dict:
     """The chief launcher of a distributed allocation says where its ranks meet."""
     with _ctx(request).db.write() as s:
@@ -240,7 +229,6 @@ def post_rendezvous(allocation_id: str, body: RendezvousIn, request: Request) ->
 
 
 @router.get("/allocations/{allocation_id}/rendezvous", response_model=R.RendezvousOut)
-@access(users="admin", trial="own", what="read a trial's rendezvous")
 async def get_rendezvous(
     allocation_id: str, request: Request, timeout_seconds: float = Query(0, ge=0, le=60)
 ) -> dict[str, Any]:
@@ -255,7 +243,6 @@ async def get_rendezvous(
 
 
 @router.post("/task/logs", response_model=R.StoredCount)
-@access(users="none", agent=True, what="ship task logs")
 def post_logs(body: LogBatch, request: Request) -> dict[str, int]:
     """Agents ship task output here in batches (only of the tasks placed on them)."""
     reporter = _reporter(request)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from . import authz
 from . import responses as R
 from .api_spec import INT32_MAX
-from .auth import principal
 from .models import experiment_reads, experiments
 
 router = APIRouter(prefix="/api/v1")
@@ -33,21 +33,17 @@ class ContinueExperiment(BaseModel):
 async def continue_experiment(body: ContinueExperiment, request: Request) -> dict[str, Any]:
     """Continue a finished experiment, with config overrides (YAML text) deep-merged in.
 
-    Only the experiment's owner or an admin may. 404: no such experiment; 409: not
+    Only who may update it (its owner, an admin, ``UPDATE_EXPERIMENT``). 404: no such experiment; 409: not
     finished or nothing left to continue; 400: invalid overrides.
     """
     from .routes import _ctx
     from .routes_experiments import _experiment_json
 
     ctx = _ctx(request)
-    who = principal(request)
     with ctx.db.read() as s:
-        exp = experiment_reads.read_experiment(s, body.id)
-        if not who.admin and exp.owner_id != who.user_id:
-            raise HTTPException(
-                403,
-                f"only the owner of experiment {exp.id} ({exp.owner}) or an admin may continue it",
-            )
+        experiment_reads.read_experiment(s, body.id)  # 404 first
+        target = authz.experiment_target(s, body.id)
+    authz.require(request, target)  # UPDATE_EXPERIMENT, or its owner
     await run_in_threadpool(
         ctx.write, experiments.continue_experiment, body.id, body.override_config
     )

@@ -14,14 +14,16 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from . import authz
 from . import responses as R
 from .api_spec import INT32_MAX, DbId, method_not_allowed
-from .auth import access, principal
+from .auth import principal
 from .context import MasterContext
 from .context_archive import read_upload
 from .errors import BadRequest, NotFound
-from .models import agents, experiment_reads, experiments, lifecycle, trials
+from .models import agents, experiment_reads, experiments, lifecycle, projects, trials
 from .models.experiment_checks import check_experiment
+from .rbac import Perm
 from .routes import (
     _checkpoint_views,
     _ctx,
@@ -103,6 +105,7 @@ async def create_experiment(request: Request) -> dict[str, Any]:
         activate = _form_bool(form, "activate", True)
         validate_only = _form_bool(form, "validate_only", False)
         parent_id = _form_int(form, "parent_id")
+        project_id = _form_int(form, "project_id")
         context = form.get("context")
         if isinstance(context, str):
             raise BadRequest(
@@ -111,9 +114,10 @@ async def create_experiment(request: Request) -> dict[str, Any]:
         data = None if context is None else await read_upload(context)
     ctx = _ctx(request)
     owner = principal(request)
+    project = await run_in_threadpool(_authorize_create, request, config, project_id, parent_id)
     if validate_only:  # every check of create (experiment_checks), nothing stored
         await run_in_threadpool(
-            check_experiment, ctx, config, data, parent_id, owner.username or "determined"
+            check_experiment, ctx, config, data, parent_id, owner.username or "determined", project
         )
         return {"experiment": None, "warnings": _config_warnings(config)}
     exp_id = await run_in_threadpool(
@@ -124,11 +128,56 @@ async def create_experiment(request: Request) -> dict[str, Any]:
         activate,
         owner.username or "determined",
         parent_id,
+        project,
     )
     with ctx.db.read() as s:
         exp = _get_experiment(s, exp_id)
         view = _experiment_views(s, [exp])[0]
     return {"experiment": view, "warnings": _config_warnings(config)}
+
+
+def _authorize_create(
+    request: Request, config: str, project_id: int | None, parent_id: int | None
+) -> int:
+    """The project the new experiment goes to (``project_id``, else the config's
+    ``workspace`` and ``project``, else Uncategorized), once the caller may create
+    experiments there and may read what it starts from (a forked experiment's model
+    definition, a warm-start checkpoint: ``VIEW_EXPERIMENT_ARTIFACTS``).
+
+    Raises:
+        BadRequest: a config over the parsing limits or not YAML (naming the field),
+            ``workspace``/``project`` not text, or only one given.
+        NotFound: no such project.
+        HTTPException: 403 naming the permission.
+    """
+    from dauntless.config import LimitError, load_yaml
+
+    try:
+        raw = load_yaml(config)  # within the parsing limits, as create parses it
+    except LimitError as exc:
+        raise BadRequest("invalid experiment config", exc.errors) from None
+    raw = raw if isinstance(raw, dict) else {}
+    names = []
+    for key in ("workspace", "project"):
+        value = raw.get(key) or ""
+        if not isinstance(value, str):
+            raise BadRequest("invalid experiment config", [(key, "a name (text)")])
+        names.append(value)
+    with _ctx(request).db.read() as s:
+        project = projects.project_for_create(s, project_id, names[0], names[1])
+        target = authz.project_target(s, project)
+        sources = [parent_id] if parent_id is not None else []
+        searcher = raw.get("searcher")
+        searcher = searcher if isinstance(searcher, dict) else {}
+        sources += experiment_reads.warm_start_experiments(
+            s, searcher.get("source_trial_id"), searcher.get("source_checkpoint_uuid")
+        )
+        source_targets = [authz.experiment_target(s, e) for e in sources]
+    authz.require(request, target)
+    for source in source_targets:
+        if source is not None:
+            authz.require(request, source, perm=Perm.VIEW_EXPERIMENT_ARTIFACTS)
+    return project
 
 
 def _config_warnings(config: str) -> list[str]:
@@ -143,11 +192,14 @@ def _form_int(form: Any, name: str) -> int | None:
     if value is None or value == "":
         return None
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
+        number = -1
+    if not 0 <= number <= INT32_MAX:
         raise BadRequest(
-            f"invalid request: {name}: expected an integer", [(name, "expected an integer")]
-        ) from None
+            f"invalid request: {name}: expected an id (0 .. 2**31 - 1)", [(name, "an id")]
+        )
+    return number
 
 
 @router.get("/experiments", response_model=R.ExperimentPage)
@@ -160,29 +212,40 @@ def list_experiments(
     ),
     limit: int = Query(100, ge=1, le=10_000),
     offset: int = Query(0, ge=0, le=INT32_MAX),
+    workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
+    project_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
 ) -> dict[str, Any]:
-    """Experiments, newest first, as ``{"experiments": [...], "total": N}``."""
+    """The experiments the caller may view (``VIEW_EXPERIMENT_METADATA``), newest first,
+    as ``{"experiments": [...], "total": N}``."""
     which = {"true": True, "false": False, "all": None}[archived]
-    return experiments_page(request, which, limit, offset)
+    return experiments_page(request, which, limit, offset, workspace_id, project_id)
 
 
 def experiments_page(
-    request: Request, archived: bool | None, limit: int, offset: int
+    request: Request,
+    archived: bool | None,
+    limit: int,
+    offset: int,
+    workspace_id: int | None = None,
+    project_id: int | None = None,
 ) -> dict[str, Any]:
-    """The body of ``GET /experiments``.
+    """The body of ``GET /experiments``: only what the caller may view.
 
     Args:
         archived: True: archived only; False: unarchived only; None: both.
         limit: at most this many experiments (newest first).
         offset: skip this many first.
+        workspace_id, project_id: only those of this workspace or project.
     """
+    scope = authz.visible(request, Perm.VIEW_EXPERIMENT_METADATA)
     with _ctx(request).db.read() as s:
-        exps, total = experiment_reads.experiments_page(s, archived, limit, offset)
+        exps, total = experiment_reads.experiments_page(
+            s, archived, limit, offset, scope, workspace_id, project_id
+        )
         return {"experiments": _experiment_views(s, exps), "total": total}
 
 
 @router.get("/experiments/{exp_id}", response_model=R.ExperimentDetail)
-@access(trial="own")
 def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """One experiment with its trials."""
     with _ctx(request).db.read() as s:
@@ -194,7 +257,6 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
 
 
 @router.get("/experiments/{exp_id}/trials", response_model=R.TrialsOut)
-@access(trial="own")
 def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The trials of an experiment."""
     with _ctx(request).db.read() as s:
@@ -203,7 +265,6 @@ def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
 
 
 @router.get("/experiments/{exp_id}/checkpoints", response_model=R.CheckpointsOut)
-@access(trial="own")
 def get_experiment_checkpoints(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The checkpoints of an experiment, oldest first."""
     with _ctx(request).db.read() as s:
@@ -213,7 +274,6 @@ def get_experiment_checkpoints(exp_id: DbId, request: Request) -> dict[str, Any]
 
 
 @router.get("/experiments/{exp_id}/model_def")
-@access(agent=True, trial="own")
 def get_model_def(exp_id: DbId, request: Request) -> Response:
     """The experiment's context directory as a gzipped tar (for an agent: only of an
     experiment one of whose trials it runs)."""
@@ -243,7 +303,6 @@ def _experiment_json(ctx: MasterContext, exp_id: int) -> dict[str, Any]:
 
 
 @router.post("/experiments/{exp_id}/{action}", response_model=R.ExperimentBody)
-@access(users="owner", what="{action} it")
 def experiment_action(exp_id: DbId, action: str, request: Request) -> dict[str, Any]:
     """pause | activate | cancel | kill | archive | unarchive an experiment.
 
@@ -262,7 +321,6 @@ def experiment_action(exp_id: DbId, action: str, request: Request) -> dict[str, 
 
 
 @router.patch("/experiments/{exp_id}", response_model=R.ExperimentBody)
-@access(users="owner", what="edit it")
 def patch_experiment(exp_id: DbId, body: PatchExperiment, request: Request) -> dict[str, Any]:
     """Edit name or description, or set the checkpoint GC policy (collects at once)."""
     ctx = _ctx(request)
@@ -273,7 +331,6 @@ def patch_experiment(exp_id: DbId, body: PatchExperiment, request: Request) -> d
 
 
 @router.delete("/experiments/{exp_id}", response_model=R.Empty)
-@access(users="owner", what="delete it")
 def delete_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """Delete a finished experiment: checkpoints from storage, then every row."""
     experiments.delete_experiment(_ctx(request), exp_id)

@@ -24,7 +24,6 @@ from fastapi.responses import Response
 
 from . import responses as R
 from .api_spec import DbId
-from .auth import access
 from .errors import BadRequest, NotFound
 from .models import experiment_reads, experiments
 
@@ -49,7 +48,6 @@ def _clean(name: str) -> str:
 
 
 @router.get("/experiments/{exp_id}/model_def/tree", response_model=R.ModelDefTree)
-@access(trial="own")
 def get_model_def_tree(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The model definition's files and directories.
 
@@ -83,7 +81,6 @@ def get_model_def_tree(exp_id: DbId, request: Request) -> dict[str, Any]:
         }
     },
 )
-@access(trial="own")
 def get_model_def_file(
     exp_id: DbId,
     request: Request,

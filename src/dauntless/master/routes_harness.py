@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 
 from . import responses as R
 from .api_spec import DbId
-from .auth import access, require_own_trial
+from .auth import require_own_trial
 from .models import checkpoints, metrics, search, trials
 from .models.metrics import MetricsIn
 from .routes import _ctx, _write
@@ -29,7 +29,6 @@ router = APIRouter(prefix="/api/v1")
 
 
 @router.get("/trials/{trial_id}/searcher/operation", response_model=R.SearcherOperation)
-@access(users="admin", trial="own", what="read a trial's searcher operation")
 def get_searcher_operation(trial_id: DbId, request: Request) -> dict[str, Any]:
     """The trial's next searcher operation."""
     with _ctx(request).db.read() as s:
@@ -37,7 +36,6 @@ def get_searcher_operation(trial_id: DbId, request: Request) -> dict[str, Any]:
 
 
 @router.post("/trials/{trial_id}/searcher/completed_operation", response_model=R.SearcherOperation)
-@access(users="none", trial="own", what="report for trials")
 def complete_searcher_operation(trial_id: DbId, body: CompletedOperation, request: Request) -> dict:
     """The trial finished an operation and reports the searcher metric; the answer is
     its next operation, as the GET above would give it."""
@@ -47,7 +45,6 @@ def complete_searcher_operation(trial_id: DbId, body: CompletedOperation, reques
 
 
 @router.post("/trials/{trial_id}/metrics", response_model=R.Stored)
-@access(users="none", trial="own", what="report metrics for trials")
 def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) -> dict:
     """Training or validation metrics at a batch count (idempotent)."""
     stored = metrics.report_metrics(
@@ -63,7 +60,6 @@ def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) ->
 
 
 @router.post("/trials/{trial_id}/metrics/batch", response_model=R.StoredMany)
-@access(users="none", trial="own", what="report metrics for trials")
 def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: Request) -> dict:
     """Several metrics reports of one trial, stored in one transaction, each as
     ``POST /trials/{id}/metrics`` would store it (idempotent per report)."""
@@ -79,7 +75,6 @@ def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: 
 
 
 @router.post("/trials/{trial_id}/progress", response_model=R.Empty)
-@access(users="none", trial="own", what="report progress for trials")
 def post_trial_progress(trial_id: DbId, body: ProgressReport, request: Request) -> dict:
     """The trial's own progress estimate (0..1)."""
     _write(request, metrics.report_progress, trial_id, body.progress)
@@ -87,7 +82,6 @@ def post_trial_progress(trial_id: DbId, body: ProgressReport, request: Request) 
 
 
 @router.post("/trials/{trial_id}/early_exit", response_model=R.Empty)
-@access(users="none", trial="own", what="report early exits for trials")
 def post_early_exit(trial_id: DbId, body: EarlyExit, request: Request) -> dict:
     """The trial will exit early (invalid hyperparameters)."""
     with _ctx(request).db.write() as s:
@@ -96,7 +90,6 @@ def post_early_exit(trial_id: DbId, body: EarlyExit, request: Request) -> dict:
 
 
 @router.post("/checkpoints", response_model=R.Empty)
-@access(users="none", trial="route", what="report checkpoints for trials")
 def post_checkpoint(body: CheckpointReport, request: Request) -> dict:
     """A completed checkpoint written by a trial (a trial's token: its own trial only)."""
     require_own_trial(request, body.trial_id)

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import responses as R
 from .api_spec import DbId
-from .auth import access
 from .models import search_views
 from .routes import _ctx, _write
 
@@ -38,7 +37,6 @@ class SearcherOperationsBody(BaseModel):
 
 
 @router.get("/experiments/{exp_id}/searcher_events", response_model=R.SearcherEventsOut)
-@access(users="owner", what="run its searcher")
 def get_searcher_events(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The events of a remote custom search not yet answered, oldest first."""
     ctx = _ctx(request)
@@ -47,7 +45,6 @@ def get_searcher_events(exp_id: DbId, request: Request) -> dict[str, Any]:
 
 
 @router.post("/experiments/{exp_id}/searcher_operations", response_model=R.Empty)
-@access(users="owner", what="run its searcher")
 def post_searcher_operations(
     exp_id: DbId, body: SearcherOperationsBody, request: Request
 ) -> dict[str, Any]:
@@ -62,7 +59,6 @@ def post_searcher_operations(
 
 
 @router.get("/experiments/{exp_id}/searcher", response_model=R.SearchSummaryOut)
-@access()
 def get_search_summary(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The experiment's objectives, Pareto front (several objectives), trial lineage and
     a custom search method's error."""

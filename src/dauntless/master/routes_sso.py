@@ -25,7 +25,7 @@ from dauntless._auth import COOKIE_NAME
 
 from .api_spec import DbId, ErrorBody
 from .audit_http import audit_note
-from .auth import AuthService, access, forbidden, principal
+from .auth import AuthService, forbidden, principal
 from .models import sso_users, users
 from .models.sso_users import SsoRefused
 from .responses import tokens as RT
@@ -112,7 +112,6 @@ def _session_cookie(resp: Response, request: Request, auth: AuthService, token: 
     response_class=RedirectResponse,
     responses={k: v for k, v in _ERROR_PAGES.items() if k in (400, 404, 502, 503)},
 )
-@access(open=True)
 def sso_begin(
     request: Request,
     relay_state: str = Query("webui", alias="relayState", pattern="^(webui|cli)$"),
@@ -149,7 +148,6 @@ def sso_begin(
         **{k: v for k, v in _ERROR_PAGES.items() if k != 503},
     },
 )
-@access(open=True)
 def sso_callback(request: Request) -> Response:
     """Where the identity provider sends the browser back (see the module)."""
     auth: AuthService = request.app.state.auth
@@ -203,7 +201,6 @@ def sso_callback(request: Request) -> Response:
         404: _ERROR_PAGES[404],
     },
 )
-@access(open=True)
 def sso_cli_confirm(request: Request, confirm: str = Form(max_length=64)) -> Response:
     """The user confirmed a CLI sign-in (the callback's button): 302 to the CLI's
     loopback port with a one-time code."""
@@ -223,7 +220,6 @@ def sso_cli_confirm(request: Request, confirm: str = Form(max_length=64)) -> Res
 
 
 @router.post("/api/v1/auth/sso/exchange", response_model=RT.SsoExchangeOut)
-@access(open=True)
 def sso_exchange(body: ExchangeBody, request: Request) -> JSONResponse:
     """Trade the one-time code of a CLI sign-in and its PKCE verifier for a login
     session (``det auth login``)."""
@@ -242,7 +238,6 @@ def sso_exchange(body: ExchangeBody, request: Request) -> JSONResponse:
 
 
 @router.get("/api/v1/users/{user_id}/sso-groups", response_model=RT.SsoGroupsOut)
-@access(what="read a user's single sign-on groups")
 def get_sso_groups(user_id: DbId, request: Request) -> dict[str, Any]:
     """The groups the identity provider's claim named at the user's latest sign-in."""
     who = principal(request)

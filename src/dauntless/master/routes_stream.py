@@ -52,6 +52,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from .api_spec import INT32_MAX, DbId
+from .auth import route_rule
 from .context import MasterContext
 from .errors import NotFound
 from .metric_series import MAX_POINTS
@@ -146,12 +147,22 @@ class _Credential:
             return None
         self.checked, self.revocations = now, revocations
         try:
-            await run_in_threadpool(service.identify, self.request)
+            await run_in_threadpool(self._check, service)
         except HTTPException as exc:
-            if exc.status_code == 401:
+            if exc.status_code in (401, 403):
                 return str(exc.detail)
             raise
         return None
+
+    def _check(self, service: Any) -> None:
+        """Identify the caller again and apply the route's rule again (a role taken
+        back ends the stream as a revoked token does)."""
+        who = service.identify(self.request)
+        if getattr(self.request.state, "principal", None) is not None:
+            route = self.request.scope.get("route")
+            path = getattr(route, "path", "")
+            rule = route_rule(self.request.method, path, getattr(route, "endpoint", None))
+            service.authorize(who, rule, self.request)
 
 
 async def _ended(request: Request, credential: _Credential) -> bytes | None:
@@ -255,22 +266,32 @@ async def stream_experiments(
     ),
     limit: int = Query(1000, ge=1, le=10_000),
     offset: int = Query(0, ge=0, le=INT32_MAX),
+    workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
+    project_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
     max_seconds: float | None = _MAX_SECONDS,
 ) -> StreamingResponse:
-    """Event ``experiments`` (the body of ``GET /experiments``, newest first) whenever it
-    changes."""
+    """Event ``experiments`` (the body of ``GET /experiments``, newest first: only what
+    the caller may view, read again when their roles change) whenever it changes."""
     which = {"true": True, "false": False, "all": None}[archived]
 
     def read() -> tuple[str, Any]:
-        return "experiments", experiments_page(request, which, limit, offset)
+        page = experiments_page(request, which, limit, offset, workspace_id, project_id)
+        return "experiments", page
 
     return _stream(_poll(request, read, max_seconds, _experiment_changes(request)))
 
 
 def _experiment_changes(request: Request) -> Callable[[], int] | None:
-    """The change version of experiment bodies (None on a manager without one)."""
+    """The change version of experiment bodies and of who may see them (None on a
+    manager without one)."""
     flag = getattr(request.app.state.ctx, "experiment_changes", None)
-    return flag.version if flag is not None else None
+    authz = getattr(request.app.state, "authz", None)
+    if flag is None:
+        return None
+    if authz is None:
+        return flag.version
+    grants = authz.changes
+    return lambda: flag.version() + grants.version()
 
 
 @router.get("/stream/experiments/{exp_id}")

@@ -5,7 +5,8 @@
 Creating takes a multipart form (like ``POST /experiments``): ``config`` (YAML or JSON
 text, optional), ``context`` (a gzipped tar, optional, at most 95 MiB), and for commands
 ``entrypoint`` (JSON: an argv list or a string for ``sh -c``), for TensorBoards
-``experiment_ids`` and ``trial_ids`` (JSON lists).
+``experiment_ids`` and ``trial_ids`` (JSON lists); ``workspace_id`` (the task's
+workspace, default 1: Uncategorized; ``CREATE_NSC`` there).
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from starlette.concurrency import run_in_threadpool
 
 from dauntless.config import LimitError, load_json, load_yaml
 
+from . import authz
 from . import responses as R
-from .auth import access, forbidden, principal
+from .api_spec import INT32_MAX
+from .auth import forbidden, principal
 from .context import MasterContext
 from .context_archive import check_context_archive, read_upload
+from .db import UNCATEGORIZED_ID
 from .errors import MAX_CONTEXT_BYTES, BadRequest
 from .models import agents as agent_models
+from .rbac import Perm
 from .tasks import NotFound, TaskConflict, TaskService
 
 router = APIRouter(prefix="/api/v1")
@@ -69,7 +74,7 @@ def _json_field(form: Any, name: str, default: Any) -> Any:
 
 def _ids(value: Any, name: str) -> list[int]:
     if not isinstance(value, list) or not all(
-        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in value
+        isinstance(x, int) and not isinstance(x, bool) and 0 < x <= INT32_MAX for x in value
     ):
         raise BadRequest(
             f"invalid request: {name}: expected a list of positive ids", [(name, "list of ids")]
@@ -101,7 +106,9 @@ async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, byte
                     "invalid request: context: expected a file", [("context", "expected a file")]
                 )
             data = await read_upload(context)
-        fields = {k: form.get(k) for k in ("entrypoint", "experiment_ids", "trial_ids")}
+        fields = {
+            k: form.get(k) for k in ("entrypoint", "experiment_ids", "trial_ids", "workspace_id")
+        }
     if data is not None:
         await run_in_threadpool(check_context_archive, data)  # 400 unsafe, 413 too large
     return fields, config, data
@@ -113,6 +120,11 @@ def _make_create(family: str, task_type: str):
         who = principal(request)
         svc = _tasks(request)
         owner = who.username or "determined"
+        workspace_id = _workspace_id(fields)
+        target = await run_in_threadpool(authz.read_target, request, "workspace", workspace_id)
+        if target is None:
+            raise NotFound(f"workspace {workspace_id} not found")
+        authz.require(request, target)  # CREATE_NSC there
         entrypoint = None
         meta: dict[str, Any] = {}
         if task_type == "COMMAND":
@@ -128,13 +140,19 @@ def _make_create(family: str, task_type: str):
             exp_ids, trial_ids, logdirs = await run_in_threadpool(
                 svc.tensorboard_logdirs, exp_ids, trial_ids
             )
+            # Their event files: VIEW_EXPERIMENT_ARTIFACTS on each experiment, also on
+            # those of the trials named.
+            sources = [("experiment", e) for e in exp_ids] + [("trial", t) for t in trial_ids]
+            for kind, ident in sources:
+                source = await run_in_threadpool(authz.read_target, request, kind, ident)
+                authz.require(request, source, perm=Perm.VIEW_EXPERIMENT_ARTIFACTS)
             found = await run_in_threadpool(svc.find_tensorboard, owner, exp_ids, trial_ids)
             if found is not None:
                 response.status_code = 200
                 return {"task": found, "warnings": [], "reused": True}
             meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids, "logdirs": logdirs}
         answer = await run_in_threadpool(
-            svc.create, task_type, owner, config, entrypoint, context, meta
+            svc.create, task_type, owner, config, entrypoint, context, meta, workspace_id
         )
         answer["reused"] = False
         return answer
@@ -153,12 +171,34 @@ def _make_create(family: str, task_type: str):
     return create
 
 
+def _workspace_id(fields: dict[str, Any]) -> int:
+    """The form's ``workspace_id`` (Uncategorized when absent).
+
+    Raises:
+        BadRequest: not an id.
+    """
+    raw = fields.get("workspace_id")
+    if raw is None or raw == "":
+        return UNCATEGORIZED_ID
+    if isinstance(raw, str) and raw.strip().isdigit() and int(raw) <= INT32_MAX:
+        return int(raw)
+    raise BadRequest(
+        "invalid request: workspace_id: expected a workspace id", [("workspace_id", "an id")]
+    )
+
+
 def _make_list(task_type: str):
-    def list_family(request: Request) -> dict[str, Any]:
-        return {"tasks": _tasks(request).list(task_type)}
+    def list_family(
+        request: Request,
+        workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only its"),
+        offset: int = Query(0, ge=0, le=INT32_MAX),
+        limit: int = Query(0, ge=0, le=10_000, description="0: every one"),
+    ) -> dict[str, Any]:
+        scope = authz.visible(request)
+        return _tasks(request).list(task_type, None, scope, workspace_id, offset, limit)
 
     list_family.__name__ = f"list_{task_type.lower()}s"
-    list_family.__doc__ = f"Every {task_type.lower()} task, oldest first."
+    list_family.__doc__ = f"The {task_type.lower()} tasks the caller may view, oldest first."
     return list_family
 
 
@@ -189,10 +229,16 @@ for _family, _type in FAMILIES.items():
 def list_tasks(
     request: Request,
     type: str | None = Query(None, description="COMMAND, NOTEBOOK, SHELL or TENSORBOARD"),
-    owner: str | None = Query(None, description="only this user's tasks"),
+    owner: str | None = Query(None, max_length=256, description="only this user's tasks"),
+    workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only its tasks"),
+    offset: int = Query(0, ge=0, le=INT32_MAX),
+    limit: int = Query(0, ge=0, le=10_000, description="0: every one"),
 ) -> dict[str, Any]:
-    """Every generic task, oldest first."""
-    return {"tasks": _tasks(request).list(type.upper() if type else None, owner)}
+    """A page of the generic tasks the caller may view (``VIEW_NSC``), oldest first, and
+    how many matched."""
+    scope = authz.visible(request)
+    kind = type.upper() if type else None
+    return _tasks(request).list(kind, owner, scope, workspace_id, offset, limit)
 
 
 @router.get("/tasks/{task_id}", response_model=R.TaskBody)
@@ -201,17 +247,13 @@ def get_task(task_id: str, request: Request) -> dict[str, Any]:
     return {"task": _tasks(request).get(task_id)}
 
 
-def _owner_or_admin(request: Request, task_id: str, what: str) -> None:
+def _own_task_token(request: Request, task_id: str, what: str) -> None:
+    """A task's session token may act only on its own task (users were checked by the
+    permission table)."""
     who = principal(request)
-    svc = _tasks(request)
-    task = svc.get(task_id)  # NotFound first: 404 beats 403 for an unknown id
-    if who.kind == "trial":
-        if who.task_id == task_id:
-            return
+    _tasks(request).get(task_id)  # NotFound first: 404 beats 403 for an unknown id
+    if who.kind == "trial" and who.task_id != task_id:
         raise forbidden(f"a task's session token may {what} only its own task, not {task_id}")
-    if who.kind == "user" and (who.admin or who.user_id == task["user_id"]):
-        return
-    raise forbidden(f"only the owner of task {task_id} ({task['owner']}) or an admin may {what}")
 
 
 class _Kill(BaseModel):
@@ -220,16 +262,14 @@ class _Kill(BaseModel):
 
 
 @router.post("/tasks/{task_id}/kill", response_model=R.TaskBody)
-@access(trial="route")
 def kill_task(task_id: str, request: Request, body: _Kill | None = None) -> dict[str, Any]:
     """Kill a task (its owner, an admin, or the task itself, e.g. when idle)."""
-    _owner_or_admin(request, task_id, "kill")
+    _own_task_token(request, task_id, "kill")
     return {"task": _tasks(request).kill(task_id, (body or _Kill()).reason)}
 
 
 def _make_kill(family: str):
     def kill_family(task_id: str, request: Request) -> dict[str, Any]:
-        _owner_or_admin(request, task_id, "kill")
         return {"task": _tasks(request).kill(task_id)}
 
     kill_family.__name__ = f"kill_{family}"
@@ -258,14 +298,11 @@ def task_logs(
 
 
 @router.get("/tasks/{task_id}/context")
-@access(agent=True)
 def task_context(task_id: str, request: Request) -> Response:
     """The task's context directory (gzipped tar) for its agent, its owner or an admin;
     404 when it has none."""
     who = principal(request)
-    if who.kind != "agent":
-        _owner_or_admin(request, task_id, "download the context of")
-    elif who.agent_id is not None:  # only the agent the task was placed on
+    if who.kind == "agent" and who.agent_id is not None:  # only the agent it was placed on
         with request.app.state.ctx.db.read() as s:
             agent_models.runs_work_of(s, who.agent_id, who.part_id, task_id=task_id)
     data = _tasks(request).context(task_id)
@@ -282,7 +319,6 @@ class _Service(BaseModel):
 
 
 @router.post("/tasks/{task_id}/service", response_model=R.Empty)
-@access(trial="route")
 def task_service(task_id: str, body: _Service, request: Request) -> dict[str, Any]:
     """The task's own process reports where its service listens, or why it could not
     start it (only with the task's session token)."""

@@ -78,21 +78,29 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
         running_meta = {t: exps[e] for t, e in exp_ids.items() if e in exps}
     created = 0
     runtimes = {a.id: a.runtime for a in agents}
-    identities: dict[int | None, TaskIdentity] = {}
+    identities: dict[tuple[int | None, int | None], TaskIdentity] = {}
+    needs_of: dict[tuple[int | None, int | None, str], frozenset[str]] = {}
+    project_workspaces: dict[int | None, int | None] = {}
 
-    needs_of: dict[tuple[int | None, str], frozenset[str]] = {}
-
-    def identity_need(owner_id: int | None, pool_name: str, runtimes_: list) -> frozenset[str]:
-        """What a request of ``owner_id``'s needs of the pool's agents (issue 29), once
-        per owner and pool."""
-        key = (owner_id, pool_name)
+    def identity_need(
+        owner_id: int | None, workspace_id: int | None, pool_name: str, runtimes_: list
+    ) -> frozenset[str]:
+        """What a request of ``owner_id``'s in ``workspace_id`` needs of the pool's agents
+        (issue 29: its Unix identity), once per owner, workspace and pool."""
+        key = (owner_id, workspace_id, pool_name)
         if key not in needs_of:
-            if owner_id not in identities:
-                identities[owner_id] = users.task_identity(
-                    s, owner_id, ctx.config.security.default_task
+            who = (owner_id, workspace_id)
+            if who not in identities:
+                identities[who] = users.task_identity(
+                    s, owner_id, ctx.config.security.default_task, workspace_id
                 )
-            needs_of[key] = identity_needs(identities[owner_id], runtimes_)
+            needs_of[key] = identity_needs(identities[who], runtimes_)
         return needs_of[key]
+
+    def experiment_workspace(exp: ExperimentRow) -> int | None:
+        if exp.project_id not in project_workspaces:
+            project_workspaces[exp.project_id] = users.experiment_workspace(s, exp.project_id)
+        return project_workspaces[exp.project_id]
 
     for pool in ctx.config.resource_pools:
         spec = pool_spec_from_config(pool)
@@ -120,7 +128,9 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
                 continue
             needs[str(trial.id)] = frozenset(
                 required_features(cfg.environment, cfg.bind_mounts)
-            ) | identity_need(exp.owner_id, pool.pool_name, pool_runtimes)
+            ) | identity_need(
+                exp.owner_id, experiment_workspace(exp), pool.pool_name, pool_runtimes
+            )
             request = Request(
                 id=str(trial.id),
                 group_id=str(exp.id),
@@ -138,9 +148,12 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
         task_requests = ctx.tasks.scheduling.requests(pending_tasks, pool.pool_name)
         requests.extend(task_requests)
         if task_requests:  # issue 29: the Unix identity the task runs as
-            owners = {TASK_REQUEST_PREFIX + row.id: row.owner_id for row in pending_tasks}
+            owners = {
+                TASK_REQUEST_PREFIX + row.id: (row.owner_id, row.workspace_id)
+                for row in pending_tasks
+            }
             for r in task_requests:
-                need = identity_need(owners[r.id], pool.pool_name, pool_runtimes)
+                need = identity_need(*owners[r.id], pool.pool_name, pool_runtimes)
                 if need:
                     needs[r.id] = need
         running = []

@@ -196,6 +196,7 @@ def experiment_view(exp: ExperimentRow, num_trials: int, best: float | None) -> 
         "owner": exp.owner,
         "username": exp.owner,
         "user_id": exp.owner_id,
+        "project_id": exp.project_id,
         "config": exp.config,
         "seed": exp.seed,
         "progress": exp.progress,

@@ -201,7 +201,7 @@ class TaskScheduling:
             "bind_mounts": [b.model_dump(mode="json") for b in cfg.bind_mounts],
             # The Unix identity the task's processes run as (issue 29).
             "identity": task_identity(
-                s, row.owner_id, self.ctx.config.security.default_task
+                s, row.owner_id, self.ctx.config.security.default_task, row.workspace_id
             ).to_json(),
         }
 

@@ -38,14 +38,14 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from dauntless.config import ConfigError
 from dauntless.config._task import TASK_TYPES, parse_task_config
 
 from .db import (
-    AgentRow,
+    UNCATEGORIZED_ID,
     AllocationRow,
     ExperimentRow,
     TaskLogRow,
@@ -53,7 +53,9 @@ from .db import (
     TrialRow,
     UserRow,
 )
-from .models.users import task_identity
+from .errors import MAX_CONTEXT_BYTES, BadRequest
+from .models import pool_bindings, workspaces
+from .models.users import identity_refusals
 from .task_scheduling import TaskHost, TaskScheduling
 from .task_states import DEFAULT_SLOTS as DEFAULT_SLOTS
 from .task_states import EXTRAS as EXTRAS
@@ -67,8 +69,6 @@ log = logging.getLogger("dauntless.master.tasks")
 
 
 def _bad(field: str, message: str):
-    from .errors import BadRequest
-
     return BadRequest(f"invalid task: {field}: {message}", [(field, message)])
 
 
@@ -98,6 +98,7 @@ class TaskService:
         entrypoint: str | list[str] | None = None,
         context: bytes | None = None,
         meta: dict[str, Any] | None = None,
+        workspace_id: int = UNCATEGORIZED_ID,
     ) -> dict[str, Any]:
         """Validate and queue a task.
 
@@ -112,6 +113,8 @@ class TaskService:
                 None.
             meta: type-specific facts (a TensorBoard's ``experiment_ids``,
                 ``trial_ids`` and ``logdirs``).
+            workspace_id: its workspace (not archived), whose default pools apply when
+                the config names no pool; a pool bound to other workspaces is refused.
 
         Returns:
             The task's view (:meth:`view`) and ``warnings`` (list of str).
@@ -120,8 +123,6 @@ class TaskService:
             BadRequest: an unknown type, an invalid config (naming the field), an empty
                 command, an unknown resource pool or a context over 95 MiB.
         """
-        from .errors import MAX_CONTEXT_BYTES
-
         if task_type not in TASK_TYPES:
             raise _bad("type", f"one of {list(TASK_TYPES)}, got {task_type!r}")
         raw = dict(config or {})
@@ -131,19 +132,27 @@ class TaskService:
         try:
             cfg = parse_task_config(raw, task_type)  # type: ignore[arg-type]
         except ConfigError as exc:
-            from .errors import BadRequest
-
             raise BadRequest("invalid task config", exc.errors) from None
         pools = [p.pool_name for p in self.ctx.config.resource_pools]
-        pool = cfg.resources.resource_pool or "default"
-        if pool not in pools:
-            raise _bad("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")
+        with self.ctx.db.read() as s:
+            ws = workspaces.read_workspace(s, workspace_id)
+            workspaces.refuse_archived(ws)
+            pool = cfg.resources.resource_pool or workspaces.workspace_pool(ws, cfg.resources.slots)
+            if pool not in pools:
+                raise _bad("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")
+            pool_bindings.check_pool_usable(s, pool, workspace_id, "resources.resource_pool")
         if context is not None and len(context) > MAX_CONTEXT_BYTES:
             raise _bad(
                 "context",
                 f"{len(context)} bytes compressed; the limit is {MAX_CONTEXT_BYTES} bytes (95 MiB)",
             )
-        self._check_identity(owner, pool)
+        with self.ctx.db.read() as s:  # issue 29: some agent can run it as its identity
+            owner_id = s.scalar(select(UserRow.id).where(UserRow.username == owner))
+            errors = identity_refusals(
+                s, owner_id, self.ctx.config.security.default_task, workspace_id, pool
+            )
+        if errors:
+            raise BadRequest("invalid task config", errors)
         if task_type == "COMMAND":
             if entrypoint is None or (isinstance(entrypoint, str) and not entrypoint.strip()):
                 raise _bad("entrypoint", "a command to run (an argv list or a string)")
@@ -178,8 +187,9 @@ class TaskService:
                 owner=owner,
                 owner_id=s.scalar(select(UserRow.id).where(UserRow.username == owner)),
                 description=desc[:512],
-                config=cfg.to_json(),
+                config=_with_pool(cfg.to_json(), pool),
                 entrypoint=entrypoint,
+                workspace_id=workspace_id,
                 meta=dict(meta or {}),
                 context=context,
                 run_id=0,
@@ -194,28 +204,6 @@ class TaskService:
         log.info("created %s task %s for %s", task_type, task_id, owner)
         return {"task": view, "warnings": warnings}
 
-    def _check_identity(self, owner: str, pool: str) -> None:
-        """Refuse a task that no agent of its pool can run as its owner's Unix identity
-        (a pool without agents accepts it: agents may join later).
-
-        Raises:
-            BadRequest: naming ``resources.resource_pool``, the identity and why each
-                agent cannot take it.
-        """
-        from .environments import check_pool_identity
-        from .errors import BadRequest
-
-        with self.ctx.db.read() as s:
-            known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
-            identity = task_identity(
-                s,
-                s.scalar(select(UserRow.id).where(UserRow.username == owner)),
-                self.ctx.config.security.default_task,
-            )
-        errors = check_pool_identity(identity, pool, known)
-        if errors:
-            raise BadRequest("invalid task config", errors)
-
     # ------------------------------------------------------------------ read
 
     def view(self, s: Session, row: TaskRow) -> dict[str, Any]:
@@ -228,6 +216,7 @@ class TaskService:
             "state": row.state,
             "owner": row.owner,
             "user_id": row.owner_id,
+            "workspace_id": row.workspace_id,
             "description": row.description,
             "config": cfg,
             "entrypoint": row.entrypoint,
@@ -271,8 +260,18 @@ class TaskService:
         with self.ctx.db.read() as s:
             return self.view(s, self.get_row(s, task_id))
 
-    def list(self, task_type: str | None = None, owner: str | None = None) -> list[dict[str, Any]]:
-        """Every task, oldest first, optionally of one type and/or one owner.
+    def list(
+        self,
+        task_type: str | None = None,
+        owner: str | None = None,
+        visible: builtins.set[int] | None = None,
+        workspace_id: int | None = None,
+        offset: int = 0,
+        limit: int = 0,
+    ) -> dict[str, Any]:
+        """A page of tasks, oldest first (``limit`` 0: every one), optionally of one type,
+        one owner and one workspace, of the ``visible`` workspaces only (the caller's
+        view; None: all), as ``{"tasks": [...], "total": N}``.
 
         Raises:
             BadRequest: an unknown type.
@@ -285,7 +284,13 @@ class TaskService:
                 q = q.where(TaskRow.type == task_type)
             if owner is not None:
                 q = q.where(TaskRow.owner == owner)
-            return [self.view(s, r) for r in s.scalars(q).all()]
+            if visible is not None:
+                q = q.where(TaskRow.workspace_id.in_(visible))
+            if workspace_id is not None:
+                q = q.where(TaskRow.workspace_id == workspace_id)
+            total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
+            q = q.offset(offset).limit(limit) if limit else q.offset(offset)
+            return {"tasks": [self.view(s, r) for r in s.scalars(q).all()], "total": total}
 
     def context(self, task_id: str) -> bytes | None:
         """The task's context tarball, or None. Raises NotFound for an unknown id."""
@@ -486,3 +491,10 @@ def _default_description(task_type: str, task_id: str, entrypoint: Any) -> str:
     return {"NOTEBOOK": "JupyterLab", "SHELL": "Shell", "TENSORBOARD": "TensorBoard"}[
         task_type
     ] + f" ({task_id})"
+
+
+def _with_pool(config: dict[str, Any], pool: str) -> dict[str, Any]:
+    """A task config with its pool set (the workspace's default when it named none)."""
+    if pool != "default" and not config["resources"].get("resource_pool"):
+        config["resources"] = {**config["resources"], "resource_pool": pool}
+    return config

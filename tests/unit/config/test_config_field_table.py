@@ -103,8 +103,18 @@ FIELDS: list[tuple[str, dict, str, str]] = [
         "acted",
         "tests/unit/harness/test_harness_context.py::test_trial_facts",
     ),
-    ("workspace", {"workspace": "w", "project": "p"}, "refused", "workspaces"),
-    ("project", {"project": "p"}, "refused", "workspaces"),
+    (
+        "workspace",
+        {"workspace": "Uncategorized", "project": "Uncategorized"},
+        "acted",
+        "tests/unit/master/test_workspaces.py::test_config_workspace_and_project_place_the_experiment",
+    ),
+    (
+        "project",
+        {"workspace": "Uncategorized", "project": "Uncategorized"},
+        "acted",
+        "tests/unit/master/test_workspaces.py::test_config_workspace_and_project_place_the_experiment",
+    ),
     ("labels", {"labels": ["a"]}, "acted", "here::test_name_description_labels_are_kept"),
     ("debug", {"debug": True}, "acted", "here::test_debug_turns_on_debug_logging"),
     (

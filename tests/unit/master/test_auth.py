@@ -11,12 +11,13 @@ import logging
 import time
 
 import pytest
+from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
 from sqlalchemy import insert, select, text
 
 from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
 from dauntless.config import MasterConfig
-from dauntless.master import loop
+from dauntless.master import auth_secrets, loop
 from dauntless.master.app import create_app
 from dauntless.master.auth import LoginThrottle, hash_token
 from dauntless.master.db import AllocationRow, Database, ExperimentRow, UserRow
@@ -110,6 +111,20 @@ class World:
         r = client.post("/api/v1/tokens", headers=bearer(self.alice), json={})
         assert r.status_code == 200, r.text
         self.token_id = r.json()["token_id"]  # an access token of alice's (issue 30)
+        # Issue 30: a workspace and a project of alice's, a group (admins make groups).
+        r = client.post("/api/v1/workspaces", headers=bearer(self.alice), json={"name": "al"})
+        assert r.status_code == 201, r.text
+        self.workspace_id = r.json()["workspace"]["id"]
+        r = client.post(
+            f"/api/v1/workspaces/{self.workspace_id}/projects",
+            headers=bearer(self.alice),
+            json={"name": "p"},
+        )
+        assert r.status_code == 201, r.text
+        self.project_id = r.json()["project"]["id"]
+        r = client.post("/api/v1/groups", headers=bearer(self.admin), json={"name": "g"})
+        assert r.status_code == 201, r.text
+        self.group_id = r.json()["group"]["group_id"]
 
     def _create(self, token: str) -> int:
         r = self.client.post(
@@ -123,7 +138,12 @@ class World:
 
 
 @pytest.fixture()
-def world(tmp_path):
+def world(tmp_path, monkeypatch):
+    # argon2id at its smallest costs: the walk signs in once per changing route (the
+    # hashing at the default costs is what the tests without this fixture use).
+    monkeypatch.setattr(
+        auth_secrets, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    )
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         yield World(client, app)
@@ -151,6 +171,13 @@ ANY_USER_MAY_MODIFY = {
     ("POST", "/api/v1/preview-hp-search"),  # computes, changes nothing
     ("POST", "/api/v1/auth/logout"),  # ends their own session
     ("POST", "/api/v1/tokens"),  # an access token of their own (issue 30)
+    ("POST", "/api/v1/workspaces"),  # issue 30: a workspace of their own
+    ("POST", "/api/v1/workspaces/{workspace_id}/pin"),  # their own pins
+    ("POST", "/api/v1/workspaces/{workspace_id}/unpin"),
+    ("POST", "/api/v1/roles/search"),  # reads with a body
+    ("POST", "/api/v1/roles/search/by-ids"),
+    ("POST", "/api/v1/roles/search/by-assignability"),
+    ("POST", "/api/v1/groups/search"),
 }
 """Modifying routes an ordinary user may call on nothing of alice's."""
 
@@ -188,8 +215,19 @@ ADMIN_ROUTES = {
     ("POST", "/api/v1/users"),
     ("GET", "/api/v1/audit"),
     ("GET", "/api/v1/audit/verify"),
+    ("POST", "/api/v1/groups"),
+    ("PUT", "/api/v1/groups/{group_id}"),
+    ("DELETE", "/api/v1/groups/{group_id}"),
+    ("PATCH", "/api/v1/users/assignments"),
+    ("GET", "/api/v1/roles/search/by-group/{group_id}"),
+    ("POST", "/api/v1/roles/add-assignments"),
+    ("POST", "/api/v1/roles/remove-assignments"),
+    ("POST", "/api/v1/resource-pools/{pool_name}/workspace-bindings"),
+    ("PUT", "/api/v1/resource-pools/{pool_name}/workspace-bindings"),
+    ("DELETE", "/api/v1/resource-pools/{pool_name}/workspace-bindings"),
 }
 SELF_ROUTES = {
+    ("GET", "/api/v1/roles/search/by-user/{user_id}"),
     ("PATCH", "/api/v1/users/{user_id}"),
     ("POST", "/api/v1/users/{user_id}/password"),
     ("GET", "/api/v1/users/{user_id}/sso-groups"),
@@ -222,6 +260,19 @@ BODIES = {
     ("PATCH", "/api/v1/experiments/{exp_id}"): {"description": "edited"},
     ("POST", "/api/v1/tasks/{task_id}/service"): {"addr": "127.0.0.1", "port": 9},
     ("PATCH", "/api/v1/jobs/{job_id}"): {"priority": 5},
+    ("POST", "/api/v1/workspaces"): {"name": "bobs"},
+    ("PATCH", "/api/v1/workspaces/{workspace_id}"): {"name": "al2"},
+    ("POST", "/api/v1/workspaces/{workspace_id}/projects"): {"name": "q"},
+    ("PATCH", "/api/v1/projects/{project_id}"): {"description": "d"},
+    ("POST", "/api/v1/projects/{project_id}/notes"): {"note": {"name": "n", "contents": "c"}},
+    ("PUT", "/api/v1/projects/{project_id}/notes"): {"notes": []},
+    ("POST", "/api/v1/roles/search/by-ids"): {"role_ids": [1]},
+    ("POST", "/api/v1/groups"): {"name": "g2"},
+    ("PUT", "/api/v1/groups/{group_id}"): {"name": "g3"},
+    ("PATCH", "/api/v1/users/assignments"): {"user_ids": [], "add_groups": []},
+    ("POST", "/api/v1/resource-pools/{pool_name}/workspace-bindings"): {"workspace_ids": []},
+    ("PUT", "/api/v1/resource-pools/{pool_name}/workspace-bindings"): {"workspace_ids": []},
+    ("DELETE", "/api/v1/resource-pools/{pool_name}/workspace-bindings"): {"workspace_ids": []},
 }
 
 
@@ -248,6 +299,10 @@ def _url(w: World, path: str) -> str:
         task_id=w.task_id,
         job_id=f"experiment-{w.exp_id}",
         token_id=w.token_id,
+        workspace_id=w.workspace_id,
+        project_id=w.project_id,
+        group_id=w.group_id,
+        pool_name="default",
     )
 
 
@@ -259,6 +314,15 @@ def _call(w: World, method: str, path: str, headers: dict[str, str] | None):
     body = BODIES.get((method, path))
     if (method, path) == ("POST", "/api/v1/experiments/continue"):  # the id is in the body
         body = {"id": w.exp_id}
+    if path.endswith("{project_id}/move"):  # to its own workspace: 409, a name clash
+        body = {"destination_workspace_id": w.workspace_id}
+    if path.endswith("/experiments/move"):
+        body = {"experiment_ids": [w.exp_id], "destination_project_id": w.project_id}
+    elif path.endswith("{exp_id}/move"):
+        body = {"destination_project_id": w.project_id}
+    elif path.endswith("-assignments"):  # a role on alice's workspace, for bob
+        assignment = {"role": {"role_id": 4}, "scope_workspace_id": w.workspace_id}
+        body = {"user_role_assignments": [{"user_id": w.bob_id, "role_assignment": assignment}]}
     return w.client.request(
         method,
         _url(w, path),

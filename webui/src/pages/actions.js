@@ -1,6 +1,7 @@
 // Lifecycle action buttons of an experiment, with a confirmation before each.
 
 import { allowedActions, post } from "../api.js";
+import { P, PERMISSIONS_EVENT, canExperiment, permissionsKnown } from "../perms.js";
 import { confirmAction, h, toast } from "../util.js";
 
 const LABELS = {
@@ -25,7 +26,15 @@ const WHAT = {
  */
 export function actionButtons(exp, { small = false } = {}) {
   const box = h("span.actions", { dataset: { experiment: exp.id } });
+  if (!permissionsKnown()) {
+    // Only the actions the user may take: filled in once the permissions are known.
+    window.addEventListener(PERMISSIONS_EVENT, () => box.replaceWith(actionButtons(exp, { small })),
+      { once: true });
+    return box;
+  }
   for (const action of allowedActions(exp.state, exp.archived)) {
+    const perm = action.endsWith("archive") ? P.UPDATE_EXPERIMENT_METADATA : P.UPDATE_EXPERIMENT;
+    if (!canExperiment(exp, perm)) continue;
     const danger = action === "kill" || action === "cancel";
     box.append(h("button", {
       class: [small ? "small" : null, danger ? "danger" : null].filter(Boolean).join(" ") || null,

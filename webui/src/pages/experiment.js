@@ -12,6 +12,7 @@ import { del, get, getText, post, query, stream } from "../api.js";
 import { MultiLineChart, ParetoChart, ScatterChart } from "../charts.js";
 import { HeatMap, ParallelCoords } from "../hpviews.js";
 import { navigate } from "../main.js";
+import { P, can, canExperiment } from "../perms.js";
 import { compareValues, parseFilter, readState, writeState } from "../urlstate.js";
 import {
   TERMINAL, badge, confirmAction, durationOf, fmtBytes, fmtDuration, fmtNum, fmtTime, h, rankColor,
@@ -207,7 +208,7 @@ export function render(root, [expId]) {
   function drawHeader() {
     const e = state.exp;
     const s = e.config?.searcher || {};
-    const canDelete = TERMINAL.has(e.state) && e.state !== "DELETED";
+    const canDelete = TERMINAL.has(e.state) && e.state !== "DELETED" && canExperiment(e, P.DELETE_EXPERIMENT);
     setChildren(header,
       h("div.toolbar", null,
         h("h1", null, `Experiment ${e.id}: ${e.name}`), badge(e.state),
@@ -224,11 +225,13 @@ export function render(root, [expId]) {
             } catch (err) { toast(`Delete failed: ${err.message}`, "error"); }
           },
         }, "Delete") : null,
-        h("button", {
+        !can(P.CREATE_NSC, e.workspace_id ?? 1) ? null : h("button", {
           id: "open-tensorboard", type: "button", title: "TensorBoard over this experiment's trials",
           onclick: async () => {
             try {
-              const { task } = await launch("tensorboards", { experiment_ids: [e.id] });
+              const { task } = await launch("tensorboards", {
+                experiment_ids: [e.id], workspace_id: String(e.workspace_id ?? 1),
+              });
               toast(`TensorBoard ${task.id}: open it from the Tasks page when it is ready`);
               window.location.assign("/tasks");
             } catch (err) { toast(`TensorBoard failed: ${err.message}`, "error"); }
@@ -337,7 +340,7 @@ export function render(root, [expId]) {
         if (c.hp) return h("td", null, v === undefined ? "–" : hparamText(v));
         return h("td.num", null, fmtNum(v));
       }),
-      h("td", null, TERMINAL.has(t.state) ? null : h("button.small.danger", {
+      h("td", null, TERMINAL.has(t.state) || !canExperiment(state.exp, P.UPDATE_EXPERIMENT) ? null : h("button.small.danger", {
         dataset: { action: "kill-trial" }, type: "button",
         onclick: async () => {
           if (!await confirmAction(`Kill trial ${t.id}? It stops at once, without a checkpoint, and ends CANCELED.`, "Kill")) return;
@@ -621,7 +624,7 @@ export function render(root, [expId]) {
         h("td", null, h("span.actions", null,
           h("button.small", { dataset: { action: "metadata" }, onclick: () => { meta.hidden = !meta.hidden; } }, "Metadata"),
           c.state === "COMPLETED" ? h("a.button.small", { href: `/api/v1/checkpoints/${c.uuid}/download`, download: `${c.uuid}.tar.gz`, dataset: { action: "download" } }, "Download") : null,
-          finished && c.state !== "DELETED" ? h("button.small.danger", {
+          finished && c.state !== "DELETED" && canExperiment(state.exp, P.UPDATE_EXPERIMENT) ? h("button.small.danger", {
             dataset: { action: "delete-checkpoint" },
             onclick: async () => {
               if (!await confirmAction(`Delete checkpoint ${c.uuid.slice(0, 8)} of trial ${c.trial_id} from storage?`, "Delete")) return;

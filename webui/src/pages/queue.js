@@ -3,6 +3,7 @@
 // the owner can change (PATCH /jobs/{id}). Read again every 3 s.
 
 import { get, patch } from "../api.js";
+import { P, canOn } from "../perms.js";
 import { fmtTime, h, setChildren, toast } from "../util.js";
 import { readState, writeState } from "../urlstate.js";
 
@@ -26,6 +27,11 @@ export function render(root) {
   let editing = false;
 
   function editor(job) {
+    // Only who may change the job's experiment or task (its owner, or the permission).
+    const allowed = job.type === "EXPERIMENT"
+      ? canOn(P.UPDATE_EXPERIMENT, "experiment", job.workspace_id, job.owner_id)
+      : canOn(P.UPDATE_NSC, "task", job.workspace_id, job.owner_id);
+    if (!allowed) return null;
     const field = job.scheduler === "priority" ? "priority" : "weight";
     const input = h("input", {
       type: "number", class: "narrow", "aria-label": `${field} of ${job.job_id}`,

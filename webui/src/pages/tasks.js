@@ -3,6 +3,7 @@
 // Polls GET /api/v1/tasks every 2 s.
 
 import { csrfHeaders, get, post } from "../api.js";
+import { P, can, canOn } from "../perms.js";
 import { badge, fmtTime, h, setChildren, toast } from "../util.js";
 
 const ENDED = new Set(["COMPLETED", "ERROR", "CANCELED"]);
@@ -38,7 +39,8 @@ export function render(root) {
   const expInput = h("input", { id: "tb-experiments", placeholder: "experiment ids, e.g. 1 2", size: 18 });
   setChildren(root,
     h("div.toolbar", null, h("h1", null, "Tasks"), h("span.spacer"),
-      h("button.primary", {
+      // Launched into the Uncategorized workspace (1): only who may create tasks there.
+      !can(P.CREATE_NSC, 1) ? null : h("button.primary", {
         id: "launch-notebook", type: "button",
         onclick: async () => {
           try {
@@ -48,8 +50,8 @@ export function render(root) {
           } catch (err) { toast(`Launching a notebook failed: ${err.message}`, "error"); }
         },
       }, "Launch notebook"),
-      expInput,
-      h("button", {
+      !can(P.CREATE_NSC, 1) ? null : expInput,
+      !can(P.CREATE_NSC, 1) ? null : h("button", {
         id: "launch-tensorboard", type: "button",
         onclick: async () => {
           const ids = expInput.value.split(/[\s,]+/).filter(Boolean).map(Number);
@@ -79,9 +81,9 @@ export function render(root) {
         h("td", null, t.owner), h("td", null, badge(t.state), t.exit_message ? h("div.muted.small", null, t.exit_message) : null),
         h("td.num", null, t.slots), h("td", null, fmtTime(t.start_time)),
         h("td", null,
-          t.service_url && t.ready ? h("a", { href: openUrl(t), target: "_blank", dataset: { open: t.id } }, "Open") : null, " ",
+          t.service_url && t.ready && canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? h("a", { href: openUrl(t), target: "_blank", dataset: { open: t.id } }, "Open") : null, " ",
           h("button.small", { type: "button", dataset: { logs: t.id }, onclick: () => showLogs(t) }, "Logs"), " ",
-          ENDED.has(t.state) ? null : h("button.small.danger", {
+          ENDED.has(t.state) || !canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? null : h("button.small.danger", {
             type: "button", dataset: { kill: t.id },
             onclick: async () => {
               try { await post(`/tasks/${t.id}/kill`); toast(`Killed task ${t.id}`); refresh(); } catch (err) {

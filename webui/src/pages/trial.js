@@ -10,6 +10,7 @@ import {
   throttle, toast,
 } from "../util.js";
 import { hparamText } from "./experiment.js";
+import { P, canExperiment } from "../perms.js";
 
 const MAX_LOG_LINES = 5000;
 const LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
@@ -160,7 +161,7 @@ export function render(root, [trialId]) {
     const metric = exp?.searcher_metric;
     setChildren(header,
       h("div.toolbar", null, h("h1", null, `Trial ${t.id}`), badge(t.state), h("span.spacer"),
-        TERMINAL.has(t.state) ? null : h("button.danger", {
+        TERMINAL.has(t.state) || !exp || !canExperiment(exp, P.UPDATE_EXPERIMENT) ? null : h("button.danger", {
           id: "kill-trial", type: "button", title: "stop this trial at once, without a checkpoint",
           onclick: async () => {
             if (!await confirmAction(`Kill trial ${t.id}? It stops at once, without a checkpoint, and ends CANCELED.`, "Kill")) return;

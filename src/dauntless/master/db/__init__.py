@@ -22,6 +22,16 @@ from .models import (
     UserSessionRow,
 )
 from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
+from .teams import (
+    UNCATEGORIZED_ID,
+    PoolBindingRow,
+    ProjectRow,
+    RoleAssignmentRow,
+    UserGroupMemberRow,
+    UserGroupRow,
+    WorkspacePinRow,
+    WorkspaceRow,
+)
 
 __all__ = [
     "ACCESS_TOKEN",
@@ -29,6 +39,14 @@ __all__ = [
     "AuditCheckpointRow",
     "AuditRow",
     "UserSsoGroupRow",
+    "UNCATEGORIZED_ID",
+    "PoolBindingRow",
+    "ProjectRow",
+    "RoleAssignmentRow",
+    "UserGroupMemberRow",
+    "UserGroupRow",
+    "WorkspacePinRow",
+    "WorkspaceRow",
     "AgentRow",
     "AllocationRow",
     "Base",

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -119,6 +120,10 @@ class ExperimentRow(Base):
     # The owner's username (users cannot be renamed, so it stays right) and id.
     owner: Mapped[str] = mapped_column(String(256), default="determined")
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
+    # Its project (issue 30); 1 is the Uncategorized project (``db.teams``).
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id"), index=True, server_default=text("1")
+    )
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     original_config: Mapped[str] = mapped_column(Text)
     seed: Mapped[int] = mapped_column(Integer)
@@ -313,6 +318,10 @@ class TaskRow(Base):
     state: Mapped[str] = mapped_column(String(16), index=True)
     owner: Mapped[str] = mapped_column(String(256))
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
+    # Its workspace (issue 30); 1 is the Uncategorized workspace (``db.teams``).
+    workspace_id: Mapped[int] = mapped_column(
+        ForeignKey("workspaces.id"), index=True, server_default=text("1")
+    )
     description: Mapped[str] = mapped_column(String(512), default="")
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     entrypoint: Mapped[Any] = mapped_column(JSON)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session
 
-from ..db import AllocationRow, ExperimentRow, TaskRow, TrialRow
+from ..db import AllocationRow, ExperimentRow, ProjectRow, TaskRow, TrialRow
 from ..errors import NotFound
 
 
@@ -143,7 +143,12 @@ def set_rendezvous(session: Session, allocation_id: str, addr: str, port: int) -
 
 
 def listing(
-    session: Session, trial_id: int | None, active: bool | None, owner_id: int | None = None
+    session: Session,
+    trial_id: int | None,
+    active: bool | None,
+    owner_id: int | None = None,
+    experiment_workspaces: set[int] | None = None,
+    task_workspaces: set[int] | None = None,
 ) -> list[tuple[AllocationRow, int | None]]:
     """Allocations with their trial's experiment id (None for a task's: a command's,
     notebook's, shell's or TensorBoard's), oldest first.
@@ -152,16 +157,28 @@ def listing(
         trial_id: only this trial's (None: every trial's and task's).
         active: True: not terminated; False: terminated; None: both.
         owner_id: only those of experiments or tasks this user owns (None: everyone's).
+        experiment_workspaces, task_workspaces: only trials' of experiments, and
+            tasks', in these workspaces (the caller's view; None: every workspace).
     """
     q = select(AllocationRow, TrialRow.experiment_id).join(
         TrialRow, TrialRow.id == AllocationRow.trial_id, isouter=True
     )
-    if owner_id is not None:
-        q = (
-            q.join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id, isouter=True)
-            .join(TaskRow, TaskRow.id == AllocationRow.task_id, isouter=True)
-            .where(or_(ExperimentRow.owner_id == owner_id, TaskRow.owner_id == owner_id))
+    scoped = experiment_workspaces is not None or task_workspaces is not None
+    if owner_id is not None or scoped:
+        q = q.join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id, isouter=True).join(
+            TaskRow, TaskRow.id == AllocationRow.task_id, isouter=True
         )
+    if owner_id is not None:
+        q = q.where(or_(ExperimentRow.owner_id == owner_id, TaskRow.owner_id == owner_id))
+    if scoped:
+        q = q.join(ProjectRow, ProjectRow.id == ExperimentRow.project_id, isouter=True)
+        trials: ColumnElement[bool] = AllocationRow.trial_id.is_not(None)
+        if experiment_workspaces is not None:
+            trials = and_(trials, ProjectRow.workspace_id.in_(experiment_workspaces))
+        tasks: ColumnElement[bool] = AllocationRow.task_id.is_not(None)
+        if task_workspaces is not None:
+            tasks = and_(tasks, TaskRow.workspace_id.in_(task_workspaces))
+        q = q.where(or_(trials, tasks))
     if trial_id is not None:
         q = q.where(AllocationRow.trial_id == trial_id)
     if active is True:

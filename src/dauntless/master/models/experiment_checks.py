@@ -31,11 +31,18 @@ from ..compat038 import prepare_raw_config
 from ..context import MasterContext
 from ..context_archive import check_context_archive
 from ..custom_searchers import runs_in_master
-from ..db import AgentRow, CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
-from ..environments import check_pool_can_run, check_pool_identity
+from ..db import (
+    UNCATEGORIZED_ID,
+    AgentRow,
+    CheckpointRow,
+    ExperimentRow,
+    ModelDefinitionRow,
+    TrialRow,
+)
+from ..environments import check_pool_can_run
 from ..errors import BadRequest, NotFound
 from ..search_setup import custom_method_class, pbt_checkpoints
-from . import users
+from . import pool_bindings, projects, users, workspaces
 
 INT32_MAX = 2**31 - 1
 """The largest training length in batches a trial's rows can hold."""
@@ -65,6 +72,7 @@ def check_experiment(
     context: bytes | None,
     parent_id: int | None = None,
     owner: str | None = None,
+    project_id: int = UNCATEGORIZED_ID,
 ) -> CheckedExperiment:
     """Check a new experiment as create does, writing nothing.
 
@@ -74,6 +82,10 @@ def check_experiment(
         parent_id: fork: the experiment whose context is used when ``context`` is None.
         owner: the username of the experiment's owner: a custom search method runs in
             the master only as ``custom_searchers.in_master`` allows for this user.
+        project_id: its project. Its workspace's checkpoint storage is merged under the
+            config's and its default compute or auxiliary pool is used when the config
+            names none (reference §1.2); a pool bound to other workspaces is refused,
+            naming it.
 
     Returns:
         The resolved config, searcher, seed and context.
@@ -85,7 +97,8 @@ def check_experiment(
             search larger than ``max_search_trials``, a training length beyond
             2**31-1 batches, or a context archive with unsafe entries.
         TooLarge: a context over 95 MiB compressed (or over its unpacked limits).
-        NotFound: ``parent_id`` names no experiment.
+        NotFound: ``parent_id`` names no experiment; no such project.
+        Conflict: the project or its workspace is archived.
     """
     if parent_id is not None:
         with ctx.db.read() as s:
@@ -94,8 +107,12 @@ def check_experiment(
             row = s.get(ModelDefinitionRow, parent_id)
         if context is None and row is not None:
             context = bytes(row.content)
+    with ctx.db.read() as s:
+        _project, ws = projects.accepting_project(s, project_id)
     try:
-        raw = prepare_raw_config(config_text, ctx.default_storage())
+        raw = prepare_raw_config(
+            config_text, workspaces.workspace_storage(ws, ctx.default_storage())
+        )
         cfg = parse_experiment_config(raw)
     except ConfigError as exc:
         raise BadRequest("invalid experiment config", exc.errors) from None
@@ -107,20 +124,27 @@ def check_experiment(
             [("entrypoint", "required: 'module:TrialClass' or a command to run")],
         )
     pools = [p.pool_name for p in ctx.config.resource_pools]
-    pool = cfg.resources.resource_pool or "default"
+    pool = cfg.resources.resource_pool or workspaces.workspace_pool(
+        ws, cfg.resources.slots_per_trial
+    )
     if pool not in pools:
         raise BadRequest(
             "invalid experiment config",
             [("resources.resource_pool", f"unknown pool {pool!r}; pools: {pools}")],
         )
+    with ctx.db.read() as s:
+        pool_bindings.check_pool_usable(s, pool, ws.id, "resources.resource_pool")
+    if not cfg.resources.resource_pool and pool != "default":
+        raw.setdefault("resources", {})["resource_pool"] = pool
+        cfg = parse_experiment_config(raw)
     refuse_unsupported(raw, cfg)
     with ctx.db.read() as s:  # issue 23: some agent of the pool can run it
         known = [(a.id, a.resource_pool, a.runtime) for a in s.scalars(select(AgentRow))]
-        # issue 29: and as the owner's Unix identity
-        identity = users.task_identity(
-            s, users.user_id(s, owner or "determined"), ctx.config.security.default_task
-        )
-    env_errors = check_pool_can_run(cfg, pool, known) + check_pool_identity(identity, pool, known)
+        # issue 29: and as its Unix identity
+        owner_id = users.user_id(s, owner or "determined")
+        default_task = ctx.config.security.default_task
+        identity_errors = users.identity_refusals(s, owner_id, default_task, ws.id, pool)
+    env_errors = check_pool_can_run(cfg, pool, known) + identity_errors
     if env_errors:
         raise BadRequest("invalid experiment config", env_errors)
     seed = cfg.reproducibility.experiment_seed
@@ -138,7 +162,7 @@ def check_experiment(
         resolve_warm_start(s, raw)
     raw["reproducibility"]["experiment_seed"] = seed
     if raw.get("checkpoint_storage") is None:
-        raw["checkpoint_storage"] = ctx.default_storage()
+        raw["checkpoint_storage"] = workspaces.workspace_storage(ws, ctx.default_storage())
     resolved = parse_experiment_config(raw)
     try:
         # The master deletes checkpoints (GC) and serves downloads: it needs the

@@ -23,6 +23,7 @@ from dauntless.config import (
 from ..compat038 import merge_config_overrides
 from ..context import MasterContext
 from ..db import (
+    UNCATEGORIZED_ID,
     AllocationRow,
     CheckpointRow,
     ExperimentRow,
@@ -47,6 +48,7 @@ def create_experiment(
     activate: bool = True,
     owner: str = "determined",
     parent_id: int | None = None,
+    project_id: int = UNCATEGORIZED_ID,
 ) -> int:
     """Validate a config, store the experiment and run its searcher's first operations.
 
@@ -59,6 +61,10 @@ def create_experiment(
             delete it); the built-in ``determined`` by default.
         parent_id: fork: the experiment this one is forked from (its model
             definition is copied when ``context`` is None).
+        project_id: its project (:func:`.projects.project_for_create` chose it). Its
+            workspace's checkpoint storage is merged under the config's and its default
+            compute or auxiliary pool is used when the config names none (reference
+            §1.2); a pool bound to other workspaces is refused, naming it.
 
     Opens its own transactions (reads for the checks, one write for the rows) and wakes
     the control loop once the experiment is stored.
@@ -67,10 +73,11 @@ def create_experiment(
         The new experiment's id.
 
     Raises:
-        BadRequest, TooLarge, NotFound: what :func:`.experiment_checks.check_experiment`
-            raises (every check is there, shared with ``validate_only``).
+        BadRequest, TooLarge, NotFound, Conflict: what
+            :func:`.experiment_checks.check_experiment` raises (every check is there,
+            shared with ``validate_only``).
     """
-    checked = check_experiment(ctx, config_text, context, parent_id, owner)
+    checked = check_experiment(ctx, config_text, context, parent_id, owner, project_id)
     resolved, searcher, seed, context = (
         checked.config,
         checked.searcher,
@@ -86,6 +93,7 @@ def create_experiment(
             archived=False,
             owner=owner,
             owner_id=users.user_id(s, owner),
+            project_id=project_id,
             config=resolved.to_json(),
             original_config=config_text,
             seed=seed,

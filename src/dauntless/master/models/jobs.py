@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..context import MasterContext
-from ..db import AllocationRow, TaskRow, TrialRow
+from ..db import AllocationRow, ProjectRow, TaskRow, TrialRow
 from ..errors import NotFound
 from ..states import State
 from ..tasks import TaskState
@@ -24,7 +24,7 @@ _LIVE_TASK_STATES = (TaskState.QUEUED.value, TaskState.ASSIGNED.value, TaskState
 
 def experiment_jobs(s: Session, ctx: MasterContext) -> list[dict[str, Any]]:
     """The jobs of ACTIVE experiments with unfinished trials: ``{job_id, type, entity_id,
-    name, owner, owner_id, resource_pool, priority (None: the pool's default), weight,
+    name, owner, owner_id, workspace_id, resource_pool, priority (None: the pool's default), weight,
     requested_slots, allocated_slots, submission_time (seconds since the epoch), state
     (QUEUED or SCHEDULED), preemptible}`` each, in no order."""
     exps = experiment_reads.active_experiments(s)
@@ -47,6 +47,13 @@ def experiment_jobs(s: Session, ctx: MasterContext) -> list[dict[str, Any]]:
     slots_of_trial: dict[int, int] = {}
     for tid, slot_ids in live:
         slots_of_trial[tid] = slots_of_trial.get(tid, 0) + len(slot_ids or [])
+    workspace_of = dict(
+        s.execute(
+            select(ProjectRow.id, ProjectRow.workspace_id).where(
+                ProjectRow.id.in_({e.project_id for e in exps})
+            )
+        ).all()
+    )
     out = []
     for e in exps:
         tids = active.get(e.id, [])
@@ -62,6 +69,7 @@ def experiment_jobs(s: Session, ctx: MasterContext) -> list[dict[str, Any]]:
                 "name": e.name,
                 "owner": e.owner,
                 "owner_id": e.owner_id,
+                "workspace_id": workspace_of.get(e.project_id),
                 "resource_pool": cfg.resources.resource_pool or "default",
                 "priority": cfg.resources.priority,
                 "weight": cfg.resources.weight,
@@ -102,6 +110,7 @@ def task_jobs(s: Session) -> list[dict[str, Any]]:
                 "name": r.description or r.id,
                 "owner": r.owner,
                 "owner_id": r.owner_id,
+                "workspace_id": r.workspace_id,
                 "resource_pool": res.get("resource_pool") or "default",
                 "priority": res.get("priority"),
                 "weight": float(res.get("weight", 1.0)),

@@ -263,6 +263,9 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
         ),
         # The Unix identity the part's processes run as (issue 29).
         "identity": users.task_identity(
-            s, exp.owner_id, ctx.config.security.default_task
+            s,
+            exp.owner_id,
+            ctx.config.security.default_task,
+            users.experiment_workspace(s, exp.project_id),
         ).to_json(),
     }

@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 
 from dauntless.config import AgentUserGroup, DefaultTaskConfig, TaskIdentity, resolve_task_identity
 
-from ..db import USER_SESSION, UserRow, UserSessionRow
+from ..db import USER_SESSION, AgentRow, ProjectRow, UserRow, UserSessionRow, WorkspaceRow
+from ..environments import check_pool_identity
 from ..errors import Conflict, NotFound
 
 
@@ -31,14 +32,49 @@ def agent_link(user: UserRow) -> AgentUserGroup | None:
 
 
 def task_identity(
-    session: Session, owner_id: int | None, default_task: DefaultTaskConfig
+    session: Session,
+    owner_id: int | None,
+    default_task: DefaultTaskConfig,
+    workspace_id: int | None = None,
 ) -> TaskIdentity:
-    """The Unix identity a task of ``owner_id`` runs as: the owner's link, else
-    ``default_task`` (field by field; :func:`dauntless.config.resolve_task_identity`).
-    An owner that no longer exists, or None (work from before users existed), has no
-    link."""
+    """The Unix identity a task of ``owner_id`` in workspace ``workspace_id`` runs as:
+    field by field, the workspace's ``agent_user_group`` where it sets the field, else
+    the owner's link, else ``default_task`` (Determined's order;
+    :func:`dauntless.config.resolve_task_identity`). An owner that no longer exists, or
+    None (work from before users existed), has no link; neither has an unknown
+    workspace or None."""
     user = session.get(UserRow, owner_id) if owner_id is not None else None
-    return resolve_task_identity(agent_link(user) if user else None, default_task)
+    ws = session.get(WorkspaceRow, workspace_id) if workspace_id is not None else None
+    ws_link = None
+    if ws is not None and ws.agent_user_group:
+        fields = AgentUserGroup.model_fields
+        ws_link = AgentUserGroup.model_construct(
+            **{k: v for k, v in ws.agent_user_group.items() if k in fields}
+        )
+    return resolve_task_identity(agent_link(user) if user else None, default_task, ws_link)
+
+
+def identity_refusals(
+    session: Session,
+    owner_id: int | None,
+    default_task: DefaultTaskConfig,
+    workspace_id: int | None,
+    pool: str,
+) -> list[tuple[str, str]]:
+    """Config errors (``[(field, message)]``) when agents are registered in ``pool`` and
+    none of them can run a task of ``owner_id`` in ``workspace_id`` as its Unix identity
+    (:func:`task_identity`; a non-root agent runs only its own uid and gid); ``[]``
+    otherwise, and for a pool without agents (they may join later)."""
+    known = [(a.id, a.resource_pool, a.runtime) for a in session.scalars(select(AgentRow))]
+    identity = task_identity(session, owner_id, default_task, workspace_id)
+    return check_pool_identity(identity, pool, known)
+
+
+def experiment_workspace(session: Session, project_id: int | None) -> int | None:
+    """The workspace of an experiment's project (None for no or an unknown project)."""
+    if project_id is None:
+        return None
+    return session.scalar(select(ProjectRow.workspace_id).where(ProjectRow.id == project_id))
 
 
 def read_user(session: Session, user_id: int) -> UserRow:

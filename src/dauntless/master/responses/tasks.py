@@ -43,7 +43,10 @@ class TaskBody(BaseModel):
 
 
 class TasksOut(BaseModel):
+    """A page of tasks (every one without ``limit``) and how many matched in all."""
+
     tasks: list[TaskOut]
+    total: int
 
 
 class TaskCreated(BaseModel):
