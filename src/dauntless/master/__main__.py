@@ -32,6 +32,11 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
         help="port of the task services' own origin (task_proxy.port; default: --port + 1; "
         "0: any free port)",
     )
+    p.add_argument(
+        "--proxy-domain",
+        help="serve each task at <task id>.<domain> (task_proxy.domain; a wildcard DNS "
+        "name of the master, or 'localhost' where browsers run on the master's machine)",
+    )
     p.add_argument("--data-dir", help="database, contexts and default checkpoints")
     p.add_argument("--db-url", help="SQLAlchemy URL (default: SQLite in the data dir)")
     p.add_argument("--agent-timeout", type=float, help="seconds without heartbeat = lost")
@@ -91,11 +96,13 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
             if not isinstance(tls, dict):
                 p.error("security.tls in the master config must be a mapping")
             tls[key] = value
-    if args.proxy_port is not None:
-        proxy = raw.setdefault("task_proxy", {})
-        if not isinstance(proxy, dict):
-            p.error("task_proxy in the master config must be a mapping")
-        proxy["port"] = args.proxy_port
+    for key in ("port", "domain"):
+        value = getattr(args, f"proxy_{key}")
+        if value is not None:
+            proxy = raw.setdefault("task_proxy", {})
+            if not isinstance(proxy, dict):
+                p.error("task_proxy in the master config must be a mapping")
+            proxy[key] = value
     for key in ("uid", "gid", "user", "group"):
         value = getattr(args, f"security_default_task_{key}")
         if value is not None:
