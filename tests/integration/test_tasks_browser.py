@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -286,18 +287,43 @@ def test_notebook_and_tensorboard_through_the_proxy(
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     page.goto(c.url + "/")
     page.wait_for_selector("#experiments-table", timeout=30000)
+    # Every request of TensorBoard's page goes through the proxy and is answered (its
+    # fonts were asked for at the proxy origin's root and answered 404). The WebUI's
+    # own stream, ended by leaving its page, is not TensorBoard's.
+    failed: list[str] = []
+
+    def fail(what: str, url: str) -> None:
+        if not url.startswith(c.url + "/api/"):
+            failed.append(f"{what} {url}")
+
+    page.on("response", lambda r: fail(str(r.status), r.url) if r.status >= 400 else None)
+    page.on("requestfailed", lambda r: fail(str(r.failure), r.url))
+    start = time.monotonic()
     page.goto(url + "#timeseries")
+    # Its scalars page draws: the accuracy card's line chart (a canvas, or SVG paths).
     page.wait_for_selector("text=validation/accuracy", timeout=120000)
+    card = "card-view:has-text('validation/accuracy')"
+    page.wait_for_selector(f"{card} line-chart canvas, {card} line-chart svg path", timeout=60000)
+    drawn = time.monotonic() - start
+    page.wait_for_load_state("networkidle")
+    print(f"TensorBoard drew its scalars page {drawn:.1f} s after it was ready")
+    assert failed == [], failed
     page.fill("input[placeholder='Filter tags (regex)']", "accuracy")
     page.screenshot(path=str(SHOTS / "tensorboard.png"))
 
-    # The WebUI's tasks page lists it with Open, Logs and Kill; the experiment page's
-    # TensorBoard button reuses it (the same set of experiments).
+    # The WebUI's tasks page lists it with Open, Logs and Kill and a link to the
+    # experiment it shows; the experiment page's TensorBoard button reuses it (the same
+    # set of experiments).
     tb_id = tb[0]["id"]
     page.goto(f"{c.url}/experiments/{exp_id}")
     page.click("#open-tensorboard")
     page.wait_for_url("**/tasks")
     row = f"#tasks-table tr[data-task='{tb_id}']"
+    page.wait_for_selector(f"{row} a[data-open='{tb_id}']")
+    page.click(f"{row} a[href='/experiments/{exp_id}']")
+    page.wait_for_url(f"**/experiments/{exp_id}")
+    page.wait_for_selector("#open-tensorboard")
+    page.go_back()
     page.wait_for_selector(f"{row} a[data-open='{tb_id}']")
     assert len(c.api("/tasks", type="TENSORBOARD")["tasks"]) == 1
     page.click(f"{row} button[data-logs='{tb_id}']")
@@ -305,6 +331,13 @@ def test_notebook_and_tensorboard_through_the_proxy(
     page.screenshot(path=str(SHOTS / "tasks.png"), full_page=True)
     page.click(f"{row} button[data-kill='{tb_id}']")
     c.wait_task(tb_id, {"CANCELED"}, timeout=60)
+    # The experiment page's Notebook button opens the launch form for a notebook about it.
+    page.goto(f"{c.url}/experiments/{exp_id}")
+    page.click("#open-notebook")
+    page.wait_for_selector("#launch-form")
+    assert page.input_value("#launch-type") == "notebooks"
+    assert page.input_value("#launch-experiments") == str(exp_id)
+    page.close()
 
     # The notebook, idle since its page closed, was killed after its idle_timeout.
     ended = c.wait_task(task_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=120)
@@ -345,3 +378,95 @@ def test_missing_service_packages_name_the_extra(cluster_factory, tmp_path: Path
     proc = c.det("tensorboard", "start", "--no-browser", str(exp_id), check=False)
     assert proc.returncode == 1
     assert "pip install 'dauntless[tensorboard]'" in proc.stderr
+
+
+def _launched(page, row: str) -> str:
+    """The id of the task the launch form started (its row), or the form's error."""
+    page.wait_for_selector(f"{row}, #launch-error:not([hidden])", timeout=60000)
+    error = page.query_selector("#launch-error:not([hidden])")
+    assert error is None, error.inner_text()
+    task_id = page.get_attribute(row, "data-task")
+    assert task_id is not None
+    return task_id
+
+
+def test_tasks_page_launch_form_shell_terminal_and_command(
+    cluster: Cluster, browser, tmp_path: Path
+) -> None:
+    """The Tasks page's launch form starts a shell, whose browser terminal (xterm.js
+    over the shell's WebSocket, on the proxy origin) runs ``echo`` and shows its output;
+    the same form starts a command over an uploaded context directory."""
+    c = cluster
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    try:
+        page.goto(c.url + "/tasks")
+        try:
+            page.wait_for_selector("#tasks-table", timeout=60000)
+        except Exception as exc:
+            SHOTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(SHOTS / "tasks-not-drawn.png"))
+            body = page.inner_text("body")[:500]
+            raise AssertionError(f"the Tasks page did not draw: {body}") from exc
+        page.click("#launch-open")
+        page.select_option("#launch-type", "shells")
+        page.fill("#launch-slots", "0")
+        page.fill("#launch-description", "browser shell")
+        page.fill("#launch-config", "idle_timeout: 10m\n")
+        page.click("#launch-submit")
+        row = "#tasks-table tr[data-family='shells']:has-text('browser shell')"
+        shell_id = _launched(page, row)
+        shell = c.api(f"/tasks/{shell_id}")["task"]
+        assert shell["slots"] == 0 and shell["config"]["idle_timeout"] == 600
+        # Open (once the shell answers) opens its terminal in a new tab.
+        opener = f"{row} a[data-open='{shell_id}']"
+        page.wait_for_selector(opener, timeout=120000)
+        with page.context.expect_page() as opened:
+            page.click(opener)
+        term = opened.value
+        term.wait_for_selector("#status[data-state='open']", timeout=60000)
+        origin = term.evaluate("location.origin")
+        assert origin != c.url and term.url == f"{origin}/proxy/{shell_id}/"
+        term.wait_for_selector(".xterm-rows")
+        term.keyboard.type("echo tasks-ui-$((6*7))\n")
+        term.wait_for_selector(".xterm-rows :text('tasks-ui-42')", timeout=30000)
+        SHOTS.mkdir(exist_ok=True)
+        term.screenshot(path=str(SHOTS / "terminal.png"))
+        term.keyboard.type("exit 3\n")
+        term.wait_for_selector("body[data-exit='3']", timeout=30000)
+        term.close()
+
+        # A command over a context directory (its .detignore and the built-in patterns
+        # leave files out), with the experiment field naming nothing.
+        ctx = tmp_path / "ctx"
+        (ctx / "sub").mkdir(parents=True)
+        (ctx / "sub" / "hello.txt").write_text("hello from the context\n")
+        (ctx / "secret.key").write_text("left out\n")
+        (ctx / ".detignore").write_text("*.key\n")
+        (ctx / "__pycache__").mkdir()
+        (ctx / "__pycache__" / "x.pyc").write_bytes(b"\0")
+        page.select_option("#launch-type", "commands")
+        page.fill("#launch-description", "browser command")
+        page.fill("#launch-config", "")
+        page.fill("#launch-command", "cat sub/hello.txt; ls -A; echo sum=$((2+3))")
+        page.set_input_files("#launch-context", str(ctx))
+        page.wait_for_selector("#launch-context-info:has-text('4 files in ctx/')")
+        page.click("#launch-submit")
+        row = "#tasks-table tr[data-family='commands']:has-text('browser command')"
+        cmd_id = _launched(page, row)
+        done = c.wait_task(cmd_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+        logs = "\n".join(line["log"] for line in c.api(f"/tasks/{cmd_id}/logs")["logs"])
+        assert done["state"] == "COMPLETED", logs
+        assert "hello from the context" in logs and "sum=5" in logs, logs
+        assert "secret.key" not in logs and "__pycache__" not in logs, logs
+        # Bad input is refused in the form, naming the field.
+        page.select_option("#launch-type", "tensorboards")
+        page.fill("#launch-experiments", "")
+        page.click("#launch-submit")
+        page.wait_for_selector("#launch-error:has-text('experiments:')")
+        page.select_option("#launch-type", "notebooks")
+        page.fill("#launch-config", "resources: [1, 2]\nidle: {")
+        page.click("#launch-submit")
+        page.wait_for_selector("#launch-error:has-text('config:')")
+        page.screenshot(path=str(SHOTS / "tasks-launch.png"), full_page=True)
+    finally:
+        page.close()

@@ -8,6 +8,12 @@ exit code. When the service cannot start (JupyterLab or TensorBoard missing from
 agent's Python environment) it reports why, naming the ``dauntless`` extra to install,
 and exits with :data:`MISSING_EXTRA_EXIT`.
 
+Reports to the master are retried with backoff (:class:`dauntless._http.RetryPolicy`:
+a master that is restarting answers 502/503 or refuses connections) for
+:data:`REPORT_DEADLINE` seconds. A report the master refuses (4xx), or one still
+failing then, is logged as an error; a service whose address could not be reported is
+stopped and the process exits with :data:`REPORT_FAILED_EXIT` (nobody could reach it).
+
 Idle tasks (``idle_timeout``, ``DAUNTLESS_IDLE_TIMEOUT`` seconds) ask the master to kill
 them:
 
@@ -39,12 +45,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import httpx
 
 from dauntless._auth import read_task_secret
+from dauntless._http import APIError, ClientError, MasterUnreachableError, RetryPolicy
 from dauntless._tls import cert_file_from_env, make_verify
 
 log = logging.getLogger("dauntless.task_service")
@@ -54,6 +62,13 @@ MISSING_EXTRA_EXIT = 3
 
 READY_TIMEOUT = 180.0
 """Seconds a service may take to answer before the task fails."""
+
+REPORT_DEADLINE = 300.0
+"""Seconds a report to the master is retried before the task gives up (counted from the
+first attempt; an attempt under way then still ends within the client's 30 s timeout)."""
+
+REPORT_FAILED_EXIT = 4
+"""Exit code when the service's address could not be reported to the master."""
 
 
 def _env(name: str) -> str:
@@ -85,7 +100,13 @@ def _without_service_token(env: dict[str, str]) -> dict[str, str]:
 class _Master:
     """The calls a task's process makes to the master (its own session token)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, report_deadline: float = REPORT_DEADLINE, sleep: Callable[[float], Any] = time.sleep
+    ) -> None:
+        """Args: ``report_deadline``, seconds (:data:`REPORT_DEADLINE`); ``sleep``,
+        how the retries wait (tests pass their own)."""
+        self.report_deadline = report_deadline
+        self.sleep = sleep
         self.task_id = _env("DET_TASK_ID")
         self.client = httpx.Client(
             base_url=_env("DET_MASTER").rstrip("/"),
@@ -96,20 +117,82 @@ class _Master:
         )
 
     def report(self, **body: Any) -> None:
-        for attempt in range(5):
-            try:
-                r = self.client.post(f"/api/v1/tasks/{self.task_id}/service", json=body)
-                r.raise_for_status()
-                return
-            except httpx.HTTPError as exc:
-                log.warning("could not report to the master (%s); retrying", exc)
-                time.sleep(0.5 * 2**attempt)
+        """Report where the service listens (``addr``, ``port``) or why it failed
+        (``error``), retrying as the module docstring says.
 
-    def kill_self(self, reason: str) -> None:
+        Args:
+            **body: the JSON body of ``POST /api/v1/tasks/{id}/service``.
+
+        Raises:
+            APIError: the master refused the report (or still answered 5xx at the
+                deadline).
+            MasterUnreachableError: no answer until :attr:`report_deadline` seconds
+                had passed.
+        """
+        path = f"/api/v1/tasks/{self.task_id}/service"
+        deadline = time.monotonic() + self.report_deadline
+
+        def wait(seconds: float) -> None:
+            self.sleep(max(0.0, min(seconds, deadline - time.monotonic())))
+
+        policy = RetryPolicy(
+            attempts=None, backoff=0.5, max_backoff=10.0, repeatable=True, sleep=wait
+        )
+
+        def send() -> httpx.Response:
+            try:
+                answer = self.client.post(path, json=body)
+            except httpx.TransportError as exc:
+                log.warning("could not reach the master to report this task's service (%s)", exc)
+                raise
+            if policy.retryable_status("POST", answer.status_code):
+                log.warning("the master answered %d to this task's report", answer.status_code)
+            return answer
+
         try:
-            self.client.post(f"/api/v1/tasks/{self.task_id}/kill", json={"reason": reason})
+            answer = policy.call(
+                send,
+                retry_error=lambda exc: (
+                    isinstance(exc, httpx.TransportError)
+                    and policy.retryable_error("POST", exc, sent=True)
+                ),
+                retry_result=lambda r: policy.retryable_status("POST", r.status_code),
+                stopped=lambda: time.monotonic() >= deadline,
+            )
+        except httpx.TransportError as exc:
+            raise MasterUnreachableError(
+                str(self.client.base_url),
+                str(exc) or type(exc).__name__,
+                message=f"could not reach the master at {self.client.base_url} to report "
+                f"this task's service for {self.report_deadline:g} s ({exc})",
+            ) from exc
+        if answer.status_code >= 400:
+            try:
+                doc = answer.json()
+            except ValueError:
+                doc = None
+            raise APIError.from_body(
+                answer.status_code, doc, answer.text[:200], method="POST", path=path
+            )
+
+    def report_error(self, message: str) -> None:
+        """Report why the service could not start; a failure to do so is logged as an
+        error (the process exits next anyway)."""
+        try:
+            self.report(error=message)
+        except ClientError as exc:
+            log.error("the master was not told why this task failed: %s", exc)
+
+    def kill_self(self, reason: str) -> bool:
+        """Ask the master to kill this task (idle); False (logged) when it could not be
+        asked, so that the caller asks again at its next check."""
+        try:
+            r = self.client.post(f"/api/v1/tasks/{self.task_id}/kill", json={"reason": reason})
+            r.raise_for_status()
+            return True
         except httpx.HTTPError as exc:
-            log.warning("could not ask the master to stop this task: %s", exc)
+            log.warning("could not ask the master to stop this task (will ask again): %s", exc)
+            return False
 
 
 def free_port(addr: str) -> int:
@@ -126,8 +209,20 @@ def _missing(master: _Master, what: str, extra: str, module: str) -> int:
         f"'{extra}' extra there: pip install 'dauntless[{extra}]' (module {module!r} missing)"
     )
     print(msg, file=sys.stderr, flush=True)
-    master.report(error=msg)
+    master.report_error(msg)
     return MISSING_EXTRA_EXIT
+
+
+def _unreported(exc: ClientError, proc: subprocess.Popen) -> int:
+    """Stop a service whose address the master was not told; :data:`REPORT_FAILED_EXIT`."""
+    log.error("stopping the service: its address was not reported to the master: %s", exc)
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return REPORT_FAILED_EXIT
 
 
 def _wait_ready(proc: subprocess.Popen, url: str, headers: dict[str, str]) -> bool:
@@ -243,10 +338,13 @@ def run_notebook(master: _Master) -> int:
     finally:
         shutil.rmtree(secrets_dir, ignore_errors=True)  # read at start: not needed after
     if not ready:
-        master.report(error="JupyterLab did not start; see the task's logs")
+        master.report_error("JupyterLab did not start; see the task's logs")
         proc.terminate()
         return proc.wait() or 1
-    master.report(addr=addr, port=port)
+    try:
+        master.report(addr=addr, port=port)
+    except ClientError as exc:
+        return _unreported(exc, proc)
     print(f"JupyterLab is ready at {prefix} (through the master's proxy)", flush=True)
     idle = float(os.environ.get("DAUNTLESS_IDLE_TIMEOUT") or 0)
     asked = False
@@ -264,8 +362,7 @@ def run_notebook(master: _Master) -> int:
         if since is not None and time.time() - since > idle:
             reason = f"idle for {time.time() - since:.0f} s (idle_timeout {idle:g} s)"
             print(f"JupyterLab is {reason}: stopping", flush=True)
-            master.kill_self(reason)
-            asked = True
+            asked = master.kill_self(reason)
     return proc.returncode
 
 
@@ -282,7 +379,7 @@ def run_tensorboard(master: _Master) -> int:
     argv = [
         sys.executable,
         "-m",
-        "tensorboard.main",
+        "dauntless.exec.tensorboard_server",  # tensorboard.main, its fonts under the prefix
         "--logdir_spec",
         spec,
         "--host",
@@ -298,10 +395,13 @@ def run_tensorboard(master: _Master) -> int:
     proc = subprocess.Popen(argv)
     _forward_term(proc)
     if not _wait_ready(proc, f"http://{addr}:{port}{prefix}/", {}):
-        master.report(error="TensorBoard did not start; see the task's logs")
+        master.report_error("TensorBoard did not start; see the task's logs")
         proc.terminate()
         return proc.wait() or 1
-    master.report(addr=addr, port=port)
+    try:
+        master.report(addr=addr, port=port)
+    except ClientError as exc:
+        return _unreported(exc, proc)
     print(f"TensorBoard is ready at {prefix}/ (through the master's proxy)", flush=True)
     return proc.wait()
 
@@ -434,8 +534,8 @@ class _ShellServer:
             if self.connections == 0 and time.time() - self.last_seen > self.idle:
                 reason = f"no connection for {time.time() - self.last_seen:.0f} s (idle_timeout {self.idle:g} s)"
                 print(f"shell: {reason}: stopping", flush=True)
-                await asyncio.to_thread(self.master.kill_self, reason)
-                return
+                if await asyncio.to_thread(self.master.kill_self, reason):
+                    return
 
 
 def run_shell(master: _Master) -> int:
@@ -453,10 +553,18 @@ def run_shell(master: _Master) -> int:
     config = uvicorn.Config(app, host=addr, port=port, log_level="warning", lifespan="off")
     uv = uvicorn.Server(config)
 
+    unreported: list[ClientError] = []
+
     def announce() -> None:
         while not uv.started:
             time.sleep(0.05)
-        master.report(addr=addr, port=port)
+        try:
+            master.report(addr=addr, port=port)
+        except ClientError as exc:
+            log.error("stopping the shell: its address was not reported to the master: %s", exc)
+            unreported.append(exc)
+            uv.should_exit = True
+            return
         print(f"shell is ready at {prefix}pty (through the master's proxy)", flush=True)
 
     threading.Thread(target=announce, daemon=True).start()
@@ -467,7 +575,7 @@ def run_shell(master: _Master) -> int:
         await uv.serve()
 
     asyncio.run(main())
-    return 0
+    return REPORT_FAILED_EXIT if unreported else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,8 +5,9 @@ The searcher knows only ended trials (``Searcher.progress()``: for ``single``, `
 and ``grid`` the share of planned trials that ended; for the adaptive searchers the
 average share per bracket). Each running trial reports the fraction of its training it
 has done (``POST /trials/{id}/progress``); that fraction, divided by the number of
-trials the search plans, is added, so a one-trial experiment reads 40 % when its trial
-is 40 % through, not 0 % until it ends.
+trials the search plans (:func:`dauntless.searcher.planned_trials`, the one definition
+that the preview and the create checks use too: ASHA's brackets' trials), is added, so a
+one-trial experiment reads 40 % when its trial is 40 % through, not 0 % until it ends.
 """
 
 from __future__ import annotations
@@ -16,31 +17,23 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from dauntless.config import ExperimentConfig
+from dauntless.searcher import planned_trials
+
 from .db import ExperimentRow, TrialRow
 from .states import is_terminal
 
 
-def planned_trials(searcher: Any, config: dict[str, Any]) -> int:
-    """How many trials the search plans in all (at least 1): one for ``single``, the
-    grid's points for ``grid``, ``max_trials`` otherwise."""
-    space = getattr(searcher, "_space", None)
-    size = getattr(space, "size", None)
-    if isinstance(size, int) and size > 0:
-        return size
-    searcher_cfg = config.get("searcher", {})
-    if searcher_cfg.get("name") == "single":
-        return 1
-    n = searcher_cfg.get("max_trials")
-    return n if isinstance(n, int) and n > 0 else 1
-
-
-def experiment_progress(s: Session, exp: ExperimentRow, searcher: Any) -> float:
+def experiment_progress(
+    s: Session, exp: ExperimentRow, searcher: Any, config: ExperimentConfig
+) -> float:
     """The experiment's progress in 0..1 (see the module docstring).
 
     Args:
         s: the session of the caller's transaction.
         exp: the experiment.
         searcher: its searcher, restored or just advanced.
+        config: the experiment's parsed config.
     """
     done = float(searcher.progress())
     if done >= 1.0:
@@ -54,5 +47,5 @@ def experiment_progress(s: Session, exp: ExperimentRow, searcher: Any) -> float:
         )
         if p is not None and not is_terminal(state)
     ]
-    partial = sum(min(max(p, 0.0), 1.0) for p in live) / planned_trials(searcher, exp.config)
+    partial = sum(min(max(p, 0.0), 1.0) for p in live) / max(planned_trials(config, searcher), 1)
     return min(1.0, max(done, done + partial))

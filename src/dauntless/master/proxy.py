@@ -21,6 +21,9 @@ name per task), by :func:`make_proxy_origin_app`:
   A request whose ``Origin`` is another origin is refused (403), and so is, with
   ``task_proxy.domain``, a host name of another task.
 
+A shell's browser terminal (its page at ``/proxy/<task id>/`` and two files) is
+answered on the proxy origin by the master itself (:mod:`.proxy_terminal`).
+
 The service gets the path unchanged (notebooks and TensorBoards are started with
 ``/proxy/<task id>/`` as their base URL), ``Origin`` rewritten to the service's own
 address (so JupyterLab, which accepts only that origin, accepts the proxy's), and the
@@ -56,6 +59,7 @@ from .authz import may_open
 from .models import users
 from .proxy_auth import PROXY_COOKIE, TICKET_PATH, ProxyAuth, proxy_origin
 from .proxy_forward import forward_http, forward_ws, raw_path
+from .proxy_terminal import terminal_file
 from .tasks import NotFound
 
 log = logging.getLogger("dauntless.master.proxy")
@@ -338,8 +342,12 @@ async def _origin_http(request: Request) -> Response:
         row, base = await _target(request, who, task_id)
     except _Refused as exc:
         return exc.response()
-    if raw_path(request) == f"/proxy/{task_id}":
+    path = raw_path(request)
+    if path == f"/proxy/{task_id}":
         return RedirectResponse(f"/proxy/{task_id}/", status_code=307)
+    page = terminal_file(row, request.method, path)  # a shell's browser terminal
+    if page is not None:
+        return page
     return await forward_http(request, row, base)
 
 

@@ -94,16 +94,37 @@ def raw_path(conn: HTTPConnection) -> str:
     return conn.scope.get("root_path", "") + conn.scope["path"]
 
 
+def _has_body(request: Request) -> bool:
+    """Whether the request carries a body (RFC 9112 6.3: framed by Transfer-Encoding or
+    a non-zero Content-Length)."""
+    if "transfer-encoding" in request.headers:
+        return True
+    return request.headers.get("content-length", "0").strip() not in ("", "0")
+
+
 async def forward_http(request: Request, row: Any, base: str) -> Response:
+    """Forward an HTTP request to the task's service at ``base`` and stream its answer
+    back (502 when the service does not answer).
+
+    The request's body is forwarded framed as it came: with its ``Content-Length``, or
+    chunked when it came chunked, and a request without a body is sent without one. (A
+    body-less GET sent chunked, as a stream forwarded without its length is, leaves the
+    chunked terminator unread by servers that ignore GET bodies; Werkzeug's, under
+    TensorBoard, then closes the connection with unread data, which resets it and cut
+    TensorBoard's scripts short behind the proxy.)
+    """
     task_id = row.id
     path = raw_path(request)
     client: httpx.AsyncClient = request.app.state.proxy_client
     url = base + path + (f"?{request.url.query}" if request.url.query else "")
+    body = _has_body(request)
     upstream = client.build_request(
         request.method,
         url,
-        headers=forward_headers(request, row, base, HOP_BY_HOP),
-        content=request.stream(),
+        headers=forward_headers(
+            request, row, base, HOP_BY_HOP - {"content-length"} if body else HOP_BY_HOP
+        ),
+        content=request.stream() if body else None,
     )
     try:
         answer = await client.send(upstream, stream=True)

@@ -4,9 +4,10 @@
 
 Creating takes a multipart form (like ``POST /experiments``): ``config`` (YAML or JSON
 text, optional), ``context`` (a gzipped tar, optional, at most 95 MiB), and for commands
-``entrypoint`` (JSON: an argv list or a string for ``sh -c``), for TensorBoards
-``experiment_ids`` and ``trial_ids`` (JSON lists); ``workspace_id`` (the task's
-workspace, default 1: Uncategorized; ``CREATE_NSC`` there).
+``entrypoint`` (JSON: an argv list or a string for ``sh -c``), and ``experiment_ids``
+and ``trial_ids`` (JSON lists): for TensorBoards what they show (at least one), for the
+other types what the task covers (optional; shown as links on the WebUI's Tasks page);
+``workspace_id`` (the task's workspace, default 1: Uncategorized; ``CREATE_NSC`` there).
 """
 
 from __future__ import annotations
@@ -114,6 +115,21 @@ async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, byte
     return fields, config, data
 
 
+async def _require_subjects(
+    request: Request, experiment_ids: list[int], trial_ids: list[int], perm: Perm
+) -> None:
+    """Check that the experiments and trials a task names exist (404 naming the first
+    that does not) and that the caller holds ``perm`` on each (403): a TensorBoard's
+    sources (``VIEW_EXPERIMENT_ARTIFACTS``: their event files), or what a notebook,
+    shell or command covers (``VIEW_EXPERIMENT_METADATA``: the task's row links them)."""
+    subjects = [("experiment", e) for e in experiment_ids] + [("trial", t) for t in trial_ids]
+    for kind, ident in subjects:
+        source = await run_in_threadpool(authz.read_target, request, kind, ident)
+        if source is None:
+            raise NotFound(f"{kind} {ident} not found")
+        authz.require(request, source, perm=perm)
+
+
 def _make_create(family: str, task_type: str):
     async def create(request: Request, response: Response) -> dict[str, Any]:
         fields, config, context = await _read_form(request)
@@ -140,17 +156,18 @@ def _make_create(family: str, task_type: str):
             exp_ids, trial_ids, logdirs = await run_in_threadpool(
                 svc.tensorboard_logdirs, exp_ids, trial_ids
             )
-            # Their event files: VIEW_EXPERIMENT_ARTIFACTS on each experiment, also on
-            # those of the trials named.
-            sources = [("experiment", e) for e in exp_ids] + [("trial", t) for t in trial_ids]
-            for kind, ident in sources:
-                source = await run_in_threadpool(authz.read_target, request, kind, ident)
-                authz.require(request, source, perm=Perm.VIEW_EXPERIMENT_ARTIFACTS)
+            await _require_subjects(request, exp_ids, trial_ids, Perm.VIEW_EXPERIMENT_ARTIFACTS)
             found = await run_in_threadpool(svc.find_tensorboard, owner, exp_ids, trial_ids)
             if found is not None:
                 response.status_code = 200
                 return {"task": found, "warnings": [], "reused": True}
             meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids, "logdirs": logdirs}
+        else:  # what a notebook, shell or command covers, where its launcher says
+            exp_ids = sorted(set(_ids(_json_field(fields, "experiment_ids", []), "experiment_ids")))
+            trial_ids = sorted(set(_ids(_json_field(fields, "trial_ids", []), "trial_ids")))
+            if exp_ids or trial_ids:
+                await _require_subjects(request, exp_ids, trial_ids, Perm.VIEW_EXPERIMENT_METADATA)
+                meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids}
         answer = await run_in_threadpool(
             svc.create, task_type, owner, config, entrypoint, context, meta, workspace_id
         )

@@ -112,7 +112,7 @@ class TaskService:
             context: the context directory as a gzipped tar (bytes, at most 95 MiB), or
                 None.
             meta: type-specific facts (a TensorBoard's ``experiment_ids``,
-                ``trial_ids`` and ``logdirs``).
+                ``trial_ids`` and ``logdirs``; what another task covers).
             workspace_id: its workspace (not archived), whose default pools apply when
                 the config names no pool; a pool bound to other workspaces is refused.
 

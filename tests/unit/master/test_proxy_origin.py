@@ -336,3 +336,22 @@ def test_per_task_host_names(world: World) -> None:
         assert r.status_code == 403 and f"{w.task_id}.tasks.test" in r.json()["detail"]
     finally:
         state.config = original
+
+
+def test_bodies_are_forwarded_framed_as_they_came(world: World) -> None:
+    """A request without a body reaches the service without one (a GET sent chunked left
+    its terminator unread by TensorBoard's server, which then reset the connection and
+    cut its scripts short: issue 38); a body keeps its Content-Length, or its chunking."""
+    w = world
+    url = f"{w.master.url}/proxy/{w.task_id}/echo"
+    seen = httpx.get(url, headers=bearer(w.owner_token), timeout=30).json()
+    assert "transfer-encoding" not in seen and "content-length" not in seen, seen
+    seen = httpx.post(url, headers=bearer(w.owner_token), content=b"abc", timeout=30).json()
+    assert seen["content-length"] == "3" and "transfer-encoding" not in seen, seen
+
+    def chunks() -> Iterator[bytes]:
+        yield b"ab"
+        yield b"c"
+
+    seen = httpx.post(url, headers=bearer(w.owner_token), content=chunks(), timeout=30).json()
+    assert seen["transfer-encoding"] == "chunked" and "content-length" not in seen, seen

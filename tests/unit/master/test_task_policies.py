@@ -204,3 +204,29 @@ def test_grid_progress_adds_running_trials_over_planned_trials(master):
     ctx.write(metrics.report_progress, trials[1]["id"], 1.0)
     exp = client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]
     assert exp["progress"] == pytest.approx(1.5 / 4)
+
+
+def test_asha_progress_counts_over_its_brackets_trials(master):
+    """ASHA's planned trials are its brackets' (every bracket has at least one: here 3
+    brackets for max_trials 2), the one definition of dauntless.searcher.planned_trials
+    that the preview and the create checks use too (issue 38)."""
+    client, ctx = master
+    asha = CONFIG.replace(
+        "{name: single, metric: loss, max_length: {batches: 30}}",
+        "{name: adaptive_asha, metric: loss, max_length: {batches: 30}, max_trials: 2, "
+        "bracket_rungs: [3, 2, 1]}",
+    ).replace(
+        "hyperparameters: {global_batch_size: 8}",
+        "hyperparameters: {global_batch_size: 8, lr: {type: double, minval: 0.1, maxval: 1}}",
+    )
+    files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+    r = client.post("/api/v1/experiments", data={"config": asha}, files=files)
+    assert r.status_code == 201, r.text
+    exp_id = r.json()["experiment"]["id"]
+    preview = client.post("/api/v1/preview-hp-search", json={"config": asha}).json()
+    assert [b["trials"] for b in preview["summary"]["brackets"]] == [1, 1, 1]
+    trials = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"]
+    assert len(trials) == 3
+    ctx.write(metrics.report_progress, trials[0]["id"], 0.6)
+    exp = client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]
+    assert exp["progress"] == pytest.approx(0.6 / 3)

@@ -228,3 +228,19 @@ def test_tensorboard_of_the_same_set_is_reused_with_200(master, tmp_path):
     again = client.post("/api/v1/tensorboards", data={"experiment_ids": f"[{exp_id}]"})
     assert again.status_code == 200, again.text
     assert again.json() == {"task": first.json()["task"], "warnings": [], "reused": True}
+    # A notebook (or shell, or command) may name the experiments and trials it covers:
+    # kept on the task and shown as links on the Tasks page (issue 38).
+    trial_id = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]["id"]
+    nb = client.post(
+        "/api/v1/notebooks",
+        data={"experiment_ids": f"[{exp_id}, {exp_id}]", "trial_ids": f"[{trial_id}]"},
+    )
+    assert nb.status_code == 201, nb.text
+    assert nb.json()["task"]["experiment_ids"] == [exp_id]
+    assert nb.json()["task"]["trial_ids"] == [trial_id]
+    plain = client.post("/api/v1/shells", data={})
+    assert plain.json()["task"]["experiment_ids"] == [] == plain.json()["task"]["trial_ids"]
+    r = client.post("/api/v1/notebooks", data={"experiment_ids": "[999]"})
+    assert r.status_code == 404 and "experiment 999" in r.json()["detail"]
+    r = client.post("/api/v1/commands", data={"entrypoint": '"true"', "trial_ids": '["x"]'})
+    assert r.status_code == 400 and r.json()["errors"][0]["field"] == "trial_ids"

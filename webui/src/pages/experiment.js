@@ -236,7 +236,11 @@ export function render(root, [expId]) {
               window.location.assign("/tasks");
             } catch (err) { toast(`TensorBoard failed: ${err.message}`, "error"); }
           },
-        }, "TensorBoard")),
+        }, "TensorBoard"),
+        h("a.button", {
+          id: "open-notebook", href: `/tasks?launch=notebooks&experiment_ids=${e.id}`,
+          title: "the Tasks page's launch form, for a notebook about this experiment",
+        }, "Notebook…")),
       h("div.row", null,
         h("table.kv", null, h("tbody", null,
           h("tr", null, h("td", null, "Owner"), h("td", null, e.owner)),

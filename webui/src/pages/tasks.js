@@ -1,69 +1,104 @@
-// Page 5: tasks (commands, notebooks, shells, TensorBoards): launch a notebook or a
-// TensorBoard, open a service through the master's proxy, kill, and read logs.
-// Polls GET /api/v1/tasks every 2 s.
+// Page 5: tasks (commands, notebooks, shells, TensorBoards): one launch form for every
+// type (pages/launch.js), each task with links to the
+// experiments and trials it covers, Open (a notebook or TensorBoard through the
+// master's proxy, a shell's browser terminal), Logs and Kill.
+// Polls GET /api/v1/tasks every 2 s. `/tasks?launch=FAMILY&experiment_ids=1,2` opens the
+// form for that type with those experiments (the experiment page's Notebook button).
 
 import { csrfHeaders, get, post } from "../api.js";
 import { P, can, canOn } from "../perms.js";
 import { badge, fmtTime, h, setChildren, toast } from "../util.js";
+import { launchForm } from "./launch.js";
 
 const ENDED = new Set(["COMPLETED", "ERROR", "CANCELED"]);
 
 /**
  * Start a task: POST /api/v1/{family} with the multipart form of docs/protocol.md.
- * @param {string} family  "notebooks" or "tensorboards"
- * @param {object} fields  form fields (objects are sent as JSON)
- * @returns {Promise<object>} the master's answer
+ * @param {string} family  "notebooks", "shells", "commands" or "tensorboards"
+ * @param {object} fields  form fields: strings as they are, a Blob as the file
+ *   (`context`: a gzipped tar), anything else as JSON
+ * @returns {Promise<object>} the master's answer ({task, warnings, reused})
+ * @throws {Error} with the master's detail when it refuses
  */
 export async function launch(family, fields) {
   const form = new FormData();
   for (const [k, v] of Object.entries(fields)) {
-    form.append(k, typeof v === "string" ? v : JSON.stringify(v));
+    if (v instanceof Blob) form.append(k, v, `${k}.tar.gz`);
+    else form.append(k, typeof v === "string" ? v : JSON.stringify(v));
   }
   const resp = await fetch(`/api/v1/${family}`, {
     method: "POST", body: form, credentials: "same-origin", headers: await csrfHeaders(),
   });
   const data = await resp.json().catch(() => null);
-  if (!resp.ok) throw new Error((data && data.detail) || `${resp.status} ${resp.statusText}`);
+  if (!resp.ok) {
+    let detail = (data && data.detail) || `${resp.status} ${resp.statusText}`;
+    // The fields the master names, where its one line does not say them already.
+    const errors = ((data && Array.isArray(data.errors)) ? data.errors : []).filter((e) => !detail.includes(e.message));
+    if (errors.length) detail += ": " + errors.map((e) => (e.field ? `${e.field}: ${e.message}` : e.message)).join("; ");
+    throw new Error(detail);
+  }
   return data;
 }
 
-/** The URL a service opens at (JupyterLab's /lab, TensorBoard's root). */
+/** The URL a service opens at (JupyterLab's /lab, TensorBoard's root, a shell's terminal). */
 export function openUrl(task) {
   return task.type === "NOTEBOOK" ? `/proxy/${task.id}/lab` : `/proxy/${task.id}/`;
 }
 
+const FAMILY = { COMMAND: "commands", NOTEBOOK: "notebooks", SHELL: "shells", TENSORBOARD: "tensorboards" };
+
+/** Links to the experiments and trials a task covers (null when none). */
+function covers(task) {
+  const links = [
+    ...(task.experiment_ids || []).map((id) => h("a", { href: `/experiments/${id}`, dataset: { experiment: id } }, `Experiment ${id}`)),
+    ...(task.trial_ids || []).map((id) => h("a", { href: `/trials/${id}`, dataset: { trial: id } }, `Trial ${id}`)),
+  ];
+  if (!links.length) return h("span.muted", null, "–");
+  return links.flatMap((a, i) => (i ? [", ", a] : [a]));
+}
+
 /** Draw the tasks page into `root`; returns its cleanup. */
 export function render(root) {
+  const params = new URLSearchParams(window.location.search);
   const table = h("div.table-wrap", { id: "tasks" });
   const logsBox = h("pre.logs", { id: "task-logs", hidden: true });
-  const expInput = h("input", { id: "tb-experiments", placeholder: "experiment ids, e.g. 1 2", size: 18 });
+  const formCard = h("div.card", { id: "launch-card", hidden: true });
+  const toggle = h("button.primary", { id: "launch-open", type: "button", "aria-expanded": "false", onclick: () => showForm() },
+    "Launch a task");
   setChildren(root,
     h("div.toolbar", null, h("h1", null, "Tasks"), h("span.spacer"),
       // Launched into the Uncategorized workspace (1): only who may create tasks there.
-      !can(P.CREATE_NSC, 1) ? null : h("button.primary", {
-        id: "launch-notebook", type: "button",
-        onclick: async () => {
-          try {
-            const { task } = await launch("notebooks", { config: "resources:\n  slots: 0\n" });
-            toast(`Launched notebook ${task.id}`);
-            refresh();
-          } catch (err) { toast(`Launching a notebook failed: ${err.message}`, "error"); }
-        },
-      }, "Launch notebook"),
-      !can(P.CREATE_NSC, 1) ? null : expInput,
-      !can(P.CREATE_NSC, 1) ? null : h("button", {
-        id: "launch-tensorboard", type: "button",
-        onclick: async () => {
-          const ids = expInput.value.split(/[\s,]+/).filter(Boolean).map(Number);
-          try {
-            const { task } = await launch("tensorboards", { experiment_ids: ids });
-            toast(`TensorBoard ${task.id}`);
-            refresh();
-          } catch (err) { toast(`Launching a TensorBoard failed: ${err.message}`, "error"); }
-        },
-      }, "Launch TensorBoard")),
+      can(P.CREATE_NSC, 1) ? toggle : null),
+    can(P.CREATE_NSC, 1) ? formCard : null,
     h("div.card", null, table),
     h("div.card", null, h("h2", null, "Logs"), logsBox));
+
+  let formDrawn = false;
+  function showForm(initial = {}) {
+    if (formDrawn && !formCard.hidden && !initial.family) {
+      formCard.hidden = true;
+      toggle.setAttribute("aria-expanded", "false");
+      return;
+    }
+    formCard.hidden = false;
+    toggle.setAttribute("aria-expanded", "true");
+    if (formDrawn) return;
+    formDrawn = true;
+    setChildren(formCard, h("h2", null, "Launch a task"), launchForm({
+      launch,
+      initial,
+      onLaunched: (task, reused) => {
+        toast(reused ? `TensorBoard ${task.id} over the same trials is open already`
+          : `Launched ${task.type.toLowerCase()} ${task.id}${task.type === "COMMAND" ? "" : ": Open appears when it is ready"}`);
+        refresh();
+      },
+    }));
+  }
+  if (params.get("launch")) {
+    const ids = (params.get("experiment_ids") || "").split(/[\s,]+/).filter(Boolean).map(Number)
+      .filter((n) => Number.isInteger(n) && n > 0);
+    showForm({ family: params.get("launch"), experimentIds: ids });
+  }
 
   async function showLogs(task) {
     logsBox.hidden = false;
@@ -74,14 +109,19 @@ export function render(root) {
 
   function draw(tasks) {
     setChildren(table, h("table.grid", { id: "tasks-table" },
-      h("thead", null, h("tr", null, ["ID", "Type", "Description", "Owner", "State", "Slots", "Started", ""]
+      h("thead", null, h("tr", null, ["ID", "Type", "Description", "Covers", "Owner", "State", "Resources", "Started", ""]
         .map((t) => h("th", null, t)))),
-      h("tbody", null, tasks.length ? tasks.slice().reverse().map((t) => h("tr", { dataset: { task: t.id, state: t.state } },
-        h("td", null, t.id), h("td", null, t.type), h("td", null, t.description),
+      h("tbody", null, tasks.length ? tasks.slice().reverse().map((t) => h("tr", { dataset: { task: t.id, state: t.state, family: FAMILY[t.type] } },
+        h("td", null, t.id), h("td", null, t.type), h("td.wrap.task-desc", null, t.description),
+        h("td.wrap", { dataset: { covers: t.id } }, covers(t)),
         h("td", null, t.owner), h("td", null, badge(t.state), t.exit_message ? h("div.muted.small", null, t.exit_message) : null),
-        h("td.num", null, t.slots), h("td", null, fmtTime(t.start_time)),
+        h("td", { title: "resource pool, slots" }, `${t.resource_pool}, ${t.slots} slot${t.slots === 1 ? "" : "s"}`),
+        h("td", null, fmtTime(t.start_time)),
         h("td", null,
-          t.service_url && t.ready && canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? h("a", { href: openUrl(t), target: "_blank", dataset: { open: t.id } }, "Open") : null, " ",
+          t.service_url && t.ready && canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? h("a.button.small", {
+            href: openUrl(t), target: "_blank", rel: "noopener", dataset: { open: t.id },
+            title: t.type === "SHELL" ? "a terminal in a new tab" : "in a new tab",
+          }, t.type === "SHELL" ? "Open terminal" : "Open") : null, " ",
           h("button.small", { type: "button", dataset: { logs: t.id }, onclick: () => showLogs(t) }, "Logs"), " ",
           ENDED.has(t.state) || !canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? null : h("button.small.danger", {
             type: "button", dataset: { kill: t.id },
@@ -91,7 +131,7 @@ export function render(root) {
               }
             },
           }, "Kill"))))
-        : h("tr", null, h("td.muted", { colSpan: 8 }, "No tasks yet.")))));
+        : h("tr", null, h("td.muted", { colSpan: 9 }, "No tasks yet.")))));
   }
 
   let stopped = false;

@@ -190,4 +190,7 @@ def report_progress(s: Session, ctx: MasterContext, trial_id: int, progress: flo
     trial, exp = trials.get_trial(s, trial_id)
     trial.progress = min(max(float(progress), 0.0), 1.0)
     if not is_terminal(exp.state):
-        exp.progress = experiment_progress(s, exp, search.searcher_for(ctx, exp, read_only=True))
+        config = ctx.experiment_config(exp)
+        exp.progress = experiment_progress(
+            s, exp, search.searcher_for(ctx, exp, read_only=True), config
+        )

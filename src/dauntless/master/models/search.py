@@ -193,7 +193,7 @@ def apply(
         else:
             raise TypeError(f"unknown searcher operation {op!r}")
     exp.searcher_state = searcher.snapshot()
-    exp.progress = experiment_progress(s, exp, searcher)
+    exp.progress = experiment_progress(s, exp, searcher, ctx.experiment_config(exp))
     _keep(ctx, exp, searcher)
     error = searcher.method_error
     if error is not None and State(exp.state) in (State.ACTIVE, State.PAUSED):
