@@ -247,7 +247,11 @@ class Authorizer:
         if rule.on in ("any", "body", "list") or self.is_admin(who):
             return  # admins pass every rule
         if rule.on == "admin":
-            raise forbidden(f"only agents, trials or an admin may {what}")
+            others = [
+                n for n, ok in (("agents", rule.agent), ("trials", rule.trial != "none")) if ok
+            ]
+            who_may = ", ".join(others) + " or an admin" if others else "an admin"
+            raise forbidden(f"only {who_may} may {what}")
         perm = rule.perm_for(params.get("action"))
         assert perm is not None, f"rule {rule} names no permission"
         if rule.on == "cluster":

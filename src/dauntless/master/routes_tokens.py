@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dauntless.config import parse_go_duration
 
+from . import authz
 from .api_spec import INT32_MAX, DbId
 from .audit_http import audit_note
 from .auth import AuthService, forbidden, hash_token, principal
@@ -33,6 +34,7 @@ from .auth_secrets import new_token
 from .db import ACCESS_TOKEN, USER_SESSION, UserSessionRow
 from .errors import BadRequest
 from .models import tokens, users
+from .rbac import Perm
 from .responses import tokens as R
 
 router = APIRouter(prefix="/api/v1")
@@ -121,6 +123,12 @@ def lifespan_seconds(auth: AuthService, text: str | None) -> float:
     return seconds
 
 
+def _manages_users(request: Request) -> bool:
+    """Whether the caller may act on other users' tokens: ADMINISTRATE_USER at cluster
+    scope (what the admin role holds), as the permission table's comment says."""
+    return authz.may(request, Perm.ADMINISTRATE_USER, [None])[0]
+
+
 @router.post("/tokens", response_model=R.TokenCreated)
 def create_token(body: CreateTokenBody, request: Request) -> dict[str, Any]:
     """Create an access token for yourself, or (admins) for ``user_id``. The token is in
@@ -133,8 +141,10 @@ def create_token(body: CreateTokenBody, request: Request) -> dict[str, Any]:
             "single sign-on) and create it from that session"
         )
     user_id = body.user_id if body.user_id is not None else who.user_id or 0
-    if user_id != who.user_id and not who.admin:
-        raise forbidden("only an admin may create access tokens for another user")
+    if user_id != who.user_id and not _manages_users(request):
+        raise forbidden(
+            "only an admin may create access tokens for another user"
+        )
     auth = _auth(request)
     lifespan = lifespan_seconds(auth, body.lifespan)
     token = new_token()
@@ -183,7 +193,7 @@ def list_tokens(
         user_id: int | None = None
         if username is not None:  # an unknown name matches no token
             user_id = users.user_id(s, username) or -1
-        if not who.admin:
+        if not _manages_users(request):
             if user_id is not None and user_id != who.user_id:
                 raise forbidden("only an admin may list another user's tokens")
             user_id = who.user_id
@@ -220,7 +230,7 @@ def patch_token(token_id: DbId, body: PatchTokenBody, request: Request) -> dict[
     auth = _auth(request)
     with auth.db.write() as s:
         row, username = tokens.read_token(s, token_id)
-        if row.user_id != who.user_id and not who.admin:
+        if row.user_id != who.user_id and not _manages_users(request):
             raise forbidden("only an admin may edit another user's token")
         row, username = tokens.update_token(
             s,

@@ -14,7 +14,7 @@ from dauntless.master import auth_secrets, loop
 from dauntless.master.app import create_app
 from dauntless.master.audit import AuditEntry, AuditTrail, RetentionHook
 from dauntless.master.db import AuditCheckpointRow, AuditRow, ClusterRow, Database
-from dauntless.master.testing import agent_headers, bearer, login
+from dauntless.master.testing import bearer, login, register_agent
 
 
 def _entry(i: int, at: float = 1_700_000_000.0) -> AuditEntry:
@@ -155,11 +155,7 @@ def test_user_changes_and_sign_ins_are_audited_not_machine_reports(master):
         files={"context": ("c.tgz", model_def_tarball(), "application/gzip")},
     )
     assert r.status_code == 201, r.text
-    agent = agent_headers(app)
-    r = client.post(
-        "/api/v1/agents", headers=agent, json={"id": "a1", "slots": [{"id": "c0", "type": "cpu"}]}
-    )
-    assert r.status_code == 200
+    agent = register_agent(client, app, {"id": "a1", "slots": [{"id": "c0", "type": "cpu"}]})
     assert loop.schedule_pass(app.state.ctx) == 1
     (spec,) = client.post(
         "/api/v1/agents/a1/heartbeat", headers=agent, json={"running": []}

@@ -80,6 +80,7 @@ class World:
     service_token: str
     admin_token: str
     admin_browser: httpx.Client
+    owner_browser: httpx.Client
 
 
 def _start_service() -> tuple[uvicorn.Server, threading.Thread, int]:
@@ -124,7 +125,8 @@ def _world(master: LiveMaster, port: int) -> World:
         )
         assert r.status_code == 200, r.text
     browser = _sign_in_browser(master, "admin")
-    return World(master, task_id, bob, env["DAUNTLESS_SERVICE_TOKEN"], admin, browser)
+    owner = _sign_in_browser(master, "bob", "pw")
+    return World(master, task_id, bob, env["DAUNTLESS_SERVICE_TOKEN"], admin, browser, owner)
 
 
 @pytest.fixture(scope="module")
@@ -178,20 +180,24 @@ def test_master_origin_redirects_browsers_and_forwards_bearers(world: World) -> 
     assert seen["authorization"] == f"token {w.service_token}"
     assert "dauntless_" not in seen.get("cookie", "")
     # The master's cookie: no service on the master's origin, only the way to it.
-    admin = w.admin_browser
-    r = admin.get(f"/proxy/{w.task_id}/page")
+    owner = w.owner_browser
+    r = owner.get(f"/proxy/{w.task_id}/page")
     assert r.status_code == 303 and "/proxy-auth?ticket=" in r.headers["location"]
     assert "task page" not in r.text
-    r = admin.post(f"/proxy/{w.task_id}/echo", content=b"x")
+    r = owner.post(f"/proxy/{w.task_id}/echo", content=b"x")
     assert r.status_code == 403 and "own origin" in r.json()["detail"]
+    # Without task_proxy.domain every task shares one origin: another user's browser (even
+    # an admin's) may not open bob's task there (test_per_task_host_names: with a domain).
+    r = w.admin_browser.get(f"/proxy/{w.task_id}/page")
+    assert r.status_code == 403 and "task_proxy.domain" in r.json()["detail"]
     # Nobody at all gets 401 (another user's 403: test_tasks.py).
     assert httpx.get(f"{w.master.url}/proxy/{w.task_id}/page").status_code == 401
 
 
 def test_proxy_origin_cookie_origin_checks_and_cookies(world: World) -> None:
     w = world
-    admin = _sign_in_browser(w.master, "admin")  # its own session: logged out at the end
-    proxy = _open_through_ticket(w, admin, "page")
+    owner = _sign_in_browser(w.master, "bob", "pw")  # its own session: logged out at the end
+    proxy = _open_through_ticket(w, owner, "page")
     r = proxy.get(f"/proxy/{w.task_id}/page")
     assert r.status_code == 200 and "task page" in r.text
     # The service may set its own cookies, never the master's or the proxy's.
@@ -210,7 +216,7 @@ def test_proxy_origin_cookie_origin_checks_and_cookies(world: World) -> None:
     # No credential: 401; the master's cookie means nothing here; no API on this origin.
     bare = httpx.Client(base_url=w.master.proxy_url, timeout=30)
     assert bare.get(f"/proxy/{w.task_id}/page").status_code == 401
-    master_cookie = admin.cookies.get("dauntless_token")
+    master_cookie = owner.cookies.get("dauntless_token")
     assert master_cookie
     bare.cookies.set("dauntless_token", master_cookie)
     r = bare.get(f"/proxy/{w.task_id}/page")
@@ -220,7 +226,7 @@ def test_proxy_origin_cookie_origin_checks_and_cookies(world: World) -> None:
     # The proxy cookie of this task opens no other task (its path is this task's).
     assert proxy.get("/proxy/othertask/page").status_code in (401, 404)
     # Logging out of the master ends the proxy session.
-    r = admin.post("/api/v1/auth/logout", headers={"X-CSRF-Token": admin.headers["X-Test-CSRF"]})
+    r = owner.post("/api/v1/auth/logout", headers={"X-CSRF-Token": owner.headers["X-Test-CSRF"]})
     assert r.status_code == 200
     r = proxy.get(f"/proxy/{w.task_id}/page")
     assert r.status_code == 401 and "has ended" in r.json()["detail"]

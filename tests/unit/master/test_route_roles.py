@@ -259,6 +259,7 @@ def url_and_body(w: World, method: str, path: str, target: str) -> tuple[str, An
         action="pause" if "/slots/" not in path else "enable",
         allocation_id="none",
         label="v1",
+        token_id="999999",  # none: tokens are per user (tests/unit/master/test_access_tokens.py)
     )
     ws, proj = w.ws[target], w.proj[target]
     assignment = {"role": {"role_id": 4}, "scope_workspace_id": ws}
