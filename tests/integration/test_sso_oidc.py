@@ -149,9 +149,46 @@ def test_sign_in_through_the_webui_and_the_cli(cluster_factory, tmp_path, deadli
                 "always_redirect": False,
             }
         ]
+        # The group claim maps to roles through groups: group "ml" holds Editor on
+        # workspace ml-space, so a user whose claim names "ml" edits there (bob), one whose
+        # claim does not (dave) does not; "ops" and "interns" are created at sign-in.
+        ws = httpx.post(
+            c.url + "/api/v1/workspaces", headers=c.headers(), json={"name": "ml-space"}
+        )
+        assert ws.status_code == 201, ws.text
+        group = httpx.post(c.url + "/api/v1/groups", headers=c.headers(), json={"name": "ml"})
+        assert group.status_code == 201, group.text
+        assignment = {
+            "group_id": group.json()["group"]["group_id"],
+            "role_assignment": {
+                "role": {"role_id": 5},
+                "scope_workspace_id": ws.json()["workspace"]["id"],
+            },
+        }
+        r = httpx.post(
+            c.url + "/api/v1/roles/add-assignments",
+            headers=c.headers(),
+            json={"group_role_assignments": [assignment]},
+        )
+        assert r.status_code == 200, r.text
         _webui_then_cli(c, idp, deadline)
+        r = httpx.post(c.url + "/api/v1/groups/search", headers=c.headers(), json={})
+        assert {g["group"]["name"] for g in r.json()["groups"]} >= {"ml", "ops", "interns"}
     finally:
         idp.stop()
+
+
+def _roles(c, deadline) -> str:
+    """What `det rbac my-permissions` prints for the user the CLI is signed in as."""
+    out = subprocess.run(
+        [sys.executable, "-m", "dauntless.cli.main", "-m", c.url, "rbac", "my-permissions"],
+        env=c.env(),
+        capture_output=True,
+        text=True,
+        timeout=deadline(60),
+    )
+    assert out.returncode == 0, out
+    return out.stdout
 
 
 def _webui_then_cli(c, idp, deadline) -> None:
@@ -225,6 +262,7 @@ def _webui_then_cli(c, idp, deadline) -> None:
             timeout=deadline(60),
         )
         assert "'bob@example.test'" in who.stdout, who
+        assert "Editor" in _roles(c, deadline) and "workspace ml-space" in _roles(c, deadline)
         listed = subprocess.run(
             [sys.executable, "-m", "dauntless.cli.main", "-m", c.url, "auth", "list-providers"],
             env=c.env(),
@@ -250,6 +288,7 @@ def _webui_then_cli(c, idp, deadline) -> None:
         proc.stdin.flush()
         assert proc.wait(timeout=deadline(60)) == 0
         assert "Signed in as user 'dave@example.test'" in "".join(iter(lines.get, ""))
+        assert "Editor" not in _roles(c, deadline)  # dave's claim names "interns" only
         ctx.close()
     finally:
         browser.close()

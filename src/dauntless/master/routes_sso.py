@@ -165,7 +165,7 @@ def sso_callback(request: Request) -> Response:
                 auth.clock(),
             )
             if client.config.groups_attribute_name:
-                sso_users.sync_sso_groups(s, user.id, identity.groups)
+                sso_users.sync_sso_groups(s, user.id, identity.groups, auth.clock())
             user_id, username = user.id, user.username
         audit_note(request, user_id=user_id)
     except SsoRefused as exc:

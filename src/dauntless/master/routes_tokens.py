@@ -142,9 +142,7 @@ def create_token(body: CreateTokenBody, request: Request) -> dict[str, Any]:
         )
     user_id = body.user_id if body.user_id is not None else who.user_id or 0
     if user_id != who.user_id and not _manages_users(request):
-        raise forbidden(
-            "only an admin may create access tokens for another user"
-        )
+        raise forbidden("only an admin may create access tokens for another user")
     auth = _auth(request)
     lifespan = lifespan_seconds(auth, body.lifespan)
     token = new_token()

@@ -11,9 +11,11 @@ from pydantic import ValidationError
 from dauntless.cli.sso import pkce_pair
 from dauntless.config import MasterConfig, OIDCConfig
 from dauntless.master.app import create_app
+from dauntless.master.authz import read_grants
 from dauntless.master.db import Database
-from dauntless.master.models import sso_users, users
+from dauntless.master.models import groups, sso_users, users
 from dauntless.master.models.sso_users import SsoRefused
+from dauntless.master.rbac import ROLES, Perm
 from dauntless.master.sso import OIDCClient, SsoError, claim_strings, s256_challenge
 from dauntless.master.testing import bearer, login
 
@@ -120,11 +122,35 @@ def test_who_the_provider_may_sign_in(tmp_path):
     with db.write() as s:
         kim = sso_users.sso_user(s, "kim@example.test", "Kim", True, 1.0)
         assert (kim.remote, kim.password_hash, kim.display_name) == (True, None, "Kim")
-        assert sso_users.sync_sso_groups(s, kim.id, ["ops", "ml", "ops"]) == ["ml", "ops"]
         kim_id = kim.id
+        # An admin made group "ml" (with a role on a workspace) and put kim in "manual" by
+        # hand before kim's first sign-in.
+        ml = groups.create_group(s, 0.0, "ml")
+        groups.create_group(s, 0.0, "manual", [kim_id])
+        groups.add_assignments(s, 0.0, [groups.Assignment(5, None, ml.id, None)])
     with db.write() as s:
-        sso_users.sync_sso_groups(s, kim_id, ["ml"])
+        assert sso_users.sync_sso_groups(s, kim_id, ["ops", "ml", "ops", " ", "x" * 300], 1.0) == [
+            "ml",
+            "ops",
+        ]
+    with db.read() as s:
+        mine = {g.name for g, _n in groups.search_groups(s, user_id=kim_id)[0]}
+        assert mine == {"ml", "ops", "manual"}  # "ops" was created for the claim
+        grants = read_grants(s, kim_id, basic=False)
+        assert grants.cluster == ROLES[5].permissions  # the Editor role of group "ml"
+    with db.write() as s:
+        sso_users.sync_sso_groups(s, kim_id, ["ml"], 2.0)
         assert sso_users.read_sso_groups(s, kim_id) == ["ml"]
+        mine = {g.name for g, _n in groups.search_groups(s, user_id=kim_id)[0]}
+        assert mine == {"ml", "manual"}  # left "ops" (claimed before), kept the hand-made one
+    with db.write() as s:
+        sso_users.sync_sso_groups(s, kim_id, [], 2.5)
+        mine = {g.name for g, _n in groups.search_groups(s, user_id=kim_id)[0]}
+        assert mine == {"manual"}
+        assert not read_grants(s, kim_id, basic=False).has(Perm.CREATE_EXPERIMENT)
+        with pytest.raises(SsoRefused, match="at most 1000"):
+            sso_users.sync_sso_groups(s, kim_id, [f"g{i}" for i in range(1001)], 2.6)
+    with db.write() as s:
         users.update_user(s, kim_id, 2.0, active=False)
     with db.write() as s, pytest.raises(SsoRefused, match="deactivated"):
         sso_users.sso_user(s, "kim@example.test", None, True, 3.0)

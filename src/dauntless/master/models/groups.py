@@ -75,6 +75,14 @@ def create_group(s: Session, now: float, name: str, user_ids: Sequence[int] = ()
     return g
 
 
+def groups_by_name(s: Session, names: Iterable[str]) -> dict[str, UserGroupRow]:
+    """The groups of these names that exist, by name."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return {}
+    return {g.name: g for g in s.scalars(select(UserGroupRow).where(UserGroupRow.name.in_(wanted)))}
+
+
 def members(s: Session, group_ids: Iterable[int]) -> dict[int, list[UserRow]]:
     """The members of each group, by username."""
     ids = list(group_ids)

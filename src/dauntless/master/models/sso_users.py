@@ -9,7 +9,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from ..db import UserRow, UserSsoGroupRow
-from . import users
+from . import groups, users
 
 
 class SsoRefused(Exception):
@@ -59,15 +59,46 @@ def sso_user(
     return user
 
 
-def sync_sso_groups(session: Session, user_id: int, group_names: Sequence[str]) -> list[str]:
-    """Record the groups the identity provider named for a user at this sign-in,
-    replacing the last sign-in's (the ``oidc.groups_attribute_name`` claim).
+MAX_SSO_GROUPS = 1000
+"""The most group names one sign-in's claim may carry; more is refused (403)."""
 
-    This is the one place where a sign-in's group claim meets the cluster's groups: the
-    user groups and roles of the permission model (issue 30 scope 2) map these names to
-    memberships here. Returns the names stored, sorted.
+
+def sync_sso_groups(
+    session: Session, user_id: int, group_names: Sequence[str], now: float
+) -> list[str]:
+    """Make the user's group memberships follow the identity provider's group claim
+    (``oidc.groups_attribute_name``) at this sign-in, as Determined's OIDC group sync
+    does: the user joins every group the claim names, each created (with no role) when
+    it does not exist; the user leaves the groups that the previous sign-in's claim named
+    and this one does not. Memberships an admin gave by hand in groups no claim ever named
+    are left alone. Roles follow from the role assignments of the groups
+    (``det rbac assign-role --group-name``), so a claim maps to roles through its groups.
+
+    Args:
+        group_names: the claim's names; blank names and names longer than
+            :data:`dauntless.master.models.groups.MAX_GROUP_NAME` characters are skipped.
+        now: the time of the sign-in (seconds since the epoch), for groups created here.
+
+    Returns:
+        The names recorded for this sign-in, sorted.
+
+    Raises:
+        SsoRefused: the claim named more than :data:`MAX_SSO_GROUPS` groups.
     """
-    names = sorted(set(group_names))
+    names = sorted({n for n in group_names if n.strip() and len(n) <= groups.MAX_GROUP_NAME})
+    if len(names) > MAX_SSO_GROUPS:
+        raise SsoRefused(
+            f"the identity provider named {len(names)} groups for this user; at most "
+            f"{MAX_SSO_GROUPS} can be synchronised"
+        )
+    left = set(read_sso_groups(session, user_id)) - set(names)
+    by_name = groups.groups_by_name(session, [*names, *left])
+    for name in names:
+        group = by_name.get(name) or groups.create_group(session, now, name)
+        groups.update_group(session, group.id, add_users=[user_id])
+    for name in sorted(left):
+        if name in by_name:
+            groups.update_group(session, by_name[name].id, remove_users=[user_id])
     session.execute(delete(UserSsoGroupRow).where(UserSsoGroupRow.user_id == user_id))
     for name in names:
         session.add(UserSsoGroupRow(user_id=user_id, group_name=name))
