@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from object_stores import list_keys
+from object_stores import list_keys, start_seaweedfs
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +120,24 @@ def _all_logs(cluster, trial_id: int) -> list[dict]:
         out.extend(page["logs"])
 
 
-def test_checkpoints_in_object_store(store_server, cluster_factory, tmp_path):
+@pytest.fixture
+def own_store(store_server, tmp_path):
+    """The store this test uses. The s3 case kills its store and starts it again
+    (`det checkpoint delete` while it is down), so it gets a SeaweedFS of its own: the
+    session's shared one, once restarted on its data, accepted writes into buckets that
+    do not exist, which the storage unit tests rely on being refused."""
+    if store_server.kind != "s3":
+        yield store_server
+        return
+    server = start_seaweedfs(tmp_path / "own-s3")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_checkpoints_in_object_store(own_store, cluster_factory, tmp_path):
+    store_server = own_store
     _T0[0] = time.monotonic()
     storage = store_server.storage(prefix="dauntless/ckpts")
     doomed_storage = store_server.storage()

@@ -20,7 +20,6 @@ which agents can give it.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from dauntless.config import ExperimentConfig, TaskIdentity, agent_refusal
@@ -30,7 +29,6 @@ from dauntless.config._experiment import (
     ResourcesConfig,
     SharedFSStorage,
 )
-from dauntless.scheduler import AgentState, Allocation, Decision, PoolSpec, Request, schedule
 
 CONTAINERS = "containers"
 """Feature: runs tasks in container images (docker or podman runtime)."""
@@ -166,51 +164,3 @@ def check_pool_can_run(
             )
         )
     return errors
-
-
-def schedule_by_features(
-    spec: PoolSpec,
-    agents: list[AgentState],
-    requests: list[Request],
-    running: list[Allocation],
-    needs: dict[str, frozenset[str]],
-    runtimes: dict[str, dict[str, Any] | None],
-) -> Decision:
-    """One scheduling pass of a pool in which some requests need agent features.
-
-    When no request needs any, this is :func:`dauntless.scheduler.schedule` itself.
-    Otherwise the requests are split by what they need, most demanding first, and each
-    class is scheduled on the agents that have every feature it needs (the others are
-    presented as taking no work), with the slots earlier classes were given held back.
-    Fair share and priority order therefore hold within a class, not across classes.
-
-    Args:
-        spec, agents, requests, running: as for :func:`~dauntless.scheduler.schedule`.
-        needs: request id -> features it needs (absent: none).
-        runtimes: agent id -> its registered ``runtime``.
-    """
-    classes = sorted(
-        {needs.get(r.id, frozenset()) for r in requests}, key=lambda n: (-len(n), sorted(n))
-    )
-    if classes in ([], [frozenset()]):
-        return schedule(spec, agents, requests, running)
-    taken: dict[str, set[str]] = {}
-    assignments: list[Any] = []
-    preemptions: list[str] = []
-    for need in classes:
-        view = [
-            replace(
-                a,
-                enabled=a.enabled and all(agent_has(runtimes.get(a.id), f) for f in need),
-                busy_slots=a.busy_slots | frozenset(taken.get(a.id, ())),
-            )
-            for a in agents
-        ]
-        part = [r for r in requests if needs.get(r.id, frozenset()) == need]
-        decision = schedule(spec, view, part, running)
-        for asg in decision.assignments:
-            for agent_id, slot_ids in asg.slots.items():
-                taken.setdefault(agent_id, set()).update(slot_ids)
-            assignments.append(asg)
-        preemptions += [p for p in decision.preemptions if p not in preemptions]
-    return Decision(tuple(assignments), tuple(preemptions))

@@ -100,14 +100,14 @@ class TaskScheduling:
             preemptible=False,
         )
 
-    def allocate(self, s: Session, request_id: str, parts: dict[str, tuple[str, ...]]) -> bool:
-        """Create the allocation of a placed task. A task runs on one agent: a placement
-        over several agents is declined (the task stays queued).
+    def allocate(self, s: Session, task_id: str, parts: dict[str, tuple[str, ...]]) -> bool:
+        """Create the allocation of placed task ``task_id``. A task runs on one agent: a
+        placement over several agents is declined (the task stays queued).
 
         Returns:
             Whether an allocation was made.
         """
-        row = s.get(TaskRow, request_id[len(REQUEST_PREFIX) :])
+        row = s.get(TaskRow, task_id)
         if row is None or row.state != TaskState.QUEUED.value:
             return False
         if len(parts) != 1:

@@ -115,6 +115,9 @@ class AgentState:
         busy_slots: slots held by work that is not among the running allocations.
         enabled: a disabled agent gets no new work.
         draining: a draining agent keeps its running work but gets no new work.
+        features: what the agent can provide to requests that need it (opaque names the
+            master derives from the agent's registered runtime: a container engine, a
+            Unix identity it may run tasks as); see :attr:`Request.needs`.
 
     Raises:
         TypeError: a field has the wrong type.
@@ -128,11 +131,14 @@ class AgentState:
     busy_slots: frozenset[str] = field(default_factory=frozenset)
     enabled: bool = True
     draining: bool = False
+    features: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         _check_id(self.id, "AgentState.id")
         _check_id(self.pool, "AgentState.pool")
         _check_slot_ids(self.slots, f"AgentState({self.id}).slots")
+        if not isinstance(self.features, frozenset):
+            raise TypeError(f"AgentState({self.id}).features must be a frozenset of names")
         for name in ("disabled_slots", "busy_slots"):
             value = getattr(self, name)
             if not isinstance(value, frozenset):
@@ -169,6 +175,10 @@ class Request:
         submitted_at: orders requests of equal priority (seconds since the epoch, or an
             index); ties break by ``id``.
         preemptible: whether the allocation it becomes may later be preempted.
+        needs: features every agent it runs on must have (:attr:`AgentState.features`).
+        avoid_agents: agents it must not run on (an ``exclude_node`` log policy keeps a
+            trial off the agents where it failed); such a request is placed after the
+            others, on the slots still free, and preempts nobody.
 
     Raises:
         TypeError: a field has the wrong type.
@@ -184,9 +194,14 @@ class Request:
     max_slots: int | None = None
     submitted_at: float = 0.0
     preemptible: bool = True
+    needs: frozenset[str] = field(default_factory=frozenset)
+    avoid_agents: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         _check_id(self.id, "Request.id")
+        for name in ("needs", "avoid_agents"):
+            if not isinstance(getattr(self, name), frozenset):
+                raise TypeError(f"Request({self.id}).{name} must be a frozenset of names")
         _check_id(self.group_id, f"Request({self.id}).group_id")
         _check_int(self.slots_needed, f"Request({self.id}).slots_needed", minimum=0)
         if self.priority is not None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from operator import attrgetter
 
 from ._fair_share import run_fair_share
-from ._model import AgentState, Allocation, Decision, PoolSpec, Request
+from ._model import AgentState, Allocation, Assignment, Decision, PoolSpec, Request
 from ._priority import run_priority
 from ._state import build_state, place_zero_slot
 
@@ -41,6 +42,12 @@ def schedule(
     * Preempted allocations keep their slots until they exit; the decision never hands
       them out in the same pass, and the free slots the waiting request will use are
       held back from back-fill.
+    * A request runs only on agents that have every feature it ``needs``. Requests are
+      decided in classes of equal needs, the most demanding first, each on the agents
+      that have those features, with the slots earlier classes were given held back:
+      fair share and priority order therefore hold within a class, not across classes.
+    * A request with ``avoid_agents`` is decided after all the others, one at a time,
+      on the remaining agents and the slots still free, and preempts nobody.
 
     ``priority`` scheduler: requests in order of (priority, submitted_at, id), lower
     priority values first; a request that does not fit is skipped and later ones that
@@ -70,8 +77,65 @@ def schedule(
             that disagree on ``weight`` or ``max_slots``.
     """
     _check_types(pool, agents, pending, running)
-    state = build_state(pool, agents, running)
     _check_request_ids(pending, running)
+    free = [r for r in pending if not r.avoid_agents]
+    classes = sorted({r.needs for r in free}, key=lambda n: (-len(n), sorted(n)))
+    if not classes or classes == [frozenset()]:
+        decision = _schedule_class(pool, agents, free, running)
+    else:
+        decision = Decision((), ())
+        for need in classes:
+            view = [_restricted(a, need, frozenset(), decision.assignments) for a in agents]
+            part = _schedule_class(pool, view, [r for r in free if r.needs == need], running)
+            decision = _merged(decision, part)
+    for request in sorted((r for r in pending if r.avoid_agents), key=lambda r: r.id):
+        view = [_restricted(a, request.needs, request.avoid_agents, ()) for a in agents]
+        groups = {r.id: r.group_id for r in pending}
+        taken = [*running, *(_as_running(a, groups) for a in decision.assignments)]
+        part = _schedule_class(pool, view, [request], taken)
+        decision = Decision(decision.assignments + part.assignments, decision.preemptions)
+    return decision
+
+
+def _restricted(
+    agent: AgentState,
+    need: frozenset[str],
+    avoid: frozenset[str],
+    assigned: Sequence[Assignment],
+) -> AgentState:
+    """``agent`` as one class of requests sees it: disabled when it lacks a needed
+    feature or is to be avoided, with the slots ``assigned`` to earlier classes busy."""
+    taken = {s for a in assigned for s in a.slots.get(agent.id, ())}
+    usable = agent.enabled and need <= agent.features and agent.id not in avoid
+    if usable == agent.enabled and not taken:
+        return agent
+    return replace(agent, enabled=usable, busy_slots=agent.busy_slots | frozenset(taken))
+
+
+def _as_running(assignment: Assignment, groups: dict[str, str]) -> Allocation:
+    """An assignment of this pass, as the allocation it becomes (for later requests)."""
+    return Allocation(
+        id=assignment.request_id,
+        group_id=groups[assignment.request_id],
+        slots=dict(assignment.slots),
+    )
+
+
+def _merged(a: Decision, b: Decision) -> Decision:
+    return Decision(
+        a.assignments + b.assignments,
+        a.preemptions + tuple(p for p in b.preemptions if p not in a.preemptions),
+    )
+
+
+def _schedule_class(
+    pool: PoolSpec,
+    agents: Sequence[AgentState],
+    pending: Sequence[Request],
+    running: Sequence[Allocation],
+) -> Decision:
+    """:func:`schedule` for requests that need nothing special of their agents."""
+    state = build_state(pool, agents, running)
     caps, weights = _group_settings(pending, state.running)
     ordered = _priority_order(pending, pool.default_priority)
     place_zero_slot(state, [r for r in ordered if r.slots_needed == 0])

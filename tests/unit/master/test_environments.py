@@ -3,6 +3,8 @@ agent runtime, refusal at create, and the environment fields of the config."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dauntless.config import parse_experiment_config
@@ -10,12 +12,12 @@ from dauntless.config._experiment import ConfigError, parse_size
 from dauntless.master import loop
 from dauntless.master.environments import (
     CONTAINERS,
+    agent_has,
     check_pool_can_run,
     required_features,
-    schedule_by_features,
     task_environment,
 )
-from dauntless.scheduler import AgentState, PoolSpec, Request
+from dauntless.scheduler import AgentState, PoolSpec, Request, schedule
 
 BASE = {
     "entrypoint": "python3 train.py",
@@ -146,24 +148,40 @@ def test_refused_at_create_only_when_no_agent_of_the_pool_can_run_it():
 
 
 def test_images_are_placed_only_on_container_agents():
+    """The features an agent's runtime provides (``agent_has``) become its
+    ``AgentState.features``; the pure scheduler places each request only where its
+    ``needs`` are met."""
     spec = PoolSpec(name="default")
-    agents = [
-        AgentState(id="a-proc", pool="default", slots=("0", "1")),
-        AgentState(id="b-docker", pool="default", slots=("0",)),
-    ]
     runtimes = {"a-proc": PROCESS, "b-docker": DOCKER}
+    agents = [
+        AgentState(
+            id=a,
+            pool="default",
+            slots=slots,
+            features=frozenset(f for f in [CONTAINERS] if agent_has(runtimes[a], f)),
+        )
+        for a, slots in (("a-proc", ("0", "1")), ("b-docker", ("0",)))
+    ]
+    image = frozenset({CONTAINERS})
     requests = [
-        Request(id="img1", group_id="1", slots_needed=1, submitted_at=1),
-        Request(id="img2", group_id="1", slots_needed=1, submitted_at=2),
+        Request(id="img1", group_id="1", slots_needed=1, submitted_at=1, needs=image),
+        Request(id="img2", group_id="1", slots_needed=1, submitted_at=2, needs=image),
         Request(id="plain", group_id="2", slots_needed=1, submitted_at=3),
     ]
-    needs = {"img1": frozenset({CONTAINERS}), "img2": frozenset({CONTAINERS})}
-    d = schedule_by_features(spec, agents, requests, [], needs, runtimes)
+    d = schedule(spec, agents, requests, [])
     placed = {a.request_id: dict(a.slots) for a in d.assignments}
     assert placed == {"img1": {"b-docker": ("0",)}, "plain": {"a-proc": ("0",)}}  # img2 waits
-    # Without needs it is the plain scheduler.
-    d = schedule_by_features(spec, agents, requests, [], {}, runtimes)
-    assert len(d.assignments) == 3
+    # Without needs every agent will do.
+    plain = [replace(r, needs=frozenset()) for r in requests]
+    assert len(schedule(spec, agents, plain, []).assignments) == 3
+    # A request that must avoid an agent is decided after the others, whatever its
+    # submission time: img1 (best fit) takes b-docker's only slot, and x, kept off a-proc,
+    # waits although a-proc has free slots.
+    x = Request(id="x", group_id="3", slots_needed=1, avoid_agents=frozenset({"a-proc"}))
+    d = schedule(spec, agents, [x, plain[0]], [])
+    assert {a.request_id: dict(a.slots) for a in d.assignments} == {"img1": {"b-docker": ("0",)}}
+    d = schedule(spec, agents, [x], [])
+    assert {a.request_id: dict(a.slots) for a in d.assignments} == {"x": {"b-docker": ("0",)}}
 
 
 SCRIPT = """
