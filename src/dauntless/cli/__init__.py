@@ -23,7 +23,7 @@ _LAZY = {
     "read_state": "_local_cluster",
     "start_local_cluster": "_local_cluster",
     "stop_local_cluster": "_local_cluster",
-    "apply_overrides": "experiment",
+    "apply_overrides": "_submit",
 }
 
 __all__ = [

@@ -1,13 +1,19 @@
-"""``det checkpoint|c``: describe a checkpoint."""
+"""``det checkpoint|c``: describe a checkpoint, list an experiment's checkpoints, download
+one, delete some."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from typing import Any
 
+from ._files import unpack as _unpack
+from ._render import show_checkpoints
 from ._util import (
     add_json_flag,
+    exit_with_error,
     fmt_bytes,
     fmt_time,
     open_session,
@@ -51,6 +57,44 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list_checkpoints(args: argparse.Namespace) -> int:
+    with open_session(args) as session:
+        ckpts = session.get_experiment_checkpoints(args.experiment_id)
+    return show_checkpoints(ckpts, args.json)
+
+
+def _download_checkpoint(args: argparse.Namespace) -> int:
+    dest = args.output or os.path.join("checkpoints", args.uuid)
+    with open_session(args) as session:
+        _unpack(session.download_checkpoint(args.uuid), dest)
+    write_line(f"Checkpoint {args.uuid} downloaded to {dest}")
+    return 0
+
+
+def _checkpoint_delete(args: argparse.Namespace) -> int:
+    uuids = [u.strip() for u in args.checkpoints_uuids.split(",") if u.strip()]
+    if not uuids:
+        exit_with_error("give one or more checkpoint UUIDs, separated by commas")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            exit_with_error(f"deleting {len(uuids)} checkpoint(s) removes their files; pass --yes")
+        answer = input(f"Delete {len(uuids)} checkpoint(s) from storage? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            write_line("Not deleted.")
+            return 1
+    with open_session(args) as session:
+        for uuid in uuids:
+            answer = session.request("DELETE", f"/checkpoints/{uuid}").json()
+            if isinstance(answer, dict) and answer.get("state") == "DELETING":
+                write_line(
+                    f"Deleting checkpoint {uuid}: its storage failed; the master retries "
+                    "until its files are gone (state DELETING, then DELETED)"
+                )
+            else:
+                write_line(f"Deleted checkpoint {uuid}")
+    return 0
+
+
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``checkpoint`` (alias ``c``) command group."""
     group = subparsers.add_parser(
@@ -62,19 +106,25 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     add_json_flag(p)
     p.set_defaults(func=_describe)
 
-    from .experiment import _list_checkpoints
-    from .lifecycle import register_checkpoint_commands
-
     p = sub.add_parser(
         "list", aliases=["ls"], help="list an experiment's checkpoints", parents=[common]
     )
     p.add_argument("experiment_id", metavar="ID", type=positive_int, help="experiment ID")
     add_json_flag(p)
     p.set_defaults(func=_list_checkpoints)
-    register_checkpoint_commands(sub, common)
-    from .compat_cmds import register_checkpoint_extras
+    p = sub.add_parser("download", help="download a checkpoint directory", parents=[common])
+    p.add_argument("uuid", metavar="UUID")
+    p.add_argument(
+        "-o", "--output", "--output-dir", default=None, help="directory (default checkpoints/UUID)"
+    )
+    p.set_defaults(func=_download_checkpoint)
 
-    register_checkpoint_extras(sub, common)
+    p = sub.add_parser(
+        "delete", help="delete checkpoints of finished experiments", parents=[common]
+    )
+    p.add_argument("checkpoints_uuids", metavar="UUIDS", help="comma-separated UUIDs")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(func=_checkpoint_delete)
 
 
 __all__ = ["register"]

@@ -3,39 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import csv
+import io
+import json
+import sys
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dauntless.client import (
-    Session,
     build_context_tarball,
-    experiment_done_checker,
-    follow_trial_logs,
-    wait_for_first_trial,
 )
-from dauntless.config import ConfigError, LimitError, load_yaml, parse_experiment_config
+from dauntless.config import ConfigError, parse_experiment_config
 
-from . import _util
+from . import experiment_control, experiment_files, experiment_fork
 from ._failure import failure_text
 from ._render import (
     EXPERIMENT_COLUMNS,
     TRIAL_COLUMNS,
     best_metric_cell,
     experiment_row,
-    format_log_line,
     full_length_batches,
     print_latest_validations,
     show_checkpoints,
     stopped_early,
     trial_row,
 )
+from ._submit import (
+    build_context_with_includes,
+    follow_experiment,
+    print_warnings,
+    test_mode_overrides,
+)
+from ._submit import load_config as _load_config
 from ._util import (
     add_json_flag,
     exit_with_error,
     fmt_duration,
+    fmt_number,
     fmt_percent,
     fmt_time,
     note,
@@ -46,116 +54,7 @@ from ._util import (
     print_table,
     write_line,
 )
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``--config key.sub=value`` overrides to a parsed config, in order.
-
-    Values are parsed as YAML (``0.1`` is a float, ``true`` a bool, ``[1, 2]`` a list);
-    missing intermediate keys become mappings.
-
-    Args:
-        raw: the parsed config mapping (changed in place and returned).
-        overrides: ``"dotted.key=value"`` strings.
-
-    Returns:
-        ``raw``.
-
-    Raises:
-        ValueError: for an override without ``=`` or an empty key part, a value that is
-            not YAML, or a path that runs through a non-mapping.
-    """
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or not all(p.strip() for p in parts):
-            raise ValueError(
-                f"--config {item!r}: expected KEY=VALUE, e.g. searcher.max_length.batches=100"
-            )
-        try:
-            value = load_yaml(text, key.strip()) if text.strip() else ""
-        except LimitError as exc:
-            raise ValueError(f"--config {item!r}: {exc}") from None
-        node: Any = raw
-        for depth, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(parts[: depth + 1])
-                raise ValueError(f"--config {item!r}: {where} is not a mapping in the config")
-            node = child
-        node[parts[-1]] = value
-    return raw
-
-
-def _load_config(path: str, overrides: list[str]) -> tuple[str, Any]:
-    """Read the config file; returns (text to upload, value to validate)."""
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        exit_with_error(
-            f"cannot read the config file {path}: {getattr(exc, 'strerror', None) or exc}"
-        )
-    if not overrides:
-        return text, text
-    try:
-        raw = load_yaml(text)
-    except LimitError as exc:
-        exit_with_error(f"the config file {path}: {exc}")
-    if not isinstance(raw, dict):
-        exit_with_error(f"the config file {path} must hold a mapping, got {type(raw).__name__}")
-    try:
-        apply_overrides(raw, overrides)
-    except ValueError as exc:
-        exit_with_error(str(exc))
-    return yaml.safe_dump(raw, sort_keys=False), raw
-
-
-def follow_experiment(session: Session, experiment_id: int) -> int:
-    """Stream the first trial's logs until the experiment ends; print its final state.
-
-    Returns:
-        0 when the experiment COMPLETED, 130 when interrupted (Ctrl-C), else 1.
-    """
-    try:
-        return _follow(session, experiment_id)
-    except KeyboardInterrupt:
-        note(
-            f"Stopped following; experiment {experiment_id} keeps running "
-            f"(see `det experiment describe {experiment_id}`)."
-        )
-        return 130
-
-
-def _follow(session: Session, experiment_id: int) -> int:
-    def lost(exc: Exception) -> None:
-        note(f"Lost the connection to the master ({exc}); retrying...")
-
-    trial, state = wait_for_first_trial(
-        session, experiment_id, poll_interval=_util.POLL_INTERVAL, on_connection_lost=lost
-    )
-    if trial is not None:
-        note(f"Following the logs of trial {trial['id']} of experiment {experiment_id}")
-        done, last_state = experiment_done_checker(session, experiment_id, on_connection_lost=lost)
-        for line in follow_trial_logs(
-            session,
-            int(trial["id"]),
-            done=done,
-            poll_interval=_util.POLL_INTERVAL,
-            on_connection_lost=lost,
-        ):
-            write_line(format_log_line(line))
-        state = last_state() or state
-    write_line(f"Experiment {experiment_id} finished: {state}")
-    return 0 if state == "COMPLETED" else 1
-
-
-def print_warnings(warnings: list[str]) -> None:
-    """Print the master's config warnings (see :mod:`.experiment_compat`)."""
-    from .experiment_compat import print_warnings as _print
-
-    _print(warnings)
+from .project import register_experiment_move
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -219,66 +118,28 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def test_mode_overrides() -> list[str]:
-    """``--config`` overrides of ``det experiment create -t/--test-mode`` (Determined's
-    deprecated test mode): with the searcher replaced by ``single`` of one batch (same
-    metric), the experiment trains one batch, validates and checkpoints once, with one
-    trial and no restarts."""
-    return [
-        "min_validation_period={batches: 1}",
-        "min_checkpoint_period={batches: 1}",
-        "scheduling_unit=1",
-        "max_restarts=0",
-    ]
-
-
-def build_context_with_includes(context: str, includes: list[str]) -> bytes:
-    """The context tarball of ``context`` plus each ``-i/--include`` path, put under its
-    base name (as Determined does); a file or directory whose name is already taken in
-    the context is refused.
-
-    Raises:
-        SystemExit: (via :func:`exit_with_error`) a missing path or a name clash.
-    """
-    import shutil
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="dauntless-context-") as tmp:
-        staged = Path(tmp) / "context"
-        shutil.copytree(context, staged, symlinks=True)
-        for inc in includes:
-            src = Path(inc).expanduser()
-            if not src.exists():
-                exit_with_error(f"-i/--include {inc}: no such file or directory")
-            dest = staged / src.resolve().name
-            if dest.exists():
-                exit_with_error(
-                    f"-i/--include {inc}: {dest.name} already exists in the context directory"
-                )
-            if src.is_dir():
-                shutil.copytree(src, dest, symlinks=True)
-            else:
-                shutil.copy2(src, dest)
-        return build_context_tarball(staged)
-
-
-def describe_one(args: argparse.Namespace) -> int:
-    """``det experiment describe ID`` for one experiment (the plain report)."""
-    return _describe(args)
-
-
 #: Searchers whose describe adds the search summary (objectives, Pareto front, lineage,
 #: a custom method's error): ``GET /experiments/{id}/searcher``.
 SUMMARY_SEARCHERS = frozenset({"tpe", "cmaes", "gp", "nsgaii", "pbt", "custom"})
 
 
 def _describe(args: argparse.Namespace) -> int:
+    """``det experiment describe ID... [--metrics] [--csv] [--outdir DIR] [--json]``: one
+    experiment and no table flag gets the full report; several, or any of the flags, get
+    the tables of experiments, trials and (``--metrics``) every metric report."""
+    ids: list[int] = args.experiment_ids
+    if len(ids) == 1 and not (args.metrics or args.csv or args.outdir):
+        return _report(args, ids[0])
+    return _tables(args, ids)
+
+
+def _report(args: argparse.Namespace, experiment_id: int) -> int:
     with open_session(args) as session:
-        detail = session.get_experiment(args.experiment_id)
+        detail = session.get_experiment(experiment_id)
         searcher_cfg = (detail["experiment"].get("config") or {}).get("searcher") or {}
         summary = None
         if searcher_cfg.get("name") in SUMMARY_SEARCHERS:
-            summary = session.get_json(f"/experiments/{args.experiment_id}/searcher")
+            summary = session.get_json(f"/experiments/{experiment_id}/searcher")
     if args.json:
         out: dict[str, Any] = dict(detail)
         if summary is not None:
@@ -322,6 +183,88 @@ def _describe(args: argparse.Namespace) -> int:
         )
     if summary is not None:
         print_search_summary(summary)
+    return 0
+
+
+def _flat_metric_rows(
+    exp_id: int, trial: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]
+) -> list[list[Any]]:
+    rows = []
+    for m in metrics:
+        for name, value in sorted((m.get("values") or {}).items()):
+            rows.append([exp_id, trial["id"], m.get("group"), m.get("total_batches"), name, value])
+    return rows
+
+
+def _tables(args: argparse.Namespace, ids: list[int]) -> int:
+    with open_session(args) as session:
+        details = [session.get_experiment(i) for i in ids]
+        metrics = {
+            int(t["id"]): session.get_trial_metrics(int(t["id"]))
+            for d in details
+            for t in (d.get("trials") or [])
+            if args.metrics
+        }
+    if args.json:
+        body: dict[str, Any] = {"experiments": details}
+        if args.metrics:
+            body["metrics"] = {str(k): v for k, v in metrics.items()}
+        print_json(body)
+        return 0
+    exp_cols = ["Experiment ID", "Name", "State", "Searcher", "Best metric", "Trials"]
+    exp_rows = [
+        [
+            d["experiment"]["id"],
+            d["experiment"].get("name") or "",
+            d["experiment"].get("state"),
+            ((d["experiment"].get("config") or {}).get("searcher") or {}).get("name", ""),
+            fmt_number(d["experiment"].get("best_searcher_metric")),
+            len(d.get("trials") or []),
+        ]
+        for d in details
+    ]
+    trial_cols = ["Experiment ID", "Trial ID", "State", "Batches", "H-Params", "Best validation"]
+    trial_rows = [
+        [
+            d["experiment"]["id"],
+            t["id"],
+            t.get("state"),
+            t.get("total_batches"),
+            json.dumps(t.get("hparams") or {}, sort_keys=True),
+            fmt_number(t.get("best_validation")),
+        ]
+        for d in details
+        for t in sorted(d.get("trials") or [], key=lambda t: int(t["id"]))
+    ]
+    metric_cols = ["Experiment ID", "Trial ID", "Group", "Batches", "Metric", "Value"]
+    metric_rows = [
+        row
+        for d in details
+        for t in (d.get("trials") or [])
+        for row in _flat_metric_rows(d["experiment"]["id"], t, metrics.get(int(t["id"]), []))
+    ]
+    tables = [("experiments", exp_cols, exp_rows), ("trials", trial_cols, trial_rows)]
+    if args.metrics:
+        tables.append(("metrics", metric_cols, metric_rows))
+    if args.outdir:
+        out = Path(args.outdir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, cols, rows in tables:
+            with (out / f"{name}.csv").open("w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(cols)
+                writer.writerows(rows)
+        write_line(f"Wrote {', '.join(f'{n}.csv' for n, _, _ in tables)} to {out}")
+        return 0
+    for name, cols, rows in tables:
+        if args.csv:
+            buf = io.StringIO()
+            writer = csv.writer(buf, lineterminator="\n")
+            writer.writerow(cols)
+            writer.writerows(rows)
+            sys.stdout.write(buf.getvalue())
+        else:
+            print_table(cols, rows, title=name.capitalize())
     return 0
 
 
@@ -478,15 +421,20 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         add_json_flag(p)
         p.set_defaults(func=func)
 
-    from .compat_cmds import register_experiment_extras
-    from .experiment_compat import register_compat_commands
-    from .lifecycle import register_experiment_commands
-    from .project import register_experiment_move
+    p = sub.add_parser(
+        "describe", help="show experiments, their trials and metrics", parents=[common]
+    )
+    p.add_argument("experiment_ids", metavar="ID", type=positive_int, nargs="+")
+    p.add_argument("--metrics", action="store_true", help="also every metric report")
+    p.add_argument("--csv", action="store_true", help="print CSV tables")
+    p.add_argument("--outdir", metavar="DIR", help="write experiments/trials/metrics CSV files")
+    p.add_argument("--json", action="store_true", help="print the master's JSON answers")
+    p.set_defaults(func=_describe)
 
     register_experiment_move(sub, common)
-    register_experiment_extras(sub, common)
-    register_experiment_commands(sub, common)
-    register_compat_commands(sub, common)
+    experiment_control.register(sub, common)
+    experiment_files.register(sub, common)
+    experiment_fork.register(sub, common)
 
 
-__all__ = ["apply_overrides", "follow_experiment", "register"]
+__all__ = ["register"]

@@ -1,14 +1,20 @@
-"""``det trial|t``: describe trials, print or follow their logs, list their checkpoints."""
+"""``det trial|t``: describe trials, print or follow their logs, list their checkpoints,
+download one (best, latest or by UUID) and kill a trial."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dauntless.client import follow_trial_logs
 
 from . import _util
 from ._failure import failure_fields
+from ._files import unpack as _unpack
+from ._logs import add_log_filters, filter_lines, print_log_line
 from ._render import (
     latest_validation,
     print_metrics,
@@ -16,6 +22,7 @@ from ._render import (
 )
 from ._util import (
     add_json_flag,
+    exit_with_error,
     fmt_duration,
     fmt_hparams,
     fmt_number,
@@ -26,6 +33,7 @@ from ._util import (
     print_fields,
     print_json,
     print_table,
+    write_line,
 )
 
 
@@ -68,8 +76,6 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from .compat_cmds import filter_lines, print_log_line
-
     follow = args.follow and args.head is None and args.tail is None
     with open_session(args) as session:
         lines = follow_trial_logs(
@@ -90,6 +96,69 @@ def _list_checkpoints(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         ckpts = session.get_trial_checkpoints(args.trial_id)
     return show_checkpoints(ckpts, args.json)
+
+
+def _kill(args: argparse.Namespace) -> int:
+    with open_session(args) as session:
+        trial = session.kill_trial(args.trial_id)
+    write_line(f"Trial {trial['id']}: kill -> {trial['state']}")
+    return 0
+
+
+def _trial_download(args: argparse.Namespace) -> int:
+    with open_session(args) as session:
+        if args.uuid:
+            uuid = args.uuid
+            ckpt = session.get_json(f"/checkpoints/{uuid}")["checkpoint"]
+            if int(ckpt.get("trial_id", -1)) != args.trial_id:
+                exit_with_error(f"checkpoint {uuid} does not belong to trial {args.trial_id}")
+        else:
+            ckpts = [
+                c for c in session.get_trial_checkpoints(args.trial_id) if c["state"] == "COMPLETED"
+            ]
+            if not ckpts:
+                exit_with_error(f"trial {args.trial_id} has no completed checkpoint")
+            if args.latest:
+                uuid = max(ckpts, key=lambda c: c["total_batches"])["uuid"]
+            else:
+                uuid = _best(session, args, ckpts)
+        dest = args.output or os.path.join("checkpoints", uuid)
+        _unpack(session.download_checkpoint(uuid), dest)
+    if not args.quiet:
+        write_line(f"Checkpoint {uuid} of trial {args.trial_id} downloaded to {dest}")
+    else:
+        write_line(dest)
+    return 0
+
+
+def _best(session: Any, args: argparse.Namespace, ckpts: Sequence[Mapping[str, Any]]) -> str:
+    """The uuid of the best checkpoint: by the searcher metric, or by ``--sort-by`` (the
+    validation at the checkpoint's batch count), ``--smaller-is-better`` for that."""
+    if args.sort_by is None:
+        trial = session.get_trial(args.trial_id)
+        smaller = session.get_experiment(int(trial["experiment_id"]))["experiment"].get(
+            "smaller_is_better", True
+        )
+        values = {c["uuid"]: c.get("searcher_metric") for c in ckpts}
+    else:
+        smaller = args.smaller_is_better
+        validations = {
+            m["total_batches"]: (m.get("values") or {}).get(args.sort_by)
+            for m in session.get_trial_metrics(args.trial_id, "validation")
+        }
+        values = {c["uuid"]: validations.get(c["total_batches"]) for c in ckpts}
+
+    def key(c: Mapping[str, Any]) -> tuple[int, float, int]:
+        v = values.get(c["uuid"])
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            return (1, 0.0, -c["total_batches"])
+        return (0, v if smaller else -v, -c["total_batches"])
+
+    best = min(ckpts, key=key)
+    if key(best)[0] == 1:
+        metric = args.sort_by or "the searcher metric"
+        exit_with_error(f"no checkpoint of trial {args.trial_id} has a validation of {metric}")
+    return str(best["uuid"])
 
 
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -113,8 +182,6 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json", action="store_true", help="print each line as one JSON object (JSON Lines)"
     )
-    from .compat_cmds import add_log_filters, register_trial_extras
-
     add_log_filters(p)
     p.set_defaults(func=_logs)
 
@@ -125,10 +192,27 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     add_json_flag(p)
     p.set_defaults(func=_list_checkpoints)
 
-    from .lifecycle import register_trial_commands
+    p = sub.add_parser("kill", help="kill a trial (it ends CANCELED)", parents=[common])
+    p.add_argument("trial_id", metavar="ID", type=positive_int)
+    p.set_defaults(func=_kill)
 
-    register_trial_commands(sub, common)
-    register_trial_extras(sub, common)
+    p = sub.add_parser("download", help="download a checkpoint of a trial", parents=[common])
+    p.add_argument("trial_id", metavar="ID", type=positive_int)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--best", action="store_true", help="the best by the searcher metric")
+    which.add_argument("--latest", action="store_true", help="the one with the most batches")
+    which.add_argument("--uuid", metavar="UUID", help="this checkpoint")
+    p.add_argument("-o", "--output-dir", dest="output", default=None, help="directory")
+    p.add_argument("--sort-by", metavar="METRIC", help="with --best: rank by this metric")
+    p.add_argument(
+        "--smaller-is-better",
+        type=lambda v: str(v).lower() in ("1", "true", "yes"),
+        default=True,
+        metavar="BOOL",
+        help="with --sort-by: whether smaller values are better (default true)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the path")
+    p.set_defaults(func=_trial_download)
 
 
 __all__ = ["register"]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dauntless.cli import build_parser
-from dauntless.cli.compat_cmds import filter_lines, line_level
+from dauntless.cli._logs import filter_lines, line_level
 from dauntless.master.testing import Cluster
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -11,7 +11,6 @@ from dauntless.cli import (
     apply_overrides,
     build_parser,
     checkpoint,
-    compat_cmds,
     deploy,
     experiment,
     main,
@@ -42,7 +41,7 @@ def test_experiment_create_flags() -> None:
     [
         (["experiment", "list"], experiment, {"all": False, "json": False}),
         (["e", "ls", "-a", "--json"], experiment, {"all": True, "json": True}),
-        (["e", "describe", "4", "--json"], compat_cmds, {"experiment_ids": [4], "json": True}),
+        (["e", "describe", "4", "--json"], experiment, {"experiment_ids": [4], "json": True}),
         (["e", "list-trials", "4"], experiment, {"experiment_id": 4, "json": False}),
         (["e", "lt", "4", "--json"], experiment, {"experiment_id": 4, "json": True}),
         (["e", "list-checkpoints", "4"], experiment, {"experiment_id": 4}),

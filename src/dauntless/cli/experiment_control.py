@@ -1,32 +1,27 @@
-"""Experiment and trial lifecycle commands: pause, activate, cancel, kill, archive,
-unarchive, delete, wait, set, logs, download; ``det trial kill``; checkpoint downloads.
-
-Registered into the ``experiment``, ``trial`` and ``checkpoint`` groups by their modules.
-"""
+"""``det experiment`` commands that change or follow an experiment: pause, activate, cancel,
+kill, archive, unarchive, delete, wait, logs, set (name, description, priority, weight,
+max-slots, gc-policy) and label add/remove."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import sys
-import tarfile
 import time
-from collections.abc import Mapping
 from typing import Any
 
-from dauntless.client import extract_archive, follow_trial_logs
+from dauntless.client import (
+    follow_trial_logs,
+)
 
+from ._logs import add_log_filters, filter_lines, print_log_line
 from ._util import (
     add_json_flag,
     exit_with_error,
-    note,
     open_session,
     positive_int,
     print_json,
     write_line,
 )
-from .compat_cmds import add_log_filters, filter_lines, print_log_line
 
 TERMINAL = {"COMPLETED", "CANCELED", "ERROR", "DELETED"}
 
@@ -138,67 +133,24 @@ def _experiment_logs(args: argparse.Namespace) -> int:
             time.sleep(0.5)
 
 
-def _kill_trial(args: argparse.Namespace) -> int:
+def _label(args: argparse.Namespace) -> int:
+    method = "PUT" if args.label_action == "add" else "DELETE"
     with open_session(args) as session:
-        trial = session.kill_trial(args.trial_id)
-    write_line(f"Trial {trial['id']}: kill -> {trial['state']}")
+        from urllib.parse import quote
+
+        path = f"/experiments/{args.experiment_id}/labels/{quote(args.label, safe='')}"
+        labels = session.request(method, path).json()["labels"]
+    verb = "added to" if method == "PUT" else "removed from"
+    write_line(
+        f"Label {args.label!r} {verb} experiment {args.experiment_id}; labels: "
+        + (", ".join(labels) or "(none)")
+    )
     return 0
 
 
-def _unpack(data: bytes, dest: str) -> None:
-    """Unpack a checkpoint archive into ``dest``, never outside it; entries left out
-    (links leaving the directory, absolute paths, device files) are reported on stderr.
-    An unreadable archive or a failed write ends the command with ``Error: ...``."""
-    try:
-        skipped = extract_archive(data, dest)
-    except tarfile.TarError as exc:
-        exit_with_error(f"the master's archive could not be read: {exc}")
-    except OSError as exc:
-        exit_with_error(f"cannot write into {dest}: {exc.strerror or exc}")
-    for entry in skipped:
-        note(f"Skipped {entry.name!r} of the checkpoint (not written): {entry.reason}")
-
-
-def _download_checkpoint(args: argparse.Namespace) -> int:
-    dest = args.output or os.path.join("checkpoints", args.uuid)
-    with open_session(args) as session:
-        _unpack(session.download_checkpoint(args.uuid), dest)
-    write_line(f"Checkpoint {args.uuid} downloaded to {dest}")
-    return 0
-
-
-def _download_experiment(args: argparse.Namespace) -> int:
-    with open_session(args) as session:
-        exp = session.get_experiment(args.experiment_id)["experiment"]
-        ckpts = [
-            c
-            for c in session.get_experiment_checkpoints(args.experiment_id)
-            if c["state"] == "COMPLETED"
-        ]
-        smaller = exp.get("smaller_is_better", True)
-
-        def key(c: Mapping[str, Any]) -> tuple[int, float, int]:
-            m = c.get("searcher_metric")
-            if not isinstance(m, (int, float)) or not math.isfinite(m):
-                return (1, 0.0, -c["total_batches"])
-            return (0, m if smaller else -m, -c["total_batches"])
-
-        best = sorted(ckpts, key=key)[: args.top_n]
-        if not best:
-            exit_with_error(f"experiment {args.experiment_id} has no checkpoint to download")
-        for c in best:
-            dest = os.path.join(args.output, c["uuid"])
-            _unpack(session.download_checkpoint(c["uuid"]), dest)
-            write_line(
-                f"Checkpoint {c['uuid']} (trial {c['trial_id']}, batches "
-                f"{c['total_batches']}, {exp.get('searcher_metric')}="
-                f"{c.get('searcher_metric')}) -> {dest}"
-            )
-    return 0
-
-
-def register_experiment_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add the lifecycle commands to the ``experiment`` group's subparsers."""
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add pause, activate, cancel, kill, archive, unarchive, delete, wait, logs, set and
+    label to the ``experiment`` group's subparsers."""
     for action, aliases, help_text in (
         ("pause", [], "pause: trials checkpoint and free their slots"),
         ("activate", ["unpause"], "resume a paused experiment from its checkpoints"),
@@ -233,18 +185,6 @@ def register_experiment_commands(sub: Any, common: argparse.ArgumentParser) -> N
     add_log_filters(p)  # --head/--tail/--rank-id/--level apply per trial
     p.set_defaults(func=_experiment_logs)
 
-    p = sub.add_parser("download", help="download the best checkpoints", parents=[common])
-    p.add_argument("experiment_id", metavar="ID", type=positive_int)
-    p.add_argument("--top-n", type=positive_int, default=1, help="how many (by searcher metric)")
-    p.add_argument(
-        "-o",
-        "--output",
-        "--output-dir",
-        default="checkpoints",
-        help="directory (default checkpoints)",
-    )
-    p.set_defaults(func=_download_experiment)
-
     setp = sub.add_parser(
         "set", help="change an experiment's name, description or GC policy", parents=[common]
     )
@@ -263,19 +203,13 @@ def register_experiment_commands(sub: Any, common: argparse.ArgumentParser) -> N
     p.add_argument("--yes", action="store_true", help="accepted for compatibility")
     p.set_defaults(func=_set, field="gc-policy")
 
+    p = sub.add_parser("label", help="add or remove an experiment label", parents=[common])
+    lsub = p.add_subparsers(dest="label_action", metavar="ACTION", required=True)
+    for action in ("add", "remove"):
+        q = lsub.add_parser(action, help=f"{action} a label", parents=[common])
+        q.add_argument("experiment_id", metavar="ID", type=positive_int)
+        q.add_argument("label", metavar="LABEL")
+        q.set_defaults(func=_label)
 
-def register_trial_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``det trial kill``."""
-    p = sub.add_parser("kill", help="kill a trial (it ends CANCELED)", parents=[common])
-    p.add_argument("trial_id", metavar="ID", type=positive_int)
-    p.set_defaults(func=_kill_trial)
 
-
-def register_checkpoint_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``det checkpoint download`` and ``det checkpoint list``."""
-    p = sub.add_parser("download", help="download a checkpoint directory", parents=[common])
-    p.add_argument("uuid", metavar="UUID")
-    p.add_argument(
-        "-o", "--output", "--output-dir", default=None, help="directory (default checkpoints/UUID)"
-    )
-    p.set_defaults(func=_download_checkpoint)
+__all__ = ["register"]

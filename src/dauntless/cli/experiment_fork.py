@@ -4,8 +4,7 @@
 with config overrides (``POST /experiments/continue``). ``fork ID [--config-file F]
 [--config K=V ...] [--paused] [-f]`` creates a new experiment from another's config, with
 the overrides merged in and the parent's model definition (``POST /experiments`` with
-``parent_id``; Determined has it in its API and WebUI).
-"""
+``parent_id``; Determined has it in its API and WebUI)."""
 
 from __future__ import annotations
 
@@ -15,13 +14,13 @@ from typing import Any
 
 from dauntless.config import LimitError, load_yaml
 
-from ._util import exit_with_error, note, open_session, positive_int, write_line
-
-
-def print_warnings(warnings: list[str]) -> None:
-    """Print the master's config warnings (deprecated or ignored fields) to stderr."""
-    for warning in warnings:
-        note(f"Warning: {warning}")
+from ._submit import apply_overrides, follow_experiment, print_warnings
+from ._util import (
+    exit_with_error,
+    open_session,
+    positive_int,
+    write_line,
+)
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -35,8 +34,6 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    from .experiment import apply_overrides
-
     raw: dict[str, Any] = {}
     if args.config_file:
         try:
@@ -59,8 +56,6 @@ def _continue(args: argparse.Namespace) -> int:
         session.continue_experiment(args.experiment_id, overrides or None)
         write_line(f"Continued experiment {args.experiment_id}")
         if args.follow:
-            from .experiment import follow_experiment
-
             return follow_experiment(session, args.experiment_id)
     return 0
 
@@ -77,13 +72,11 @@ def _fork(args: argparse.Namespace) -> int:
         print_warnings(list(exp.get("warnings", [])))
         write_line(f"Created experiment {exp['id']} (forked from {args.experiment_id})")
         if args.follow:
-            from .experiment import follow_experiment
-
             return follow_experiment(session, int(exp["id"]))
     return 0
 
 
-def register_compat_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add ``continue`` and ``fork`` to ``det experiment``."""
     for name, func, help_text in (
         ("continue", _continue, "continue a finished experiment, with config overrides"),
@@ -111,4 +104,4 @@ def register_compat_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         p.set_defaults(func=func)
 
 
-__all__ = ["print_warnings", "register_compat_commands"]
+__all__ = ["register"]
