@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from dauntless.client import follow_trial_logs
@@ -41,6 +42,7 @@ def _describe(args: argparse.Namespace) -> int:
             ("Trial ID", trial.get("id")),
             ("Experiment ID", trial.get("experiment_id")),
             ("State", trial.get("state")),
+            ("Status", trial.get("runner_state") or ""),
             ("H-Params", fmt_hparams(trial.get("hparams"))),
             ("Seed", trial.get("seed")),
             ("Batches", trial.get("total_batches")),
@@ -52,6 +54,7 @@ def _describe(args: argparse.Namespace) -> int:
             ("End time", fmt_time(trial.get("end_time"))),
             ("Duration", fmt_duration(trial.get("start_time"), trial.get("end_time"))),
             *failure_fields(trial),
+            ("Metadata", json.dumps(trial.get("metadata") or {}, sort_keys=True)),
         ]
     )
     batches, values = latest_validation(trial)
