@@ -164,7 +164,7 @@ function renderModel(root, id) {
                 if (!await confirmAction(`Delete version ${v.model_version} of ${m.name}? Its checkpoint is released to its experiment's GC.`, "Delete")) return;
                 try { await del(`/models/${m.id}/versions/${v.model_version}`); load(); } catch (err) { toast(`Could not delete it: ${err.message}`, "error"); }
               } }, "Delete") : null))) : h("tr", null, h("td.muted", { colSpan: 8 },
-            "No versions yet: register one from a checkpoint on its experiment's page.")))))));
+            "No versions yet: register one from a checkpoint on its experiment's page."))))));
   }
 
   load();
