@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .api_spec import DbId
 from .models import metadata
+from .responses import Empty
 from .routes import _ctx
 
 router = APIRouter(prefix="/api/v1")
@@ -62,7 +63,7 @@ class CheckpointMetadataOut(BaseModel):
     checkpoint: dict[str, Any]
 
 
-@router.post("/trials/{trial_id}/runner/metadata", response_model=dict[str, Any])
+@router.post("/trials/{trial_id}/runner/metadata", response_model=Empty)
 def post_runner_metadata(trial_id: DbId, body: RunnerMetadata, request: Request) -> dict:
     """The status the trial's code set (``core.train.set_status``)."""
     _ctx(request).write(lambda s, _c: metadata.set_trial_status(s, trial_id, body.metadata.state))

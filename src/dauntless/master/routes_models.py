@@ -224,8 +224,8 @@ def list_models(
     key = "name" if key == "unspecified" else key
     with _ctx(request).db.read() as s:
         ws_ids = list(workspace_ids or [])
-        for ws_name in workspace_names or []:
-            ws_ids.append(registry.model_workspace(s, None, ws_name))
+        if workspace_names:  # unknown names match nothing (-1 is no workspace's id)
+            ws_ids += registry.workspace_ids_named(s, workspace_names) or [-1]
         rows, total = registry.list_models(
             s,
             visible=visible(request),

@@ -109,6 +109,13 @@ def _workspace_id(s: Session, workspace_id: int | None, workspace_name: str | No
     return workspace_id or 1
 
 
+def workspace_ids_named(s: Session, names: Sequence[str]) -> list[int]:
+    """The ids of the workspaces called ``names`` (as :func:`workspace_by_name` finds
+    them); unknown names are left out."""
+    found = (workspace_by_name(s, n) for n in names)
+    return [ws.id for ws in found if ws is not None]
+
+
 def _unique(s: Session, name: str, other_than: int | None = None) -> None:
     q = select(ModelRow.id).where(ModelRow.name == name)
     if other_than is not None:
@@ -347,14 +354,19 @@ def create_version(
     far plus one, from 1; the same checkpoint may be registered many times).
 
     Raises:
-        NotFound: no such checkpoint. Conflict: the model is archived, or the
-            checkpoint is not COMPLETED.
+        NotFound: no such checkpoint. Conflict: the model is archived, the
+            checkpoint is not COMPLETED, or its experiment is being deleted.
     """
     _refuse_archived_model(model, "register new versions")
     ckpt = s.get(CheckpointRow, checkpoint_uuid)
     exp = s.get(ExperimentRow, ckpt.experiment_id) if ckpt is not None else None
     if ckpt is None or exp is None:
         raise NotFound(f"checkpoint {checkpoint_uuid} not found")
+    if exp.state in ("DELETING", "DELETE_FAILED"):  # its files are being deleted
+        raise Conflict(
+            f"checkpoint {checkpoint_uuid} belongs to experiment {exp.id}, which is "
+            f"{exp.state}; its checkpoints cannot be registered"
+        )
     if ckpt.state != "COMPLETED":
         raise Conflict(
             f"checkpoint {checkpoint_uuid} is in {ckpt.state} state. checkpoints for model "
