@@ -314,8 +314,9 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("PATCH", f"{V1}/models/{{model_name}}/versions/{{model_version_num}}"): _path(
         P.EDIT_MODEL_REGISTRY, "edit its versions"
     ),
-    ("DELETE", f"{V1}/models/{{model_name}}/versions/{{model_version_num}}"): _path(
-        P.DELETE_MODEL_VERSION, "delete its versions"
+    # the route checks the version's owner too (a version's owner may delete it)
+    ("DELETE", f"{V1}/models/{{model_name}}/versions/{{model_version_num}}"): Rule(
+        perm=P.DELETE_MODEL_VERSION, on="body", what="delete its versions"
     ),
     # -- roles and groups (reference §2.5)
     ("GET", f"{V1}/permissions/summary"): ANY,

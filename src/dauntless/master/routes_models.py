@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from .api_spec import INT32_MAX, BodyId
 from .auth import principal
-from .authz import read_target, require, visible
+from .authz import Target, read_target, require, visible
 from .db import ModelRow, ModelVersionRow
 from .errors import BadRequest, NotFound
 from .models import checkpoints, registered, registry
@@ -461,24 +461,23 @@ def patch_version(
 def delete_version(
     model_name: str, model_version_num: VersionNum, request: Request
 ) -> dict[str, Any]:
-    """Delete a version. Its checkpoint is released: its experiment's GC may collect it,
-    and when the experiment is gone and no other version names it, its files are
-    deleted now."""
+    """Delete a version (``DELETE_MODEL_VERSION``: its own or its model's owner holds
+    it; another user's version needs ``DELETE_OTHER_USER_MODEL_VERSION`` too). Its
+    checkpoint is released: its experiment's GC may collect it, and when the experiment
+    is gone and no other version names it, its files are deleted now."""
     ctx = _ctx(request)
     with ctx.db.read() as s:
         model = registry.read_model(s, model_name)
         v = registry.read_version(s, model, model_version_num)
-        owners = {model.user_id, v.user_id}
+        owners = ((model.user_id, "model"), (v.user_id, "model"))
+        target = Target("model", f"model {model.name!r} (#{model.id})", model.workspace_id, owners)
         mid, number, uuid = model.id, v.version, v.checkpoint_uuid
         ckpt = registered.checkpoint_row(s, uuid)
         exp_id = ckpt.experiment_id if ckpt is not None else None
+    require(request, target)
     who = principal(request)
-    if not (who.kind == "user" and who.user_id in owners):
-        require(
-            request,
-            read_target(request, "model", str(mid)),
-            perm=Perm.DELETE_OTHER_USER_MODEL_VERSION,
-        )
+    if not (who.kind == "user" and who.user_id == v.user_id):
+        require(request, target, perm=Perm.DELETE_OTHER_USER_MODEL_VERSION)
     with ctx.db.write() as s:
         v = registry.read_version(s, registry.read_model(s, mid), number)
         released = registry.delete_version(s, v)

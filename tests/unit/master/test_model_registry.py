@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from dauntless.client import Registry
 from dauntless.master.db import CheckpointRow, ExperimentRow, TrialRow
-from dauntless.master.testing import model_def_tarball
+from dauntless.master.testing import login, model_def_tarball
 
 
 def _experiment(client: TestClient, storage: Path) -> tuple[int, int]:
@@ -217,3 +217,52 @@ def test_registered_checkpoints_outlive_gc_and_their_experiment(master, tmp_path
     assert client.delete("/api/v1/models/m/versions/2").status_code == 200
     assert not (storage / kept).exists()
     assert client.get(f"/api/v1/checkpoints/{kept}").status_code == 404
+
+
+def test_basic_authz_owners_and_readers(master, tmp_path: Path) -> None:
+    """Under basic authz anyone creates and edits models; deleting one, or a version, is
+    its owner's or an admin's; a trial's metadata and status show in its view; stored
+    checkpoints' metadata can change until they are registered."""
+    client, ctx = master
+    storage = tmp_path / "ckpts"
+    exp_id, trial_id = _experiment(client, storage)
+    uuid = _checkpoint(ctx, storage, exp_id, trial_id, 2, "COMPLETED")
+    assert client.post("/api/v1/users", json={"username": "bob", "password": "pw"}).is_success
+    bob = {"Authorization": f"Bearer {login(client, 'bob', 'pw')}"}
+    client.post("/api/v1/models", json={"name": "admins"})
+    r = client.post("/api/v1/models", json={"name": "bobs"}, headers=bob)
+    assert r.status_code == 200 and r.json()["model"]["username"] == "bob"
+    r = client.patch("/api/v1/models/admins", json={"description": "by bob"}, headers=bob)
+    assert r.status_code == 200, r.text
+    r = client.post("/api/v1/models/admins/versions", json={"checkpoint_uuid": uuid}, headers=bob)
+    assert r.status_code == 200, r.text
+    r = client.delete("/api/v1/models/admins/versions/1", headers=bob)  # bob's own version
+    assert r.status_code == 200, r.text
+    r = client.post("/api/v1/models/admins/versions", json={"checkpoint_uuid": uuid})
+    assert r.json()["model_version"]["version"] == 1  # the highest plus one: 1 again
+    r = client.delete("/api/v1/models/admins/versions/1", headers=bob)
+    assert r.status_code == 403 and "admin" in r.json()["detail"], r.text
+    r = client.delete("/api/v1/models/admins", headers=bob)
+    assert r.status_code == 403 and "model 'admins'" in r.json()["detail"], r.text
+    assert client.delete("/api/v1/models/bobs", headers=bob).status_code == 200
+
+    # A trial's status and metadata; a checkpoint's metadata until it is registered.
+    assert client.post(
+        f"/api/v1/trials/{trial_id}/runner/metadata", json={"metadata": {"state": "warm"}}
+    ).is_success
+    r = client.post(f"/api/v1/runs/{trial_id}/metadata", json={"metadata": {"a": {"b": 1}}})
+    assert r.json() == {"metadata": {"a": {"b": 1}}}
+    client.post(f"/api/v1/runs/{trial_id}/metadata", json={"metadata": {"a": {"c": 2}}})
+    trial = client.get(f"/api/v1/trials/{trial_id}").json()["trial"]
+    assert (trial["runner_state"], trial["metadata"]) == ("warm", {"a": {"b": 1, "c": 2}})
+    r = client.post(f"/api/v1/runs/{trial_id}/metadata", json={"metadata": [1]})
+    assert r.status_code in (400, 422)
+    other = _checkpoint(ctx, storage, exp_id, trial_id, 3, "COMPLETED")
+    r = client.post(
+        f"/api/v1/checkpoints/{other}/metadata", json={"checkpoint": {"metadata": {"k": 1}}}
+    )
+    assert r.json()["checkpoint"]["metadata"] == {"k": 1}, r.text
+    r = client.post(
+        f"/api/v1/checkpoints/{uuid}/metadata", json={"checkpoint": {"metadata": {"k": 1}}}
+    )
+    assert r.status_code == 409 and "admins (model #1), version 1" in r.json()["detail"]
