@@ -1,6 +1,7 @@
 """The WebUI's model registry (issue 31): "Register" on a checkpoint of the experiment
 page makes a new model with the checkpoint as its version 1; the Models page lists it;
-the model's page shows the version and saves edited labels and notes; the trial page
+the model's page shows the version and saves edited labels and notes; the workspace's
+page lists the model; the trial page
 shows the status and metadata its code set. A master is served in-process, the trial's
 reports are played through the API, and Debian's chromium draws the pages."""
 
@@ -108,6 +109,9 @@ def test_register_a_checkpoint_and_edit_the_model(tmp_path, deadline):
                 page.wait_for_timeout(50)
                 model = api.get("/models/digits").json()["model"]
             assert (model["labels"], model["notes"]) == (["prod", "vision"], "# Digits\nthe best")
+
+            page.goto(f"{url}/workspaces/1")  # the workspace's Model Registry card
+            page.wait_for_selector("#workspace-models tr[data-model='digits']", timeout=wait)
 
             page.goto(f"{url}/trials/{trial_id}")
             page.wait_for_selector("#trial-status", timeout=wait)

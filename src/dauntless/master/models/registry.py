@@ -213,6 +213,13 @@ def list_models(
         q = q.where(ModelRow.id == model_id)
     if workspace_ids:
         q = q.where(ModelRow.workspace_id.in_(list(workspace_ids)))
+    if not labels and sort_by != "num_versions":  # sorted and paged in SQL
+        total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
+        col = SORT_COLUMNS.get(sort_by, ModelRow.name)
+        desc = order_by == "desc"
+        q = q.order_by(col.desc() if desc else col, ModelRow.id.desc() if desc else ModelRow.id)
+        q = q.offset(offset).limit(limit) if limit else q.offset(offset)
+        return list(s.scalars(q)), total
     rows = list(s.scalars(q))
     if labels:  # labels live in a JSON list: filtered here, before counting and paging
         rows = [r for r in rows if set(labels) <= set(r.labels or [])]
