@@ -41,6 +41,7 @@ from .authz_targets import (
     model_target,
     path_target,
     project_target,
+    registered_model_targets,
     task_target,
     workspace_target,
 )
@@ -261,7 +262,16 @@ class Authorizer:
                 raise self.refuse(who, perm, None, what)
             return
         if not self.allowed(who, perm, target):
+            if "uuid" in params and perm in MODEL_EQUIVALENT and self._via_model(who, params):
+                return  # a registered checkpoint, read through its model (reference §4.2)
             raise self.refuse(who, perm, target, what)
+
+    def _via_model(self, who: Principal, params: dict[str, str]) -> bool:
+        """Whether ``who`` may view a model one of whose versions names the checkpoint
+        ``params["uuid"]``."""
+        with self.db.read() as s:
+            targets = registered_model_targets(s, params["uuid"])
+        return any(self.allowed(who, Perm.VIEW_MODEL_REGISTRY, t) for t in targets)
 
     # ------------------------------------------------------------------ targets
 

@@ -151,3 +151,15 @@ def path_target(s: Session, params: dict[str, str]) -> Target | None:
     if "workspace_id" in params:
         return workspace_target(s, _int(params["workspace_id"]))
     return None
+
+
+def registered_model_targets(s: Session, uuid: str) -> list[Target]:
+    """The targets of the models whose versions name checkpoint ``uuid``."""
+    ids = list(
+        s.scalars(
+            select(ModelVersionRow.model_id)
+            .where(ModelVersionRow.checkpoint_uuid == uuid)
+            .distinct()
+        )
+    )
+    return [t for t in (model_target(s, str(mid)) for mid in ids) if t is not None]
