@@ -8,6 +8,7 @@ import * as cluster from "./pages/cluster.js";
 import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
 import * as loginPage from "./pages/login.js";
+import * as models from "./pages/models.js";
 import * as project from "./pages/project.js";
 import * as queue from "./pages/queue.js";
 import { redirectIfAlways, returnedFromSso } from "./pages/sso.js";
@@ -32,6 +33,8 @@ const ROUTES = [
   [/^\/workspaces\/?$/, workspaces, "workspaces"],
   [/^\/workspaces\/(\d+)\/?$/, workspace, "workspaces"],
   [/^\/projects\/(\d+)\/?$/, project, "workspaces"],
+  [/^\/models\/?$/, models, "models"],
+  [/^\/models\/(\d+)\/?$/, models, "models"],
   [/^\/admin\/?$/, admin, "admin"],
 ];
 

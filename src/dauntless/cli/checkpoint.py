@@ -1,5 +1,5 @@
 """``det checkpoint|c``: describe a checkpoint, list an experiment's checkpoints, download
-one, delete some."""
+one, delete some, edit its metadata."""
 
 from __future__ import annotations
 
@@ -95,6 +95,25 @@ def _checkpoint_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metadata(args: argparse.Namespace) -> int:
+    from dauntless.client import Registry
+
+    with open_session(args) as session:
+        reg = Registry(session)
+        if args.metadata_command == "add":
+            try:
+                value = json.loads(args.value)
+            except ValueError as exc:
+                exit_with_error(f"METADATA: not JSON: {exc}")
+            if not isinstance(value, dict):
+                exit_with_error("METADATA: must be a JSON object")
+            after = reg.add_checkpoint_metadata(args.uuid, value)
+        else:
+            after = reg.remove_checkpoint_metadata(args.uuid, args.keys)
+    print_json(after)
+    return 0
+
+
 def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     """Add the ``checkpoint`` (alias ``c``) command group."""
     group = subparsers.add_parser(
@@ -105,6 +124,19 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("uuid", metavar="UUID", help="checkpoint UUID")
     add_json_flag(p)
     p.set_defaults(func=_describe)
+
+    p = sub.add_parser(
+        "metadata", help="add or remove a stored checkpoint's metadata", parents=[common]
+    )
+    msub = p.add_subparsers(dest="metadata_command", metavar="ACTION", required=True)
+    q = msub.add_parser("add", help="merge a JSON object into the metadata", parents=[common])
+    q.add_argument("uuid", metavar="UUID")
+    q.add_argument("value", metavar="METADATA", help="a JSON object")
+    q.set_defaults(func=_metadata)
+    q = msub.add_parser("remove", help="remove top-level keys", parents=[common])
+    q.add_argument("uuid", metavar="UUID")
+    q.add_argument("keys", metavar="KEY", nargs="+")
+    q.set_defaults(func=_metadata)
 
     p = sub.add_parser(
         "list", aliases=["ls"], help="list an experiment's checkpoints", parents=[common]

@@ -18,6 +18,7 @@ _GROUPS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("experiment", "experiment", ("e",), "create and inspect experiments"),
     ("trial", "trial", ("t",), "inspect trials"),
     ("checkpoint", "checkpoint", ("c",), "inspect checkpoints"),
+    ("model", "model", ("m",), "the model registry"),
     ("agent", "agent", ("a",), "inspect agents"),
     ("slot", "slot", ("s",), "inspect slots"),
     ("resource_pool", "resource-pool", ("rp",), "inspect resource pools"),

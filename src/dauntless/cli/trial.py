@@ -4,6 +4,7 @@ download one (best, latest or by UUID) and kill a trial."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ def _describe(args: argparse.Namespace) -> int:
             ("Trial ID", trial.get("id")),
             ("Experiment ID", trial.get("experiment_id")),
             ("State", trial.get("state")),
+            ("Status", trial.get("runner_state") or ""),
             ("H-Params", fmt_hparams(trial.get("hparams"))),
             ("Seed", trial.get("seed")),
             ("Batches", trial.get("total_batches")),
@@ -60,6 +62,7 @@ def _describe(args: argparse.Namespace) -> int:
             ("End time", fmt_time(trial.get("end_time"))),
             ("Duration", fmt_duration(trial.get("start_time"), trial.get("end_time"))),
             *failure_fields(trial),
+            ("Metadata", json.dumps(trial.get("metadata") or {}, sort_keys=True)),
         ]
     )
     batches, values = latest_validation(trial)

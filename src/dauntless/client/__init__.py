@@ -32,6 +32,7 @@ from ._errors import (
     MasterUnreachableError,
 )
 from ._follow import experiment_done_checker, follow_trial_logs, wait_for_first_trial
+from ._registry import Registry
 from ._session import Session
 from ._types import (
     TERMINAL_EXPERIMENT_STATES,
@@ -52,6 +53,7 @@ from ._types import (
 from ._url import DEFAULT_MASTER_URL, normalize_master_url, resolve_master_url
 
 __all__ = [
+    "Registry",
     "SkippedEntry",
     "extract_archive",
     "APIError",

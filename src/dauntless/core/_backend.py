@@ -162,6 +162,22 @@ class Backend(abc.ABC):
         """
         raise NotImplementedError  # abstract
 
+    @abc.abstractmethod
+    def set_status(self, trial_id: int, status: str) -> None:
+        """Record the status the trial's code reports (``core.train.set_status``)."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def merge_metadata(self, trial_id: int, metadata: dict[str, Any]) -> dict[str, Any]:
+        """Merge ``metadata`` into the trial's (objects key by key, recursively; other
+        values replaced); the trial's metadata after."""
+        raise NotImplementedError  # abstract
+
+    @abc.abstractmethod
+    def get_metadata(self, trial_id: int) -> dict[str, Any]:
+        """The trial's metadata (``{}`` when none was set)."""
+        raise NotImplementedError  # abstract
+
     def start_background(self) -> None:
         """Get background reporting ready before training starts (the default has none).
 
@@ -374,6 +390,20 @@ class MasterBackend(Backend):
         self.flush()
         self.session.post(f"{API}/checkpoints", json=dataclasses.asdict(report))
 
+    def set_status(self, trial_id: int, status: str) -> None:
+        """``POST /trials/{id}/runner/metadata`` (in the background)."""
+        body = {"metadata": {"state": status}}
+        self._post_later(f"{API}/trials/{trial_id}/runner/metadata", body)
+
+    def merge_metadata(self, trial_id: int, metadata: dict[str, Any]) -> dict[str, Any]:
+        """``POST /runs/{id}/metadata``."""
+        answer = self.session.post(f"{API}/runs/{trial_id}/metadata", json={"metadata": metadata})
+        return dict(answer["metadata"])
+
+    def get_metadata(self, trial_id: int) -> dict[str, Any]:
+        """``GET /runs/{id}/metadata``."""
+        return dict(self.session.get(f"{API}/runs/{trial_id}/metadata")["metadata"])
+
     def get_preemption_signal(self, allocation_id: str, timeout_seconds: float = 0) -> bool:
         """``GET /allocations/{id}/signals/preemption?timeout_seconds=N``.
 
@@ -472,9 +502,26 @@ class LocalBackend(Backend):
         self.early_exits: list[str] = []
         self._metrics: dict[tuple[int, str, int], MetricReport] = {}
         self._preempt = False
+        self.statuses: list[str] = []
+        self.metadata: dict[str, Any] = {}
         self.searcher_metric = searcher_metric
         self.smaller_is_better = smaller_is_better
         self.log_reports = log_reports
+
+    def set_status(self, trial_id: int, status: str) -> None:
+        """Append to :attr:`statuses` (logged with ``log_reports``)."""
+        self.statuses.append(status)
+        if self.log_reports:
+            logger.info("status: %s", status)
+
+    def merge_metadata(self, trial_id: int, metadata: dict[str, Any]) -> dict[str, Any]:
+        """Merge into :attr:`metadata` as the master does."""
+        self.metadata = merge_metadata(self.metadata, metadata)
+        return dict(self.metadata)
+
+    def get_metadata(self, trial_id: int) -> dict[str, Any]:
+        """A copy of :attr:`metadata`."""
+        return dict(self.metadata)
 
     def request_preemption(self) -> None:
         """Raise the preemption signal: the trial should checkpoint and exit."""
@@ -568,3 +615,15 @@ class LocalBackend(Backend):
 
 def _short(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
+def merge_metadata(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``new`` merged in as the master merges a trial's metadata: objects
+    present in both merged key by key (recursively), other values of ``new`` replace."""
+    out = dict(base)
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_metadata(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -266,6 +266,47 @@ class TrainContext:
             raise ValueError(f"progress must be a number in [0, 1], got {progress!r}")
         self._backend.report_progress(self.trial_id, float(progress))
 
+    def set_status(self, status: str) -> None:
+        """Report what the trial is doing now (``"validating"``, ``"checkpointing"``);
+        the CLI (``det trial describe``) and the WebUI show it beside the trial's state.
+
+        Args:
+            status: at most 256 characters.
+
+        Raises:
+            TypeError: ``status`` is not a str. ValueError: it is too long.
+        """
+        if not isinstance(status, str):
+            raise TypeError(f"status must be a str, got {type(status).__name__}")
+        if len(status) > 256:
+            raise ValueError(f"status must be at most 256 characters, got {len(status)}")
+        self._backend.set_status(self.trial_id, status)
+
+    def set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Merge ``metadata`` into the trial's metadata, kept by the master and shown by
+        the CLI and WebUI: objects present in both are merged key by key (recursively),
+        other values replaced.
+
+        Args:
+            metadata: a JSON object (values as :func:`to_json_value` converts them).
+
+        Raises:
+            TypeError: ``metadata`` is not a mapping with str keys, or a value has no
+                JSON form.
+            APIError, MasterUnreachableError: when the master cannot store it.
+        """
+        if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+            raise TypeError("metadata must be a dict with str keys")
+        self._backend.merge_metadata(self.trial_id, to_json_value(metadata))
+
+    def get_metadata(self) -> dict[str, Any]:
+        """The trial's metadata (``{}`` before any :meth:`set_metadata`).
+
+        Raises:
+            APIError, MasterUnreachableError: when the master cannot answer.
+        """
+        return self._backend.get_metadata(self.trial_id)
+
     def get_experiment_best_validation(self) -> float | None:
         """The best searcher-metric value validated so far by any trial of the experiment.
 

@@ -46,6 +46,8 @@ from .routes_files import router as files_router
 from .routes_habits import router as habits_router
 from .routes_harness import router as harness_router
 from .routes_jobs import router as jobs_router
+from .routes_metadata import router as metadata_router
+from .routes_models import router as models_router
 from .routes_projects import router as projects_router
 from .routes_rbac import router as rbac_router
 from .routes_search import router as search_router
@@ -283,6 +285,8 @@ def create_app(
     app.include_router(rbac_router)
     app.include_router(workspaces_router)
     app.include_router(projects_router)
+    app.include_router(models_router)  # issue 31: the model registry
+    app.include_router(metadata_router)  # issue 31: metadata and status after the fact
     app.include_router(tasks_router)
     app.include_router(auth_router)
     app.include_router(compat_router)

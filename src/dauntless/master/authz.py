@@ -35,14 +35,20 @@ from sqlalchemy.orm import Session
 from dauntless.config import MasterConfig
 
 from .auth_access import Principal, forbidden, unauthorized
+from .authz_targets import (
+    Target,
+    experiment_target,
+    model_target,
+    path_target,
+    project_target,
+    registered_model_targets,
+    task_target,
+    workspace_target,
+)
 from .db import (
-    CheckpointRow,
     Database,
-    ExperimentRow,
     ProjectRow,
     RoleAssignmentRow,
-    TaskRow,
-    TrialRow,
     UserGroupMemberRow,
     UserGroupRow,
     UserRow,
@@ -62,6 +68,7 @@ VIEW_OF_KIND: dict[str, Perm] = {
     "task": Perm.VIEW_NSC,
     "project": Perm.VIEW_PROJECT,
     "workspace": Perm.VIEW_WORKSPACE,
+    "model": Perm.VIEW_MODEL_REGISTRY,
 }
 """The permission that lets a user see an object of each kind."""
 
@@ -70,6 +77,12 @@ TASK_EQUIVALENT: dict[Perm, Perm] = {
     Perm.VIEW_EXPERIMENT_METADATA: Perm.VIEW_NSC,
 }
 """For a route that reaches an experiment or a task (a job): the task's permission."""
+
+MODEL_EQUIVALENT: dict[Perm, Perm] = {
+    Perm.VIEW_EXPERIMENT_ARTIFACTS: Perm.VIEW_MODEL_REGISTRY,
+    Perm.VIEW_EXPERIMENT_METADATA: Perm.VIEW_MODEL_REGISTRY,
+}
+"""For a checkpoint that only a model version keeps: the model's permission."""
 
 ALL = frozenset(Perm)
 
@@ -100,26 +113,6 @@ class Grants:
         if perm in self.cluster:
             return None
         return {ws for ws, perms in self.workspaces.items() if perm in perms}
-
-
-@dataclass(frozen=True)
-class Target:
-    """The object a request acts on.
-
-    Attributes:
-        kind: ``experiment``, ``task``, ``project`` or ``workspace``.
-        label: how refusals name it (``experiment 5``).
-        workspace_id: its workspace.
-        owners: ``(user id, kind)`` of its owners: the creator of the object, and for a
-            project the creator of its workspace too.
-        owner_name: the object's owner's name, for refusals (may be None).
-    """
-
-    kind: str
-    label: str
-    workspace_id: int
-    owners: tuple[tuple[int | None, str], ...]
-    owner_name: str | None = None
 
 
 class Authorizer:
@@ -185,6 +178,8 @@ class Authorizer:
             return grants.has(perm)
         if target.kind == "task":
             perm = TASK_EQUIVALENT.get(perm, perm)
+        elif target.kind == "model":  # a registered checkpoint of a deleted experiment
+            perm = MODEL_EQUIVALENT.get(perm, perm)
         if grants.has(perm, target.workspace_id):
             return True
         if perm in GLOBAL_ONLY:
@@ -271,7 +266,16 @@ class Authorizer:
                 raise self.refuse(who, perm, None, what)
             return
         if not self.allowed(who, perm, target):
+            if "uuid" in params and perm in MODEL_EQUIVALENT and self._via_model(who, params):
+                return  # a registered checkpoint, read through its model (reference §4.2)
             raise self.refuse(who, perm, target, what)
+
+    def _via_model(self, who: Principal, params: dict[str, str]) -> bool:
+        """Whether ``who`` may view a model one of whose versions names the checkpoint
+        ``params["uuid"]``."""
+        with self.db.read() as s:
+            targets = registered_model_targets(s, params["uuid"])
+        return any(self.allowed(who, Perm.VIEW_MODEL_REGISTRY, t) for t in targets)
 
     # ------------------------------------------------------------------ targets
 
@@ -300,96 +304,6 @@ def read_grants(s: Session, user_id: int, basic: bool) -> Grants:
         else:
             workspaces.setdefault(ws, set()).update(role.permissions - GLOBAL_ONLY)
     return Grants(frozenset(cluster), {ws: frozenset(p) for ws, p in workspaces.items()})
-
-
-def _int(text: str | None) -> int | None:
-    """An id from a path (None: not one, or out of the 32-bit range ids have; the
-    route's own validation answers 400)."""
-    try:
-        value = int(text) if text is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and 0 <= value < 2**31 else None
-
-
-def experiment_target(s: Session, exp_id: int | None) -> Target | None:
-    """The target of experiment ``exp_id`` (None: no such experiment)."""
-    if exp_id is None:
-        return None
-    row = s.execute(
-        select(ExperimentRow.owner_id, ExperimentRow.owner, ProjectRow.workspace_id)
-        .join(ProjectRow, ProjectRow.id == ExperimentRow.project_id)
-        .where(ExperimentRow.id == exp_id)
-    ).first()
-    if row is None:
-        return None
-    owner_id, owner, ws = row
-    return Target("experiment", f"experiment {exp_id}", ws, ((owner_id, "experiment"),), owner)
-
-
-def task_target(s: Session, task_id: str) -> Target | None:
-    """The target of task ``task_id`` (None: no such task)."""
-    row = s.execute(
-        select(TaskRow.owner_id, TaskRow.owner, TaskRow.workspace_id).where(TaskRow.id == task_id)
-    ).first()
-    if row is None:
-        return None
-    owner_id, owner, ws = row
-    return Target("task", f"task {task_id}", ws, ((owner_id, "task"),), owner)
-
-
-def project_target(s: Session, project_id: int | None) -> Target | None:
-    """The target of project ``project_id`` (None: no such project)."""
-    if project_id is None:
-        return None
-    row = s.execute(
-        select(ProjectRow.user_id, ProjectRow.workspace_id, WorkspaceRow.user_id)
-        .join(WorkspaceRow, WorkspaceRow.id == ProjectRow.workspace_id)
-        .where(ProjectRow.id == project_id)
-    ).first()
-    if row is None:
-        return None
-    owner, ws, ws_owner = row
-    return Target(
-        "project", f"project {project_id}", ws, ((owner, "project"), (ws_owner, "workspace"))
-    )
-
-
-def workspace_target(s: Session, workspace_id: int | None) -> Target | None:
-    """The target of workspace ``workspace_id`` (None: no such workspace)."""
-    if workspace_id is None:
-        return None
-    owner = s.scalar(select(WorkspaceRow.user_id).where(WorkspaceRow.id == workspace_id))
-    exists = owner is not None or s.get(WorkspaceRow, workspace_id) is not None
-    if not exists:
-        return None
-    return Target("workspace", f"workspace {workspace_id}", workspace_id, ((owner, "workspace"),))
-
-
-def path_target(s: Session, params: dict[str, str]) -> Target | None:
-    """The object the path parameters name (the first of ``exp_id``, ``trial_id``,
-    ``uuid``, ``task_id``, ``job_id``, ``project_id``, ``workspace_id``), or None."""
-    if "exp_id" in params:
-        return experiment_target(s, _int(params["exp_id"]))
-    if "trial_id" in params:
-        tid = _int(params["trial_id"])
-        trial = s.get(TrialRow, tid) if tid is not None else None
-        return experiment_target(s, trial.experiment_id) if trial else None
-    if "uuid" in params:
-        ckpt = s.get(CheckpointRow, params["uuid"])
-        return experiment_target(s, ckpt.experiment_id) if ckpt else None
-    if "task_id" in params:
-        return task_target(s, params["task_id"])
-    if "job_id" in params:
-        job = params["job_id"]
-        if job.startswith("experiment-"):
-            return experiment_target(s, _int(job.removeprefix("experiment-")))
-        return task_target(s, job.removeprefix("task-"))
-    if "project_id" in params:
-        return project_target(s, _int(params["project_id"]))
-    if "workspace_id" in params:
-        return workspace_target(s, _int(params["workspace_id"]))
-    return None
 
 
 def _what(rule: Rule, request: Request, params: dict[str, str], path: str) -> str:
@@ -460,7 +374,7 @@ def visible(request: Request, perm: Perm | None = None) -> set[int] | None:
 
 def read_target(request: Request, kind: str, ident: Any) -> Target | None:
     """The target of the ``kind`` (experiment, trial: its experiment, task, project,
-    workspace) ``ident``."""
+    model, workspace) ``ident``."""
     with authorizer(request).db.read() as s:
         if kind == "experiment":
             return experiment_target(s, ident)
@@ -470,6 +384,8 @@ def read_target(request: Request, kind: str, ident: Any) -> Target | None:
             return task_target(s, ident)
         if kind == "project":
             return project_target(s, ident)
+        if kind == "model":
+            return model_target(s, str(ident))
         return workspace_target(s, ident)
 
 

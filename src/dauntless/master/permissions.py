@@ -37,8 +37,8 @@ class Rule:
             * ``self``: the user the path's ``user_id`` names is the caller, else
               ``perm`` at cluster scope;
             * ``path``: on the workspace of the object the path names (``exp_id``,
-              ``trial_id``, ``uuid``, ``task_id``, ``job_id``, ``project_id``,
-              ``workspace_id``), or as its owner (:data:`dauntless.master.rbac.
+              ``trial_id``, ``uuid``, ``model_name``, ``task_id``, ``job_id``,
+              ``project_id``, ``workspace_id``), or as its owner (:data:`dauntless.master.rbac.
               OWNER_PERMISSIONS`);
             * ``body``: the route checks the object(s) its body names with
               :func:`dauntless.master.authz.require` before it changes anything;
@@ -228,6 +228,15 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", f"{V1}/trials/{{trial_id}}/progress"): TRIAL_ONLY,
     ("POST", f"{V1}/trials/{{trial_id}}/early_exit"): TRIAL_ONLY,
     ("POST", f"{V1}/checkpoints"): Rule(on="admin", trial="route"),
+    # -- metadata and status set after the fact (issue 31 scope 3)
+    ("POST", f"{V1}/trials/{{trial_id}}/runner/metadata"): TRIAL_ONLY,
+    ("POST", f"{V1}/runs/{{trial_id}}/metadata"): _path(
+        P.UPDATE_EXPERIMENT_METADATA, "set its trial's metadata", trial="own"
+    ),
+    ("GET", f"{V1}/runs/{{trial_id}}/metadata"): _path(VIEW_EXP, trial="own"),
+    ("POST", f"{V1}/checkpoints/{{uuid}}/metadata"): _path(
+        P.UPDATE_EXPERIMENT_METADATA, "edit the metadata of its checkpoint {uuid}"
+    ),
     # -- the job queue
     ("GET", f"{V1}/job-queues"): _list(VIEW_EXP),
     ("PATCH", f"{V1}/jobs/{{job_id}}"): _path(P.UPDATE_EXPERIMENT, "change its scheduling"),
@@ -281,6 +290,34 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ),
     ("POST", f"{V1}/projects/{{project_id}}/notes"): _path(P.UPDATE_PROJECT, "add notes to it"),
     ("PUT", f"{V1}/projects/{{project_id}}/notes"): _path(P.UPDATE_PROJECT, "edit its notes"),
+    # -- the model registry (reference §4.3; issue 31): rights on the model's workspace
+    ("GET", f"{V1}/models"): _list(P.VIEW_MODEL_REGISTRY),
+    ("POST", f"{V1}/models"): Rule(
+        perm=P.CREATE_MODEL_REGISTRY, on="body", what="create models in it"
+    ),
+    ("GET", f"{V1}/model/labels"): _list(P.VIEW_MODEL_REGISTRY),
+    ("GET", f"{V1}/models/{{model_name}}"): _path(P.VIEW_MODEL_REGISTRY),
+    ("PATCH", f"{V1}/models/{{model_name}}"): _path(P.EDIT_MODEL_REGISTRY, "edit it"),
+    ("POST", f"{V1}/models/{{model_name}}/archive"): _path(P.EDIT_MODEL_REGISTRY, "archive it"),
+    ("POST", f"{V1}/models/{{model_name}}/unarchive"): _path(P.EDIT_MODEL_REGISTRY, "unarchive it"),
+    ("POST", f"{V1}/models/{{model_name}}/move"): _path(
+        P.EDIT_MODEL_REGISTRY, "move it", body_perm=P.CREATE_MODEL_REGISTRY
+    ),
+    ("DELETE", f"{V1}/models/{{model_name}}"): _path(P.DELETE_MODEL_REGISTRY, "delete it"),
+    ("GET", f"{V1}/models/{{model_name}}/versions"): _path(P.VIEW_MODEL_REGISTRY),
+    ("POST", f"{V1}/models/{{model_name}}/versions"): _path(
+        P.EDIT_MODEL_REGISTRY, "register versions of it"
+    ),
+    ("GET", f"{V1}/models/{{model_name}}/versions/{{model_version_num}}"): _path(
+        P.VIEW_MODEL_REGISTRY
+    ),
+    ("PATCH", f"{V1}/models/{{model_name}}/versions/{{model_version_num}}"): _path(
+        P.EDIT_MODEL_REGISTRY, "edit its versions"
+    ),
+    # the route checks the version's owner too (a version's owner may delete it)
+    ("DELETE", f"{V1}/models/{{model_name}}/versions/{{model_version_num}}"): Rule(
+        perm=P.DELETE_MODEL_VERSION, on="body", what="delete its versions"
+    ),
     # -- roles and groups (reference §2.5)
     ("GET", f"{V1}/permissions/summary"): ANY,
     ("POST", f"{V1}/roles/search"): ANY,

@@ -222,11 +222,14 @@ BASIC_USER_PERMISSIONS: frozenset[Perm] = frozenset(
         Perm.CREATE_NSC,
         Perm.CREATE_WORKSPACE,
         Perm.SET_WORKSPACE_DEFAULT_RESOURCE_POOL,
+        Perm.CREATE_MODEL_REGISTRY,
+        Perm.EDIT_MODEL_REGISTRY,
     }
 )
 """What every signed-in user holds on every workspace under ``security.authz.type:
 basic`` (Determined's historical rules, reference §2.2: everyone views everything and
-may create workspaces, experiments and tasks and set default pools; projects are
+may create workspaces, experiments, tasks and models, edit models and set default pools
+(deleting a model or a version is its owner's or an admin's); projects are
 created in a workspace by its owner; changes to what others own are the owner's or an
 admin's)."""
 
@@ -235,6 +238,14 @@ OWNER_PERMISSIONS: dict[str, frozenset[Perm]] = {
         {Perm.UPDATE_EXPERIMENT, Perm.UPDATE_EXPERIMENT_METADATA, Perm.DELETE_EXPERIMENT}
     ),
     "task": frozenset({Perm.UPDATE_NSC}),
+    "model": frozenset(
+        {
+            Perm.EDIT_MODEL_REGISTRY,
+            Perm.DELETE_MODEL_REGISTRY,
+            Perm.DELETE_MODEL_VERSION,
+            Perm.DELETE_OTHER_USER_MODEL_VERSION,
+        }
+    ),
     "project": frozenset({Perm.UPDATE_PROJECT, Perm.DELETE_PROJECT}),
     "workspace": frozenset(
         {

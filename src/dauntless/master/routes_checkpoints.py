@@ -15,13 +15,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
-from dauntless.config import parse_experiment_config
 from dauntless.storage import StoreError, build_storage
 
 from . import responses as R
 from .errors import Conflict, NotFound
-from .models import checkpoints
+from .models import checkpoints, registered
 from .routes import StoreUnavailable, _checkpoint_views, _ctx, _get_experiment, _storage_dir
+from .routes_models import version_checkpoint
 
 router = APIRouter(prefix="/api/v1")
 
@@ -30,7 +30,7 @@ def _tar_object_checkpoint(config: dict[str, Any], uuid: str) -> str:
     """Download a checkpoint from its object store and pack it as a gzipped tar file
     (a temporary file the caller removes)."""
     try:
-        storage = build_storage(parse_experiment_config(config).checkpoint_storage)
+        storage = build_storage(checkpoints.storage_config(config))
     except (ImportError, ValueError) as exc:
         raise Conflict(f"cannot open the checkpoint storage of checkpoint {uuid}: {exc}") from None
     fd, tmp = tempfile.mkstemp(suffix=".tar.gz")
@@ -52,17 +52,27 @@ def _tar_object_checkpoint(config: dict[str, Any], uuid: str) -> str:
 
 @router.get("/checkpoints/{uuid}", response_model=R.CheckpointBody)
 def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
-    """One checkpoint."""
+    """One checkpoint (also one that only a model version keeps, its experiment
+    deleted)."""
     with _ctx(request).db.read() as s:
+        kept = registered.kept_only_by_version(s, uuid)
+        if kept is not None:
+            return {"checkpoint": version_checkpoint(s, kept)}
         c = checkpoints.read_checkpoint(s, uuid)
         exp = _get_experiment(s, c.experiment_id)
         return {"checkpoint": _checkpoint_views(s, exp, [c])[0]}
 
 
-@router.get("/checkpoints/{uuid}/download")
-def download_checkpoint(uuid: str, request: Request) -> FileResponse:
-    """The checkpoint directory as a gzipped tar (streamed from a temporary file)."""
+def _stored(request: Request, uuid: str) -> dict[str, Any]:
+    """The config (``checkpoint_storage``) of a checkpoint whose files are all stored.
+
+    Raises:
+        NotFound: no such checkpoint. Conflict: it was deleted, or is not COMPLETED.
+    """
     with _ctx(request).db.read() as s:
+        kept = registered.kept_only_by_version(s, uuid)
+        if kept is not None:
+            return {"checkpoint_storage": kept.checkpoint.get("storage") or {}}
         c = checkpoints.read_checkpoint(s, uuid)
         exp = _get_experiment(s, c.experiment_id)
     if c.state in ("DELETING", "DELETED"):
@@ -71,11 +81,18 @@ def download_checkpoint(uuid: str, request: Request) -> FileResponse:
         raise Conflict(
             f"checkpoint {uuid} is {c.state}, not COMPLETED: its files are not all stored"
         )
-    storage_cfg = exp.config.get("checkpoint_storage") or {}
+    return dict(exp.config)
+
+
+@router.get("/checkpoints/{uuid}/download")
+def download_checkpoint(uuid: str, request: Request) -> FileResponse:
+    """The checkpoint directory as a gzipped tar (streamed from a temporary file)."""
+    config = _stored(request, uuid)
+    storage_cfg = config.get("checkpoint_storage") or {}
     if storage_cfg.get("type") in ("s3", "gcs", "azure"):
-        tmp = _tar_object_checkpoint(exp.config, uuid)
+        tmp = _tar_object_checkpoint(config, uuid)
     else:
-        path = _storage_dir(exp.config, uuid)
+        path = _storage_dir(config, uuid)
         if path is None or not os.path.isdir(path):
             raise NotFound(f"checkpoint {uuid} is not in storage the master can read ({path})")
         fd, tmp = tempfile.mkstemp(suffix=".tar.gz")

@@ -224,7 +224,9 @@ def trial_view(trial: TrialRow, latest_validation: MetricRow | None) -> dict[str
     parent) and ``warm_start_checkpoint`` that parent's checkpoint, or None.
     ``latest_validation`` is that report's values and
     ``latest_validation_batches`` its batch count (the step the trial reported it at:
-    Core API trials put no ``batches`` key in their values).
+    Core API trials put no ``batches`` key in their values). ``metadata`` is what its
+    code set with ``core.train.set_metadata`` (``{}``: nothing), ``runner_state`` the
+    status it last set with ``core.train.set_status`` (None: none).
     """
     return {
         "id": trial.id,
@@ -250,6 +252,8 @@ def trial_view(trial: TrialRow, latest_validation: MetricRow | None) -> dict[str
         "failure": trial.failure,
         "parent_id": trial.parent_id,
         "warm_start_checkpoint": trial.warm_start_checkpoint,
+        "metadata": trial.meta or {},
+        "runner_state": trial.runner_state,
     }
 
 

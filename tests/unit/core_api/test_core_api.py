@@ -334,3 +334,19 @@ def test_preempt_context_checks_its_arguments():
         PreemptContext(backend, "a", mode="chief")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout_seconds"):
         MasterBackend(Session("http://m")).get_preemption_signal("a", timeout_seconds=61)
+
+
+def test_status_and_metadata_off_the_cluster() -> None:
+    """``core.train.set_status`` / ``set_metadata`` / ``get_metadata`` in local mode: kept
+    by the local backend, merged as the master merges them; bad input refused."""
+    with core.init() as ctx:
+        ctx.train.set_status("validating")
+        ctx.train.set_metadata({"data": {"version": 1}, "tags": ["a"]})
+        ctx.train.set_metadata({"data": {"rows": 3}, "tags": ["b"]})
+        assert ctx.train.get_metadata() == {"data": {"version": 1, "rows": 3}, "tags": ["b"]}
+        assert isinstance(ctx.backend, LocalBackend)
+        assert ctx.backend.statuses == ["validating"]
+        with pytest.raises(TypeError, match="str keys"):
+            ctx.train.set_metadata({1: "x"})  # type: ignore[dict-item]
+        with pytest.raises(ValueError, match="256"):
+            ctx.train.set_status("x" * 257)

@@ -18,7 +18,16 @@ from dauntless.master.permissions import ROUTES
 from dauntless.master.rbac import GLOBAL_ONLY, ROLES, Perm, role_by_name
 from dauntless.master.testing import bearer, login
 
-_PATH_OBJECTS = {"exp_id", "trial_id", "uuid", "task_id", "job_id", "project_id", "workspace_id"}
+_PATH_OBJECTS = {
+    "exp_id",
+    "trial_id",
+    "uuid",
+    "model_name",
+    "task_id",
+    "job_id",
+    "project_id",
+    "workspace_id",
+}
 
 
 def _app(tmp_path: Path, **security: object):

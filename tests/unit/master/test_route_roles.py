@@ -12,7 +12,7 @@ permission table and the role's permissions, independently of the master's check
 allowed -> not 403 (and not 401), forbidden -> 403; routes that name an object are also
 called with B's objects (forbidden to every workspace role). Without a credential every
 route but the open ones answers 401. The lists (experiments, workspaces, projects,
-tasks, the job queue, allocations, bindings, search by name, the SSE streams), the logs
+models, tasks, the job queue, allocations, bindings, search by name, the SSE streams), the logs
 and the task proxy show each user only what they may see, counts included.
 """
 
@@ -116,6 +116,10 @@ class World:
                         report_time=0.0,
                     )
                 )
+        # A model in each workspace with one version (its checkpoint).
+        for n in "AB":
+            post("/api/v1/models", {"name": f"m{n}", "workspace_id": self.ws[n]})
+            post(f"/api/v1/models/m{n}/versions", {"checkpoint_uuid": self.uuid[n]})
         self.task = {}
         for n in "AB":
             form = {"entrypoint": '"true"', "workspace_id": str(self.ws[n])}
@@ -233,9 +237,28 @@ def expected(user: str, rule: Rule, method: str, path: str, target: str) -> bool
             (Perm.CREATE_NSC, target),
             (Perm.VIEW_EXPERIMENT_ARTIFACTS, target),
         ],
+        # The model registry: the objects are the admin's, so deleting them needs the
+        # rights on other users' models too; registering needs the checkpoint's artifacts.
+        ("POST", "/api/v1/models"): [(Perm.CREATE_MODEL_REGISTRY, target)],
+        ("POST", "/api/v1/models/{model_name}/versions"): [
+            (Perm.EDIT_MODEL_REGISTRY, target),
+            (Perm.VIEW_EXPERIMENT_ARTIFACTS, target),
+        ],
+        ("DELETE", "/api/v1/models/{model_name}"): [
+            (Perm.DELETE_MODEL_REGISTRY, target),
+            (Perm.DELETE_OTHER_USER_MODEL_REGISTRY, target),
+        ],
+        ("DELETE", "/api/v1/models/{model_name}/versions/{model_version_num}"): [
+            (Perm.DELETE_MODEL_VERSION, target),
+            (Perm.DELETE_OTHER_USER_MODEL_VERSION, target),
+        ],
     }
     if (method, path) in body_needs:
         needs = body_needs[(method, path)]
+    if method == "GET" and path.startswith("/api/v1/checkpoints/{uuid}"):
+        # The world's checkpoints are registered: their model's viewers may read them.
+        if holds(user, Perm.VIEW_MODEL_REGISTRY, target):
+            return True
     if rule.body_perm is not None:
         needs.append((rule.body_perm, target))  # destinations are in the same workspace
     return all(holds(user, p, w) for p, w in needs)
@@ -260,6 +283,8 @@ def url_and_body(w: World, method: str, path: str, target: str) -> tuple[str, An
         allocation_id="none",
         label="v1",
         token_id="999999",  # none: tokens are per user (tests/unit/master/test_access_tokens.py)
+        model_name=f"m{target}",
+        model_version_num=1,
     )
     ws, proj = w.ws[target], w.proj[target]
     assignment = {"role": {"role_id": 4}, "scope_workspace_id": ws}
@@ -300,6 +325,13 @@ def url_and_body(w: World, method: str, path: str, target: str) -> tuple[str, An
         ("POST", "/api/v1/groups"): {"name": f"g-{target}"},
         ("PUT", "/api/v1/groups/{group_id}"): {"name": "g2"},
         ("POST", "/api/v1/agents/{agent_id}/heartbeat"): {"running": []},
+        ("POST", "/api/v1/models"): {"name": f"new-{target}", "workspace_id": ws},
+        ("PATCH", "/api/v1/models/{model_name}"): {"model": {"description": "d"}},
+        ("POST", "/api/v1/models/{model_name}/move"): {"destination_workspace_id": ws},
+        ("POST", "/api/v1/models/{model_name}/versions"): {"checkpoint_uuid": w.uuid[target]},
+        ("PATCH", "/api/v1/models/{model_name}/versions/{model_version_num}"): {
+            "model_version": {"comment": "c"}
+        },
     }
     body = bodies.get((method, path))
     if body is None and path.endswith("/workspace-bindings") and method != "GET":
@@ -332,9 +364,9 @@ def call(w: World, method: str, url: str, token: str | None, body: Any, form: An
 
 def _spec_routes(app: Any) -> list[tuple[str, str]]:
     out = [(m.upper(), p) for p, item in app.openapi()["paths"].items() for m in item]
-    # Destructive calls last; the experiment's own deletion after its parts'.
-    last = ("DELETE", "/api/v1/experiments/{exp_id}")
-    return sorted(out, key=lambda mp: (mp[0] == "DELETE", mp == last, mp))
+    # Destructive calls last; an experiment's or a model's own deletion after its parts'.
+    last = {("DELETE", "/api/v1/experiments/{exp_id}"), ("DELETE", "/api/v1/models/{model_name}")}
+    return sorted(out, key=lambda mp: (mp[0] == "DELETE", mp in last, mp))
 
 
 # ---------------------------------------------------------------------- lists first (the walk changes the world)
@@ -373,6 +405,11 @@ def test_lists_show_only_what_each_role_may_see(world: World) -> None:
         assert (found["pagination"]["total"] == 1) == ("B" in see_ws), user
         bound = w.client.get("/api/v1/resource-pools/pb/workspace-bindings", headers=h).json()
         assert (bound["workspace_ids"] == [w.ws["B"]]) == ("B" in see_ws), user
+
+        see_models = _visible(user, Perm.VIEW_MODEL_REGISTRY)
+        page = w.client.get("/api/v1/models", headers=h).json()
+        assert {m["name"] for m in page["models"]} == {f"m{n}" for n in see_models}, user
+        assert page["pagination"]["total"] == len(see_models), user
 
         see_nsc = _visible(user, Perm.VIEW_NSC)
         for path in ("/api/v1/tasks", "/api/v1/commands"):

@@ -19,6 +19,7 @@ import {
   setChildren, throttle, toast, toYaml,
 } from "../util.js";
 import { actionButtons } from "./actions.js";
+import { registerForm } from "./models.js";
 import { launch } from "./tasks.js";
 
 const MAX_POINTS = 400;
@@ -617,6 +618,7 @@ export function render(root, [expId]) {
       const meta = h("tr.meta-row", { hidden: true, dataset: { meta: c.uuid } }, h("td", { colSpan: 8 },
         h("pre.config", null, toYaml({ uuid: c.uuid, state: c.state, total_batches: c.total_batches,
           metadata: c.metadata || {}, resources: c.resources || {}, storage: c.storage_path || c.storage_dir || undefined }))));
+      const register = h("tr.meta-row", { hidden: true, dataset: { register: c.uuid } }, h("td", { colSpan: 8 }));
       rows.push(h("tr", { dataset: { uuid: c.uuid, state: c.state } },
         h("td", null, h("code", { title: c.uuid }, c.uuid.slice(0, 8))),
         h("td.num", null, h("a", { href: `/trials/${c.trial_id}` }, c.trial_id)),
@@ -628,6 +630,8 @@ export function render(root, [expId]) {
         h("td", null, h("span.actions", null,
           h("button.small", { dataset: { action: "metadata" }, onclick: () => { meta.hidden = !meta.hidden; } }, "Metadata"),
           c.state === "COMPLETED" ? h("a.button.small", { href: `/api/v1/checkpoints/${c.uuid}/download`, download: `${c.uuid}.tar.gz`, dataset: { action: "download" } }, "Download") : null,
+          c.state === "COMPLETED" ? h("button.small", { dataset: { action: "register" }, title: "register it as a version of a model",
+            onclick: () => { register.hidden = !register.hidden; if (!register.firstChild.firstChild) register.firstChild.append(registerForm(c)); } }, "Register") : null,
           finished && c.state !== "DELETED" && canExperiment(state.exp, P.UPDATE_EXPERIMENT) ? h("button.small.danger", {
             dataset: { action: "delete-checkpoint" },
             onclick: async () => {
@@ -641,7 +645,7 @@ export function render(root, [expId]) {
               } catch (err) { toast(`Delete failed: ${err.message}`, "error"); }
             },
           }, "Delete") : null))));
-      rows.push(meta);
+      rows.push(meta, register);
     }
     setChildren(ckptBox, h("table.grid", { id: "checkpoints-table" },
       h("thead", null, h("tr", null, h("th", null, "UUID"), h("th.num", null, "Trial"),

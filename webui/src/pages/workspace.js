@@ -13,11 +13,13 @@ export function render(root, [id]) {
   const projectsBox = h("div.table-wrap", { id: "projects" });
   const membersBox = h("div", { id: "members" });
   const tasksBox = h("div.table-wrap", { id: "workspace-tasks" });
+  const modelsBox = h("div.table-wrap", { id: "workspace-models" });
   const newProject = h("div");
   setChildren(root, header,
     h("div.card", null, h("h2", null, "Projects"), newProject, projectsBox),
     h("div.card", null, h("h2", null, "Members"), membersBox),
-    h("div.card", null, h("h2", null, "Tasks"), tasksBox));
+    h("div.card", null, h("h2", null, "Tasks"), tasksBox),
+    h("div.card", null, h("h2", null, "Model Registry"), modelsBox));
   let ws = null;
 
   async function load() {
@@ -30,7 +32,7 @@ export function render(root, [id]) {
     setChildren(header, h("h1", null, ws.name), ws.archived ? h("span.badge.archived", null, "archived") : null,
       h("span.spacer"), h("span.muted.small", null, `created by ${ws.username || "–"}`));
     drawNewProject();
-    await Promise.all([loadProjects(), loadMembers(), loadTasks()]);
+    await Promise.all([loadProjects(), loadMembers(), loadTasks(), loadModels()]);
   }
 
   function drawNewProject() {
@@ -146,6 +148,20 @@ export function render(root, [id]) {
         h("td", null, t.id), h("td", null, t.type), h("td", null, t.owner), h("td", null, badge(t.state)),
         h("td", null, fmtTime(t.start_time))))
         : h("tr", null, h("td.muted", { colSpan: 5 }, "No tasks.")))));
+  }
+
+  async function loadModels() {
+    if (!can(P.VIEW_MODEL_REGISTRY, id)) { setChildren(modelsBox, h("p.muted", null, "You may not view its models.")); return; }
+    const { models } = await get(`/models?workspace_ids=${id}&sort_by=SORT_BY_NAME`);
+    setChildren(modelsBox, h("table.grid", null,
+      h("thead", null, h("tr", null, h("th", null, "Name"), h("th.num", null, "Versions"),
+        h("th", null, "Owner"), h("th", null, "Last updated"))),
+      h("tbody", null, models.length ? models.map((m) => h("tr", { dataset: { model: m.name } },
+        h("td", null, h("a", { href: `/models/${m.id}` }, m.name),
+          m.archived ? h("span.badge.archived", null, "archived") : null),
+        h("td.num", null, m.num_versions), h("td", null, m.username || ""),
+        h("td", null, fmtTime(m.last_updated_time))))
+        : h("tr", null, h("td.muted", { colSpan: 4 }, "No models.")))));
   }
 
   load();

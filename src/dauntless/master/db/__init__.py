@@ -22,6 +22,7 @@ from .models import (
     UserSessionRow,
 )
 from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
+from .registry import ModelRow, ModelVersionRow
 from .teams import (
     UNCATEGORIZED_ID,
     PoolBindingRow,
@@ -34,6 +35,8 @@ from .teams import (
 )
 
 __all__ = [
+    "ModelRow",
+    "ModelVersionRow",
     "ACCESS_TOKEN",
     "USER_SESSION",
     "AuditCheckpointRow",

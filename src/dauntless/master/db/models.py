@@ -190,6 +190,10 @@ class TrialRow(Base):
     # parent) and the uuid of that parent's checkpoint it starts from.
     parent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     warm_start_checkpoint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Issue 31: the trial's metadata (``core.train.set_metadata``, a JSON object) and
+    # the status its code last set (``core.train.set_status``).
+    meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
+    runner_state: Mapped[str | None] = mapped_column(String(256), nullable=True)
 
 
 class MetricRow(Base):

@@ -9,10 +9,11 @@ import logging
 import math
 from typing import Any
 
+from pydantic import TypeAdapter
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from dauntless.config import parse_experiment_config
+from dauntless.config import CheckpointStorageConfig
 from dauntless.storage import build_storage
 
 from ..context import MasterContext
@@ -20,7 +21,7 @@ from ..db import CheckpointRow, ExperimentRow, MetricRow, TrialRow
 from ..errors import Conflict, NotFound
 from ..gc import CheckpointFacts, GCPolicy, checkpoints_to_delete
 from ..states import is_terminal
-from . import trials
+from . import registered, trials
 
 log = logging.getLogger("dauntless.master")
 
@@ -137,6 +138,7 @@ def collect(s: Session, ctx: MasterContext, exp: ExperimentRow) -> list[str]:
     )
     doomed = checkpoints_to_delete(facts, policy, cfg.searcher.smaller_is_better)
     doomed -= warm_start_sources(s)
+    doomed -= registered.registered_uuids(s, doomed)  # model versions keep theirs
     for c in ckpts:
         if c.uuid in doomed:
             # DELETED once the files are gone (checkpoint_gc.process_deletions).
@@ -168,7 +170,7 @@ def remove_checkpoints(config: dict[str, Any], uuids: list[str]) -> None:
     if not uuids:
         return
     try:
-        storage = build_storage(parse_experiment_config(config).checkpoint_storage)
+        storage = build_storage(storage_config(config))
     except Exception:
         log.exception("cannot open checkpoint storage to delete %d checkpoints", len(uuids))
         return
@@ -177,6 +179,22 @@ def remove_checkpoints(config: dict[str, Any], uuids: list[str]) -> None:
             storage.delete(uuid)
         except Exception:
             log.exception("could not delete checkpoint %s from storage", uuid)
+
+
+_STORAGE = TypeAdapter(CheckpointStorageConfig)
+
+
+def storage_config(config: dict[str, Any]) -> Any:
+    """The ``checkpoint_storage`` section of an experiment config (JSON form: the
+    experiment's, or the copy a model version keeps) as a validated config object.
+
+    Raises:
+        ValueError: the section is missing or invalid (pydantic's ValidationError).
+    """
+    section = config.get("checkpoint_storage")
+    if not section:
+        raise ValueError("the config has no checkpoint_storage")
+    return _STORAGE.validate_python(section)
 
 
 def schedule_gc_after_start(s: Session, ctx: MasterContext) -> None:
@@ -204,11 +222,12 @@ def mark_deleting(s: Session, uuid: str) -> int | None:
     Raises:
         NotFound: no such checkpoint.
         Conflict: its experiment is not finished (a running trial may resume from any
-            of its checkpoints).
+            of its checkpoints), or a model version names it (the message names them).
     """
     ckpt = s.get(CheckpointRow, uuid)
     if ckpt is None:
         raise NotFound(f"checkpoint {uuid} not found")
+    registered.refuse_registered(s, uuid, "be deleted")
     exp = s.get(ExperimentRow, ckpt.experiment_id)
     if exp is None:
         raise NotFound(f"checkpoint {uuid} not found")

@@ -35,7 +35,7 @@ from ..db import (
 from ..errors import BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
-from . import checkpoints, search, users
+from . import checkpoints, registered, search, users
 from .experiment_checks import check_experiment
 
 log = logging.getLogger("dauntless.master")
@@ -220,6 +220,9 @@ def delete_experiment(ctx: MasterContext, exp_id: int) -> None:
                 )
             )
         ]
+        # Registered checkpoints stay: their versions keep what reads and downloads need.
+        kept = registered.registered_uuids(s, uuids)
+        uuids = [u for u in uuids if u not in kept]
     checkpoints.remove_checkpoints(config, uuids)
     try:
         with ctx.db.write() as s:

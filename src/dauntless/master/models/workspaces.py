@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from ..db import (
     AllocationRow,
     ExperimentRow,
+    ModelRow,
     PoolBindingRow,
     ProjectRow,
     RoleAssignmentRow,
@@ -329,6 +330,14 @@ def delete_workspace(s: Session, workspace_id: int) -> None:
         raise Conflict(
             f"workspace {workspace_id} ({ws.name}) contains {n} experiment(s); move or delete "
             "them first"
+        )
+    models = s.scalar(
+        select(func.count()).select_from(ModelRow).where(ModelRow.workspace_id == workspace_id)
+    )
+    if models:
+        raise Conflict(
+            f"workspace {workspace_id} ({ws.name}) contains {models} model(s) of the model "
+            "registry; move or delete them first"
         )
     live = s.scalar(
         select(func.count())
