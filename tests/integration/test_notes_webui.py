@@ -1,7 +1,8 @@
 """Notes and editing in the WebUI (issue 31 scope 4): on an experiment's page the user
 edits its name and labels and writes Markdown notes, which are shown rendered and
 sanitised (no script, no event handler survives) and kept after a reload; on a project's
-page the user adds and edits a note. A master is served in-process; Debian's chromium
+page the user adds and edits a note; the Tasks page's launch form offers the config
+templates. A master is served in-process; Debian's chromium
 draws the pages (signed in as the built-in ``determined`` user, who owns what it edits)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from dauntless.master.testing import model_def_tarball, serve
+from dauntless.master.testing import model_def_tarball, serve, wait_for
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -108,6 +109,28 @@ def test_edit_notes_name_and_labels(tmp_path, deadline):
             assert got["project"]["notes"] == [
                 {"name": "plan", "contents": "- [x] baseline\n- try *warmup*"}
             ]
+
+            # The Tasks page's launch form offers the templates (merged by the master).
+            r = httpx.put(
+                f"{url}/api/v1/templates/envs",
+                json={"config": {"environment": {"environment_variables": ["FROM_TPL=1"]}}},
+                headers=headers,
+            )
+            assert r.status_code == 200, r.text
+            page.goto(f"{url}/tasks")
+            page.click("#launch-open", timeout=wait)
+            page.select_option("#launch-type", "commands")
+            page.wait_for_selector("#launch-template option[value='envs']", state="attached")
+            page.select_option("#launch-template", "envs")
+            page.fill("#launch-command", "true")
+            page.fill("#launch-slots", "0")
+            page.click("#launch-submit")
+            tasks = wait_for(
+                "the launched command",
+                lambda: httpx.get(f"{url}/api/v1/tasks", headers=headers).json()["tasks"],
+            )
+            env = tasks[0]["config"]["environment"]["environment_variables"]
+            assert "FROM_TPL=1" in env, tasks[0]["config"]
         finally:
             browser.close()
             pw.stop()

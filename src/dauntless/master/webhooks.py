@@ -70,6 +70,10 @@ METRIC_THRESHOLD = "TRIGGER_TYPE_METRIC_THRESHOLD_EXCEEDED"
 TRIGGER_TYPES = (STATE_CHANGE, TASK_LOG, CUSTOM, METRIC_THRESHOLD)
 WEBHOOK_TYPES = ("WEBHOOK_TYPE_DEFAULT", "WEBHOOK_TYPE_SLACK")
 MODE_WORKSPACE, MODE_SPECIFIC = "WEBHOOK_MODE_WORKSPACE", "WEBHOOK_MODE_SPECIFIC"
+MAX_FIRED = 100_000
+"""The most (trigger, trial) pairs of fired task-log triggers remembered in memory (a
+quick skip; past it the unique ``dedup`` rows are what keep each pair to one event)."""
+
 EVENT_TYPES = {STATE_CHANGE: "EXPERIMENT_STATE_CHANGE", TASK_LOG: "TASK_LOG", CUSTOM: "CUSTOM"}
 
 
@@ -267,6 +271,8 @@ class Webhooks:
         assert trial_id is not None
         dedup = f"log:{trigger.id}:{trial_id}"
         with self._lock:
+            if len(self._fired) >= MAX_FIRED:  # the dedup rows still say what fired
+                self._fired.clear()
             self._fired.add((trigger.id, trial_id))
         if s.scalar(select(WebhookEventRow.id).where(WebhookEventRow.dedup == dedup)):
             return
