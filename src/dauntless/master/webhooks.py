@@ -34,13 +34,13 @@ import hmac
 import json
 import logging
 import os
-import re
 import secrets
 import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import regex
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
@@ -70,6 +70,11 @@ METRIC_THRESHOLD = "TRIGGER_TYPE_METRIC_THRESHOLD_EXCEEDED"
 TRIGGER_TYPES = (STATE_CHANGE, TASK_LOG, CUSTOM, METRIC_THRESHOLD)
 WEBHOOK_TYPES = ("WEBHOOK_TYPE_DEFAULT", "WEBHOOK_TYPE_SLACK")
 MODE_WORKSPACE, MODE_SPECIFIC = "WEBHOOK_MODE_WORKSPACE", "WEBHOOK_MODE_SPECIFIC"
+MATCH_TIMEOUT = 0.05
+"""Seconds one task-log regex may take on one line; a trigger whose regex takes longer is
+switched off (until the master restarts, logged as a warning) so that log ingestion
+never waits on it."""
+
 MAX_FIRED = 100_000
 """The most (trigger, trial) pairs of fired task-log triggers remembered in memory (a
 quick skip; past it the unique ``dedup`` rows are what keep each pair to one event)."""
@@ -125,7 +130,7 @@ class Trigger:
     id: int
     trigger_type: str
     condition: dict[str, Any]
-    regex: re.Pattern[str] | None
+    regex: regex.Pattern[str] | None
 
 
 @dataclass(frozen=True)
@@ -154,11 +159,22 @@ def _hook(row: WebhookRow, triggers: list[WebhookTriggerRow]) -> Hook:
                 t.id,
                 t.trigger_type,
                 dict(t.condition or {}),
-                re.compile(t.condition["regex"]) if t.trigger_type == TASK_LOG else None,
+                compile_log_regex(t.condition["regex"]) if t.trigger_type == TASK_LOG else None,
             )
             for t in triggers
         ),
     )
+
+
+def compile_log_regex(pattern: str) -> regex.Pattern[str]:
+    """A task-log trigger's regex, compiled with the ``regex`` library (Python's ``re``
+    syntax) rather than ``re``: its matches take a timeout, so a pattern that backtracks
+    without end cannot hold up log ingestion (:data:`MATCH_TIMEOUT`).
+
+    Raises:
+        regex.error: not a valid pattern.
+    """
+    return regex.compile(pattern)
 
 
 def integrations(exp: ExperimentRow) -> dict[str, Any]:
@@ -203,6 +219,7 @@ class Webhooks:
         self._version = -1
         self._hooks: tuple[Hook, ...] = ()
         self._fired: set[tuple[int, int]] = set()
+        self._slow: set[int] = set()  # task-log triggers switched off (MATCH_TIMEOUT)
 
     @property
     def key(self) -> bytes:
@@ -260,11 +277,23 @@ class Webhooks:
                 continue
             for hook, trigger in wanted:
                 key = (trigger.id, row.trial_id)
-                if key in self._fired or trigger.regex is None:
+                if key in self._fired or trigger.regex is None or trigger.id in self._slow:
                     continue
-                if not trigger.regex.search(row.log):
+                try:
+                    found = trigger.regex.search(row.log, timeout=MATCH_TIMEOUT)
+                except TimeoutError:
+                    self._slow.add(trigger.id)
+                    log.warning(
+                        "webhook %d: the task-log regex %r took over %s s on one line; the "
+                        "trigger is off until the master restarts (recreate it with a "
+                        "simpler pattern)",
+                        hook.id,
+                        trigger.condition.get("regex"),
+                        MATCH_TIMEOUT,
+                    )
                     continue
-                self._fire_log(s, hook, trigger, row)
+                if found:
+                    self._fire_log(s, hook, trigger, row)
 
     def _fire_log(self, s: Session, hook: Hook, trigger: Trigger, row: TaskLogRow) -> None:
         trial_id = row.trial_id

@@ -19,7 +19,15 @@ from fastapi.testclient import TestClient
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
 from dauntless.master.db import WebhookEventRow
-from dauntless.master.testing import Cluster, bearer, login, model_def_tarball, serve, wait_for
+from dauntless.master.testing import (
+    Cluster,
+    agent_headers,
+    bearer,
+    login,
+    model_def_tarball,
+    serve,
+    wait_for,
+)
 from dauntless.master.webhook_shipper import backoff
 from dauntless.master.webhooks import signature
 
@@ -340,3 +348,50 @@ def test_det_webhook_commands(
             assert json.loads(out) == {"webhooks": []}
     finally:
         receiver.stop()
+
+
+def test_a_backtracking_log_regex_is_switched_off_not_waited_on(
+    basic_master: tuple[TestClient, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    client, app = basic_master
+    admin = bearer(login(client))
+    slow = _ok(
+        client.post(
+            "/api/v1/webhooks", json=_hook("slow", (LOG, {"regex": r"(a|aa)+$"})), headers=admin
+        )
+    )["webhook"]
+    fine = _ok(
+        client.post(
+            "/api/v1/webhooks", json=_hook("fine", (LOG, {"regex": r"a{5}"})), headers=admin
+        )
+    )["webhook"]
+    _experiment(client, admin)
+    ctx = app.state.ctx
+    from dauntless.master import loop
+
+    r = client.post(
+        "/api/v1/agents",
+        headers=agent_headers(app),
+        json={"id": "a1", "slots": [{"id": "c0", "type": "cpu"}]},
+    )
+    assert r.status_code == 200, r.text
+    loop.schedule_pass(ctx)
+    allocs = _ok(client.get("/api/v1/allocations", headers=admin))["allocations"]
+    alloc = allocs[0]["id"]
+    line = "a" * 40 + "!"
+    started = time.process_time()
+    for _ in range(3):
+        r = client.post(
+            "/api/v1/task/logs",
+            json={"logs": [{"allocation_id": alloc, "log": line}]},
+            headers=admin,
+        )
+        assert r.status_code == 200, r.text
+    assert time.process_time() - started < 5  # one timed-out match, not three
+    assert "took over" in caplog.text
+
+    def count(hook: dict) -> int:
+        with ctx.db.read() as s:
+            return s.query(WebhookEventRow).filter_by(webhook_id=hook["id"]).count()
+
+    assert count(slow) == 0 and count(fine) == 1

@@ -7,10 +7,10 @@ delivering them is :mod:`dauntless.master.webhook_shipper`.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import urlsplit
 
+import regex
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
@@ -32,6 +32,7 @@ from ..webhooks import (
     TASK_LOG,
     TRIGGER_TYPES,
     WEBHOOK_TYPES,
+    compile_log_regex,
 )
 
 MAX_TRIGGERS = 100
@@ -92,15 +93,15 @@ def check_triggers(triggers: list[dict[str, Any]], mode: str) -> list[dict[str, 
         if kind == STATE_CHANGE:
             cond = {"state": _state(cond.get("state"))}
         elif kind == TASK_LOG:
-            regex = cond.get("regex")
-            if set(cond) != {"regex"} or not isinstance(regex, str) or len(regex) > MAX_REGEX:
+            pattern = cond.get("regex")
+            if set(cond) != {"regex"} or not isinstance(pattern, str) or len(pattern) > MAX_REGEX:
                 raise BadRequest(
                     "task log trigger condition must have exactly one key 'regex' of type string",
                     [("triggers.condition", '{"regex": "<at most 1024 characters>"}')],
                 )
             try:
-                re.compile(regex)
-            except re.error as exc:
+                compile_log_regex(pattern)
+            except regex.error as exc:
                 raise BadRequest(
                     f"invalid task log regex: {exc}", [("triggers.condition.regex", str(exc))]
                 ) from None
