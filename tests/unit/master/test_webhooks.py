@@ -395,3 +395,28 @@ def test_a_backtracking_log_regex_is_switched_off_not_waited_on(
             return s.query(WebhookEventRow).filter_by(webhook_id=hook["id"]).count()
 
     assert count(slow) == 0 and count(fine) == 1
+
+
+def test_master_flags_take_the_signing_key_from_a_file(tmp_path: Path) -> None:
+    from dauntless.master.__main__ import parse_args
+
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    config = parse_args(
+        [
+            "--data-dir",
+            str(tmp_path),
+            "--webhooks-signing-key-file",
+            str(key),
+            "--webhooks-base-url",
+            "https://det.example.com",
+        ]
+    )
+    assert config.webhooks.signing_key is not None
+    assert config.webhooks.signing_key.get_secret_value() == "s3cret"
+    assert config.webhooks.base_url == "https://det.example.com"
+    assert "s3cret" not in repr(config)
+    with pytest.raises(SystemExit):
+        parse_args(
+            ["--data-dir", str(tmp_path), "--webhooks-signing-key-file", str(tmp_path / "no")]
+        )
