@@ -162,6 +162,13 @@ def test_specific_webhooks_fire_only_for_experiments_naming_them(
             "/api/v1/webhooks", json=_hook("in-w", paused, workspace_id=ws["id"]), headers=admin
         )
     )["webhook"]
+    slack = _ok(
+        client.post(
+            "/api/v1/webhooks",
+            json={**_hook("slack", paused), "webhook_type": "WEBHOOK_TYPE_SLACK"},
+            headers=admin,
+        )
+    )["webhook"]
     named = _experiment(client, admin, integrations={"webhooks": {"webhook_name": ["chosen"]}})
     plain = _experiment(client, admin)
     by_id = _experiment(
@@ -186,6 +193,13 @@ def test_specific_webhooks_fire_only_for_experiments_naming_them(
     assert sent(specific) == [named, by_id]
     assert sent(every) == sorted([named, plain, by_id])
     assert sent(in_w) == [by_id]
+    with app.state.ctx.db.read() as s:
+        bodies = [
+            json.loads(r.body) for r in s.query(WebhookEventRow).filter_by(webhook_id=slack["id"])
+        ]
+    assert len(bodies) == 3
+    assert all(b["blocks"][0]["type"] == "section" and "PAUSED" in b["blocks"][0]["text"]["text"]
+               for b in bodies)  # fmt: skip
     events = _ok(client.get(f"/api/v1/webhooks/{every['id']}/events", headers=admin))["events"]
     assert len(events) == 3 and all(e["event_type"] == "EXPERIMENT_STATE_CHANGE" for e in events)
 
