@@ -97,6 +97,11 @@ def add_start_options(p: argparse.ArgumentParser, context: bool = True) -> None:
     p.add_argument(
         "-w", "--workspace-name", metavar="WORKSPACE", help="its workspace (default: Uncategorized)"
     )
+    p.add_argument(
+        "--template",
+        metavar="NAME",
+        help="a config template merged under the config (det template)",
+    )
 
 
 def build_config(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
@@ -147,6 +152,8 @@ def create_task(
 
     Args:
         workspace: the name of the task's workspace (None: Uncategorized).
+        fields: more form fields, each sent as JSON; ``template_name`` (a config
+            template's name, or None) is sent as text.
 
     Returns:
         The master's answer (``task``, ``warnings``, ``reused``).
@@ -156,6 +163,9 @@ def create_task(
         from ._teams import workspace_id
 
         parts["workspace_id"] = (None, str(workspace_id(session, workspace)))
+    template = fields.pop("template_name", None)
+    if template:
+        parts["template_name"] = (None, str(template))
     for name, value in fields.items():
         parts[name] = (None, json.dumps(value))
     if context_dir is not None:

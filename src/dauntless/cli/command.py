@@ -20,7 +20,13 @@ def _run(args: argparse.Namespace) -> int:
     entrypoint: Any = args.entrypoint if len(args.entrypoint) > 1 else args.entrypoint[0]
     with open_session(args) as session:
         task = create_task(
-            session, "commands", config, context, args.workspace_name, entrypoint=entrypoint
+            session,
+            "commands",
+            config,
+            context,
+            args.workspace_name,
+            entrypoint=entrypoint,
+            template_name=args.template,
         )["task"]
         note(f"Launched command {task['id']}: {task['description']}")
         if args.detach:

@@ -58,11 +58,6 @@ from .project import register_experiment_move
 
 
 def _create(args: argparse.Namespace) -> int:
-    if args.template is not None:
-        exit_with_error(
-            f"--template {args.template}: this master has no config templates; merge the "
-            "template's fields into the config file (or use --config KEY=VALUE)"
-        )
     overrides = list(args.config or [])
     if args.test_mode:
         overrides += test_mode_overrides()
@@ -80,7 +75,8 @@ def _create(args: argparse.Namespace) -> int:
         raw["name"] = f"{raw.get('name') or 'experiment'} (test mode)"
         text = yaml.safe_dump(raw, sort_keys=False)
     try:
-        parse_experiment_config(raw)
+        if args.template is None:  # with a template the master checks the merged config
+            parse_experiment_config(raw)
     except ConfigError as exc:
         exit_with_error(f"the experiment config {args.config_file} is invalid", exc.errors)
     if args.include and args.context is None:
@@ -97,7 +93,11 @@ def _create(args: argparse.Namespace) -> int:
         note("Test mode: one batch of training, a validation and a checkpoint, no restarts")
     with open_session(args) as session:
         exp = session.create_experiment(
-            text, context, activate=not args.paused, project_id=args.project_id
+            text,
+            context,
+            activate=not args.paused,
+            project_id=args.project_id,
+            template=args.template,
         )
         print_warnings(list(exp.get("warnings", [])))
         write_line(f"Created experiment {exp['id']}")
@@ -383,7 +383,7 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="also upload this file or directory, under its base name (repeatable)",
     )
-    p.add_argument("--template", metavar="NAME", help="config template (none exist here: error)")
+    p.add_argument("--template", metavar="NAME", help="a config template merged under the config")
     p.add_argument(
         "--project_id",
         "--project-id",

@@ -42,6 +42,8 @@ _GROUPS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("workspace", "workspace", ("w",), "manage workspaces"),
     ("project", "project", ("p",), "manage projects"),
     ("rbac", "rbac", (), "roles and role assignments"),
+    ("template", "template", ("tpl",), "manage config templates"),
+    ("webhook", "webhook", (), "manage webhooks"),
     ("user_group", "user-group", (), "manage user groups"),
     ("deploy", "deploy", (), "run a cluster"),
     ("version", "version", (), "show client and master versions"),

@@ -20,7 +20,9 @@ from ._util import note, open_session, write_line
 def _start(args: argparse.Namespace) -> int:
     config, context = build_config(args)
     with open_session(args) as session:
-        task = create_task(session, "notebooks", config, context, args.workspace_name)["task"]
+        task = create_task(
+            session, "notebooks", config, context, args.workspace_name, template_name=args.template
+        )["task"]
         note(f"Launched notebook {task['id']}")
         if args.detach:
             write_line(task["id"])

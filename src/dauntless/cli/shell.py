@@ -139,7 +139,9 @@ def _start(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     with open_session(args) as session:
-        task = create_task(session, "shells", config, context, args.workspace_name)["task"]
+        task = create_task(
+            session, "shells", config, context, args.workspace_name, template_name=args.template
+        )["task"]
         note(f"Launched shell {task['id']}")
         if args.detach:
             write_line(task["id"])

@@ -30,6 +30,7 @@ def _start(args: argparse.Namespace) -> int:
             args.workspace_name,
             experiment_ids=args.experiment_ids,
             trial_ids=args.trial_ids,
+            template_name=args.template,
         )
         task = answer["task"]
         note(("Reusing" if answer.get("reused") else "Launched") + f" TensorBoard {task['id']}")

@@ -519,6 +519,7 @@ class Session:
         activate: bool = True,
         parent_id: int | None = None,
         project_id: int | None = None,
+        template: str | None = None,
     ) -> CreatedExperiment:
         """``POST /experiments``: submit an experiment.
 
@@ -531,6 +532,8 @@ class Session:
                 reused when ``context`` is None).
             project_id: the project to create it in (over the config's ``workspace``
                 and ``project``; default: those, else Uncategorized).
+            template: the name of a config template the master merges under
+                ``config`` (``det template``; None: none).
 
         Returns:
             The created experiment (its ``id`` names it from now on); the master's
@@ -547,6 +550,8 @@ class Session:
             form["parent_id"] = (None, str(int(parent_id)))
         if project_id is not None:
             form["project_id"] = (None, str(int(project_id)))
+        if template is not None:
+            form["template"] = (None, str(template))
         answer = _decode(
             self.request(
                 "POST",

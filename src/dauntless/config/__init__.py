@@ -14,6 +14,7 @@ from ._cluster import (
     TaskProxyConfig,
     TLSConfig,
     TokenConfig,
+    WebhooksConfig,
 )
 from ._experiment import (
     MODEL_SEARCHERS,
@@ -79,6 +80,7 @@ from ._limits import (
     load_json,
     load_yaml,
 )
+from ._merge import merge_template
 from ._provider import (
     AgentResourceManagerConfig,
     AWSProviderConfig,
@@ -95,6 +97,8 @@ from ._sso import (
 )
 
 __all__ = [
+    "merge_template",
+    "WebhooksConfig",
     "INT_MAX",
     "INT_MIN",
     "MAX_DEPTH",

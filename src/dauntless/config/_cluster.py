@@ -236,6 +236,31 @@ class CustomSearchersConfig(_Strict):
     in_master: Literal["off", "admins", "all"] = "off"
 
 
+class WebhooksConfig(_Strict):
+    """Webhooks (``webhooks``; reference §6.3, issue 31 scope 6).
+
+    Attributes:
+        signing_key: the key of the HMAC-SHA256 signature of every webhook request
+            (header ``X-Determined-AI-Signature``). When None the master makes a random
+            one on first start and keeps it in ``<data_dir>/webhook_signing_key`` (mode
+            0600); unlike Determined's, it is never shown by the REST API.
+        base_url: the WebUI address used in links of Slack messages (empty: none).
+        max_attempts: how many times one event is tried (transport errors and 5xx
+            answers are retried; a 4xx is a permanent failure), with exponential
+            backoff of ``1 s * 2**n`` capped at ``max_backoff`` seconds. Determined tries
+            3 times; the default here keeps an event for about 20 minutes of a
+            receiver's absence.
+        max_backoff: seconds, the longest wait between two tries.
+        timeout: seconds one request may take.
+    """
+
+    signing_key: SecretStr | None = None
+    base_url: str = ""
+    max_attempts: int = Field(default=25, ge=1, le=1000)
+    max_backoff: float = Field(default=60.0, gt=0, le=86_400)
+    timeout: float = Field(default=10.0, gt=0, le=600)
+
+
 class MasterConfig(_Strict):
     """The master's config.
 
@@ -259,6 +284,7 @@ class MasterConfig(_Strict):
         audit: the audit trail's retention (:class:`AuditConfig`).
         custom_searchers: who may run custom search methods in the master
             (:class:`CustomSearchersConfig`).
+        webhooks: signing and delivery of webhooks (:class:`WebhooksConfig`).
     """
 
     host: str = "127.0.0.1"
@@ -280,6 +306,7 @@ class MasterConfig(_Strict):
     oidc: OIDCConfig = Field(default_factory=OIDCConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     custom_searchers: CustomSearchersConfig = Field(default_factory=CustomSearchersConfig)
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
 
     @model_validator(mode="after")
     def _providers_need_agents(self) -> MasterConfig:

@@ -843,6 +843,34 @@ class ExperimentConfig(_Strict):
     def _parse_hps(cls, v: Any) -> dict[str, Hyperparameter]:
         return parse_hyperparameters(v)
 
+    @field_validator("integrations")
+    @classmethod
+    def _webhooks(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``integrations.webhooks`` (reference §6.3): ``exclude`` (bool: no webhook
+        fires for this experiment), ``webhook_id`` (ids) and ``webhook_name`` (names)
+        of the ``WEBHOOK_MODE_SPECIFIC`` webhooks (and custom alerts) it sends to."""
+        hooks = (v or {}).get("webhooks")
+        if hooks is None:
+            return v
+        if not isinstance(hooks, dict):
+            raise ValueError("webhooks: a mapping of exclude, webhook_id, webhook_name")
+        unknown = sorted(set(hooks) - {"exclude", "webhook_id", "webhook_name"})
+        if unknown:
+            raise ValueError(
+                f"webhooks.{unknown[0]}: unknown; use exclude, webhook_id or webhook_name"
+            )
+        if not isinstance(hooks.get("exclude", False), bool):
+            raise ValueError("webhooks.exclude: true or false")
+        ids = hooks.get("webhook_id") or []
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i > 0 for i in ids
+        ):
+            raise ValueError("webhooks.webhook_id: a list of webhook ids")
+        names = hooks.get("webhook_name") or []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError("webhooks.webhook_name: a list of webhook names")
+        return v
+
     @field_serializer("hyperparameters")
     def _dump_hps(self, v: dict[str, Hyperparameter]) -> dict[str, Any]:
         return dump_hyperparameters(v)

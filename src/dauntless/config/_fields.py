@@ -186,11 +186,6 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         "log retention is not implemented by this master yet (logs are kept)",
     ),
     FieldRule(
-        "integrations.webhooks",
-        "refused",
-        "webhooks are not implemented by this master",
-    ),
-    FieldRule(
         "resources.slots",
         "refused",
         "a legacy alias that Dauntless does not read; use resources.slots_per_trial",

@@ -380,6 +380,14 @@ class MasterBackend(Backend):
         """``POST /trials/{id}/progress`` (in the background)."""
         self._post_later(f"{API}/trials/{trial_id}/progress", {"progress": progress})
 
+    def send_alert(self, experiment_id: int, trial_id: int, data: dict[str, Any]) -> None:
+        """``POST /webhooks/custom``: a custom alert (``core.alert``) to the experiment's
+        webhooks with a custom trigger."""
+        self.session.post(
+            f"{API}/webhooks/custom",
+            json={"data": data, "experiment_id": experiment_id, "trial_id": trial_id},
+        )
+
     def report_early_exit(self, trial_id: int, reason: str) -> None:
         """``POST /trials/{id}/early_exit``."""
         self.flush()

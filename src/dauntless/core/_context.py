@@ -171,6 +171,30 @@ class Context:
         if self.distributed.is_chief:
             self.backend.start_background()
 
+    def alert(
+        self, title: str | None = None, description: str | None = None, level: str = "info"
+    ) -> None:
+        """Send a custom alert to the webhooks with a custom trigger that the
+        experiment's config names (``integrations.webhooks``; Determined's
+        ``core_context.alert``).
+
+        Args:
+            title: a short title (None: none).
+            description: more text (None: none).
+            level: ``info``, ``warn``, ``debug`` or ``error``.
+
+        Raises:
+            ValueError: ``level`` is not one of those, or the trial does not run on a
+                cluster (only the master delivers webhooks).
+            APIError, MasterUnreachableError: when the master cannot answer.
+        """
+        if level not in ("info", "warn", "debug", "error"):
+            raise ValueError(f"level must be one of info, warn, debug, error; got {level!r}")
+        if not isinstance(self.backend, MasterBackend):
+            raise ValueError("alerts can be sent only by a trial running on a cluster")
+        data = {"title": title or "", "description": description or "", "level": level}
+        self.backend.send_alert(self.trial.experiment_id, self.trial.trial_id, data)
+
     def close(self) -> None:
         """Wait for a background checkpoint upload in flight, stop the preemption
         watcher and release the backend's resources.

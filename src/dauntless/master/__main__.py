@@ -57,6 +57,13 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
             "linked to one (default: nobody/nogroup, 65534)",
         )
     p.add_argument(
+        "--webhooks-signing-key-file",
+        help="file holding the key webhook requests are signed with (webhooks.signing_key; "
+        "default: <data_dir>/webhook_signing_key, made when missing); a file, never the key "
+        "itself on the command line",
+    )
+    p.add_argument("--webhooks-base-url", help="WebUI address for links in Slack messages")
+    p.add_argument(
         "--allow-artificial-slots",
         action="store_true",
         default=None,
@@ -127,6 +134,17 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
             security["cluster_secret"] = read_secret_file(args.cluster_secret_file)
         except ValueError as exc:
             p.error(str(exc))
+    if args.webhooks_signing_key_file or args.webhooks_base_url is not None:
+        hooks = raw.setdefault("webhooks", {})
+        if not isinstance(hooks, dict):
+            p.error("webhooks in the master config must be a mapping")
+        if args.webhooks_base_url is not None:
+            hooks["base_url"] = args.webhooks_base_url
+        if args.webhooks_signing_key_file:
+            try:
+                hooks["signing_key"] = read_secret_file(args.webhooks_signing_key_file)
+            except ValueError as exc:
+                p.error(str(exc).replace("cluster secret", "webhook signing key"))
     if "data_dir" not in raw:
         import platformdirs
 

@@ -56,10 +56,13 @@ from .routes_sso import router as sso_router
 from .routes_stream import router as stream_router
 from .routes_tasks import install_task_error_handlers
 from .routes_tasks import router as tasks_router
+from .routes_templates import router as templates_router
 from .routes_tokens import router as tokens_router
 from .routes_trials import router as trials_router
+from .routes_webhooks import router as webhooks_router
 from .routes_workspaces import router as workspaces_router
 from .sso import OIDCClient
+from .webhook_shipper import Shipper
 from .webui import router as webui_router
 
 log = logging.getLogger("dauntless.master")
@@ -229,6 +232,8 @@ def create_app(
         else:
             folder = MetricFolder(db)
         folder.start()
+        shipper = Shipper(db, config.webhooks, ctx.webhooks.key, ctx.webhooks.wake, ctx.clock)
+        shipper.start()  # webhook events, delivered in the background
         if run_loop:
             thread = threading.Thread(
                 target=loop.run_loop, args=(ctx, stop), name="control-loop", daemon=True
@@ -249,6 +254,7 @@ def create_app(
             stop.set()
             ctx.wake.set()
             folder.close()
+            shipper.stop()
             if thread is not None:
                 thread.join(timeout=10)
             await app.state.proxy_client.aclose()
@@ -287,6 +293,8 @@ def create_app(
     app.include_router(projects_router)
     app.include_router(models_router)  # issue 31: the model registry
     app.include_router(metadata_router)  # issue 31: metadata and status after the fact
+    app.include_router(templates_router)
+    app.include_router(webhooks_router)
     app.include_router(tasks_router)
     app.include_router(auth_router)
     app.include_router(compat_router)

@@ -4,7 +4,7 @@ share (issue 18 scope 4).
 :class:`MasterContext` holds the database, the master config, the clock, the loop's wake
 event, the group commit of training reports, caches of parsed configs, the change flags
 the loop and the streams poll, the loop hooks, the log-policy matcher, the checkpoint
-deletions and the task service. It holds no domain logic: experiments, trials,
+deletions, the task service and the webhook queue. It holds no domain logic: experiments, trials,
 allocations, agents, checkpoints, metrics and logs are changed by the session-first
 functions of :mod:`dauntless.master.models`, and the control loop is
 :mod:`dauntless.master.loop`.
@@ -43,6 +43,7 @@ from .db import (
 from .group_commit import GroupCommit
 from .task_policies import LogPolicyMatcher
 from .tasks import TaskService
+from .webhooks import Webhooks
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -134,6 +135,8 @@ class MasterContext:
         self.deletions = CheckpointDeletions(db, lambda: self.clock())
         #: Commands, notebooks, shells and TensorBoards (dauntless.master.tasks).
         self.tasks = TaskService(self)
+        #: Webhook triggers and their event queue (dauntless.master.webhooks).
+        self.webhooks = Webhooks(db, config, lambda: self.clock())
 
     # ------------------------------------------------------------------ transactions
 

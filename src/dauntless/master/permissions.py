@@ -318,6 +318,39 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("DELETE", f"{V1}/models/{{model_name}}/versions/{{model_version_num}}"): Rule(
         perm=P.DELETE_MODEL_VERSION, on="body", what="delete its versions"
     ),
+    # -- config templates (reference §6.1): the routes check the template's workspace
+    ("GET", f"{V1}/templates"): _list(P.VIEW_TEMPLATES),
+    ("GET", f"{V1}/templates/{{template_name}}"): Rule(perm=P.VIEW_TEMPLATES, on="body"),
+    ("POST", f"{V1}/templates/{{template_name}}"): Rule(
+        perm=P.CREATE_TEMPLATES, on="body", what="create templates in it"
+    ),
+    ("PUT", f"{V1}/templates/{{template_name}}"): Rule(
+        perm=P.UPDATE_TEMPLATES, on="body", what="replace its templates"
+    ),
+    ("PATCH", f"{V1}/templates/{{template_name}}"): Rule(
+        perm=P.UPDATE_TEMPLATES, on="body", what="edit its templates"
+    ),
+    ("PATCH", f"{V1}/template/rename"): Rule(
+        perm=P.UPDATE_TEMPLATES, on="body", what="rename its templates"
+    ),
+    ("DELETE", f"{V1}/templates/{{template_name}}"): Rule(
+        perm=P.DELETE_TEMPLATES, on="body", what="delete its templates"
+    ),
+    # -- webhooks (reference §6.3): the routes check the webhook's workspace (the
+    # cluster for a global webhook); custom alerts come from a trial's own token
+    ("GET", f"{V1}/webhooks"): _list(P.VIEW_WEBHOOKS),
+    ("POST", f"{V1}/webhooks"): Rule(perm=P.EDIT_WEBHOOKS, on="body", what="create webhooks"),
+    ("PATCH", f"{V1}/webhooks/{{webhook_id}}"): Rule(
+        perm=P.EDIT_WEBHOOKS, on="body", what="edit webhooks"
+    ),
+    ("DELETE", f"{V1}/webhooks/{{webhook_id}}"): Rule(
+        perm=P.EDIT_WEBHOOKS, on="body", what="delete webhooks"
+    ),
+    ("POST", f"{V1}/webhooks/{{webhook_id}}/test"): Rule(
+        perm=P.EDIT_WEBHOOKS, on="body", what="test webhooks"
+    ),
+    ("GET", f"{V1}/webhooks/{{webhook_id}}/events"): Rule(perm=P.VIEW_WEBHOOKS, on="body"),
+    ("POST", f"{V1}/webhooks/custom"): Rule(on="admin", trial="route"),
     # -- roles and groups (reference §2.5)
     ("GET", f"{V1}/permissions/summary"): ANY,
     ("POST", f"{V1}/roles/search"): ANY,

@@ -224,12 +224,17 @@ BASIC_USER_PERMISSIONS: frozenset[Perm] = frozenset(
         Perm.SET_WORKSPACE_DEFAULT_RESOURCE_POOL,
         Perm.CREATE_MODEL_REGISTRY,
         Perm.EDIT_MODEL_REGISTRY,
+        Perm.CREATE_TEMPLATES,
+        Perm.UPDATE_TEMPLATES,
+        Perm.DELETE_TEMPLATES,
+        Perm.EDIT_WEBHOOKS,
     }
 )
 """What every signed-in user holds on every workspace under ``security.authz.type:
 basic`` (Determined's historical rules, reference §2.2: everyone views everything and
-may create workspaces, experiments, tasks and models, edit models and set default pools
-(deleting a model or a version is its owner's or an admin's); projects are
+may create workspaces, experiments, tasks and models, edit models, set default pools, and
+create, edit and delete templates and webhooks (global webhooks: admins only, checked by
+the webhook routes); deleting a model or a version is its owner's or an admin's; projects are
 created in a workspace by its owner; changes to what others own are the owner's or an
 admin's)."""
 

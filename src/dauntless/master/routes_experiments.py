@@ -57,6 +57,10 @@ _CREATE_FORM = {
                         },
                         "activate": {"type": "boolean", "default": True},
                         "validate_only": {"type": "boolean", "default": False},
+                        "template": {
+                            "type": "string",
+                            "description": "a config template merged under the config",
+                        },
                     },
                 }
             }
@@ -88,7 +92,8 @@ def _form_bool(form: Any, name: str, default: bool) -> bool:
 async def create_experiment(request: Request) -> dict[str, Any]:
     """Submit an experiment: its config and context directory (multipart form: ``config``,
     ``context``, ``activate``, ``validate_only``, ``parent_id``: fork, the parent's
-    context when none is sent).
+    context when none is sent; ``template``: a config template merged under the config,
+    reference §6.1).
 
     The answer is ``{"experiment": ..., "warnings": [...]}``: one warning per deprecated
     or ignored config field (``dauntless.config.config_warnings``).
@@ -106,6 +111,7 @@ async def create_experiment(request: Request) -> dict[str, Any]:
         validate_only = _form_bool(form, "validate_only", False)
         parent_id = _form_int(form, "parent_id")
         project_id = _form_int(form, "project_id")
+        template = form.get("template")
         context = form.get("context")
         if isinstance(context, str):
             raise BadRequest(
@@ -114,6 +120,8 @@ async def create_experiment(request: Request) -> dict[str, Any]:
         data = None if context is None else await read_upload(context)
     ctx = _ctx(request)
     owner = principal(request)
+    if template:  # merged under the config before anything reads it (reference §6.1)
+        config = await run_in_threadpool(_with_template, request, config, template)
     project = await run_in_threadpool(_authorize_create, request, config, project_id, parent_id)
     if validate_only:  # every check of create (experiment_checks), nothing stored
         await run_in_threadpool(
@@ -178,6 +186,33 @@ def _authorize_create(
         if source is not None:
             authz.require(request, source, perm=Perm.VIEW_EXPERIMENT_ARTIFACTS)
     return project
+
+
+def _with_template(request: Request, config: str, template: Any) -> str:
+    """The config text with template ``template`` merged under it.
+
+    Raises:
+        BadRequest: ``template`` not a name, a config over the parsing limits or not a
+            mapping. NotFound: no such template. HTTPException: 403 without
+            ``VIEW_TEMPLATES`` on the template's workspace.
+    """
+    import yaml
+
+    from dauntless.config import LimitError, load_yaml
+
+    from .models.templates import apply_template
+    from .routes_templates import template_for_use
+
+    if not isinstance(template, str):
+        raise BadRequest("invalid request: template: a template name", [("template", "a name")])
+    row = template_for_use(request, template)
+    try:
+        raw = load_yaml(config) or {}
+    except LimitError as exc:
+        raise BadRequest("invalid experiment config", exc.errors) from None
+    if not isinstance(raw, dict):
+        raise BadRequest("invalid experiment config: expected a mapping", [("", "a mapping")])
+    return yaml.safe_dump(apply_template(row, raw), sort_keys=False)
 
 
 def _config_warnings(config: str) -> list[str]:
@@ -322,11 +357,21 @@ def experiment_action(exp_id: DbId, action: str, request: Request) -> dict[str, 
 
 @router.patch("/experiments/{exp_id}", response_model=R.ExperimentBody)
 def patch_experiment(exp_id: DbId, body: PatchExperiment, request: Request) -> dict[str, Any]:
-    """Edit name or description, or set the checkpoint GC policy (collects at once)."""
+    """Edit name, description, notes (Markdown) or labels (the whole set), or set the
+    checkpoint GC policy (collects at once)."""
     ctx = _ctx(request)
     gc = body.checkpoint_storage.model_dump(exclude_none=True) if body.checkpoint_storage else None
     res = body.resources.model_dump(exclude_none=True) if body.resources else None
-    experiments.patch_experiment(ctx, exp_id, body.name, body.description, gc or None, res or None)
+    experiments.patch_experiment(
+        ctx,
+        exp_id,
+        body.name,
+        body.description,
+        gc or None,
+        res or None,
+        notes=body.notes,
+        labels=body.labels,
+    )
     return _experiment_json(ctx, exp_id)
 
 

@@ -108,7 +108,8 @@ async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, byte
                 )
             data = await read_upload(context)
         fields = {
-            k: form.get(k) for k in ("entrypoint", "experiment_ids", "trial_ids", "workspace_id")
+            k: form.get(k)
+            for k in ("entrypoint", "experiment_ids", "trial_ids", "workspace_id", "template_name")
         }
     if data is not None:
         await run_in_threadpool(check_context_archive, data)  # 400 unsafe, 413 too large
@@ -141,6 +142,9 @@ def _make_create(family: str, task_type: str):
         if target is None:
             raise NotFound(f"workspace {workspace_id} not found")
         authz.require(request, target)  # CREATE_NSC there
+        template = fields.get("template_name")
+        if template:  # merged under the config (reference §6.1)
+            config = await run_in_threadpool(_with_template, request, config, template)
         entrypoint = None
         meta: dict[str, Any] = {}
         if task_type == "COMMAND":
@@ -186,6 +190,22 @@ def _make_create(family: str, task_type: str):
         + "."
     )
     return create
+
+
+def _with_template(request: Request, config: dict[str, Any] | None, name: Any) -> dict:
+    """``config`` merged over template ``name`` (``VIEW_TEMPLATES`` on its workspace).
+
+    Raises:
+        BadRequest: not a name. NotFound: no such template. HTTPException: 403.
+    """
+    from .models.templates import apply_template
+    from .routes_templates import template_for_use
+
+    if not isinstance(name, str):
+        raise BadRequest(
+            "invalid request: template_name: a template name", [("template_name", "a name")]
+        )
+    return apply_template(template_for_use(request, name), config or {})
 
 
 def _workspace_id(fields: dict[str, Any]) -> int:

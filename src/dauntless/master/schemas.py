@@ -130,7 +130,11 @@ class ResourcesPatch(_Body):
 
 class PatchExperiment(_Body):
     name: str | None = Field(default=None, max_length=512)
-    description: str | None = None
+    description: str | None = Field(default=None, max_length=65_536)
+    notes: str | None = Field(default=None, max_length=1_048_576)
+    labels: list[Annotated[str, Field(min_length=1, max_length=255)]] | None = Field(
+        default=None, max_length=1000
+    )
     checkpoint_storage: GCPolicyIn | None = None
     resources: ResourcesPatch | None = None
 
@@ -191,6 +195,8 @@ def experiment_view(exp: ExperimentRow, num_trials: int, best: float | None) -> 
         "id": exp.id,
         "name": exp.name,
         "description": exp.description,
+        "notes": exp.notes or "",
+        "labels": list(exp.config.get("labels") or []),
         "state": exp.state,
         "archived": exp.archived,
         "owner": exp.owner,

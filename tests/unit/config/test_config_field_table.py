@@ -134,8 +134,8 @@ FIELDS: list[tuple[str, dict, str, str]] = [
     (
         "integrations.webhooks",
         {"integrations": {"webhooks": {"webhook_id": [1]}}},
-        "refused",
-        "webhooks",
+        "acted",
+        "tests/unit/master/test_webhooks.py::test_specific_webhooks_fire_only_for_experiments_naming_them",
     ),
     ("pbs", {"pbs": {"slots_per_node": 1}}, "warned", "PBS"),
     ("slurm", {"slurm": {"gpu_type": "a"}}, "warned", "Slurm"),

@@ -125,6 +125,11 @@ class World:
             form = {"entrypoint": '"true"', "workspace_id": str(self.ws[n])}
             form["config"] = "resources: {slots: 0}"
             self.task[n] = post("/api/v1/commands", data=form)["task"]["id"]
+        # Config templates and webhooks, one of each per workspace (issue 31).
+        for n in "AB":
+            post(f"/api/v1/templates/t{n}", {"config": {"name": n}, "workspace_id": self.ws[n]})
+        self.hook = {n: self.new_hook(n) for n in "AB"}
+        self.spares = 0
         # Running trials: allocations for the cluster stream and the allocation list.
         r = client.post(
             "/api/v1/agents",
@@ -168,6 +173,43 @@ class World:
 
     def workspace_of(self, target: str) -> int:
         return self.ws[target]
+
+    def new_hook(self, target: str) -> int:
+        """A webhook of ``target``'s workspace (to a closed port), made by the admin."""
+        r = self.client.post(
+            "/api/v1/webhooks",
+            headers=bearer(self.admin),
+            json=hook_body(self.ws[target]),
+        )
+        assert r.status_code == 200, r.text
+        return int(r.json()["webhook"]["id"])
+
+    def spare_template(self, target: str) -> str:
+        """A template of ``target``'s workspace for one DELETE call to remove."""
+        self.spares += 1
+        name = f"spare{self.spares}{target}"
+        r = self.client.post(
+            f"/api/v1/templates/{name}",
+            headers=bearer(self.admin),
+            json={"config": {}, "workspace_id": self.ws[target]},
+        )
+        assert r.status_code == 200, r.text
+        return name
+
+
+def hook_body(workspace_id: int) -> dict[str, Any]:
+    """A webhook of ``workspace_id`` posting to a closed port of 127.0.0.1."""
+    return {
+        "name": "h",
+        "url": "http://127.0.0.1:9/hook",
+        "workspace_id": workspace_id,
+        "triggers": [
+            {
+                "trigger_type": "TRIGGER_TYPE_EXPERIMENT_STATE_CHANGE",
+                "condition": {"state": "COMPLETED"},
+            }
+        ],
+    }
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -285,7 +327,13 @@ def url_and_body(w: World, method: str, path: str, target: str) -> tuple[str, An
         token_id="999999",  # none: tokens are per user (tests/unit/master/test_access_tokens.py)
         model_name=f"m{target}",
         model_version_num=1,
+        template_name=f"t{target}",
+        webhook_id=w.hook[target],
     )
+    if (method, path) == ("DELETE", "/api/v1/templates/{template_name}"):
+        url = f"/api/v1/templates/{w.spare_template(target)}"
+    if (method, path) == ("DELETE", "/api/v1/webhooks/{webhook_id}"):
+        url = f"/api/v1/webhooks/{w.new_hook(target)}"
     ws, proj = w.ws[target], w.proj[target]
     assignment = {"role": {"role_id": 4}, "scope_workspace_id": ws}
     bodies: dict[tuple[str, str], Any] = {
@@ -331,6 +379,20 @@ def url_and_body(w: World, method: str, path: str, target: str) -> tuple[str, An
         ("POST", "/api/v1/models/{model_name}/versions"): {"checkpoint_uuid": w.uuid[target]},
         ("PATCH", "/api/v1/models/{model_name}/versions/{model_version_num}"): {
             "model_version": {"comment": "c"}
+        },
+        ("POST", "/api/v1/templates/{template_name}"): {"config": {}, "workspace_id": ws},
+        ("PUT", "/api/v1/templates/{template_name}"): {"config": {"a": 1}, "workspace_id": ws},
+        ("PATCH", "/api/v1/templates/{template_name}"): {"config": {"a": 2}},
+        ("PATCH", "/api/v1/template/rename"): {
+            "old_name": f"t{target}",
+            "new_name": f"t{target}",
+        },
+        ("POST", "/api/v1/webhooks"): hook_body(ws),
+        ("PATCH", "/api/v1/webhooks/{webhook_id}"): {"url": "http://127.0.0.1:9/other"},
+        ("POST", "/api/v1/webhooks/custom"): {
+            "data": {"title": "t"},
+            "experiment_id": w.exp[target],
+            "trial_id": w.trial[target],
         },
     }
     body = bodies.get((method, path))

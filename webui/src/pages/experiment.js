@@ -8,10 +8,11 @@
 // small summary (the experiment and the first chart's series, issue 22): header and chart
 // are drawn from it before the trials (about 600 KB at 1,000 trials) arrive.
 
-import { del, get, getText, post, query, stream } from "../api.js";
+import { del, get, getText, patch, post, query, stream } from "../api.js";
 import { MultiLineChart, ParetoChart, ScatterChart } from "../charts.js";
 import { HeatMap, ParallelCoords } from "../hpviews.js";
 import { navigate } from "../main.js";
+import { experimentEditor, notesCard } from "../notes.js";
 import { P, can, canExperiment } from "../perms.js";
 import { compareValues, parseFilter, readState, writeState } from "../urlstate.js";
 import {
@@ -130,10 +131,22 @@ export function render(root, [expId]) {
   const descBox = h("p.muted", { id: "description" });
   const filesList = h("div.file-list", { id: "model-def-files" });
   const filePre = h("pre.config", { id: "model-def-file", hidden: true });
+  // Issue 31: Markdown notes, and editing the name, description and labels.
+  const mayEdit = () => state.exp !== null && canExperiment(state.exp, P.UPDATE_EXPERIMENT);
+  const notes = notesCard({
+    id: "experiment-notes", title: "Notes", empty: "No notes.", canEdit: mayEdit,
+    save: (text) => patch(`/experiments/${expId}`, { notes: text }),
+  });
+  const editor = experimentEditor(async (body) => {
+    const { experiment } = await patch(`/experiments/${expId}`, body);
+    state.exp = { ...state.exp, ...experiment };
+    drawHeader();
+  });
 
   setChildren(root,
     h("div.toolbar", null, h("a", { href: "/experiments" }, "‹ Experiments")),
     header,
+    editor.card,
     h("div.card", null,
       h("div.toolbar", null, h("h2", null, "Learning curves"), h("span.spacer"), curveNote,
         curveGroup, curveName, curveShow, curveX,
@@ -152,7 +165,8 @@ export function render(root, [expId]) {
       h("div.card.grow", null,
         h("div.toolbar", null, h("h2", null, "Model definition"), h("span.spacer"),
           h("a", { href: `/api/v1/experiments/${expId}/model_def`, download: `experiment-${expId}-model_def.tar.gz`, id: "model-def-download" }, "Download")),
-        filesList, filePre)));
+        filesList, filePre)),
+    notes.card);
 
   const curves = new MultiLineChart(curveBox, {
     onSelect: (id) => { for (const tr of trialsBox.querySelectorAll("tr[data-trial]")) tr.classList.toggle("highlight", Number(tr.dataset.trial) === id); },
@@ -214,7 +228,12 @@ export function render(root, [expId]) {
       h("div.toolbar", null,
         h("h1", null, `Experiment ${e.id}: ${e.name}`), badge(e.state),
         e.archived ? h("span.badge.archived", null, "archived") : null,
+        (e.labels || []).map((l) => h("span.badge.label", { dataset: { label: l } }, l)),
         h("span.spacer"), actionButtons(e),
+        mayEdit() ? h("button", {
+          id: "edit-experiment", type: "button", title: "edit the name, description and labels",
+          onclick: () => editor.open(state.exp),
+        }, "Edit") : null,
         canDelete ? h("button.danger", {
           id: "delete-experiment", type: "button", title: "delete the experiment, its checkpoints and its rows",
           onclick: async () => {
@@ -256,6 +275,7 @@ export function render(root, [expId]) {
           h("tr", null, h("td", null, "Duration"), h("td", null, fmtDuration(durationOf(e.start_time, e.end_time)))),
           h("tr", null, h("td", null, "Seed"), h("td", null, e.seed))))));
     descBox.textContent = e.description || "No description.";
+    notes.update(e.notes);
     configBox.textContent = toYaml(e.config);
   }
 

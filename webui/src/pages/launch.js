@@ -49,8 +49,7 @@ export function parseIds(text, field) {
 
 /**
  * The task config to send: the YAML text parsed, then the form's fields over it.
- * (Config templates will come with their own issue; a template's config will be merged
- * under the user's here, before the form's fields.)
+ * A chosen config template is merged under it by the master (``template_name``).
  * @param {string} text  YAML (or JSON) of a task config; blank for none
  * @param {{pool: string, slots: string, description: string}} fields  "" = not given
  * @returns {Promise<object>} the config mapping
@@ -134,10 +133,9 @@ export function launchForm({ launch, onLaunched, initial = {} }) {
   const family = KINDS.some((k) => k.family === initial.family) ? initial.family : "notebooks";
   const kind = h("select", { id: "launch-type", name: "type" },
     KINDS.map((k) => h("option", { value: k.family, selected: k.family === family }, k.label)));
-  // Templates come with another issue: until then the only choice is none, and the
-  // config below is sent as written (buildConfig says where a template would merge).
-  const template = h("select", { id: "launch-template", name: "template", disabled: true,
-    title: "Config templates are not available yet" }, h("option", { value: "" }, "none (no templates yet)"));
+  // A config template (issue 31): the master merges the config below over it.
+  const template = h("select", { id: "launch-template", name: "template",
+    title: "a config template the master merges this config over" }, h("option", { value: "" }, "none"));
   const pool = h("select", { id: "launch-pool", name: "pool" }, h("option", { value: "" }, "default"));
   const slots = h("input", { id: "launch-slots", name: "slots", type: "number", min: 0, step: 1, style: { width: "96px" } });
   const description = h("input", { id: "launch-description", type: "text", size: 28, placeholder: "optional" });
@@ -178,6 +176,10 @@ export function launchForm({ launch, onLaunched, initial = {} }) {
   context.addEventListener("change", showContext);
   kind.addEventListener("change", showKind);
   showKind();
+  get("/templates").then(({ templates }) => {
+    setChildren(template, h("option", { value: "" }, "none"),
+      templates.map((x) => h("option", { value: x.name }, x.name)));
+  }).catch(() => { /* no template to offer */ });
   get("/resource-pools").then(({ resource_pools: pools }) => {
     setChildren(pool, h("option", { value: "" }, "default"),
       pools.filter((p) => p.name !== "default").map((p) => h("option", { value: p.name }, p.name)));
@@ -195,6 +197,7 @@ export function launchForm({ launch, onLaunched, initial = {} }) {
             pool: pool.value, slots: slots.value.trim(), description: description.value,
           })),
         };
+        if (template.value) fields.template_name = template.value;
         const exp = parseIds(experiments.value, "experiments");
         const tr = parseIds(trials.value, "trials");
         if (exp.length) fields.experiment_ids = exp;

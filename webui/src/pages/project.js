@@ -1,9 +1,10 @@
 // One project (issue 30): its experiments, live through /stream/experiments, each movable
 // to another project where the user may both change it and create experiments.
 
-import { get, post, query, stream } from "../api.js";
+import { get, post, put, query, stream } from "../api.js";
 import { showWorkspace } from "../main.js";
-import { P, can, canExperiment } from "../perms.js";
+import { notesCard } from "../notes.js";
+import { P, can, canExperiment, canOn } from "../perms.js";
 import { badge, fmtTime, h, setChildren, toast } from "../util.js";
 import { actionButtons } from "./actions.js";
 
@@ -11,7 +12,8 @@ import { actionButtons } from "./actions.js";
 export function render(root, [id]) {
   const header = h("div.toolbar", null, h("h1", null, `Project ${id}`));
   const table = h("div.table-wrap", { id: "project-experiments" });
-  setChildren(root, header, h("div.card", null, table));
+  const notesBox = h("div", { id: "project-notes" });
+  setChildren(root, header, h("div.card", null, table), notesBox);
   let close = null;
   let destinations = null;  // [{id, label, workspace_id}] where the user may create
   let experiments = [];
@@ -77,6 +79,36 @@ export function render(root, [id]) {
       experiments: (body) => { experiments = body.experiments; draw(); },
     });
     loadDestinations().catch(() => { destinations = []; });
+    drawNotes(project);
   })();
+
+  // Issue 31: the project's notes ({name, contents}, Markdown), each editable by who may
+  // update the project; "Add note" appends one.
+  function drawNotes(project) {
+    const mayEdit = () => canOn(P.UPDATE_PROJECT, "project", project.workspace_id,
+      [[project.user_id, "project"]]);
+    let notes = project.notes || [];
+    const saveAll = async (next) => { notes = (await put(`/projects/${id}/notes`, { notes: next })).notes; };
+    const cards = notes.map((n, i) => {
+      const c = notesCard({
+        id: `project-note-${i}`, title: n.name || `Note ${i + 1}`, empty: "Empty note.", canEdit: mayEdit,
+        save: (text) => saveAll(notes.map((m, j) => (j === i ? { name: m.name, contents: text } : m))),
+      });
+      c.update(n.contents);
+      return c.card;
+    });
+    const name = h("input", { id: "new-note-name", type: "text", placeholder: "note name", "aria-label": "note name" });
+    const add = h("button", { id: "add-note", type: "button" }, "Add note");
+    add.addEventListener("click", async () => {
+      if (!name.value.trim()) { toast("Give the note a name.", "error"); return; }
+      try {
+        await saveAll([...notes, { name: name.value.trim(), contents: "" }]);
+        drawNotes({ ...project, notes });
+      } catch (err) { toast(`Adding the note failed: ${err.message}`, "error"); }
+    });
+    setChildren(notesBox, cards, mayEdit()
+      ? h("div.card", null, h("div.toolbar", null, h("h2", null, "Notes"), h("span.spacer"), name, add))
+      : (cards.length ? null : h("div.card", null, h("h2", null, "Notes"), h("p.muted", null, "No notes."))));
+  }
   return () => { if (close) close(); };
 }

@@ -1,6 +1,7 @@
 """The master's database: ORM models, engine, sessions and migrations."""
 
 from .engine import Database, SchemaError, check_schema, current_revision, head_revision, upgrade
+from .integrations import TemplateRow, WebhookEventRow, WebhookRow, WebhookTriggerRow
 from .models import (
     ACCESS_TOKEN,
     USER_SESSION,
@@ -37,6 +38,10 @@ from .teams import (
 __all__ = [
     "ModelRow",
     "ModelVersionRow",
+    "TemplateRow",
+    "WebhookEventRow",
+    "WebhookRow",
+    "WebhookTriggerRow",
     "ACCESS_TOKEN",
     "USER_SESSION",
     "AuditCheckpointRow",

@@ -115,6 +115,8 @@ class ExperimentRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(512))
     description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Markdown notes (issue 31; migration 0021), edited in the WebUI's Notes tab.
+    notes: Mapped[str] = mapped_column(Text, server_default="")
     state: Mapped[str] = mapped_column(String(32), index=True)
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
     # The owner's username (users cannot be renamed, so it stays right) and id.

@@ -151,15 +151,23 @@ def patch_experiment(
     description: str | None = None,
     gc_policy: dict[str, int] | None = None,
     resources: dict[str, Any] | None = None,
+    *,
+    notes: str | None = None,
+    labels: list[str] | None = None,
 ) -> None:
-    """Edit name / description / scheduling resources (priority, weight, max_slots),
-    or change the GC policy and collect at once.
+    """Edit name / description / notes (Markdown) / labels (the whole list, kept in
+    the config's ``labels``) / scheduling resources (priority, weight, max_slots), or
+    change the GC policy and collect at once.
 
     Raises:
-        BadRequest: an empty name or a negative GC count.
+        BadRequest: an empty name, a blank or too long label, or a negative GC count.
     """
     if name is not None and not name.strip():
         raise BadRequest("name must not be empty", [("name", "a non-empty string")])
+    if labels is not None and any(not x.strip() or len(x) > MAX_LABEL_LENGTH for x in labels):
+        raise BadRequest(
+            "invalid label", [("labels", f"non-empty strings of at most {MAX_LABEL_LENGTH} chars")]
+        )
     policy = None
     if gc_policy is not None:
         try:
@@ -172,6 +180,13 @@ def patch_experiment(
             exp.name = name
         if description is not None:
             exp.description = description
+        if notes is not None:
+            exp.notes = notes
+        if labels is not None:
+            config = dict(exp.config)
+            config["labels"] = list(dict.fromkeys(labels))
+            ctx.configs[exp.id] = parse_experiment_config(config)
+            exp.config = config
         if resources:
             config = dict(exp.config)
             config["resources"] = {**config["resources"], **resources}

@@ -1,5 +1,6 @@
 """Logs: task log lines shipped by agents, stored once each, with the trial's log
-policies applied as they arrive (:class:`~dauntless.master.task_policies.LogPolicyMatcher`).
+policies applied as they arrive (:class:`~dauntless.master.task_policies.LogPolicyMatcher`)
+and webhooks' task-log triggers matched (:meth:`dauntless.master.webhooks.Webhooks.on_logs`).
 """
 
 from __future__ import annotations
@@ -67,4 +68,5 @@ def ingest_logs(s: Session, ctx: MasterContext, lines: list[dict[str, Any]]) -> 
         fresh.append(row)
     s.add_all(fresh)
     ctx.log_policies.apply(s, fresh)
+    ctx.webhooks.on_logs(s, fresh)
     return len(fresh)

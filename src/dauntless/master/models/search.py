@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from dauntless.config import searcher_length
 from dauntless.searcher import (
@@ -117,7 +117,8 @@ def _keep(ctx: MasterContext, exp: ExperimentRow, searcher: Any) -> None:
 
 
 def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -> None:
-    """Move an experiment to ``state`` (stamping its end time when terminal).
+    """Move an experiment to ``state`` (stamping its end time when terminal), queueing
+    the events of webhooks triggered by it (:mod:`dauntless.master.webhooks`).
 
     Raises:
         IllegalTransition: the rules of :mod:`dauntless.master.states` refuse it.
@@ -126,6 +127,9 @@ def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -
     exp.state = state.value
     if is_terminal(state):
         exp.end_time = ctx.clock()
+    s = object_session(exp)
+    if s is not None:  # webhooks' state-change triggers, queued in this transaction
+        ctx.webhooks.on_experiment_state(s, exp, state.value)
 
 
 def set_trial_state(ctx: MasterContext, trial: TrialRow, state: State) -> None:

@@ -16,6 +16,8 @@ class ExperimentOut(_Open):
     id: int
     name: str
     description: str | None
+    notes: str
+    labels: list[str]
     state: str
     archived: bool
     owner: str
