@@ -22,6 +22,7 @@ from .models import (
     UserSessionRow,
 )
 from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
+from .search_index import ExperimentHparamRow, ExperimentLabelRow
 from .teams import (
     UNCATEGORIZED_ID,
     PoolBindingRow,
@@ -53,6 +54,8 @@ __all__ = [
     "CheckpointRow",
     "ClusterRow",
     "Database",
+    "ExperimentHparamRow",
+    "ExperimentLabelRow",
     "ExperimentRow",
     "InstanceRow",
     "MetricFoldPendingRow",
