@@ -16,7 +16,6 @@ from dauntless.client import (
     follow_trial_logs,
     wait_for_first_trial,
 )
-from dauntless.config import ConfigError, LimitError, load_yaml, parse_experiment_config
 
 from . import _util
 from ._failure import failure_text
@@ -63,6 +62,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         ValueError: for an override without ``=`` or an empty key part, a value that is
             not YAML, or a path that runs through a non-mapping.
     """
+    from dauntless.config import LimitError, load_yaml  # not at import: `det e list` is cheap
+
     for item in overrides:
         key, sep, text = item.partition("=")
         parts = key.strip().split(".")
@@ -89,6 +90,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 def _load_config(path: str, overrides: list[str]) -> tuple[str, Any]:
     """Read the config file; returns (text to upload, value to validate)."""
+    from dauntless.config import LimitError, load_yaml
+
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -178,6 +181,8 @@ def _create(args: argparse.Namespace) -> int:
         }
         raw["name"] = f"{raw.get('name') or 'experiment'} (test mode)"
         text = yaml.safe_dump(raw, sort_keys=False)
+    from dauntless.config import ConfigError, parse_experiment_config
+
     try:
         parse_experiment_config(raw)
     except ConfigError as exc:

@@ -13,8 +13,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from dauntless.config import LimitError, load_yaml
-
 from ._util import exit_with_error, note, open_session, positive_int, write_line
 
 
@@ -35,6 +33,8 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    from dauntless.config import LimitError, load_yaml
+
     from .experiment import apply_overrides
 
     raw: dict[str, Any] = {}

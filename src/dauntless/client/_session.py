@@ -159,6 +159,10 @@ class Session:
         )
         self.cert_file = cert_file if cert_file is not None else cert_file_from_env()
         verify = make_verify(self.cert_file)
+        if verify is True and not self.master_url.startswith("https://"):
+            # Plain HTTP makes no TLS handshake: no CA store to load (httpx loads it when
+            # the client is made, a fifth of a short command's CPU).
+            verify = False
         self._client = internal_client(timeout=self.timeout, transport=transport, verify=verify)
         self.token_store = token_store if token_store is not None else TokenStore()
         self._explicit_user = user or os.environ.get(USER_ENV, "").strip() or None
