@@ -19,7 +19,7 @@ def _skip_httpx_cli() -> None:
     before a command group (which imports httpx) is imported; only the `det` process is
     affected: the master, agents and tasks import httpx as usual."""
     if "httpx" not in sys.modules:
-        sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
 # One row per command group: (module under dauntless.cli, name, aliases, help). The
