@@ -341,7 +341,10 @@ def seed_experiment_table(
                     )
                 s.add_all(exps)
                 s.flush()
-                trial_rows, hp_rows, label_rows = [], [], []
+                trial_rows: list[dict[str, Any]] = []
+                hp_rows: list[dict[str, Any]] = []
+                label_rows: list[dict[str, Any]] = []
+                best_index: dict[int, int] = {}  # experiment id -> index of its best trial
                 for exp in exps:
                     best: tuple[float, dict[str, Any]] | None = None
                     for k in range(trials):
@@ -355,6 +358,9 @@ def seed_experiment_table(
                         }
                         loss = 0.05 + abs(math.log10(lr) + 2.5) * 0.2 + dropout * 0.3
                         loss += (0.1 if optimizer == "sgd" else 0.0) + rng.uniform(0, 0.02)
+                        if best is None or loss < best[0]:
+                            best = (loss, hp)
+                            best_index[exp.id] = len(trial_rows)
                         trial_rows.append(
                             {
                                 "experiment_id": exp.id,
@@ -371,8 +377,6 @@ def seed_experiment_table(
                                 "end_time": exp.end_time,
                             }
                         )
-                        if best is None or loss < best[0]:
-                            best = (loss, hp)
                     assert best is not None  # trials >= 1
                     exp.best_searcher_metric = best[0]
                     hp_rows += [
@@ -383,18 +387,16 @@ def seed_experiment_table(
                         {"experiment_id": exp.id, "label": x} for x in exp.config["labels"]
                     ]
                     ids.append(exp.id)
-                s.execute(insert(TrialRow), trial_rows)
+                trial_ids = list(
+                    s.scalars(
+                        insert(TrialRow).returning(TrialRow.id, sort_by_parameter_order=True),
+                        trial_rows,
+                    )
+                )
                 s.execute(insert(ExperimentHparamRow), hp_rows)
                 s.execute(insert(ExperimentLabelRow), label_rows)
                 for exp in exps:  # the representative trial: its best one
-                    exp.best_trial_id = s.scalar(
-                        select(TrialRow.id)
-                        .where(
-                            TrialRow.experiment_id == exp.id,
-                            TrialRow.best_validation == exp.best_searcher_metric,
-                        )
-                        .limit(1)
-                    )
+                    exp.best_trial_id = trial_ids[best_index[exp.id]]
         return ids
     finally:
         db.dispose()

@@ -322,23 +322,41 @@ def check_fields(fields: Sequence[str]) -> None:
         )
 
 
+def _among(column: Any, ids: list[int]) -> ColumnElement[bool]:
+    """``column`` is one of ``ids`` -- or, for a dense page (the newest 1,000 of an
+    unfiltered list), merely between its smallest and largest id: one range instead of
+    1,000 bound parameters per query, whose rendering cost more than the queries
+    themselves. Callers keep only the rows of ``ids``."""
+    lo, hi = min(ids), max(ids)
+    if hi - lo < 2 * len(ids) + 64:
+        return column.between(lo, hi)
+    return column.in_(ids)
+
+
 def experiment_columns(s: Session, ids: list[int], fields: Sequence[str]) -> list[dict[str, Any]]:
     """The projected views of experiments ``ids`` (in that order): ``id`` and each of
     ``fields`` (checked by :func:`check_fields`), reading only the columns and tables
     they need. ``hp.<name>`` is that hyperparameter of the representative trial (None
-    when it has none); ``hparams`` all of them, ``{dotted name: value}``."""
+    when it has none); ``hparams`` all of them, ``{dotted name: value}``.
+
+    The queries run on the session's connection (SQLAlchemy Core): plain rows, none of
+    the ORM's per-row work (a third of a 1,000-row page's CPU)."""
     if not ids:
         return []
+    conn = s.connection()
+    wanted_ids = set(ids)
     wanted = ["id", *[f for f in dict.fromkeys(fields) if f != "id"]]
     columns = [f for f in wanted if f in COLUMN_FIELDS]
     need_project = any(f in ("project_name", "workspace_id", "workspace_name") for f in wanted)
     select_cols = [COLUMN_FIELDS[f] for f in columns]
     if need_project and "project_id" not in columns:
         select_cols.append(ExperimentRow.project_id)
-    rows = s.execute(select(*select_cols).where(ExperimentRow.id.in_(ids))).all()
+    rows = conn.execute(select(*select_cols).where(_among(ExperimentRow.id, ids))).all()
     views: dict[int, dict[str, Any]] = {}
     projects: dict[int, int] = {}
     for row in rows:
+        if row[0] not in wanted_ids:
+            continue
         view = dict(zip(columns, row, strict=False))
         views[row[0]] = view
         if need_project:
@@ -347,9 +365,9 @@ def experiment_columns(s: Session, ids: list[int], fields: Sequence[str]) -> lis
             )
     if "num_trials" in wanted:
         counts = dict(
-            s.execute(
+            conn.execute(
                 select(TrialRow.experiment_id, func.count(TrialRow.id))
-                .where(TrialRow.experiment_id.in_(ids))
+                .where(_among(TrialRow.experiment_id, ids))
                 .group_by(TrialRow.experiment_id)
             ).all()
         )
@@ -357,9 +375,9 @@ def experiment_columns(s: Session, ids: list[int], fields: Sequence[str]) -> lis
             view["num_trials"] = counts.get(exp_id, 0)
     if "labels" in wanted:
         labels: dict[int, list[str]] = defaultdict(list)
-        for exp_id, label in s.execute(
+        for exp_id, label in conn.execute(
             select(ExperimentLabelRow.experiment_id, ExperimentLabelRow.label)
-            .where(ExperimentLabelRow.experiment_id.in_(ids))
+            .where(_among(ExperimentLabelRow.experiment_id, ids))
             .order_by(ExperimentLabelRow.label)
         ):
             labels[exp_id].append(label)
@@ -379,12 +397,12 @@ def _add_hparams(
         return
     H = ExperimentHparamRow
     query = select(H.experiment_id, H.name, H.num_value, H.text_value).where(
-        H.experiment_id.in_(ids)
+        _among(H.experiment_id, ids)
     )
     if "hparams" not in wanted:
         query = query.where(H.name.in_(names))
     found: dict[int, dict[str, Any]] = defaultdict(dict)
-    for exp_id, name, num, text in s.execute(query):
+    for exp_id, name, num, text in s.connection().execute(query):
         value: Any = text
         if num is not None:
             value = int(num) if num.is_integer() and abs(num) < 2**53 else num
