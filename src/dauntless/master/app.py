@@ -203,6 +203,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
+        db.analyze()  # the planner's statistics, for searches across experiments
         protect_data_dir(config, created)
         with db.write() as s:
             if s.scalar(select(ClusterRow)) is None:
