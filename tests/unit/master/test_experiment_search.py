@@ -280,3 +280,64 @@ def test_parse_condition_and_hparam_rows() -> None:
         ("b.d", None, "[1, 2]"),
         ("f", None, "{}"),
     ]
+
+
+def test_migration_0022_indexes_existing_experiments(db_url: str, tmp_path) -> None:
+    """A database at the previous head gets its experiments indexed by 0022 (searcher
+    columns, labels, the best trial and its hyperparameters), and 0022 downgrades."""
+    import json
+
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+    from sqlalchemy import text
+
+    from dauntless.master.db import Database
+    from dauntless.master.db.engine import MIGRATIONS_DIR
+
+    db = Database(db_url)
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = db.engine
+    command.upgrade(cfg, "0014")
+    config = {
+        **_config("old", 0.5, "adam", ["legacy", "legacy"]),
+        "searcher": {"name": "random", "metric": "acc", "smaller_is_better": False},
+    }
+    with db.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO experiments (name, state, archived, owner, config, "
+                "original_config, seed, searcher_shutdown, progress, start_time, project_id) "
+                "VALUES ('old', 'COMPLETED', :f, 'determined', :c, '', 0, :f, 1, 0, 1)"
+            ),
+            {"c": json.dumps(config), "f": False},
+        )
+        for i, (lr, acc) in enumerate([(0.1, 0.5), (0.2, 0.9), (0.3, None)]):
+            conn.execute(
+                text(
+                    "INSERT INTO trials (experiment_id, request_id, state, hparams, seed, "
+                    "restarts, run_id, total_batches, searcher_closed, best_validation, "
+                    "start_time) VALUES (1, :r, 'COMPLETED', :h, 0, 0, 0, 0, :f, :b, 0)"
+                ),
+                {"r": f"r{i}", "h": json.dumps({"lr": lr, "o": {"k": i}}), "f": False, "b": acc},
+            )
+    command.upgrade(cfg, "0022")
+    with db.engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT searcher_name, searcher_metric, smaller_is_better, "
+                "best_searcher_metric, best_trial_id FROM experiments"
+            )
+        ).one()
+        assert tuple(row) == ("random", "acc", False, 0.9, 2)
+        hps = conn.execute(
+            text("SELECT name, num_value FROM experiment_hparams ORDER BY name")
+        ).all()
+        assert [tuple(h) for h in hps] == [("lr", 0.2), ("o.k", 1.0)]
+        labels = conn.execute(text("SELECT label FROM experiment_labels")).scalars().all()
+        assert labels == ["legacy"]
+    command.downgrade(cfg, "0014")
+    with db.engine.connect() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM trials")).scalar() == 3
+        assert conn.execute(text("SELECT name FROM experiments")).scalar() == "old"
+    db.dispose()
