@@ -5,6 +5,7 @@
 import { UNAUTHORIZED_EVENT, currentUser, dropEarlyStream, get, login, logout } from "./api.js";
 import * as admin from "./pages/admin.js";
 import * as cluster from "./pages/cluster.js";
+import * as compare from "./pages/compare.js";
 import * as experiment from "./pages/experiment.js";
 import * as experiments from "./pages/experiments.js";
 import * as loginPage from "./pages/login.js";
@@ -25,6 +26,7 @@ import { h, setChildren } from "./util.js";
 const ROUTES = [
   [/^\/(?:experiments\/?)?$/, experiments, "experiments"],
   [/^\/experiments\/(\d+)\/?$/, experiment, "experiments"],
+  [/^\/compare\/?$/, compare, "experiments"],
   [/^\/trials\/(\d+)\/?$/, trial, "experiments"],
   [/^\/cluster\/?$/, cluster, "cluster"],
   [/^\/tasks\/?$/, tasks, "tasks"],

@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dauntless.client import Checkpoint, Experiment, Metric, Trial
-from dauntless.config import Length
 
 from ._util import (
     fmt_bytes,
@@ -88,6 +87,8 @@ def full_length_batches(
     Returns:
         The length in batches, or None when the config gives none that converts.
     """
+    from dauntless.config import Length  # not at import: `det e list` is cheap
+
     searcher = (config or {}).get("searcher") or {}
     max_time = searcher.get("max_time")
     if isinstance(max_time, int) and searcher.get("time_metric") == "batches":

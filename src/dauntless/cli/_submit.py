@@ -16,7 +16,6 @@ from dauntless.client import (
     follow_trial_logs,
     wait_for_first_trial,
 )
-from dauntless.config import LimitError, load_yaml
 
 from . import _util
 from ._render import (
@@ -46,6 +45,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         ValueError: for an override without ``=`` or an empty key part, a value that is
             not YAML, or a path that runs through a non-mapping.
     """
+    from dauntless.config import LimitError, load_yaml  # not at import: `det e list` stays cheap
+
     for item in overrides:
         key, sep, text = item.partition("=")
         parts = key.strip().split(".")
@@ -72,6 +73,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 def load_config(path: str, overrides: list[str]) -> tuple[str, Any]:
     """Read the config file; returns (text to upload, value to validate)."""
+    from dauntless.config import LimitError, load_yaml  # not at import: `det e list` stays cheap
+
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

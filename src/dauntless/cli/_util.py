@@ -8,14 +8,13 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dauntless.client import APIError, MasterUnreachableError, Session
+
+if TYPE_CHECKING:  # rich is imported where a table is drawn: `det e list` draws none
+    from rich.console import Console
+    from rich.table import Table
 
 #: Seconds between polls of the follow loops (tests lower it).
 POLL_INTERVAL = 0.5
@@ -115,6 +114,8 @@ def print_json(data: Any) -> None:
 
 def console() -> Console:
     """A rich console on the current stdout; unlimited width when it is not a terminal."""
+    from rich.console import Console
+
     out = sys.stdout
     width = None if out.isatty() else 100_000
     return Console(file=out, width=width, highlight=False, soft_wrap=True)
@@ -133,6 +134,10 @@ def make_table(
     Raises:
         ValueError: when a row's length differs from the number of columns.
     """
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(
         box=box.SIMPLE_HEAD,
         title=title,

@@ -17,15 +17,12 @@ import yaml
 from dauntless.client import (
     build_context_tarball,
 )
-from dauntless.config import ConfigError, parse_experiment_config
 
 from . import experiment_control, experiment_files, experiment_fork
 from ._failure import failure_text
 from ._render import (
-    EXPERIMENT_COLUMNS,
     TRIAL_COLUMNS,
     best_metric_cell,
-    experiment_row,
     full_length_batches,
     print_latest_validations,
     show_checkpoints,
@@ -58,6 +55,8 @@ from .project import register_experiment_move
 
 
 def _create(args: argparse.Namespace) -> int:
+    from dauntless.config import ConfigError, parse_experiment_config
+
     overrides = list(args.config or [])
     if args.test_mode:
         overrides += test_mode_overrides()
@@ -107,15 +106,9 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    with open_session(args) as session:
-        exps = list(session.iter_experiments(archived=None if args.all else False))
-    if args.json:
-        print_json({"experiments": exps, "total": len(exps)})
-        return 0
-    columns = list(EXPERIMENT_COLUMNS) + (["Archived"] if args.all else [])
-    rows = [experiment_row(e) + ([str(bool(e.get("archived")))] if args.all else []) for e in exps]
-    print_table(columns, rows)
-    return 0
+    from ._experiment_list import list_experiments
+
+    return list_experiments(args)
 
 
 #: Searchers whose describe adds the search summary (objectives, Pareto front, lineage,
@@ -406,8 +399,17 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=_create)
 
-    p = sub.add_parser("list", aliases=["ls"], help="list experiments", parents=[common])
-    p.add_argument("-a", "--all", action="store_true", help="include archived experiments")
+    p = sub.add_parser(
+        "list",
+        aliases=["ls"],
+        help="list and search experiments",
+        description="List experiments, filtered, sorted and paged on the master "
+        "(docs/protocol.md, 'Searching experiments').",
+        parents=[common],
+    )
+    from ._experiment_list import add_list_arguments
+
+    add_list_arguments(p)
     add_json_flag(p)
     p.set_defaults(func=_list)
 

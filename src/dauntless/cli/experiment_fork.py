@@ -12,8 +12,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from dauntless.config import LimitError, load_yaml
-
 from ._submit import apply_overrides, follow_experiment, print_warnings
 from ._util import (
     exit_with_error,
@@ -34,6 +32,8 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    from dauntless.config import LimitError, load_yaml
+
     raw: dict[str, Any] = {}
     if args.config_file:
         try:

@@ -9,6 +9,19 @@ from collections.abc import Sequence
 
 from dauntless import __version__
 
+
+def _skip_httpx_cli() -> None:
+    """httpx's package imports its own command-line tool (``httpx._main``: click, rich's
+    syntax highlighting and pygments) whenever click is installed, about half of what
+    importing httpx costs; `det` never runs that tool. A None entry in ``sys.modules``
+    makes that import fail, which httpx handles (it then defines a stub ``main``), so a
+    short command such as `det e list` does not pay for it (issue 37 scope 5). Called
+    before a command group (which imports httpx) is imported; only the `det` process is
+    affected: the master, agents and tasks import httpx as usual."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 # One row per command group: (module under dauntless.cli, name, aliases, help). The
 # module is imported only when its group is the command being run, so `det -h` and
 # `det <other group> ...` never import rich, httpx, numpy or the config models of
@@ -118,6 +131,7 @@ def build_parser(only: str | None = None, *, all_groups: bool = True) -> argpars
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module, name, aliases, help_text in _GROUPS:
         if all_groups or module == only:
+            _skip_httpx_cli()
             importlib.import_module(f"{__package__}.{module}").register(sub, common)
             continue
         placeholder = sub.add_parser(name, aliases=list(aliases), help=help_text, add_help=False)

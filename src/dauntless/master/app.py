@@ -41,6 +41,7 @@ from .routes_charts import router as charts_router
 from .routes_checkpoints import router as checkpoints_router
 from .routes_cluster import router as cluster_router
 from .routes_compat import router as compat_router
+from .routes_experiment_list import router as experiment_list_router
 from .routes_experiments import router as experiments_router
 from .routes_files import router as files_router
 from .routes_habits import router as habits_router
@@ -207,6 +208,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db.migrate()
+        db.analyze()  # the planner's statistics, for searches across experiments
         protect_data_dir(config, created)
         with db.write() as s:
             if s.scalar(select(ClusterRow)) is None:
@@ -304,6 +306,7 @@ def create_app(
     # Before the experiments' POST /experiments/{id}/{action} route that would take
     # POST /experiments/{id}/searcher_operations for an unknown action.
     app.include_router(searcher_router)
+    app.include_router(experiment_list_router)  # issue 31: search across experiments
     app.include_router(experiments_router)
     app.include_router(trials_router)
     app.include_router(checkpoints_router)

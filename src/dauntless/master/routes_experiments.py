@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -235,49 +235,6 @@ def _form_int(form: Any, name: str) -> int | None:
             f"invalid request: {name}: expected an id (0 .. 2**31 - 1)", [(name, "an id")]
         )
     return number
-
-
-@router.get("/experiments", response_model=R.ExperimentPage)
-def list_experiments(
-    request: Request,
-    archived: str = Query(
-        "false",
-        pattern="^(true|false|all)$",
-        description="false (default): hide archived; true: only archived; all: both",
-    ),
-    limit: int = Query(100, ge=1, le=10_000),
-    offset: int = Query(0, ge=0, le=INT32_MAX),
-    workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
-    project_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
-) -> dict[str, Any]:
-    """The experiments the caller may view (``VIEW_EXPERIMENT_METADATA``), newest first,
-    as ``{"experiments": [...], "total": N}``."""
-    which = {"true": True, "false": False, "all": None}[archived]
-    return experiments_page(request, which, limit, offset, workspace_id, project_id)
-
-
-def experiments_page(
-    request: Request,
-    archived: bool | None,
-    limit: int,
-    offset: int,
-    workspace_id: int | None = None,
-    project_id: int | None = None,
-) -> dict[str, Any]:
-    """The body of ``GET /experiments``: only what the caller may view.
-
-    Args:
-        archived: True: archived only; False: unarchived only; None: both.
-        limit: at most this many experiments (newest first).
-        offset: skip this many first.
-        workspace_id, project_id: only those of this workspace or project.
-    """
-    scope = authz.visible(request, Perm.VIEW_EXPERIMENT_METADATA)
-    with _ctx(request).db.read() as s:
-        exps, total = experiment_reads.experiments_page(
-            s, archived, limit, offset, scope, workspace_id, project_id
-        )
-        return {"experiments": _experiment_views(s, exps), "total": total}
 
 
 @router.get("/experiments/{exp_id}", response_model=R.ExperimentDetail)

@@ -47,11 +47,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from .api_spec import INT32_MAX, DbId
+from .api_spec import DbId
 from .auth import route_rule
 from .context import MasterContext
 from .errors import NotFound
@@ -61,7 +61,9 @@ from .routes import _get_experiment, _read
 from .routes_allocations import _allocations
 from .routes_charts import experiment_summary
 from .routes_cluster import list_agents
-from .routes_experiments import experiments_page, get_experiment
+from .routes_experiment_list import ListRequest, list_request, with_limit
+from .routes_experiment_list import experiment_list_page as experiments_page
+from .routes_experiments import get_experiment
 from .routes_trials import get_trial_logs
 from .stream_framing import dumps_json, sse_event
 
@@ -259,23 +261,16 @@ _MAX_SECONDS = Query(
 @router.get("/stream/experiments")
 async def stream_experiments(
     request: Request,
-    archived: str = Query(
-        "false",
-        pattern="^(true|false|all)$",
-        description="false: unarchived only; true: archived only; all: both",
-    ),
-    limit: int = Query(1000, ge=1, le=10_000),
-    offset: int = Query(0, ge=0, le=INT32_MAX),
-    workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
-    project_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only this one's"),
+    search: ListRequest = Depends(list_request),
     max_seconds: float | None = _MAX_SECONDS,
 ) -> StreamingResponse:
-    """Event ``experiments`` (the body of ``GET /experiments``, newest first: only what
-    the caller may view, read again when their roles change) whenever it changes."""
-    which = {"true": True, "false": False, "all": None}[archived]
+    """Event ``experiments`` (the body of ``GET /experiments`` with the same query
+    parameters, 1,000 experiments a page unless ``limit`` says otherwise: only what the
+    caller may view, read again when their roles change) whenever it changes."""
+    search = with_limit(search, 1000)
 
     def read() -> tuple[str, Any]:
-        page = experiments_page(request, which, limit, offset, workspace_id, project_id)
+        page = experiments_page(request, search)
         return "experiments", page
 
     return _stream(_poll(request, read, max_seconds, _experiment_changes(request)))

@@ -36,6 +36,7 @@ from .db import (
     UserRow,
 )
 from .metric_series import fold_metric_reports
+from .models.experiment_index import reindex_experiment
 
 MODEL_DEF = b"# a synthetic model definition\nprint('hello from model_def.py')\n"
 
@@ -168,6 +169,8 @@ def seed_experiment(
                 _seed_trial(
                     s, t, points, every, training, log_lines, batch_metrics, storage_dir, rng, now
                 )
+            s.flush()
+            reindex_experiment(s, exp)
         return exp_id
     finally:
         db.dispose()
@@ -265,3 +268,135 @@ def _seed_trial(
                 for i in range(log_lines)
             ],
         )
+
+
+def seed_experiment_table(
+    db_url: str,
+    count: int,
+    *,
+    trials: int = 1,
+    owner: str = "determined",
+    seed: int = 0,
+    chunk: int = 1000,
+) -> list[int]:
+    """Write ``count`` finished experiments, with their trials (no metrics, checkpoints
+    or model definitions) and their search index, for the list and search benchmarks
+    (``benchmarks/experiment_search.py``): the experiment list reads no metric.
+
+    Each experiment is a search of ``trials`` trials over ``lr`` (log-uniform in
+    1e-4..1e-1), ``dropout`` (0..0.5) and ``optimizer`` (adam/sgd); its trials'
+    best ``validation_loss`` follows the curve of :func:`seed_experiment`, and one
+    experiment in three carries the label ``tuned``.
+
+    Args:
+        db_url: the master's database URL (migrated first).
+        count: how many experiments (>= 1).
+        trials: trials per experiment (>= 1).
+        owner: the owning user's name (an existing user, else no owner id).
+        seed: the random seed of the hyperparameters.
+        chunk: experiments written per transaction.
+
+    Returns:
+        The new experiments' ids.
+
+    Raises:
+        ValueError: ``count`` or ``trials`` < 1.
+    """
+    from .db import ExperimentHparamRow, ExperimentLabelRow
+    from .models.experiment_index import hparam_rows
+
+    if count < 1 or trials < 1:
+        raise ValueError(f"count and trials must be >= 1, got {count} and {trials}")
+    rng = random.Random(seed)
+    db = Database(db_url)
+    db.migrate()
+    now = time.time()
+    ids: list[int] = []
+    try:
+        for start in range(0, count, chunk):
+            with db.write() as s:
+                owner_id = s.scalar(select(UserRow.id).where(UserRow.username == owner))
+                exps = []
+                for i in range(start, min(count, start + chunk)):
+                    config = _config(f"search-{i}", trials, 10, 100, "/tmp/unused")
+                    config["labels"] = ["seeded", "tuned"] if i % 3 == 0 else ["seeded"]
+                    exps.append(
+                        ExperimentRow(
+                            name=f"search-{i}",
+                            description="seeded for the list benchmarks",
+                            state="COMPLETED" if i % 5 else "CANCELED",
+                            archived=False,
+                            owner=owner,
+                            owner_id=owner_id,
+                            config=config,
+                            original_config="",
+                            seed=i,
+                            progress=1.0,
+                            start_time=now - 86_400 + i,
+                            end_time=now - 86_400 + i + 600,
+                            searcher_name=config["searcher"]["name"],
+                            searcher_metric="validation_loss",
+                            smaller_is_better=True,
+                        )
+                    )
+                s.add_all(exps)
+                s.flush()
+                trial_rows: list[dict[str, Any]] = []
+                hp_rows: list[dict[str, Any]] = []
+                label_rows: list[dict[str, Any]] = []
+                best_index: dict[int, int] = {}  # experiment id -> index of its best trial
+                for exp in exps:
+                    best: tuple[float, dict[str, Any]] | None = None
+                    for k in range(trials):
+                        lr, dropout = 10 ** rng.uniform(-4, -1), rng.uniform(0, 0.5)
+                        optimizer = rng.choice(["adam", "sgd"])
+                        hp = {
+                            "global_batch_size": 32,
+                            "lr": lr,
+                            "dropout": dropout,
+                            "optimizer": optimizer,
+                        }
+                        loss = 0.05 + abs(math.log10(lr) + 2.5) * 0.2 + dropout * 0.3
+                        loss += (0.1 if optimizer == "sgd" else 0.0) + rng.uniform(0, 0.02)
+                        if best is None or loss < best[0]:
+                            best = (loss, hp)
+                            best_index[exp.id] = len(trial_rows)
+                        trial_rows.append(
+                            {
+                                "experiment_id": exp.id,
+                                "request_id": str(uuid.UUID(int=rng.getrandbits(128))),
+                                "state": "COMPLETED",
+                                "hparams": hp,
+                                "seed": k,
+                                "restarts": 0,
+                                "run_id": 1,
+                                "total_batches": 1000,
+                                "searcher_closed": True,
+                                "best_validation": loss,
+                                "start_time": exp.start_time,
+                                "end_time": exp.end_time,
+                            }
+                        )
+                    assert best is not None  # trials >= 1
+                    exp.best_searcher_metric = best[0]
+                    hp_rows += [
+                        {"experiment_id": exp.id, "name": n, "num_value": v, "text_value": t}
+                        for n, v, t in hparam_rows(best[1])
+                    ]
+                    label_rows += [
+                        {"experiment_id": exp.id, "label": x} for x in exp.config["labels"]
+                    ]
+                    ids.append(exp.id)
+                trial_ids = list(
+                    s.scalars(
+                        insert(TrialRow).returning(TrialRow.id, sort_by_parameter_order=True),
+                        trial_rows,
+                    )
+                )
+                s.execute(insert(ExperimentHparamRow), hp_rows)
+                s.execute(insert(ExperimentLabelRow), label_rows)
+                for exp in exps:  # the representative trial: its best one
+                    exp.best_trial_id = trial_ids[best_index[exp.id]]
+        return ids
+    finally:
+        db.dispose()

@@ -386,6 +386,48 @@ def test_experiment_list_table_and_json(
     data = json.loads(run(capsys, "-m", populated.url, "e", "ls", "-a", "--json")[1])
     assert [e["id"] for e in data["experiments"]] == [3, 2, 1]
 
+    # Search on the master (issue 31): filters, extra columns, CSV, projected JSON.
+    code, out, _ = run(
+        capsys,
+        "-m",
+        populated.url,
+        "e",
+        "list",
+        "--best-metric",
+        "validation_loss<0.1",
+        "--columns",
+        "hp.lr,searcher",
+        "--csv",
+    )
+    header, *rows = out.splitlines()
+    assert code == 0 and header.split(",")[-2:] == ["hp.lr", "Searcher"]
+    assert [r.split(",")[0] for r in rows] == ["1"] and rows[0].endswith(",0.1,grid")
+    code, out, _ = run(
+        capsys,
+        "-m",
+        populated.url,
+        "e",
+        "ls",
+        "-a",
+        "--sort-by",
+        "id",
+        "--order-by",
+        "asc",
+        "--state",
+        "CANCELED",
+        "--state",
+        "COMPLETED",
+        "--json",
+        "--fields",
+        "name",
+    )
+    assert json.loads(out) == {
+        "experiments": [{"id": 1, "name": "mnist"}, {"id": 2, "name": "old"}],
+        "total": 2,
+    }
+    code, _, err = run(capsys, "-m", populated.url, "e", "list", "--hp", "lr>>1")
+    assert code == 1 and "hp" in err
+
 
 def test_experiment_describe_shows_trials_and_latest_validation(
     populated: Cluster, capsys: pytest.CaptureFixture[str]

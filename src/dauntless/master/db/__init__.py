@@ -24,6 +24,7 @@ from .models import (
 )
 from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
 from .registry import ModelRow, ModelVersionRow
+from .search_index import ExperimentHparamRow, ExperimentLabelRow
 from .teams import (
     UNCATEGORIZED_ID,
     PoolBindingRow,
@@ -61,6 +62,8 @@ __all__ = [
     "CheckpointRow",
     "ClusterRow",
     "Database",
+    "ExperimentHparamRow",
+    "ExperimentLabelRow",
     "ExperimentRow",
     "InstanceRow",
     "MetricFoldPendingRow",

@@ -23,6 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
     text,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -138,6 +139,24 @@ class ExperimentRow(Base):
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     start_time: Mapped[float] = mapped_column(Float)
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The search index (migration 0022, ``models.experiment_index``): the config's
+    # searcher name, metric and direction as columns, the best searcher-metric value of
+    # its trials and the trial whose hyperparameters ``experiment_hparams`` holds.
+    searcher_name: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    searcher_metric: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # server_default only: a Core insert naming older columns works on older revisions
+    smaller_is_better: Mapped[bool] = mapped_column(Boolean, server_default=true())
+    best_searcher_metric: Mapped[float | None] = mapped_column(Float, nullable=True)
+    best_trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+Index(
+    "ix_experiments_metric_best",
+    ExperimentRow.searcher_metric,
+    ExperimentRow.best_searcher_metric,
+)
+Index("ix_experiments_owner", ExperimentRow.owner)
+Index("ix_experiments_start_time", ExperimentRow.start_time)
 
 
 class ModelDefinitionRow(Base):

@@ -35,7 +35,7 @@ from ..db import (
 from ..errors import BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
-from . import checkpoints, registered, search, users
+from . import checkpoints, experiment_index, registered, search, users
 from .experiment_checks import check_experiment
 
 log = logging.getLogger("dauntless.master")
@@ -106,6 +106,7 @@ def create_experiment(
         s.flush()
         if not exp.name:
             exp.name = f"Experiment {exp.id}"
+        experiment_index.index_new_experiment(s, exp)
         ctx.configs[exp.id] = resolved
         if context is not None:
             s.add(ModelDefinitionRow(experiment_id=exp.id, content=context, size=len(context)))
@@ -248,6 +249,7 @@ def delete_experiment(ctx: MasterContext, exp_id: int) -> None:
                 s.execute(delete(AllocationRow).where(AllocationRow.trial_id.in_(trial_ids)))
             s.execute(delete(CheckpointRow).where(CheckpointRow.experiment_id == exp_id))
             s.execute(delete(TrialRow).where(TrialRow.experiment_id == exp_id))
+            experiment_index.forget_experiment(s, exp_id)
             gone = s.get(ExperimentRow, exp_id)
             if gone is not None:
                 s.delete(gone)
@@ -293,6 +295,7 @@ def edit_labels(s: Session, ctx: MasterContext, exp_id: int, label: str, add: bo
     config["labels"] = labels
     ctx.configs[exp.id] = parse_experiment_config(config)
     exp.config = config
+    experiment_index.set_labels(s, exp.id, labels)
     return labels
 
 
@@ -344,6 +347,7 @@ def continue_experiment(s: Session, ctx: MasterContext, exp_id: int, overrides: 
         )
     ctx.configs[exp_id] = cfg
     exp.config = cfg.to_json()
+    experiment_index.index_new_experiment(s, exp)  # the overrides may change labels
     searcher = search.searcher_for(ctx, exp)
     ops = []
     for t in chosen:

@@ -19,7 +19,7 @@ from ..metric_series import store_metric_rows
 from ..metric_store import store_training_rows, training_rows
 from ..progress import experiment_progress
 from ..states import is_terminal
-from . import lifecycle, search, trials
+from . import experiment_index, lifecycle, search, trials
 
 
 class MetricsIn(NamedTuple):
@@ -137,7 +137,7 @@ def store_metrics(
         trial.total_batches = max(trial.total_batches, r.steps_completed)
         if r.group == "validation":
             assert exp is not None  # read above whenever a report is a validation
-            note_validation(ctx, trial, exp, metrics)
+            note_validation(ctx, trial, exp, metrics, s)
             searcher_sees_validation(s, ctx, trial, exp, metrics)
     if not rows:
         return flags
@@ -148,14 +148,20 @@ def store_metrics(
     return flags
 
 
-def note_validation(ctx: MasterContext, trial: Any, exp: Any, metrics: dict[str, Any]) -> None:
-    """Keep ``trial.best_validation`` the best searcher-metric value validated."""
+def note_validation(
+    ctx: MasterContext, trial: Any, exp: Any, metrics: dict[str, Any], s: Session | None = None
+) -> None:
+    """Keep ``trial.best_validation`` the best searcher-metric value validated, and (with
+    a session ``s``) the experiment's best and search index with it
+    (:func:`~dauntless.master.models.experiment_index.note_best_validation`)."""
     cfg = ctx.experiment_config(exp)
     value = metrics.get(cfg.searcher.metric)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         best = trial.best_validation
         if best is None or (value < best if cfg.searcher.smaller_is_better else value > best):
             trial.best_validation = float(value)
+            if s is not None:
+                experiment_index.note_best_validation(s, exp, trial, float(value))
 
 
 def searcher_sees_validation(

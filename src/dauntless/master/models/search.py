@@ -35,7 +35,7 @@ from ..db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from ..errors import BadRequest, NotFound
 from ..progress import experiment_progress
 from ..states import STOPPING, State, check_transition, is_terminal
-from . import allocations, trials
+from . import allocations, experiment_index, trials
 
 log = logging.getLogger("dauntless.master")
 
@@ -177,6 +177,7 @@ def apply(
             )
             s.add(trial)
             s.flush()
+            experiment_index.note_trial_created(s, exp, trial)
             queue.extend(searcher.on_trial_created(op.request_id))
         elif isinstance(op, ValidateAfter):
             trial = trials.trial_by_request(s, exp.id, op.request_id)

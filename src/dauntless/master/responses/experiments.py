@@ -48,6 +48,32 @@ class ExperimentPage(BaseModel):
     total: int
 
 
+class ExperimentListItem(_Open):
+    """An experiment of a search page: the full experiment (:class:`ExperimentOut`)
+    without ``fields``; else ``id`` and the fields asked for (``hp.<name>`` keys for
+    hyperparameters, ``labels``, ``hparams``, ``num_trials``, ...)."""
+
+    id: int
+    name: str | None = None
+    state: str | None = None
+    owner: str | None = None
+    progress: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    num_trials: int | None = None
+    best_searcher_metric: float | None = None
+    searcher_metric: str | None = None
+    labels: list[str] | None = None
+    hparams: dict[str, Any] | None = None
+
+
+class ExperimentListPage(BaseModel):
+    """``GET /experiments``: one page of a search and how many matched in all."""
+
+    experiments: list[ExperimentListItem]
+    total: int
+
+
 class ExperimentCreated(BaseModel):
     """``POST /experiments``: the new experiment (None for ``validate_only``) and one
     warning per deprecated or ignored config field (``"<field>: <why>"``)."""
