@@ -37,6 +37,7 @@ def experiments_page(
     visible: set[int] | None = None,
     workspace_id: int | None = None,
     project_id: int | None = None,
+    owners: list[str] | None = None,
 ) -> tuple[list[ExperimentRow], int]:
     """One page of experiments, newest first, and how many matched in all.
 
@@ -47,8 +48,11 @@ def experiments_page(
         visible: only those of these workspaces (the caller's view; None: every one),
             applied in SQL so that the count holds only what the caller may see.
         workspace_id, project_id: only those of this workspace or project.
+        owners: only those these users (names) own (Determined's ``users`` filter).
     """
     q = select(ExperimentRow)
+    if owners is not None:
+        q = q.where(ExperimentRow.owner.in_(owners))
     if archived is not None:
         q = q.where(ExperimentRow.archived == archived)
     if project_id is not None:
