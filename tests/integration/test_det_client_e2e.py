@@ -281,6 +281,59 @@ def test_experiment_lifecycle(det, tmp_path):
     assert state in ("CANCELED", "STOPPING_CANCELED", "STOPPING_KILLED"), state
 
 
+READ_BEST = """
+import os, runpy, sys, time
+
+sys.argv = ["train.py"]
+try:
+    runpy.run_path("train.py", run_name="__main__")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+
+import determined as det
+from determined.experimental import client
+
+info = det.get_cluster_info()
+exp = client.get_experiment(info.trial.experiment_id)
+deadline = time.time() + 120
+while not exp.list_checkpoints() and time.time() < deadline:
+    time.sleep(1)
+best = exp.top_checkpoint()
+path = best.download(os.path.join(os.getcwd(), "best-ckpt"))
+print("BEST", best.uuid, sorted(os.listdir(path)), flush=True)
+"""
+
+
+def test_sdk_inside_a_trial(det, tmp_path):
+    """Trial code using ``from determined.experimental import client`` reads its own
+    experiment's best checkpoint (Determined's SDK through the compatibility package)."""
+    context = tmp_path / "ctx"
+    context.mkdir()
+    example = REPO / "examples" / "core_api"
+    (context / "train.py").write_text((example / "train.py").read_text())
+    (context / "read_best.py").write_text(READ_BEST)
+    config = (
+        (example / "const.yaml")
+        .read_text()
+        .replace("entrypoint: python3 train.py", "entrypoint: python3 read_best.py")
+    )
+    (context / "const.yaml").write_text(config)
+    det.det("user", "login", "admin", stdin=PASSWORD + "\n")
+    out = det.det("experiment", "create", str(context / "const.yaml"), str(context))
+    exp_id = int(re.search(r"Created experiment (\d+)", out).group(1))
+    body = det.cluster.wait_experiment(exp_id, timeout=300)
+    assert body["experiment"]["state"] == "COMPLETED", det.cluster.dump_logs(exp_id)
+    (trial,) = body["trials"]
+    lines = det.cluster.api(f"/trials/{trial['id']}/logs", limit=10000)["logs"]
+    text = "".join(line["log"] for line in lines)
+    found = re.search(r"BEST (\S+) (\[.*\])", text)
+    assert found, text[-3000:]
+    checkpoints = det.cluster.api(f"/experiments/{exp_id}/checkpoints")["checkpoints"]
+    best = min(checkpoints, key=lambda c: c["searcher_metric"])
+    assert found.group(1) == best["uuid"]
+    assert "metadata.json" in found.group(2) and "weights.npy" in found.group(2)
+
+
 def test_zz_endpoint_summary(det):
     """Print the endpoints Determined's client exercised and how many always passed."""
     seen = det.endpoints()
