@@ -15,6 +15,7 @@ from ._cluster import (
     TLSConfig,
     TokenConfig,
 )
+from ._det_master import RefusedField, translate_master_config
 from ._experiment import (
     MODEL_SEARCHERS,
     REMOVED_SEARCHERS,
@@ -101,6 +102,8 @@ __all__ = [
     "MAX_NODES",
     "MAX_TEXT_BYTES",
     "LimitError",
+    "RefusedField",
+    "translate_master_config",
     "check_tree",
     "load_json",
     "load_yaml",
