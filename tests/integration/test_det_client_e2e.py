@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import httpx
@@ -332,6 +333,47 @@ def test_sdk_inside_a_trial(det, tmp_path):
     best = min(checkpoints, key=lambda c: c["searcher_metric"])
     assert found.group(1) == best["uuid"]
     assert "metadata.json" in found.group(2) and "weights.npy" in found.group(2)
+
+
+def test_agent_yaml_of_determined(det, tmp_path):
+    """``python -m dauntless.agent --config-file agent.yaml`` with Determined's agent
+    keys registers; the fields it ignores are warned about by name."""
+    cluster = det.cluster
+    config = {
+        "master_host": "127.0.0.1",
+        "master_port": cluster.port,
+        "agent_id": "agent-yaml",
+        "resource_pool": "default",
+        "artificial_slots": 1,
+        "work_dir": str(tmp_path / "work"),
+        "fluent": {"image": "fluent/fluent-bit:1.9.3"},
+        "api_enabled": False,
+        "agent_reconnect_attempts": 5,
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    log = tmp_path / "agent-yaml.log"
+    cluster.logs.append(log)
+    cmd = [sys.executable, "-m", "dauntless.agent", "--config-file", str(path)]
+    cmd += ["--cluster-secret-file", str(cluster.secret_file)]
+    cluster.agents["agent-yaml"] = subprocess.Popen(
+        cmd,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=cluster.env(),
+        start_new_session=True,
+    )
+    deadline = time.time() + deadline_seconds(60)
+    while "agent-yaml" not in {a["id"] for a in cluster.api("/agents")["agents"]}:
+        assert time.time() < deadline, log.read_text()
+        assert cluster.agents["agent-yaml"].poll() is None, log.read_text()
+        time.sleep(0.3)
+    det.det("user", "login", "admin", stdin=PASSWORD + "\n")
+    assert "agent-yaml" in det.det("agent", "list")
+    text = log.read_text()
+    for key in ("fluent", "api_enabled", "agent_reconnect_attempts"):
+        assert f"agent config field {key} is ignored" in text, text
+    cluster.stop(cluster.agents.pop("agent-yaml"))
 
 
 def test_zz_endpoint_summary(det):

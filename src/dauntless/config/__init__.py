@@ -15,6 +15,7 @@ from ._cluster import (
     TLSConfig,
     TokenConfig,
 )
+from ._det_agent import env_agent_config, translate_agent_config
 from ._det_master import RefusedField, translate_master_config
 from ._experiment import (
     MODEL_SEARCHERS,
@@ -104,6 +105,8 @@ __all__ = [
     "LimitError",
     "RefusedField",
     "translate_master_config",
+    "translate_agent_config",
+    "env_agent_config",
     "check_tree",
     "load_json",
     "load_yaml",

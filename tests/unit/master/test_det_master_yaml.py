@@ -92,3 +92,49 @@ def test_determined_master_yaml_starts_a_master(tmp_path: Path, capsys):
         with TestClient(app) as client:
             info = client.get("/info").json()
     assert info["clusterName"] == "from-determined"
+
+
+def test_agent_yaml_keys_are_placed():
+    from dauntless.config import env_agent_config, translate_agent_config
+    from dauntless.config._det_agent import IGNORED as AGENT_IGNORED
+
+    raw = {
+        "master_host": "m.example",
+        "master_port": 8443,
+        "agent_id": "a1",
+        "resource_pool": "gpu",
+        "slot_type": "cpu",
+        "visible_gpus": "0,1",
+        "artificial_slots": 2,
+        "container_runtime": "podman",
+        "security": {"tls": {"enabled": True, "master_cert": "/ca.pem"}},
+        **{key: None for key in AGENT_IGNORED},
+    }
+    settings, warnings = translate_agent_config(raw)
+    assert settings == {
+        "master_url": "https://m.example:8443",
+        "agent_id": "a1",
+        "resource_pool": "gpu",
+        "slot_type": "cpu",
+        "visible_gpus": "0,1",
+        "artificial_slots": 2,
+        "runtime": "podman",
+        "master_cert_file": "/ca.pem",
+    }
+    assert len(warnings) == len(AGENT_IGNORED)
+    assert translate_agent_config({"master_host": "h"})[0]["master_url"] == "http://h:80"
+    for bad, field in [
+        ({"slot_type": "rocm"}, "slot_type"),
+        ({"container_runtime": "containerd"}, "container_runtime"),
+        ({"security": {"tls": {"client_cert": "c"}}}, "security.tls.client_cert"),
+        ({"nonsense": 1}, "nonsense"),
+        ({"master_port": 1}, "master_port"),
+    ]:
+        with pytest.raises(RefusedField, match=field):
+            translate_agent_config(bad)
+    env = env_agent_config({"DET_MASTER_HOST": "h", "DET_SECURITY_TLS_SKIP_VERIFY": "true"})
+    assert env == {"master_host": "h", "security": {"tls": {"skip_verify": True}}}
+    assert translate_agent_config(env)[0] == {
+        "master_url": "http://h:80",
+        "master_cert_file": "noverify",
+    }
