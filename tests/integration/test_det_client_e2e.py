@@ -268,6 +268,11 @@ def test_experiment_lifecycle(det, tmp_path):
     uuid = re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", lc).group(0)
     det.det("checkpoint", "download", uuid, "--output-dir", str(tmp_path / "ckpt"))
     assert (tmp_path / "ckpt" / "metadata.json").exists()
+    assert det.det("experiment", "logs", str(exp_id)).strip()
+    # (no `det trial download`: Determined 0.38.1's CLI refuses --uuid, its --best
+    # defaulting to on, and with one checkpoint --best pops it and then finds none)
+    det.det("experiment", "download", str(exp_id), "-o", str(tmp_path / "top"))
+    assert list((tmp_path / "top").rglob("metadata.json"))
 
     long = tmp_path / "long.yaml"
     config = (example / "const.yaml").read_text().replace("batches: 200", "batches: 100000000")

@@ -118,16 +118,73 @@ def trial(request: Request, trial_id: int) -> JSONResponse:
     return JSONResponse({"trial": det_shapes.trial(view)})
 
 
+_CHECKPOINT_SORTS = {
+    "SORT_BY_UUID": "uuid",
+    "SORT_BY_TRIAL_ID": "trialId",
+    "SORT_BY_BATCH_NUMBER": "batches",
+    "SORT_BY_END_TIME": "reportTime",
+    "SORT_BY_STATE": "state",
+}
+
+
 def checkpoints_of(
     request: Request, exp: ExperimentRow, rows: list[Any], s: Session
 ) -> JSONResponse:
-    """Determined's ``Get{Experiment,Trial}CheckpointsResponse`` of ``rows`` (all of
-    them in one page; only ``states`` asked for, e.g. ``STATE_COMPLETED``)."""
-    wanted = set(request.query_params.getlist("states"))
-    items = [det_shapes.checkpoint(v, exp.config) for v in _checkpoint_views(s, exp, rows)]
-    if wanted:
-        items = [c for c in items if c["state"] in wanted]
-    return JSONResponse({"checkpoints": items, "pagination": page(0, len(items), len(items), 0)})
+    """Determined's ``Get{Experiment,Trial}CheckpointsResponse`` of ``rows``.
+
+    Query: ``states`` (e.g. ``STATE_COMPLETED``); ``sortByAttr`` (``SORT_BY_*``) or
+    ``sortByMetric`` (only the experiment's searcher metric is stored with checkpoints:
+    another is refused, naming it); ``orderBy`` (default: the searcher metric's better
+    end first, else ascending); ``offset``, ``limit``. Checkpoints without a metric value
+    sort last.
+
+    Raises:
+        BadRequest: an unknown sort, or a metric other than the searcher's.
+    """
+    params = request.query_params
+    searcher = (exp.config.get("searcher") or {}) if isinstance(exp.config, dict) else {}
+    attr = params.get("sortByAttr") or "SORT_BY_SEARCHER_METRIC"
+    metric = params.get("sortByMetric")
+    if metric and metric != searcher.get("metric"):
+        raise BadRequest(
+            f"invalid request: sortByMetric: only the searcher metric "
+            f"{searcher.get('metric')!r} is stored with checkpoints",
+            [("sortByMetric", "the searcher metric")],
+        )
+    if attr not in _CHECKPOINT_SORTS and attr not in (
+        "SORT_BY_SEARCHER_METRIC",
+        "SORT_BY_UNSPECIFIED",
+    ):
+        raise BadRequest(
+            f"invalid request: sortByAttr: unknown {attr!r}", [("sortByAttr", "SORT_BY_*")]
+        )
+    order = params.get("orderBy") or ""
+    wanted = set(params.getlist("states"))
+    views = _checkpoint_views(s, exp, rows)
+    items = [
+        (v, det_shapes.checkpoint(v, exp.config))
+        for v in views
+        if not wanted or det_shapes.state(v.get("state")) in wanted
+    ]
+    if metric or attr in ("SORT_BY_SEARCHER_METRIC", "SORT_BY_UNSPECIFIED"):
+        desc = order == "ORDER_BY_DESC" if order else not searcher.get("smaller_is_better", True)
+        known = [x for x in items if x[0].get("searcher_metric") is not None]
+        known.sort(key=lambda x: x[0]["searcher_metric"], reverse=desc)
+        items = known + [x for x in items if x[0].get("searcher_metric") is None]
+    else:
+        key = _CHECKPOINT_SORTS[attr]
+        items.sort(
+            key=lambda x: (
+                x[0].get("total_batches") or 0 if key == "batches" else x[1].get(key) or ""
+            ),
+            reverse=order == "ORDER_BY_DESC",
+        )
+    offset = _int_param(request, "offset", 0, INT32_MAX)
+    limit = _int_param(request, "limit", 0, MAX_PAGE)
+    chosen = [c for _, c in items][offset : offset + limit if limit else None]
+    return JSONResponse(
+        {"checkpoints": chosen, "pagination": page(offset, len(chosen), len(items), limit)}
+    )
 
 
 def agents_list(request: Request) -> JSONResponse:
