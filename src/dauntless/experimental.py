@@ -1,6 +1,6 @@
 """``dauntless.experimental`` (Determined's ``determined.experimental``): a quick check of a
-trial class before submitting it. (Determined's SDK, ``determined.experimental.client``,
-has no counterpart here yet: use :mod:`dauntless.client`.)"""
+trial class before submitting it. Determined's SDK (``determined.experimental.client``)
+is :mod:`dauntless.sdk`."""
 
 from __future__ import annotations
 

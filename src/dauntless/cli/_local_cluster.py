@@ -225,6 +225,7 @@ def start_local_cluster(
     poll_interval: float = 0.2,
     initial_user_password: str | None = None,
     default_task_user: str | None = None,
+    master_config: Mapping[str, Any] | None = None,
 ) -> ClusterState:
     """Start a master and ``agents`` agents in the background and wait until they serve.
 
@@ -259,6 +260,12 @@ def start_local_cluster(
             (a new data directory) and changes nothing afterwards.
         default_task_user: a user of this host whose identity (uid, primary group)
             tasks of unlinked users run as; None: this process's.
+        master_config: a master config (Dauntless's or Determined's master.yaml, parsed)
+            to start from (``det deploy local cluster-up --master-config-path``): its
+            fields win, except that the cluster secret, the data directory and the port
+            are this call's unless it sets ``security.cluster_secret``; with
+            ``security.tls`` the master serves HTTPS and the agents and this call verify
+            it with ``security.tls.cert``.
 
     Returns:
         The recorded state (also written to ``<data_dir>/cluster.json``).
@@ -304,8 +311,17 @@ def start_local_cluster(
     logs = root / "logs"
     master_log = logs / "master.log"
     secret = _write_secrets(
-        root, initial_user_password, identity, artificial_slots is not None, proxy_port
+        root,
+        initial_user_password,
+        identity,
+        artificial_slots is not None,
+        proxy_port,
+        dict(master_config or {}),
     )
+    tls = ((master_config or {}).get("security") or {}).get("tls") or {}
+    cert = str(tls["cert"]) if tls.get("cert") else None
+    if cert is not None:
+        url = f"https://127.0.0.1:{master_port}"
     master_cmd = [
         python,
         "-m",
@@ -324,7 +340,10 @@ def start_local_cluster(
     _write_state(state)
     deadline = time.monotonic() + timeout
     try:
-        with _stop_on_sigterm(), Session(url, timeout=2.0, retries=0) as session:
+        with (
+            _stop_on_sigterm(),
+            Session(url, timeout=2.0, retries=0, cert_file=cert) as session,
+        ):
             _wait_master(session, state, deadline, poll_interval)
             records = []
             for i in range(agents):
@@ -346,13 +365,15 @@ def start_local_cluster(
                 ]
                 if artificial_slots is not None:
                     cmd += ["--artificial-slots", str(artificial_slots)]
+                if cert is not None:
+                    cmd += ["--master-cert-file", cert]
                 log = logs / f"{name}.log"
                 records.append(
                     ProcessRecord(name, _spawn(cmd, log, root / name, env), agent_module, str(log))
                 )
                 state = ClusterState(str(root), url, master, list(records), state.started_at)
                 _write_state(state)
-            _wait_agents(state, secret, deadline, poll_interval)
+            _wait_agents(state, secret, deadline, poll_interval, cert)
     except BaseException:
         stop_local_cluster(root, grace=5.0)
         raise
@@ -455,24 +476,34 @@ def _write_secrets(
     default_task: dict[str, Any],
     artificial_slots: bool,
     proxy_port: int,
+    base: dict[str, Any] | None = None,
 ) -> str:
-    """Make a random cluster secret; write the master config (with the deployer's
-    ``default_task``, for artificial slots their allowance, and ``task_proxy.port``:
-    ``proxy_port``, 0 for any free port) and the agents' secret file. Returns the
-    secret."""
-    secret = secrets.token_urlsafe(32)
-    security: dict[str, Any] = {"cluster_secret": secret, "default_task": default_task}
+    """Make a random cluster secret; write the master config (``base``, the operator's,
+    with the deployer's ``default_task`` unless it sets one, for artificial slots their
+    allowance, and ``task_proxy.port``: ``proxy_port``, 0 for any free port, unless it
+    sets one) and the agents' secret file. Returns the secret (``base``'s
+    ``security.cluster_secret`` when it sets one)."""
+    config = dict(base or {})
+    security: dict[str, Any] = dict(config.get("security") or {})
+    secret = str(security.get("cluster_secret") or secrets.token_urlsafe(32))
+    security["cluster_secret"] = secret
+    security.setdefault("default_task", default_task)
     if artificial_slots:
-        security["agents"] = {"allow_artificial_slots": True}
+        security["agents"] = {**(security.get("agents") or {}), "allow_artificial_slots": True}
     if initial_user_password is not None:
         security["initial_user_password"] = initial_user_password
-    config = {"security": security, "task_proxy": {"port": proxy_port}}
+    config["security"] = security
+    config["task_proxy"] = {"port": proxy_port, **(config.get("task_proxy") or {})}
+    for key in ("port", "data_dir"):  # the cluster-up's own (--master-port, --data-dir)
+        config.pop(key, None)
     _write_private(root / MASTER_CONFIG_FILE, yaml.safe_dump(config))
     _write_private(root / CLUSTER_SECRET_FILE, secret + "\n")
     return secret
 
 
-def _wait_agents(state: ClusterState, secret: str, deadline: float, poll: float) -> None:
+def _wait_agents(
+    state: ClusterState, secret: str, deadline: float, poll: float, cert: str | None = None
+) -> None:
     wanted = {r.name for r in state.agents}
     while True:
         for record in [state.master, *state.agents]:
@@ -483,6 +514,7 @@ def _wait_agents(state: ClusterState, secret: str, deadline: float, poll: float)
                 f"{state.master_url}/api/v1/agents",
                 timeout=2.0,
                 headers={CLUSTER_SECRET_HEADER: secret},
+                verify=cert if cert is not None else True,
             )
             r.raise_for_status()
             seen = {str(a.get("id")) for a in r.json().get("agents", [])}

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from dauntless.config import LimitError, load_yaml
+
 from ._local_cluster import (
     LocalClusterError,
     default_data_dir,
@@ -33,6 +35,17 @@ def _cluster_up(args: argparse.Namespace) -> int:
     if args.master_port > 65535:
         exit_with_error(f"--master-port must be in 1..65535, got {args.master_port}")
     data_dir = _data_dir(args)
+    master_config = None
+    if args.master_config_path:
+        try:
+            with open(args.master_config_path, "rb") as f:
+                master_config = load_yaml(f.read(), "") or {}
+        except OSError as exc:
+            exit_with_error(f"cannot read {args.master_config_path}: {exc.strerror or exc}")
+        except LimitError as exc:
+            exit_with_error(f"{args.master_config_path}: {exc}")
+        if not isinstance(master_config, dict):
+            exit_with_error(f"{args.master_config_path}: the master config must be a mapping")
     write_line(f"Starting a local cluster in {data_dir} ...")
     try:
         state = start_local_cluster(
@@ -43,6 +56,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             initial_user_password=args.initial_user_password,
             default_task_user=args.default_task_user,
+            master_config=master_config,
         )
     except (LocalClusterError, ValueError) as exc:
         exit_with_error(str(exc))
@@ -123,6 +137,14 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="run tasks of users without a link (det user link-with-agent-user) as this "
         "user of this host (security.default_task; default: yourself, who deploys the "
         "cluster; another user needs root)",
+    )
+    p.add_argument(
+        "--master-config-path",
+        default=None,
+        metavar="FILE",
+        help="a master config to start the master with (Dauntless's or Determined's "
+        "master.yaml: TLS, resource pools, providers, ...); --master-port and --data-dir "
+        "still apply",
     )
     p.set_defaults(func=_cluster_up)
 

@@ -16,6 +16,8 @@ from ._cluster import (
     TokenConfig,
     WebhooksConfig,
 )
+from ._det_agent import env_agent_config, translate_agent_config
+from ._det_master import RefusedField, translate_master_config
 from ._experiment import (
     MODEL_SEARCHERS,
     REMOVED_SEARCHERS,
@@ -105,6 +107,10 @@ __all__ = [
     "MAX_NODES",
     "MAX_TEXT_BYTES",
     "LimitError",
+    "RefusedField",
+    "translate_master_config",
+    "translate_agent_config",
+    "env_agent_config",
     "check_tree",
     "load_json",
     "load_yaml",

@@ -10,7 +10,13 @@ import sys
 from pydantic import ValidationError
 
 from dauntless._auth import read_secret_file
-from dauntless.config import LimitError, MasterConfig, load_yaml
+from dauntless.config import (
+    LimitError,
+    MasterConfig,
+    RefusedField,
+    load_yaml,
+    translate_master_config,
+)
 
 from . import serving
 from .app import create_app
@@ -82,6 +88,14 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
             p.error(f"{args.config_file}: {exc}")
         if not isinstance(raw, dict):
             p.error(f"{args.config_file}: the master config must be a mapping")
+        try:
+            # Determined's master.yaml loads unchanged: its fields acted on, ignored with
+            # a warning, or refused naming them (issue 33).
+            raw, ignored = translate_master_config(raw)
+        except RefusedField as exc:
+            p.error(f"{args.config_file}: {exc}")
+        for text in ignored:
+            sys.stderr.write(f"warning: {text}\n")
     for flag, key in [
         ("host", "host"),
         ("port", "port"),

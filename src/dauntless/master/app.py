@@ -26,6 +26,7 @@ from .authz import Authorizer
 from .body_limits import JSONBodyLimits
 from .context import MasterContext
 from .db import ClusterRow, Database
+from .det_dialect import CreatedAsOK
 from .fold_worker import FoldWorker
 from .metric_series import MetricFolder
 from .provisioner import build_provisioners
@@ -39,8 +40,10 @@ from .routes_audit import router as audit_router
 from .routes_auth import router as auth_router
 from .routes_charts import router as charts_router
 from .routes_checkpoints import router as checkpoints_router
+from .routes_cluster import info_router
 from .routes_cluster import router as cluster_router
 from .routes_compat import router as compat_router
+from .routes_det_trials import router as det_trials_router
 from .routes_experiment_list import router as experiment_list_router
 from .routes_experiments import router as experiments_router
 from .routes_files import router as files_router
@@ -287,6 +290,7 @@ def create_app(
     # redirect to the proxy origin; served on the proxy origin (dauntless.master.proxy).
     app.mount("/proxy", make_master_proxy_app(app.state))
     app.state.proxy_origin_app = make_proxy_origin_app(app.state)
+    app.add_middleware(CreatedAsOK)  # Determined's client takes only 200 (issue 33)
     app.add_middleware(JSONBodyLimits)  # bounded JSON bodies (dauntless.master.body_limits)
     # Issue 30 first: /users/assignments and /experiments/{id}/move before the
     # /users/{user_id} and /experiments/{exp_id}/{action} routes that would match them.
@@ -303,11 +307,13 @@ def create_app(
     # The routes of the old routes.py, split per aggregate; this order keeps their
     # matching order and the OpenAPI document's operation order.
     app.include_router(cluster_router)
+    app.include_router(info_router)  # Determined's GET /info (issue 33)
     # Before the experiments' POST /experiments/{id}/{action} route that would take
     # POST /experiments/{id}/searcher_operations for an unknown action.
     app.include_router(searcher_router)
     app.include_router(experiment_list_router)  # issue 31: search across experiments
     app.include_router(experiments_router)
+    app.include_router(det_trials_router)  # before /trials/{trial_id} (issue 33)
     app.include_router(trials_router)
     app.include_router(checkpoints_router)
     app.include_router(harness_router)

@@ -34,27 +34,75 @@ _empty_verified: dict[str | None, bool] = {}
 _EMPTY_CACHE_MAX = 4096
 
 
+DET_PREHASH_SALT = "GubPEmmotfiK9TMD6Zdw"
+"""The fixed salt of Determined's client-side password pre-hash (its clients send
+``sha512(salt + password)`` as hex with ``isHashed: true``; Determined 0.38.1,
+``determined/common/api/authentication.py`` and ``master/internal/user/service.go``)."""
+
+PREHASHED = "det-sha512:"
+"""Prefix of a stored hash made over Determined's pre-hash of the password rather than
+over the password itself: ``det-sha512:`` + argon2id(sha512(salt + password) hex). Such a
+hash verifies both a plain password (pre-hashed here) and a pre-hashed one from
+Determined's own client, so its ``det user login`` and SDK ``login`` work unchanged. A
+stored hash without the prefix (made before) verifies plain passwords only, and is
+replaced by the prefixed form at the user's next plain sign-in
+(:func:`needs_rehash`)."""
+
+
+def det_prehash(password: str) -> str:
+    """Determined's client-side pre-hash of a password: the hex SHA-512 of
+    :data:`DET_PREHASH_SALT` + ``password``; the empty password stays empty (as its
+    client sends it)."""
+    if password == "":
+        return ""
+    return hashlib.sha512(
+        (DET_PREHASH_SALT + password).encode("utf-8", "surrogatepass")
+    ).hexdigest()
+
+
 def hash_password(password: str) -> str:
-    """The argon2id hash of ``password`` (encoded, salt and parameters included)."""
-    return _hasher.hash(password)
+    """The stored hash of a plain ``password``: :data:`PREHASHED` + the argon2id hash
+    (encoded, salt and parameters included) of its :func:`det_prehash`."""
+    return PREHASHED + _hasher.hash(det_prehash(password))
 
 
-def verify_password(stored: str | None, password: str) -> bool:
-    """Whether ``password`` matches the stored argon2 hash (False for no hash).
+def needs_rehash(stored: str | None) -> bool:
+    """Whether ``stored`` is an older hash over the plain password (see :data:`PREHASHED`)."""
+    return stored is not None and not stored.startswith(PREHASHED)
+
+
+def verify_password(stored: str | None, password: str, *, is_hashed: bool = False) -> bool:
+    """Whether ``password`` matches the stored hash (False for no hash).
+
+    Args:
+        stored: the user's stored hash (:func:`hash_password`), or None.
+        password: the plain password, or with ``is_hashed`` Determined's pre-hash of it
+            (:func:`det_prehash`, what its clients send).
+        is_hashed: Determined's ``isHashed`` login flag.
 
     With no stored hash a dummy hash is checked anyway, so that an unknown user costs
     as much time as a wrong password (no user enumeration by timing). The answer for the
     empty password is computed once per stored hash and remembered (see
     :data:`_empty_verified`; for an unknown user too, so that both stay alike in time).
     """
+    key, argon = stored, stored
+    if stored is not None and stored.startswith(PREHASHED):
+        argon = stored[len(PREHASHED) :]
+        if not is_hashed:
+            password = det_prehash(password)  # "" stays ""
+    elif is_hashed and password != "":
+        # An older hash over the plain password cannot check a pre-hash: still spend
+        # the time of one verification, then refuse.
+        _verify(None, password)
+        return False
     if password == "":
-        known = _empty_verified.get(stored)
+        known = _empty_verified.get(key)
         if known is None:
-            known = _verify(stored, password)
+            known = _verify(argon, password)
             if len(_empty_verified) < _EMPTY_CACHE_MAX:
-                _empty_verified[stored] = known
+                _empty_verified[key] = known
         return known
-    return _verify(stored, password)
+    return _verify(argon, password)
 
 
 def warm_empty_password(stored: str | None) -> None:

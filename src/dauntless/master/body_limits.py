@@ -11,6 +11,9 @@ FastAPI parses the body for the route:
   64 bits: 400 naming the field (``{"detail", "errors": [{"field", "message"}]}``);
 * text that is not JSON at all is left to the route (FastAPI answers it 400).
 
+A POST, PUT or PATCH body with no ``Content-Type`` is taken as JSON (Determined's client
+sends its bodies so), except on the routes that read such bodies themselves.
+
 The body is then handed on unchanged, and the route parses it again: FastAPI offers no
 hook to hand it the parsed value, and a hand-written scan of the bytes for nesting and
 long digit runs measured slower than ``json.loads`` itself. The cost is about 0.085 ms
@@ -38,6 +41,20 @@ def _is_json(content_type: str) -> bool:
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
     )
+
+
+UNTYPED_OWN_READER = frozenset({("POST", "/api/v1/experiments")})
+"""Routes that read an untyped body themselves, with limits of their own (Determined's
+experiment create carries its context directory: :mod:`dauntless.master.det_create`)."""
+
+
+def _untyped_json(scope: Scope) -> bool:
+    """Whether a request without ``Content-Type`` is taken as JSON: a POST, PUT or PATCH
+    to ``/api/`` (what Determined's client sends so), except :data:`UNTYPED_OWN_READER`."""
+    method = scope.get("method", "")
+    if method not in ("POST", "PUT", "PATCH"):
+        return False
+    return (method, scope.get("path", "").rstrip("/")) not in UNTYPED_OWN_READER
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
@@ -72,6 +89,13 @@ class JSONBodyLimits:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        if not headers.get(b"content-type", b"").strip() and _untyped_json(scope):
+            # Determined's client sends its JSON bodies with no Content-Type (issue 33):
+            # read them as JSON, within the same limits.
+            kept = [(k, v) for k, v in scope.get("headers", []) if k != b"content-type"]
+            scope = dict(scope)
+            scope["headers"] = [*kept, (b"content-type", b"application/json")]
+            headers[b"content-type"] = b"application/json"
         if not _is_json(headers.get(b"content-type", b"").decode("latin-1")):
             await self.app(scope, receive, send)
             return

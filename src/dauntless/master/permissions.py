@@ -104,6 +104,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     # -- sign-in, users, the master
     ("POST", f"{V1}/auth/login"): OPEN,
     ("GET", f"{V1}/master"): OPEN,
+    ("GET", "/info"): OPEN,  # Determined's client asks here first (issue 33)
     ("POST", f"{V1}/auth/logout"): ANY,
     ("GET", f"{V1}/auth/user"): ANY,
     ("GET", f"{V1}/me"): ANY,
@@ -211,6 +212,11 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ),
     ("GET", f"{V1}/trials/{{trial_id}}"): _path(VIEW_EXP, trial="own"),
     ("GET", f"{V1}/trials/{{trial_id}}/metrics"): _path(VIEW_EXP, trial="own"),
+    # Determined's client (issue 33): workloads; several trials' metrics (checked inside)
+    ("GET", f"{V1}/trials/{{trial_id}}/workloads"): _path(VIEW_EXP),
+    ("GET", f"{V1}/trials/metrics/trial_metrics"): Rule(
+        perm=VIEW_EXP, on="body", what="read trials' metrics"
+    ),
     ("GET", f"{V1}/trials/{{trial_id}}/batch-metrics"): _path(VIEW_EXP, trial="own"),
     ("GET", f"{V1}/trials/{{trial_id}}/logs"): _path(VIEW_ART),
     ("GET", f"{V1}/stream/trials/{{trial_id}}/logs"): _path(VIEW_ART),

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from dauntless._auth import COOKIE_NAME
 from dauntless.config import AgentUserGroup
 
+from . import det_shapes
 from . import responses as R
 from .api_spec import DbId
 from .audit_http import audit_note
@@ -38,6 +39,7 @@ from .auth import (
     verify_password,
 )
 from .auth_csrf import csrf_token
+from .auth_secrets import needs_rehash
 from .authz import may
 from .db import ACCESS_TOKEN, UserRow
 from .errors import BadRequest
@@ -57,8 +59,14 @@ class _Body(BaseModel):
 
 
 class LoginBody(_Body):
+    """Determined's ``LoginRequest``: with ``isHashed`` the password is its client's
+    pre-hash (:func:`dauntless.master.auth_secrets.det_prehash`)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
     username: str = Field(max_length=256)
     password: SecretStr = Field(max_length=MAX_PASSWORD_LENGTH)
+    is_hashed: bool = Field(default=False, alias="isHashed")
 
 
 class CreateUserBody(_Body):
@@ -83,9 +91,10 @@ class PasswordBody(_Body):
 
 
 def user_view(user: UserRow) -> dict[str, Any]:
-    """The JSON of a user (never its password hash)."""
+    """The JSON of a user (never its password hash), with Determined's names of its
+    fields beside Dauntless's (:func:`dauntless.master.det_shapes.user_fields`)."""
     link = users.agent_link(user)
-    return {
+    view = {
         "id": user.id,
         "username": user.username,
         "admin": user.admin,
@@ -95,6 +104,8 @@ def user_view(user: UserRow) -> dict[str, Any]:
         "remote": user.remote,
         "agent_user_group": None if link is None else link.model_dump(),
     }
+    # Determined's names of the same fields, for its own client (issue 33).
+    return view | det_shapes.user_fields(view)
 
 
 def _auth(request: Request) -> AuthService:
@@ -120,7 +131,13 @@ def login(body: LoginBody, request: Request) -> JSONResponse:
     audit_note(request, username=name[:256], target="password sign-in")
     with auth.db.read() as s:
         user = users.read_user_by_name(s, name)
-    ok = verify_password(user.password_hash if user else None, body.password.get_secret_value())
+    stored = user.password_hash if user else None
+    password = body.password.get_secret_value()
+    ok = verify_password(stored, password, is_hashed=body.is_hashed)
+    if ok and user is not None and not body.is_hashed and needs_rehash(stored):
+        # Re-hashed over Determined's pre-hash, so that its clients can sign in too.
+        with auth.db.write() as s:
+            users.upgrade_password_hash(s, user.id, stored or "", hash_password(password))
     if user is not None:
         audit_note(request, user_id=user.id)
     if user is None or not ok:
@@ -197,7 +214,11 @@ def get_me(request: Request) -> dict[str, Any]:
 def list_users(request: Request) -> dict[str, Any]:
     """Every user, by id."""
     with _auth(request).db.read() as s:
-        return {"users": [user_view(u) for u in users.read_users(s)]}
+        views = [user_view(u) for u in users.read_users(s)]
+    # Determined's GetUsersResponse pages (its client requires ``pagination``): all in one.
+    n = len(views)
+    page = {"offset": 0, "limit": 0, "startIndex": 0, "endIndex": n, "total": n}
+    return {"users": views, "pagination": page}
 
 
 @router.post("/users", status_code=201, response_model=R.UserBody)

@@ -12,12 +12,14 @@ import tempfile
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from starlette.background import BackgroundTask
 
 from dauntless.storage import StoreError, build_storage
 
+from . import det_shapes
 from . import responses as R
+from .det_dialect import speaks_determined
 from .errors import Conflict, NotFound
 from .models import checkpoints, registered
 from .routes import StoreUnavailable, _checkpoint_views, _ctx, _get_experiment, _storage_dir
@@ -51,16 +53,23 @@ def _tar_object_checkpoint(config: dict[str, Any], uuid: str) -> str:
 
 
 @router.get("/checkpoints/{uuid}", response_model=R.CheckpointBody)
-def get_checkpoint(uuid: str, request: Request) -> dict[str, Any]:
-    """One checkpoint (also one that only a model version keeps, its experiment
-    deleted)."""
+def get_checkpoint(uuid: str, request: Request) -> Any:
+    """One checkpoint (also one that only a model version keeps, its experiment deleted);
+    asked with ``Accept: application/gzip`` (as Determined's client downloads through
+    the master), its files as ``/download`` gives them; to Determined's client, its
+    ``GetCheckpointResponse``."""
+    if "application/gzip" in request.headers.get("accept", ""):
+        return download_checkpoint(uuid, request)
     with _ctx(request).db.read() as s:
         kept = registered.kept_only_by_version(s, uuid)
         if kept is not None:
             return {"checkpoint": version_checkpoint(s, kept)}
         c = checkpoints.read_checkpoint(s, uuid)
         exp = _get_experiment(s, c.experiment_id)
-        return {"checkpoint": _checkpoint_views(s, exp, [c])[0]}
+        view = _checkpoint_views(s, exp, [c])[0]
+        if speaks_determined(request):
+            return JSONResponse({"checkpoint": det_shapes.checkpoint(view, exp.config)})
+        return {"checkpoint": view}
 
 
 def _stored(request: Request, uuid: str) -> dict[str, Any]:

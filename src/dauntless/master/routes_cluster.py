@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -17,9 +18,11 @@ from starlette.concurrency import run_in_threadpool
 
 import dauntless
 
-from . import loop
+from . import det_shapes, loop
 from . import responses as R
+from . import routes_det_experiments as det_views
 from .auth import forbidden, principal
+from .det_dialect import speaks_determined
 from .errors import Forbidden, NotFound
 from .models import agents, allocations, logs
 from .routes import _ctx, _read, _write
@@ -37,6 +40,8 @@ from .states import IllegalTransition
 log = logging.getLogger("dauntless.master")
 
 router = APIRouter(prefix="/api/v1")
+info_router = APIRouter()
+"""Determined's ``GET /info``, outside ``/api/v1`` (before the WebUI's catch-all)."""
 
 PREEMPTION_CHECK_SECONDS = 0.25
 """How often a waiting preemption long poll checks, in memory, whether its allocation's
@@ -48,20 +53,49 @@ though no change was seen (changes the ORM does not report, such as a cascade de
 
 @router.get("/master", response_model=R.MasterInfo)
 def get_master(request: Request) -> dict[str, Any]:
-    """Version and identity of this master, and its single sign-on providers."""
+    """Version and identity of this master, and its single sign-on providers; with
+    Determined's ``GetMasterResponse`` fields beside them (also ``GET /info``)."""
+    return master_info(request)
+
+
+def master_info(request: Request) -> dict[str, Any]:
+    """The body of ``GET /api/v1/master`` and Determined's ``GET /info``."""
     ctx = _ctx(request)
     sso = getattr(request.app.state, "sso", None)
-    return {
+    providers = [sso.provider_info()] if sso is not None else []
+    cluster_id = _read(request, agents.cluster_id)
+    ours = {
         "version": dauntless.__version__,
         "cluster_name": ctx.config.cluster_name,
-        "cluster_id": _read(request, agents.cluster_id),
-        "sso_providers": [sso.provider_info()] if sso is not None else [],
+        "cluster_id": cluster_id,
+        "sso_providers": providers,
     }
+    return ours | det_shapes.master_info(
+        version=dauntless.__version__,
+        cluster_id=cluster_id or "",
+        cluster_name=ctx.config.cluster_name or "",
+        master_id=MASTER_ID,
+        sso_providers=providers,
+        rbac_enabled=ctx.config.security.authz.type == "rbac",
+    )
+
+
+MASTER_ID = str(uuid.uuid4())
+"""This master process's id (Determined's ``masterId``: new at each start)."""
+
+
+@info_router.get("/info", response_model=R.MasterInfo)
+def get_info(request: Request) -> dict[str, Any]:
+    """Determined's ``GET /info`` (its CLI's first call): as ``GET /api/v1/master``."""
+    return master_info(request)
 
 
 @router.get("/agents", response_model=R.AgentsOut)
 def list_agents(request: Request) -> dict[str, Any]:
-    """Every agent with its slots and which allocation holds each."""
+    """Every agent with its slots and which allocation holds each (Determined's shape
+    to its client)."""
+    if speaks_determined(request):
+        return det_views.agents_list(request)  # type: ignore[return-value]
     with _ctx(request).db.read() as s:
         used = agents.slot_holders(s)
         rows = agents.all_agents(s)
@@ -133,8 +167,14 @@ def switch_slot(agent_id: str, slot_id: str, action: str, request: Request) -> d
 
 @router.get("/resource-pools", response_model=R.ResourcePoolsOut)
 def list_resource_pools(request: Request) -> dict[str, Any]:
-    """Declared pools with their schedulers and slots used and free."""
-    return {"resource_pools": _read(request, agents.resource_pools, _ctx(request))}
+    """Declared pools with their schedulers and slots used and free; Determined's
+    ``resourcePools`` and ``pagination`` beside them (its ``det rp list``)."""
+    ctx = _ctx(request)
+    pools = _read(request, agents.resource_pools, ctx)
+    name = ctx.config.cluster_name or ""
+    det = [det_shapes.resource_pool(p, "default", name) for p in pools]
+    page = {"offset": 0, "limit": 0, "startIndex": 0, "endIndex": len(det), "total": len(det)}
+    return {"resource_pools": pools, "resourcePools": det, "pagination": page}
 
 
 def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:

@@ -24,8 +24,10 @@ from fastapi.responses import Response
 
 from . import authz
 from . import responses as R
+from . import routes_det_experiments as det_views
 from .api_spec import INT32_MAX
 from .db.engine import dumps_json
+from .det_dialect import speaks_determined
 from .errors import BadRequest
 from .models import experiment_reads
 from .models.experiment_search import (
@@ -186,6 +188,9 @@ def list_experiments(request: Request, search: ListRequest = Depends(list_reques
     """Search experiments (only those the caller may view with
     ``VIEW_EXPERIMENT_METADATA``): filtered, sorted, paged and projected as the query
     parameters say (docs/protocol.md, "Searching experiments"), as
-    ``{"experiments": [...], "total": N}``."""
+    ``{"experiments": [...], "total": N}``; to Determined's client, its
+    ``GetExperimentsResponse`` (its own query parameters: ``users``, ``projectId``)."""
+    if speaks_determined(request):
+        return det_views.experiments_page(request)
     body = experiment_list_page(request, search)
     return Response(dumps_json(body), media_type="application/json")

@@ -14,12 +14,14 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from . import authz
+from . import authz, det_create
 from . import responses as R
+from . import routes_det_experiments as det_views
 from .api_spec import INT32_MAX, DbId, method_not_allowed
 from .auth import principal
 from .context import MasterContext
 from .context_archive import read_upload
+from .det_dialect import speaks_determined
 from .errors import BadRequest, NotFound
 from .models import agents, experiment_reads, experiments, lifecycle, projects, trials
 from .models.experiment_checks import check_experiment
@@ -101,23 +103,16 @@ async def create_experiment(request: Request) -> dict[str, Any]:
     The form is read here, after authentication: declared as form parameters it would be
     parsed (a context of up to 95 MiB spooled to disk) before the caller is known.
     """
-    async with request.form(max_files=1, max_fields=16) as form:
-        config = form.get("config")
-        if not isinstance(config, str):
-            raise BadRequest(
-                "invalid request: config: Field required", [("config", "Field required")]
-            )
-        activate = _form_bool(form, "activate", True)
-        validate_only = _form_bool(form, "validate_only", False)
-        parent_id = _form_int(form, "parent_id")
-        project_id = _form_int(form, "project_id")
-        template = form.get("template")
-        context = form.get("context")
-        if isinstance(context, str):
-            raise BadRequest(
-                "invalid request: context: expected a file", [("context", "expected a file")]
-            )
-        data = None if context is None else await read_upload(context)
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media in ("", "application/json"):
+        # Determined's CreateExperimentRequest as JSON (its client sends no Content-Type).
+        det = await det_create.read_create(request)
+        config, data, activate = det.config, det.context, det.activate
+        validate_only, parent_id, project_id = det.validate_only, det.parent_id, det.project_id
+        template = None  # Determined's client names no template here
+    else:
+        form = await _read_form(request)
+        config, data, activate, validate_only, parent_id, project_id, template = form
     ctx = _ctx(request)
     owner = principal(request)
     if template:  # merged under the config before anything reads it (reference §6.1)
@@ -138,10 +133,40 @@ async def create_experiment(request: Request) -> dict[str, Any]:
         parent_id,
         project,
     )
+    if speaks_determined(request):
+        created = det_views.experiment_created(request, exp_id, _config_warnings(config))
+        return created  # type: ignore[return-value]
     with ctx.db.read() as s:
         exp = _get_experiment(s, exp_id)
         view = _experiment_views(s, [exp])[0]
     return {"experiment": view, "warnings": _config_warnings(config)}
+
+
+async def _read_form(
+    request: Request,
+) -> tuple[str, bytes | None, bool, bool, int | None, int | None, str | None]:
+    """Dauntless's multipart create form: config, context, activate, validate_only,
+    parent_id, project_id, template (a config template's name)."""
+    async with request.form(max_files=1, max_fields=16) as form:
+        config = form.get("config")
+        if not isinstance(config, str):
+            raise BadRequest(
+                "invalid request: config: Field required", [("config", "Field required")]
+            )
+        activate = _form_bool(form, "activate", True)
+        validate_only = _form_bool(form, "validate_only", False)
+        parent_id = _form_int(form, "parent_id")
+        project_id = _form_int(form, "project_id")
+        template = form.get("template")
+        if template is not None and not isinstance(template, str):
+            raise BadRequest("invalid request: template: expected a name", [("template", "text")])
+        context = form.get("context")
+        if isinstance(context, str):
+            raise BadRequest(
+                "invalid request: context: expected a file", [("context", "expected a file")]
+            )
+        data = None if context is None else await read_upload(context)
+    return config, data, activate, validate_only, parent_id, project_id, template
 
 
 def _authorize_create(
@@ -239,7 +264,9 @@ def _form_int(form: Any, name: str) -> int | None:
 
 @router.get("/experiments/{exp_id}", response_model=R.ExperimentDetail)
 def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
-    """One experiment with its trials."""
+    """One experiment with its trials (Determined's shape to its client)."""
+    if speaks_determined(request):
+        return det_views.experiment(request, exp_id)  # type: ignore[return-value]
     with _ctx(request).db.read() as s:
         exp = _get_experiment(s, exp_id)
         return {
@@ -250,7 +277,9 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
 
 @router.get("/experiments/{exp_id}/trials", response_model=R.TrialsOut)
 def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
-    """The trials of an experiment."""
+    """The trials of an experiment (Determined's shape to its client)."""
+    if speaks_determined(request):
+        return det_views.experiment_trials(request, exp_id)  # type: ignore[return-value]
     with _ctx(request).db.read() as s:
         _get_experiment(s, exp_id)
         return {"trials": _trial_views(s, trials.experiment_trials(s, exp_id))}
@@ -262,6 +291,8 @@ def get_experiment_checkpoints(exp_id: DbId, request: Request) -> dict[str, Any]
     with _ctx(request).db.read() as s:
         exp = _get_experiment(s, exp_id)
         rows = experiment_reads.experiment_checkpoints(s, exp_id)
+        if speaks_determined(request):
+            return det_views.checkpoints_of(request, exp, rows, s)  # type: ignore[return-value]
         return {"checkpoints": _checkpoint_views(s, exp, rows)}
 
 

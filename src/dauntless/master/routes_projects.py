@@ -21,10 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from . import det_shapes
 from .api_spec import INT32_MAX, BodyId, DbId
 from .auth import forbidden, principal
 from .authz import experiment_target, project_target, read_target, require
@@ -39,12 +40,13 @@ router = APIRouter(prefix="/api/v1")
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Determined's client sends camelCase names (issue 33); ours stay accepted.
+    model_config = det_shapes.body_config()
 
 
 class PostProject(_Body):
     name: str = Field(max_length=1000)
-    description: str = Field(default="", max_length=10_000)
+    description: str | None = Field(default="", max_length=10_000)  # null: none
     workspace_id: int | None = Field(default=None, ge=0, le=INT32_MAX)
     key: str | None = Field(default=None, max_length=100)
 
@@ -96,22 +98,24 @@ def project_views(s: Session, rows: list[ProjectRow]) -> list[dict[str, Any]]:
     users = {u.id: u.username for u in s.scalars(select(UserRow))} if rows else {}
     ws_names = {w: workspaces.read_workspace(s, w).name for w in {p.workspace_id for p in rows}}
     return [
-        {
-            "id": p.id,
-            "name": p.name,
-            "key": p.key,
-            "workspace_id": p.workspace_id,
-            "workspace_name": ws_names[p.workspace_id],
-            "description": p.description,
-            "notes": p.notes,
-            "archived": p.archived,
-            "immutable": p.immutable,
-            "user_id": p.user_id,
-            "username": users.get(p.user_id) if p.user_id is not None else None,
-            **counts[p.id],
-            "state": "WORKSPACE_STATE_UNSPECIFIED",
-            "error_message": "",
-        }
+        det_shapes.with_camel(
+            {
+                "id": p.id,
+                "name": p.name,
+                "key": p.key,
+                "workspace_id": p.workspace_id,
+                "workspace_name": ws_names[p.workspace_id],
+                "description": p.description,
+                "notes": p.notes,
+                "archived": p.archived,
+                "immutable": p.immutable,
+                "user_id": p.user_id,
+                "username": users.get(p.user_id) if p.user_id is not None else None,
+                **counts[p.id],
+                "state": "WORKSPACE_STATE_UNSPECIFIED",
+                "error_message": "",
+            }
+        )
         for p in rows
     ]
 
@@ -182,7 +186,7 @@ def create_project(workspace_id: DbId, body: PostProject, request: Request) -> d
     ctx = _ctx(request)
     with ctx.db.write() as s:
         p = projects.create_project(
-            s, ctx.clock(), who.user_id, workspace_id, body.name, body.description, body.key
+            s, ctx.clock(), who.user_id, workspace_id, body.name, body.description or "", body.key
         )
         pid = p.id
     return _one(request, pid)

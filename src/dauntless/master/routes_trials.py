@@ -12,7 +12,9 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 
 from . import responses as R
+from . import routes_det_experiments as det_views
 from .api_spec import DbId
+from .det_dialect import speaks_determined
 from .errors import BadRequest
 from .metric_series import read_trial_series
 from .models import lifecycle, trials
@@ -36,7 +38,9 @@ def kill_trial(trial_id: DbId, request: Request) -> dict[str, Any]:
 
 @router.get("/trials/{trial_id}", response_model=R.TrialBody)
 def get_trial(trial_id: DbId, request: Request) -> dict[str, Any]:
-    """One trial."""
+    """One trial (Determined's shape to its client)."""
+    if speaks_determined(request):
+        return det_views.trial(request, trial_id)  # type: ignore[return-value]
     with _ctx(request).db.read() as s:
         return {"trial": _trial_views(s, [_get_trial(s, trial_id)])[0]}
 
@@ -115,7 +119,10 @@ def get_trial_logs(
     after_id: int = Query(0, ge=0, le=2**63 - 1),
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> dict[str, Any]:
-    """Log lines of a trial with ids above ``after_id``; poll with the last id to follow."""
+    """Log lines of a trial with ids above ``after_id``; poll with the last id to follow
+    (to Determined's client: its stream of ``{"result": ...}`` lines)."""
+    if speaks_determined(request):
+        return det_views.trial_logs(request, trial_id)  # type: ignore[return-value]
     with _ctx(request).db.read() as s:
         trial, rows = trials.trial_logs(s, trial_id, after_id, limit)
         return {"logs": [log_view(r) for r in rows], "trial_state": trial.state}
@@ -127,4 +134,7 @@ def get_trial_checkpoints(trial_id: DbId, request: Request) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
         trial = _get_trial(s, trial_id)
         exp = _get_experiment(s, trial.experiment_id)
-        return {"checkpoints": _checkpoint_views(s, exp, trials.trial_checkpoints(s, trial_id))}
+        rows = trials.trial_checkpoints(s, trial_id)
+        if speaks_determined(request):
+            return det_views.checkpoints_of(request, exp, rows, s)  # type: ignore[return-value]
+        return {"checkpoints": _checkpoint_views(s, exp, rows)}

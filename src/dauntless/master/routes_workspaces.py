@@ -21,12 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
 from dauntless.config import CheckpointStorageConfig
 from dauntless.storage import build_storage
 
+from . import det_shapes
 from .api_spec import INT32_MAX, BodyId, DbId
 from .auth import principal
 from .authz import authorizer, require, visible, workspace_target
@@ -50,7 +51,8 @@ whose workspace has no default run there), as Determined's default pools."""
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Determined's client sends camelCase names (issue 33); ours stay accepted.
+    model_config = det_shapes.body_config()
 
 
 class AgentUserGroup(_Body):
@@ -64,8 +66,9 @@ class PostWorkspace(_Body):
     name: str = Field(max_length=1000)
     agent_user_group: AgentUserGroup | None = None
     checkpoint_storage_config: dict[str, Any] | None = None
-    default_compute_pool: str = Field(default="", max_length=256)
-    default_aux_pool: str = Field(default="", max_length=256)
+    # null as Determined's client sends an unset field (the same as "": none).
+    default_compute_pool: str | None = Field(default="", max_length=256)
+    default_aux_pool: str | None = Field(default="", max_length=256)
     cluster_namespace_meta: dict[str, Any] | None = None
     cluster_quota_pairs: dict[str, Any] | None = None
 
@@ -96,13 +99,15 @@ def _pools(request: Request) -> list[str]:
 
 def pagination(offset: int, limit: int, count: int, total: int) -> dict[str, int]:
     """Determined's ``pagination`` of a page of ``count`` items at ``offset``."""
-    return {
-        "offset": offset,
-        "limit": limit,
-        "start_index": offset if count else 0,
-        "end_index": offset + count,
-        "total": total,
-    }
+    return det_shapes.with_camel(
+        {
+            "offset": offset,
+            "limit": limit,
+            "start_index": offset if count else 0,
+            "end_index": offset + count,
+            "total": total,
+        }
+    )
 
 
 def redact_storage(storage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -117,21 +122,23 @@ def workspace_views(s: Session, rows: list[WorkspaceRow], user_id: int | None) -
     counts = workspaces.workspace_counts(s, [w.id for w in rows], user_id)
     names = _usernames(s, {w.user_id for w in rows})
     return [
-        {
-            "id": w.id,
-            "name": w.name,
-            "archived": w.archived,
-            "immutable": w.immutable,
-            "user_id": w.user_id,
-            "username": names.get(w.user_id),
-            **counts[w.id],
-            "state": "WORKSPACE_STATE_UNSPECIFIED",
-            "error_message": "",
-            "agent_user_group": w.agent_user_group,
-            "checkpoint_storage_config": redact_storage(w.checkpoint_storage_config),
-            "default_compute_pool": w.default_compute_pool or "",
-            "default_aux_pool": w.default_aux_pool or "",
-        }
+        det_shapes.with_camel(
+            {
+                "id": w.id,
+                "name": w.name,
+                "archived": w.archived,
+                "immutable": w.immutable,
+                "user_id": w.user_id,
+                "username": names.get(w.user_id),
+                **counts[w.id],
+                "state": "WORKSPACE_STATE_UNSPECIFIED",
+                "error_message": "",
+                "agent_user_group": w.agent_user_group,
+                "checkpoint_storage_config": redact_storage(w.checkpoint_storage_config),
+                "default_compute_pool": w.default_compute_pool or "",
+                "default_aux_pool": w.default_aux_pool or "",
+            }
+        )
         for w in rows
     ]
 
@@ -196,6 +203,9 @@ def list_workspaces(
     offset: int = Query(0, ge=0, le=INT32_MAX),
     limit: int = Query(0, ge=0, le=10_000, description="0: every workspace"),
     name: str | None = Query(None, max_length=1000),
+    name_case_sensitive: str | None = Query(
+        None, alias="nameCaseSensitive", max_length=1000, description="only the one named so"
+    ),
     archived: bool | None = Query(None),
     user_ids: list[BodyId] | None = Query(None, description="only those these users created"),
     pinned: bool | None = Query(None, description="true: only those the caller pinned"),
@@ -207,7 +217,7 @@ def list_workspaces(
         rows, total = workspaces.list_workspaces(
             s,
             scope,
-            name=name,
+            name=name_case_sensitive or name,
             archived=archived,
             user_ids=[u for u in user_ids or [] if 0 <= u <= INT32_MAX],
             pinned_by=who.user_id if pinned else None,
@@ -217,6 +227,10 @@ def list_workspaces(
             limit=limit,
         )
         views = workspace_views(s, rows, who.user_id)
+    if name_case_sensitive:
+        # Names are unique case-insensitively: at most one matched; keep it if exact.
+        views = [v for v in views if v["name"] == name_case_sensitive]
+        total = len(views)
     return {"workspaces": views, "pagination": pagination(offset, limit, len(views), total)}
 
 
@@ -252,7 +266,8 @@ def create_workspace(body: PostWorkspace, request: Request) -> dict[str, Any]:
             creator_role=assign.role_id if assign.enabled else None,
         )
         ws_id = ws.id
-    return _one(request, ws_id)
+    # Determined's PostWorkspaceResponse also names the namespace bindings (none here).
+    return _one(request, ws_id) | {"namespaceBindings": {}}
 
 
 @router.get("/workspaces/{workspace_id}", response_model=T.WorkspaceBody)

@@ -522,6 +522,12 @@ class PyTorchTrialContext(_TrialFacts):
 
         Tensors (and objects with a ``to`` method) are moved; numeric numpy arrays
         become tensors; mappings (returned as dicts), lists, tuples and named tuples are
-        handled recursively; anything else is returned unchanged.
+        handled recursively; anything else is returned unchanged, with Determined's
+        warning once per type for the trial's lifetime
+        (:func:`dauntless.pytorch._compat_helpers.warn_unmovable`).
         """
+        from ._compat_helpers import warn_unmovable
+
+        warned = self.__dict__.setdefault("_to_device_warned_types", set())
+        warn_unmovable(data, warned)
         return to_device(data, self.device)

@@ -441,13 +441,18 @@ class _TrialController(_StateMixin):
         b = self.batches_trained
         p = self._periods
         at_end = b >= target
-        if at_end or b % p.reporting_period == 0:
+        at_validation = at_end or bool(p.validation_period and b % p.validation_period == 0)
+        at_checkpoint = bool(p.checkpoint_period and b % p.checkpoint_period == 0)
+        # As Determined's PyTorchTrial: the batches since the last boundary are reported
+        # (and on_training_workload_end fires) at every boundary: the reporting period,
+        # a validation, a checkpoint, the operation's end.
+        if at_validation or at_checkpoint or b % p.reporting_period == 0:
             self._report_training(target)
-        if at_end or (p.validation_period and b % p.validation_period == 0):
+        if at_validation:
             last = self._last_validation
             if last is None or last[0] != b:
                 self._after_validation(self._validate())
-        if p.checkpoint_period and b % p.checkpoint_period == 0:
+        if at_checkpoint:
             self._checkpoint_if_stale()
         # At the operation's end the stop check waits until the operation is completed.
         return at_end or not self._should_stop()

@@ -270,3 +270,31 @@ def test_the_deployer_is_the_default_task_identity():
     elif nobody.pw_uid != os.getuid():
         with pytest.raises(ValueError, match="only root can run tasks as another user"):
             deployer_task_identity("nobody")
+
+
+def test_master_config_path_is_the_base_of_the_masters_config(tmp_path: Path) -> None:
+    """``cluster-up --master-config-path``: the operator's config (here Determined's keys)
+    is what the master starts with; the cluster's secret, port and data dir are added."""
+    import yaml
+
+    base = {
+        "db": {"user": "u", "host": "h", "name": "d"},
+        "telemetry": {"enabled": False},
+        "resource_pools": [{"pool_name": "default"}, {"pool_name": "big"}],
+        "security": {"authz": {"type": "rbac"}},
+        "task_proxy": {"port": 9999},
+        "port": 1234,
+    }
+    identity = {"uid": 1, "gid": 1, "user": "u", "group": "g"}
+    secret = _local_cluster._write_secrets(tmp_path, None, identity, True, 0, base)
+    written = yaml.safe_load((tmp_path / _local_cluster.MASTER_CONFIG_FILE).read_text())
+    assert written["security"]["cluster_secret"] == secret
+    assert written["security"]["authz"] == {"type": "rbac"}
+    assert written["security"]["default_task"] == identity
+    assert written["security"]["agents"] == {"allow_artificial_slots": True}
+    assert written["resource_pools"] == base["resource_pools"]
+    assert written["db"] == base["db"] and written["telemetry"] == {"enabled": False}
+    assert written["task_proxy"] == {"port": 9999} and "port" not in written
+    # The operator's own cluster secret is kept (agents elsewhere may hold it).
+    mine = {"security": {"cluster_secret": "s" * 40}}
+    assert _local_cluster._write_secrets(tmp_path, None, identity, False, 0, mine) == "s" * 40

@@ -187,6 +187,27 @@ def test_to_device_moves_nested_batches(context):
     assert context.to_device(strings) is strings
 
 
+def test_to_device_warns_once_per_type_as_determined(context, caplog):
+    """Determined's warning for an item that cannot be moved: once per type for the
+    trial (issue 33); the module-level ``to_device`` dedups through ``warned_types``."""
+    from dauntless.pytorch._compat_helpers import to_device
+
+    with caplog.at_level("WARNING", logger="dauntless.pytorch"):
+        context.to_device({"s": "a", "n": np.array(["a"]), "t": torch.ones(1), "i": 3})
+        context.to_device(["b", 4])
+    texts = [r.getMessage() for r in caplog.records]
+    assert texts.count("Was not able to move data item of type 'str' to device.") == 1
+    assert texts.count("Was not able to move data item of type 'ndarray' to device.") == 1
+    assert texts.count("Was not able to move data item of type 'int' to device.") == 1
+    caplog.clear()
+    warned: set = set()
+    with caplog.at_level("WARNING", logger="dauntless.pytorch"):
+        to_device(["x"], "cpu", warned)
+        to_device(["y"], "cpu", warned)
+        to_device(["z"], "cpu")  # a new set each call when None
+    assert len(caplog.records) == 2 and warned == {str}
+
+
 def test_stop_request_flag(context):
     assert context.get_stop_requested() is False
     context.set_stop_requested(True)

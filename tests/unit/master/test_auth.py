@@ -154,6 +154,7 @@ def world(tmp_path, monkeypatch):
 OPEN = {
     ("POST", "/api/v1/auth/login"),
     ("GET", "/api/v1/master"),
+    ("GET", "/info"),  # Determined's client asks here first (issue 33)
     # single sign-on (issue 30): the provider's redirects and the CLI's code exchange
     ("GET", "/oidc/sso"),
     ("GET", "/oidc/callback"),
@@ -534,6 +535,10 @@ def test_login_answers_and_cookie(world):
         "modified_at",
         "remote",
         "agent_user_group",
+        # Determined's names of the same fields, for its client (issue 33)
+        "displayName",
+        "modifiedAt",
+        "agentUserGroup",
     }
     cookie = r.headers["set-cookie"]
     assert f"{COOKIE_NAME}=" in cookie and "HttpOnly" in cookie

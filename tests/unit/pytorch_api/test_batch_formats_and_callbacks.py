@@ -184,11 +184,15 @@ def test_every_callback_hook_fires_in_order_and_its_state_is_checkpointed(tmp_pa
         "on_training_start",
         ("on_training_epoch_start", (0,)),
         ("on_training_epoch_end", (0,)),
+        # Determined's boundaries: validation (4), report (5), validation (8), end (10);
+        # each ends a training workload first.
+        "on_training_workload_end",
         *val,
         *ckpt,
         ("on_training_epoch_start", (1,)),
         "on_training_workload_end",
         ("on_training_epoch_end", (1,)),
+        "on_training_workload_end",
         *val,
         *ckpt,
         ("on_training_epoch_start", (2,)),
@@ -202,7 +206,7 @@ def test_every_callback_hook_fires_in_order_and_its_state_is_checkpointed(tmp_pa
         by_hook.setdefault(hook, []).append(args)
     # Arguments: the report's metrics, the validation's outputs and metrics, checkpoints.
     avg, per_batch = by_hook["on_training_workload_end"][0]
-    assert avg == backend.metrics("training")[0].metrics and len(per_batch) == 5
+    assert avg == backend.metrics("training")[0].metrics and len(per_batch) == 4
     assert by_hook["on_validation_epoch_end"][0] == (3,)  # 40 records in batches of 16
     assert [m[0]["batches"] for m in by_hook["on_validation_end"]] == [4, 8, 10]
     assert "models_state_dict" in by_hook["on_checkpoint_save_start"][0][0]

@@ -4,7 +4,7 @@ imports no other model module, so any of them may import it."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from ..db import CheckpointRow, ExperimentRow, ProjectRow, TrialRow, WorkspaceRow
@@ -37,6 +37,56 @@ def experiments_by_ids(session: Session, ids: list[int]) -> list[ExperimentRow]:
         e.id: e for e in session.scalars(select(ExperimentRow).where(ExperimentRow.id.in_(ids)))
     }
     return [rows[i] for i in ids if i in rows]
+
+
+def experiments_page(
+    session: Session,
+    archived: bool | None,
+    limit: int,
+    offset: int,
+    visible: set[int] | None = None,
+    workspace_id: int | None = None,
+    project_id: int | None = None,
+    owners: list[str] | None = None,
+) -> tuple[list[ExperimentRow], int]:
+    """One page of experiments, newest first, and how many matched in all.
+
+    Args:
+        archived: True: archived only; False: unarchived only; None: both.
+        limit: at most this many experiments.
+        offset: skip this many first.
+        visible: only those of these workspaces (the caller's view; None: every one),
+            applied in SQL so that the count holds only what the caller may see.
+        workspace_id, project_id: only those of this workspace or project.
+        owners: only those these users (names) own (Determined's ``users`` filter).
+    """
+    q = select(ExperimentRow)
+    if owners is not None:
+        q = q.where(ExperimentRow.owner.in_(owners))
+    if archived is not None:
+        q = q.where(ExperimentRow.archived == archived)
+    if project_id is not None:
+        q = q.where(ExperimentRow.project_id == project_id)
+    if visible is not None or workspace_id is not None:
+        projects = select(ProjectRow.id)
+        if visible is not None:
+            projects = projects.where(ProjectRow.workspace_id.in_(visible))
+        if workspace_id is not None:
+            projects = projects.where(ProjectRow.workspace_id == workspace_id)
+        q = q.where(ExperimentRow.project_id.in_(projects))
+    total = (
+        session.scalar(
+            select(func.count()).select_from(q.with_only_columns(ExperimentRow.id).subquery())
+        )
+        or 0
+    )
+    # The page's ids first, then their rows: filtered by project, the planner reads the
+    # matching rows through the project index and sorts them; sorting ids only, not rows
+    # with their configs, keeps a scoped list as cheap as an unscoped one (issue 30).
+    ids = q.with_only_columns(ExperimentRow.id).order_by(ExperimentRow.id.desc())
+    page = select(ExperimentRow).where(ExperimentRow.id.in_(ids.limit(limit).offset(offset)))
+    exps = session.scalars(page.order_by(ExperimentRow.id.desc()))
+    return list(exps), total
 
 
 def experiment_checkpoints(session: Session, exp_id: int) -> list[CheckpointRow]:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ..db import UNCATEGORIZED_ID, ExperimentRow, ProjectRow, WorkspaceRow
+from ..db import UNCATEGORIZED_ID, ExperimentRow, ProjectRow, TrialRow, WorkspaceRow
 from ..errors import BadRequest, Conflict, NotFound
 from ..states import State
 from .workspaces import check_name, read_workspace, refuse_archived, workspace_by_name
@@ -88,11 +88,17 @@ def list_projects(
 
 
 def project_counts(s: Session, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-    """Per project: ``num_experiments``, ``num_active_experiments`` and
-    ``last_experiment_started_at`` (seconds since the epoch, or None)."""
+    """Per project: ``num_experiments``, ``num_active_experiments``, ``num_runs`` (its
+    experiments' trials: Determined's runs) and ``last_experiment_started_at`` (seconds
+    since the epoch, or None)."""
     ids = list(ids)
     out: dict[int, dict[str, Any]] = {
-        i: {"num_experiments": 0, "num_active_experiments": 0, "last_experiment_started_at": None}
+        i: {
+            "num_experiments": 0,
+            "num_active_experiments": 0,
+            "num_runs": 0,
+            "last_experiment_started_at": None,
+        }
         for i in ids
     }
     if not ids:
@@ -109,6 +115,13 @@ def project_counts(s: Session, ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         .group_by(ExperimentRow.project_id)
     ):
         out[pid]["num_active_experiments"] = n
+    for pid, n in s.execute(
+        select(ExperimentRow.project_id, func.count(TrialRow.id))
+        .join(TrialRow, TrialRow.experiment_id == ExperimentRow.id)
+        .where(ExperimentRow.project_id.in_(ids))
+        .group_by(ExperimentRow.project_id)
+    ):
+        out[pid]["num_runs"] = n
     return out
 
 

@@ -221,6 +221,15 @@ def set_password(session: Session, user_id: int, password_hash: str, now: float)
     return user
 
 
+def upgrade_password_hash(session: Session, user_id: int, old: str, new: str) -> None:
+    """Replace a user's stored password hash by another hash of the same password
+    (:func:`dauntless.master.auth_secrets.needs_rehash`), if it is still ``old``; sessions
+    stay and ``modified_at`` is unchanged (the password is the same)."""
+    user = session.get(UserRow, user_id)
+    if user is not None and user.password_hash == old:
+        user.password_hash = new
+
+
 def session_user(session: Session, session_id: int, now: float) -> UserRow | None:
     """The user of login session ``session_id`` while it is valid (not revoked, not
     expired at ``now``, seconds since the epoch, its user active); None otherwise."""

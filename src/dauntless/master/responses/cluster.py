@@ -67,7 +67,12 @@ class ResourcePoolOut(_Open):
 
 
 class ResourcePoolsOut(BaseModel):
+    """Dauntless's pools, and Determined's ``GetResourcePoolsResponse`` fields
+    (``resourcePools``, ``pagination``) for its client."""
+
     resource_pools: list[ResourcePoolOut]
+    resourcePools: list[dict[str, Any]] = []
+    pagination: dict[str, int] = {}
 
 
 class JobOut(_Open):

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from ._base import _Open
 
 
-class Pagination(BaseModel):
+class Pagination(_Open):
     """Where a page lies: ``offset``, ``limit`` (0: no limit), the first and last
     indexes it holds, and how many matched in all."""
 
@@ -46,6 +46,7 @@ class WorkspaceOut(_Open):
 
 class WorkspaceBody(BaseModel):
     workspace: WorkspaceOut
+    namespaceBindings: dict[str, Any] | None = None
 
 
 class WorkspacesOut(BaseModel):

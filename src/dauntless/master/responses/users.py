@@ -36,7 +36,10 @@ class UserBody(BaseModel):
 
 
 class UsersOut(BaseModel):
+    """Every user; ``pagination`` is Determined's (one page of all)."""
+
     users: list[UserOut]
+    pagination: dict[str, int] = {}
 
 
 class LoginOut(BaseModel):
