@@ -63,7 +63,9 @@ _PLACEMENT_IGNORES: dict[type, frozenset[str]] = {
     ),
     # Every searcher call rewrites these; a placement reads an experiment's state and
     # config only.
-    ExperimentRow: frozenset({"searcher_state", "searcher_shutdown", "progress"}),
+    ExperimentRow: frozenset(
+        {"searcher_state", "searcher_seq", "searcher_snapshot_seq", "searcher_shutdown", "progress"}
+    ),
     # Handing a part to its agent (heartbeat) and recording its exit details.
     AllocationRow: frozenset({"started_at", "token_hash", "exit_code", "exit_message"}),
 }

@@ -29,6 +29,7 @@ from ..db import (
     ExperimentRow,
     MetricRow,
     ModelDefinitionRow,
+    SearcherEventRow,
     TaskLogRow,
     TrialRow,
 )
@@ -229,6 +230,7 @@ def delete_experiment(ctx: MasterContext, exp_id: int) -> None:
                 s.execute(delete(MetricRow).where(MetricRow.trial_id.in_(trial_ids)))
                 s.execute(delete(AllocationRow).where(AllocationRow.trial_id.in_(trial_ids)))
             s.execute(delete(CheckpointRow).where(CheckpointRow.experiment_id == exp_id))
+            s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp_id))
             s.execute(delete(TrialRow).where(TrialRow.experiment_id == exp_id))
             gone = s.get(ExperimentRow, exp_id)
             if gone is not None:

@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, object_session
 
 from dauntless.config import searcher_length
 from dauntless.searcher import (
@@ -35,7 +35,7 @@ from ..db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from ..errors import BadRequest, NotFound
 from ..progress import experiment_progress
 from ..states import STOPPING, State, check_transition, is_terminal
-from . import allocations, trials
+from . import allocations, searcher_log, trials
 
 log = logging.getLogger("dauntless.master")
 
@@ -75,7 +75,8 @@ def _cache(ctx: MasterContext) -> dict[int, Any]:
 
 
 def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = False):
-    """The experiment's searcher, as its stored snapshot says.
+    """The experiment's searcher, as its stored snapshot and events say
+    (:mod:`.searcher_log`), journaling its events from now on.
 
     ``read_only``: the caller only reads it (``progress()``, pending events); the
     master keeps it for the next caller instead of handing it over for changes.
@@ -88,18 +89,26 @@ def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = Fa
     with _SEARCHERS_LOCK:  # taken out: no other caller changes it while it is checked
         kept = cache.pop(exp.id, None)
     searcher = None
-    if kept is not None and exp.searcher_state is not None:
-        kept_config, candidate = kept
-        # The same config (``det experiment continue`` may change it) and the state
-        # the database holds.
-        if kept_config == config and candidate.snapshot() == exp.searcher_state:
+    if kept is not None:
+        kept_config, kept_seq, candidate = kept
+        # The same config (``det experiment continue`` may change it) and the state the
+        # database holds: every stored change advances ``searcher_seq`` (issue 37: a
+        # comparison of snapshots cost O(trials) per event).
+        if kept_config == config and kept_seq == exp.searcher_seq:
             searcher = candidate
     if searcher is None:
         factory = method_factory(exp.id, config, lambda: _context_of(ctx, exp.id))
         searcher = restore_searcher(config, exp.searcher_state, method=factory)
+        if exp.searcher_seq > exp.searcher_snapshot_seq:
+            session = object_session(exp)
+            if session is None:
+                raise RuntimeError(f"experiment {exp.id}: its row is not in a session")
+            searcher.replay_events(searcher_log.events_after(session, exp))
+        if searcher.replayable:
+            searcher.start_journal()
     if read_only:  # put back for the next caller (readers only call progress() & co.)
         with _SEARCHERS_LOCK:
-            cache.setdefault(exp.id, (config, searcher))
+            cache.setdefault(exp.id, (config, exp.searcher_seq, searcher))
     return searcher
 
 
@@ -113,7 +122,7 @@ def _keep(ctx: MasterContext, exp: ExperimentRow, searcher: Any) -> None:
     cache = _cache(ctx)
     config = ctx.experiment_config(exp)
     with _SEARCHERS_LOCK:
-        cache[exp.id] = (config, searcher)
+        cache[exp.id] = (config, exp.searcher_seq, searcher)
 
 
 def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -> None:
@@ -192,7 +201,7 @@ def apply(
             exp.searcher_shutdown = True
         else:
             raise TypeError(f"unknown searcher operation {op!r}")
-    exp.searcher_state = searcher.snapshot()
+    searcher_log.store(s, exp, searcher)
     exp.progress = experiment_progress(s, exp, searcher, ctx.experiment_config(exp))
     _keep(ctx, exp, searcher)
     error = searcher.method_error
@@ -228,15 +237,29 @@ def maybe_finish_experiment(s: Session, ctx: MasterContext, exp: ExperimentRow) 
     stopping = State(exp.state) in STOPPING
     if is_terminal(exp.state) or not (exp.searcher_shutdown or stopping):
         return
-    states = [t.state for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id))]
-    if not all(is_terminal(st) for st in states):
+    # Whether a trial still runs, without reading the ended ones (issue 37: a stopping
+    # search calls this at every trial's end).
+    terminal = [st.value for st in State if is_terminal(st)]
+    live = s.scalars(
+        select(TrialRow.id)
+        .where(TrialRow.experiment_id == exp.id, TrialRow.state.not_in(terminal))
+        .limit(1)
+    ).first()
+    if live is not None:
         return
+    counts = dict(
+        s.execute(
+            select(TrialRow.state, func.count())
+            .where(TrialRow.experiment_id == exp.id)
+            .group_by(TrialRow.state)
+        ).all()
+    )
     final = {
         State.STOPPING_CANCELED: State.CANCELED,
         State.STOPPING_KILLED: State.CANCELED,
         State.STOPPING_ERROR: State.ERROR,
     }.get(State(exp.state), State.COMPLETED)
-    if final is State.COMPLETED and states and all(st == State.ERROR.value for st in states):
+    if final is State.COMPLETED and counts and set(counts) == {State.ERROR.value}:
         final = State.ERROR
     if final is State.COMPLETED and State(exp.state) is State.PAUSED:
         # Paused after its last trials had done their work (the pause reached them
