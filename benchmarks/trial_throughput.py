@@ -49,10 +49,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import grp
 import io
 import json
 import math
 import os
+import pwd
 import signal
 import sqlite3
 import statistics
@@ -79,6 +81,21 @@ with core.init() as ctx:
         ctx.train.report_training_metrics(op.length, {{"loss": 1.0}})
         op.report_completed(1.0)
 """
+
+
+def _own_identity_args() -> list[str]:
+    """Master flags that make this process's Unix identity ``security.default_task``."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = f"u{uid}"
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = f"g{gid}"
+    ident = {"uid": uid, "gid": gid, "user": user, "group": group}
+    return [arg for k, v in ident.items() for arg in (f"--security-default-task-{k}", str(v))]
 
 
 def _cpu_seconds(pid: int) -> tuple[float, float]:
@@ -143,7 +160,15 @@ class Cluster:
                 tmp / "data",
                 db_url=f"sqlite:///{tmp}/master.db",
                 log=tmp / "master.log",
-                args=["--cluster-secret-file", str(secret)],
+                args=[
+                    "--cluster-secret-file",
+                    str(secret),
+                    "--allow-artificial-slots",
+                    # Tasks run as this process's identity, as `det deploy local
+                    # cluster-up` makes its deployer's (issue 29): the temporary
+                    # directory is closed to other users.
+                    *_own_identity_args(),
+                ],
                 agent_timeout=None,
                 log_level=None,
                 start_timeout=120.0,
@@ -202,7 +227,11 @@ class Cluster:
             except (httpx.HTTPError, OSError, KeyError):
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"cluster did not start; see {self.tmp}")
+        tails = "".join(
+            f"\n--- {path.name}:\n{path.read_text()[-1500:]}"
+            for path in sorted(self.tmp.glob("agent-*.log"))
+        )
+        raise RuntimeError(f"cluster did not start in {timeout:.0f} s{tails}")
 
     def get(self, path: str, **params: Any) -> Any:
         r = httpx.get(self.url + "/api/v1" + path, params=params, headers=self.headers, timeout=30)
@@ -319,6 +348,10 @@ def run_search(
     trials = cluster.get(f"/experiments/{exp_id}/trials")["trials"]
     states = [t["state"] for t in trials]
     if state != "COMPLETED" or states.count("COMPLETED") != n:
+        failed = [t for t in trials if t["state"] != "COMPLETED"][:1]
+        for t in failed:  # the first failure's log says why
+            lines = cluster.get(f"/trials/{t['id']}/logs").get("logs", [])
+            print("".join(str(x.get("log", x)) for x in lines[-30:]), file=sys.stderr)
         raise RuntimeError(
             f"experiment {exp_id} ended {state}: {len(states)} trials, "
             f"{states.count('COMPLETED')} completed; see {cluster.tmp}"
@@ -329,7 +362,7 @@ def run_search(
         "master_cpu": m1 - m0,
         "agent_cpu": {k: a1.get(k, 0.0) - a0.get(k, 0.0) for k in a1},
         # One metrics request per trial: only where that stays cheap.
-        "gaps": slot_gaps(cluster, trials) if n <= 2000 else [],
+        "gaps": slot_gaps(cluster, trials) if n <= 300 else [],
         "window": w,
         "first_cpu": window_cpu(samples, 0, w),
         "last_cpu": window_cpu(samples, n - w, n),

@@ -4,6 +4,7 @@ that never stopped, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from sqlalchemy import func, select
 
@@ -123,3 +124,17 @@ def test_deleting_an_experiment_deletes_its_events(master, monkeypatch):
             .where(SearcherEventRow.experiment_id == exp_id)
         )
     assert left == 0
+
+
+def test_the_masters_caches_are_bounded():
+    """Issue 37 scope 2: per-allocation and per-experiment caches keep a fixed number of
+    entries (the newest stored), however many trials ran."""
+    from dauntless.master.context import BoundedDict
+
+    cache: BoundedDict[int, int] = BoundedDict(3)
+    cache.update({i: i for i in range(5)})
+    cache[1] = 1
+    cache.setdefault(9, 9)
+    assert list(cache.items()) == [(4, 4), (1, 1), (9, 9)]
+    with pytest.raises(ValueError, match="max_items"):
+        BoundedDict(0)

@@ -282,6 +282,8 @@ class AllocationRow(Base):
     """
 
     __tablename__ = "allocations"
+    # An agent's live parts without reading the ones it ran before (issue 37).
+    __table_args__ = (Index("ix_allocations_agent_state", "agent_id", "state"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     group_id: Mapped[str] = mapped_column(String(64), index=True)

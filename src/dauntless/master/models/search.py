@@ -29,7 +29,7 @@ from dauntless.searcher import (
     restore_searcher,
 )
 
-from ..context import MasterContext
+from ..context import BoundedDict, MasterContext
 from ..custom_searchers import method_factory
 from ..db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from ..errors import BadRequest, NotFound
@@ -69,9 +69,15 @@ _SEARCHERS_LOCK = threading.Lock()
 searcher_error_handlers: list[Callable[[Session, MasterContext, ExperimentRow, str], None]] = []
 
 
+#: Experiments whose searchers the master keeps (issue 37: a searcher holds a record
+#: per trial, so the cache is bounded; an experiment dropped from it restores its
+#: searcher from the rows when next needed).
+KEPT_SEARCHERS = 64
+
+
 def _cache(ctx: MasterContext) -> dict[int, Any]:
     with _SEARCHERS_LOCK:
-        return _SEARCHERS.setdefault(ctx, {})
+        return _SEARCHERS.setdefault(ctx, BoundedDict(KEPT_SEARCHERS))
 
 
 def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = False):

@@ -4,8 +4,9 @@ Issue 37: a searcher event no longer rewrites the whole searcher snapshot. New t
 ``searcher_events`` (an experiment's searcher events after its stored snapshot, in
 ``seq`` order); ``experiments`` gains ``searcher_seq`` (events applied) and
 ``searcher_snapshot_seq`` (events the snapshot holds), both 0 for existing rows, whose
-snapshot holds everything. ``trials`` gains an index on ``(experiment_id, state)``, so an
-experiment's live trials are found without reading its ended ones.
+snapshot holds everything. ``trials`` gains an index on ``(experiment_id, state)`` and
+``allocations`` one on ``(agent_id, state)``, so an experiment's live trials and an
+agent's live allocation parts are found without reading the ended ones.
 
 Columns are added with plain ``ALTER TABLE ... ADD COLUMN`` and a server default, never a
 batch "copy and move" (on SQLite that recreates ``experiments``, and with foreign keys on
@@ -47,9 +48,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("experiment_id", "seq"),
     )
     op.create_index("ix_trials_experiment_state", "trials", ["experiment_id", "state"])
+    op.create_index("ix_allocations_agent_state", "allocations", ["agent_id", "state"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_allocations_agent_state", table_name="allocations")
     op.drop_index("ix_trials_experiment_state", table_name="trials")
     op.drop_table("searcher_events")
     # Plain DROP COLUMN (SQLite 3.35+), not a batch copy: see the module docstring.
