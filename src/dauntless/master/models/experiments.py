@@ -36,7 +36,7 @@ from ..db import (
 from ..errors import BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
-from . import checkpoints, search, users
+from . import checkpoints, search, searcher_log, users
 from .experiment_checks import check_experiment
 
 log = logging.getLogger("dauntless.master")
@@ -321,11 +321,14 @@ def continue_experiment(s: Session, ctx: MasterContext, exp_id: int, overrides: 
         raise Conflict(
             f"experiment {exp_id}: every trial completed its search; nothing to continue"
         )
-    if not search.searcher_for(ctx, exp, read_only=True).can_reopen:
+    current = search.searcher_for(ctx, exp, read_only=True)
+    if not current.can_reopen:
         raise Conflict(
             f"experiment {exp_id}: a {cfg.searcher.name} search cannot continue its trials "
             "(its decisions already used their results); fork it instead"
         )
+    # Its events were made under the old config: never replay them under the new one.
+    searcher_log.compact(s, exp, current)
     ctx.configs[exp_id] = cfg
     exp.config = cfg.to_json()
     searcher = search.searcher_for(ctx, exp)

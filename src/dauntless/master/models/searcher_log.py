@@ -64,6 +64,18 @@ def events_after(s: Session, exp: ExperimentRow) -> list[list[Any]]:
     return [json.loads(raw) for raw in rows]
 
 
+def compact(s: Session, exp: ExperimentRow, searcher: Any) -> None:
+    """Write the searcher's whole snapshot as the experiment's stored state and delete
+    the events it now holds (``searcher_seq`` must count them already).
+
+    ``det experiment continue`` calls it before it changes the config, so that events
+    made under the old config are never replayed under the new one.
+    """
+    exp.searcher_state = searcher.snapshot()
+    exp.searcher_snapshot_seq = exp.searcher_seq
+    s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp.id))
+
+
 def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     """Store what changed in the experiment's searcher since it was restored or last
     stored: its new events as rows, or (for a searcher that is not replayable, a search
@@ -92,9 +104,7 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
         or exp.searcher_snapshot_seq == 0  # no snapshot of this scheme yet
         or compaction_due(exp, searcher.trial_count)
     ):
-        exp.searcher_state = searcher.snapshot()
-        exp.searcher_snapshot_seq = exp.searcher_seq
-        s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp.id))
+        compact(s, exp, searcher)
         return
     s.execute(
         insert(SearcherEventRow.__table__),
