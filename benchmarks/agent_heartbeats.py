@@ -95,9 +95,10 @@ async def heartbeat_phase(
     return latencies, errors
 
 
-def time_passes(db_file: Path, data_dir: Path, passes: int) -> list[float]:
+def time_passes(db_file: Path, data_dir: Path, passes: int, agent_timeout: float) -> list[float]:
     """Seconds of ``schedule_pass`` (maintenance and placement) on a copy of the
-    master's database, in this process."""
+    master's database, in this process, with the master's ``agent_timeout`` (no agent
+    is lost in the copy)."""
     from dauntless.config import MasterConfig
     from dauntless.master import loop
     from dauntless.master.context import MasterContext
@@ -110,7 +111,8 @@ def time_passes(db_file: Path, data_dir: Path, passes: int) -> list[float]:
     src.close()
     dst.close()
     db = Database(f"sqlite:///{copy}")
-    ctx = MasterContext(db, MasterConfig(data_dir=str(data_dir / "copy"), port=18080))
+    config = MasterConfig(data_dir=str(data_dir / "copy"), port=18080, agent_timeout=agent_timeout)
+    ctx = MasterContext(db, config)
     # Agents are not lost: the copy's heartbeats are as fresh as the master saw them.
     ctx.clock = lambda: time.time()
     out = []
@@ -134,13 +136,14 @@ def main() -> int:
     if a.agents < 1 or a.slots < 1 or a.trials < 1 or a.interval <= 0 or a.seconds <= 0:
         p.error("--agents, --slots, --trials must be >= 1; --interval, --seconds > 0")
     print(f"load average: {open('/proc/loadavg').read().strip()}")
+    timeout = max(600.0, 6 * a.interval)  # no agent is lost while this process is slow
     with (
         tempfile.TemporaryDirectory(prefix="dauntless-heartbeats-") as tmp_s,
         _cluster.master(
             Path(tmp_s) / "data",
             db_url=f"sqlite:///{tmp_s}/master.db",
             args=["--allow-artificial-slots"],
-            agent_timeout=max(60.0, 6 * a.interval),
+            agent_timeout=timeout,
             start_new_session=True,
         ) as master,
     ):
@@ -201,7 +204,7 @@ def main() -> int:
         for e in errors[:3]:
             print(f"  error: {e}")
         client.close()
-        passes = time_passes(tmp / "master.db", tmp, a.passes)
+        passes = time_passes(tmp / "master.db", tmp, a.passes, timeout)
         print(
             f"  scheduling pass (copy of the database, this process): median "
             f"{statistics.median(passes) * 1000:.1f} ms, worst {max(passes) * 1000:.1f} ms "
