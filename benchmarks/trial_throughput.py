@@ -1,11 +1,21 @@
 """Trials per second of a search of trivial Core API trials, against Optuna in-process.
 
-Starts a real master (SQLite in a temporary directory) and one agent with 2 artificial
-CPU slots as processes on 127.0.0.1, waits until the agent's warm worker is ready (or,
-with ``--cold``, starts the agent with ``--no-warm-start``), then for each N creates a
-``random`` search of N trials whose entrypoint is ``python3 train.py``: each trial calls
-``core.init()``, reports one training metric and its searcher operation as completed,
-and exits. Printed per N:
+Starts a real master (SQLite in a temporary directory) and ``--agents`` agents (default
+1) sharing ``--slots`` artificial CPU slots (default 2) as processes on 127.0.0.1, waits
+until the agents' warm workers are ready (or, with ``--cold``, starts them with
+``--no-warm-start``), then for each N creates a ``random`` search of N trials, as many
+at once as there are slots, whose entrypoint is ``python3 train.py``: each trial calls
+``core.init()``, sleeps ``--trial-seconds`` (default 0), reports one training metric and
+its searcher operation as completed, and exits. Printed per N:
+
+- total / ideal, where ideal is ``ceil(N / slots) * trial_seconds`` (with
+  ``--trial-seconds`` above 0);
+- the master's CPU per trial for the first and the last W trials to complete
+  (W = min(1000, N // 4)) side by side, and their ratio (issue 37: a per-trial cost
+  that grows with the trials already in the experiment shows as a ratio above 1): the
+  benchmark reads the count of completed trials from the SQLite file itself (read-only,
+  no master CPU) every 0.1 s with the master's CPU at that moment;
+- the master's resident memory (RSS) before the search and at its end;
 
 - seconds from ``POST /experiments`` to the experiment's COMPLETED (wall: its
   ``end_time``; the benchmark polls the state only 4 times a second, so that its polls
@@ -28,18 +38,25 @@ time and the CPU of all of Ray's processes.
 
 Usage::
 
-    python benchmarks/trial_throughput.py [--n 10 100] [--cold] [--ray-python PATH]
-        [--profile-master DIR]
+    python benchmarks/trial_throughput.py [--n 10 100] [--slots 2] [--agents 1]
+        [--trial-seconds 0] [--cold] [--ray-python PATH] [--no-ray] [--profile-master DIR]
+
+Issue 37's acceptance run: ``--n 10000 --slots 100 --agents 10 --trial-seconds 1 --no-ray``
+(total / ideal <= 1.05, last / first thousand within 10%, RSS <= 150 MB).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import grp
 import io
 import json
+import math
 import os
+import pwd
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -54,13 +71,31 @@ import httpx
 from master_long_poll_cpu import tree_cpu_seconds
 
 TRAIN_PY = """\
+import time
+
 from dauntless import core
 
 with core.init() as ctx:
     for op in ctx.searcher.operations():
-        ctx.train.report_training_metrics(op.length, {"loss": 1.0})
+        time.sleep({seconds!r})
+        ctx.train.report_training_metrics(op.length, {{"loss": 1.0}})
         op.report_completed(1.0)
 """
+
+
+def _own_identity_args() -> list[str]:
+    """Master flags that make this process's Unix identity ``security.default_task``."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = f"u{uid}"
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = f"g{gid}"
+    ident = {"uid": uid, "gid": gid, "user": user, "group": group}
+    return [arg for k, v in ident.items() for arg in (f"--security-default-task-{k}", str(v))]
 
 
 def _cpu_seconds(pid: int) -> tuple[float, float]:
@@ -102,8 +137,12 @@ class Cluster:
     (or its warm worker is not ready) within 120 s; both processes are stopped then.
     """
 
-    def __init__(self, tmp: Path, warm: bool) -> None:
+    def __init__(self, tmp: Path, warm: bool, slots: int = 2, agents: int = 1) -> None:
+        if agents < 1 or slots < agents:
+            raise ValueError(f"need 1 <= agents <= slots, got {agents} agents, {slots} slots")
         self.tmp = tmp
+        self.slots, self.n_agents = slots, agents
+        self.agents: list[subprocess.Popen[bytes]] = []
         self._stack = contextlib.ExitStack()
         try:
             self._start(warm)
@@ -121,7 +160,15 @@ class Cluster:
                 tmp / "data",
                 db_url=f"sqlite:///{tmp}/master.db",
                 log=tmp / "master.log",
-                args=["--cluster-secret-file", str(secret)],
+                args=[
+                    "--cluster-secret-file",
+                    str(secret),
+                    "--allow-artificial-slots",
+                    # Tasks run as this process's identity, as `det deploy local
+                    # cluster-up` makes its deployer's (issue 29): the temporary
+                    # directory is closed to other users.
+                    *_own_identity_args(),
+                ],
                 agent_timeout=None,
                 log_level=None,
                 start_timeout=120.0,
@@ -131,37 +178,45 @@ class Cluster:
         r = httpx.post(self.url + "/api/v1/auth/login", json={"username": "admin", "password": ""})
         r.raise_for_status()
         self.headers = {"Authorization": f"Bearer {r.json()['token']}"}
-        cmd = [
-            sys.executable,
-            "-m",
-            "dauntless.agent",
-            "--master-url",
-            self.url,
-            "--agent-id",
-            "bench",
-            "--work-dir",
-            str(tmp / "agent"),
-            "--artificial-slots",
-            "2",
-            "--runtime",
-            "process",
-            "--cluster-secret-file",
-            str(secret),
-        ]
-        if not warm:
-            cmd.append("--no-warm-start")
-        self.agent_log = tmp / "agent.log"
-        log = self._stack.enter_context(open(self.agent_log, "w"))  # closed after the stop
-        self.agent = subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        )
-        self._stack.callback(_cluster.stop, self.agent, 15.0)  # before the master's stop
-        self._wait(lambda: len(self.get("/agents")["agents"]) == 1)
+        logs = []
+        for i in range(self.n_agents):
+            # The slots split as evenly as they go: the first agents take the remainder.
+            slots = self.slots // self.n_agents + (i < self.slots % self.n_agents)
+            cmd = [
+                sys.executable,
+                "-m",
+                "dauntless.agent",
+                "--master-url",
+                self.url,
+                "--agent-id",
+                f"bench-{i}",
+                "--work-dir",
+                str(tmp / f"agent-{i}"),
+                "--artificial-slots",
+                str(slots),
+                "--runtime",
+                "process",
+                "--cluster-secret-file",
+                str(secret),
+            ]
+            if not warm:
+                cmd.append("--no-warm-start")
+            agent_log = tmp / f"agent-{i}.log"
+            log = self._stack.enter_context(open(agent_log, "w"))  # closed after the stop
+            agent = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )
+            self._stack.callback(_cluster.stop, agent, 15.0)  # before the master's stop
+            self.agents.append(agent)
+            logs.append(agent_log)
+        self.agent, self.agent_log = self.agents[0], logs[0]
+        self._wait(lambda: len(self.get("/agents")["agents"]) == self.n_agents)
         if warm:
-            self._wait(lambda: "warm worker (fork server) ready" in self.agent_log.read_text())
+            ready = "warm worker (fork server) ready"
+            self._wait(lambda: all(ready in path.read_text() for path in logs))
 
     def _wait(self, ok: Any, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -172,7 +227,11 @@ class Cluster:
             except (httpx.HTTPError, OSError, KeyError):
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"cluster did not start; see {self.tmp}")
+        tails = "".join(
+            f"\n--- {path.name}:\n{path.read_text()[-1500:]}"
+            for path in sorted(self.tmp.glob("agent-*.log"))
+        )
+        raise RuntimeError(f"cluster did not start in {timeout:.0f} s{tails}")
 
     def get(self, path: str, **params: Any) -> Any:
         r = httpx.get(self.url + "/api/v1" + path, params=params, headers=self.headers, timeout=30)
@@ -182,6 +241,33 @@ class Cluster:
     def stop(self) -> None:
         """Stop the agent (SIGTERM, SIGKILL after 15 s), then the master."""
         self._stack.close()
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a live process in MB (VmRSS of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _agents_cpu(cluster: Cluster) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for agent in cluster.agents:
+        for k, v in _tree_cpu(agent.pid).items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def window_cpu(samples: list[tuple[int, float]], lo: int, hi: int) -> float | None:
+    """Master CPU seconds per trial between the samples where the completed count first
+    reached ``lo`` and ``hi``: ``samples`` are ``(completed trials, master CPU s)`` in
+    time order. None when the samples do not cover both."""
+    at_lo = next(((c, cpu) for c, cpu in samples if c >= lo), None)
+    at_hi = next(((c, cpu) for c, cpu in samples if c >= hi), None)
+    if at_lo is None or at_hi is None or at_hi[0] <= at_lo[0]:
+        return None
+    return (at_hi[1] - at_lo[1]) / (at_hi[0] - at_lo[0])
 
 
 def run_search(
@@ -200,7 +286,7 @@ def run_search(
             "name": "random",
             "metric": "loss",
             "max_trials": n,
-            "max_concurrent_trials": 2,
+            "max_concurrent_trials": cluster.slots,
             "max_length": {"batches": 1},
         },
         "max_restarts": 0,
@@ -218,8 +304,9 @@ def run_search(
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1.0)  # py-spy attaches
+    rss0 = _rss_mb(cluster.master.pid)
     m0 = tree_cpu_seconds(cluster.master.pid)  # with its metric fold worker
-    a0 = _tree_cpu(cluster.agent.pid)
+    a0 = _agents_cpu(cluster)
     t0 = time.time()
     r = httpx.post(
         cluster.url + "/api/v1/experiments",
@@ -230,29 +317,56 @@ def run_search(
     )
     r.raise_for_status()
     exp_id = r.json()["experiment"]["id"]
-    while True:
-        exp = cluster.get(f"/experiments/{exp_id}")["experiment"]
-        state = exp["state"]
-        if state in ("COMPLETED", "ERROR", "CANCELED"):
-            break
-        # Polls cost the master CPU that would be counted as the trials': the wall
-        # time is the experiment's own end_time, so a slow poll loses no precision.
-        time.sleep(0.25)
+    # The count of completed trials and the state, read from the database file itself:
+    # polls through the API would add master CPU to the figures measured.
+    db = sqlite3.connect(f"file:{cluster.tmp / 'master.db'}?mode=ro", uri=True, timeout=30)
+    samples: list[tuple[int, float]] = [(0, m0)]
+    try:
+        while True:
+            count = db.execute(
+                "SELECT count(*) FROM trials WHERE experiment_id = ? AND state = 'COMPLETED'",
+                (exp_id,),
+            ).fetchone()[0]
+            (state,) = db.execute(
+                "SELECT state FROM experiments WHERE id = ?", (exp_id,)
+            ).fetchone()
+            samples.append((int(count), tree_cpu_seconds(cluster.master.pid)))
+            if state in ("COMPLETED", "ERROR", "CANCELED"):
+                break
+            time.sleep(0.1)
+    finally:
+        db.close()
+    exp = cluster.get(f"/experiments/{exp_id}")["experiment"]
+    state = exp["state"]
     wall = float(exp["end_time"] or time.time()) - t0
     m1 = tree_cpu_seconds(cluster.master.pid)
-    a1 = _tree_cpu(cluster.agent.pid)
+    a1 = _agents_cpu(cluster)
+    rss1 = _rss_mb(cluster.master.pid)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(60)
     trials = cluster.get(f"/experiments/{exp_id}/trials")["trials"]
     states = [t["state"] for t in trials]
     if state != "COMPLETED" or states.count("COMPLETED") != n:
-        raise RuntimeError(f"experiment {exp_id} ended {state}: {states}; see {cluster.tmp}")
+        failed = [t for t in trials if t["state"] != "COMPLETED"][:1]
+        for t in failed:  # the first failure's log says why
+            lines = cluster.get(f"/trials/{t['id']}/logs").get("logs", [])
+            print("".join(str(x.get("log", x)) for x in lines[-30:]), file=sys.stderr)
+        raise RuntimeError(
+            f"experiment {exp_id} ended {state}: {len(states)} trials, "
+            f"{states.count('COMPLETED')} completed; see {cluster.tmp}"
+        )
+    w = max(1, min(1000, n // 4))
     return {
         "wall": wall,
         "master_cpu": m1 - m0,
         "agent_cpu": {k: a1.get(k, 0.0) - a0.get(k, 0.0) for k in a1},
-        "gaps": slot_gaps(cluster, trials),
+        # One metrics request per trial: only where that stays cheap.
+        "gaps": slot_gaps(cluster, trials) if n <= 300 else [],
+        "window": w,
+        "first_cpu": window_cpu(samples, 0, w),
+        "last_cpu": window_cpu(samples, n - w, n),
+        "rss": (rss0, rss1),
     }
 
 
@@ -260,7 +374,7 @@ def slot_gaps(cluster: Cluster, trials: list[dict[str, Any]]) -> list[float]:
     """Seconds from a trial's end to the first metric of the trial that took its slot.
 
     With ``max_concurrent_trials`` equal to the slot count, every trial after the first
-    two starts on the slot an ended trial freed; the k-th end (in time) is paired with the
+    ``slots`` starts on the slot an ended trial freed; the k-th end (in time) is paired with the
     k-th first metric among those later trials (first in, first out).
     """
     ends = sorted(float(t["end_time"]) for t in trials if t.get("end_time") is not None)
@@ -270,7 +384,7 @@ def slot_gaps(cluster: Cluster, trials: list[dict[str, Any]]) -> list[float]:
         if metrics:
             firsts.append(min(float(m["reported_at"]) for m in metrics))
     firsts.sort()
-    return [f - e for e, f in zip(ends, firsts[2:], strict=False)]
+    return [f - e for e, f in zip(ends, firsts[cluster.slots :], strict=False)]
 
 
 RAY_TUNE_PY = """\
@@ -406,14 +520,27 @@ def main() -> None:
         ".venv-ray/bin/python at the repository root, when it exists)",
     )
     p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune baseline")
+    p.add_argument("--slots", type=int, default=2, help="artificial slots in all (default 2)")
+    p.add_argument("--agents", type=int, default=1, help="agents sharing the slots (default 1)")
+    p.add_argument(
+        "--trial-seconds",
+        type=float,
+        default=0.0,
+        help="seconds each trial sleeps before it reports (default 0: trivial trials)",
+    )
     args = p.parse_args()
+    if args.trial_seconds < 0:
+        p.error(f"--trial-seconds must be >= 0, got {args.trial_seconds}")
     ray_python = None if args.no_ray else find_ray_python(args.ray_python)
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     with tempfile.TemporaryDirectory(prefix="dauntless-throughput-") as tmp_s:
         tmp = Path(tmp_s)
         (tmp / "model").mkdir()
-        (tmp / "model" / "train.py").write_text(TRAIN_PY)
-        cluster = Cluster(tmp, warm=not args.cold)
+        (tmp / "model" / "train.py").write_text(TRAIN_PY.format(seconds=args.trial_seconds))
+        try:
+            cluster = Cluster(tmp, warm=not args.cold, slots=args.slots, agents=args.agents)
+        except ValueError as exc:
+            p.error(str(exc))
         try:
             for n in args.n:
                 prof = None
@@ -423,9 +550,18 @@ def main() -> None:
                 res = run_search(cluster, n, tmp / "model", prof)
                 gaps = sorted(res["gaps"])
                 agent = res["agent_cpu"]
-                print(f"\nN = {n} trials, 2 slots, {'cold' if args.cold else 'warm'} start")
+                print(
+                    f"\nN = {n} trials, {args.slots} slots on {args.agents} agent(s), "
+                    f"{args.trial_seconds:g} s per trial, {'cold' if args.cold else 'warm'} start"
+                )
                 print(f"  create -> COMPLETED      {res['wall']:.2f} s")
-                print(f"  slot time per trial      {2 * res['wall'] / n:.3f} s")
+                if args.trial_seconds > 0:
+                    ideal = math.ceil(n / args.slots) * args.trial_seconds
+                    print(
+                        f"  total / ideal            {res['wall'] / ideal:.3f} "
+                        f"(ideal {ideal:.1f} s; target <= 1.05)"
+                    )
+                print(f"  slot time per trial      {args.slots * res['wall'] / n:.3f} s")
                 if gaps:
                     p90 = gaps[int(0.9 * (len(gaps) - 1))]
                     print(
@@ -433,6 +569,18 @@ def main() -> None:
                         f"{statistics.median(gaps):.3f} s, p90 {p90:.3f} s ({len(gaps)} gaps)"
                     )
                 print(f"  master CPU per trial     {res['master_cpu'] / n * 1000:.1f} ms")
+                first, last, w = res["first_cpu"], res["last_cpu"], res["window"]
+                if first is not None and last is not None:
+                    print(
+                        f"  master CPU per trial, trials 1-{w}: {first * 1000:.1f} ms; "
+                        f"trials {n - w + 1}-{n}: {last * 1000:.1f} ms; last / first "
+                        f"{last / first:.2f} (target <= 1.10)"
+                    )
+                rss0, rss1 = res["rss"]
+                print(
+                    f"  master RSS               {rss0:.0f} MB before, {rss1:.0f} MB at the end "
+                    "(target <= 150 MB)"
+                )
                 for k, v in sorted(agent.items()):
                     if v > 0:
                         print(f"  {k + ' CPU per trial':<40} {v / n * 1000:.1f} ms")
@@ -468,7 +616,7 @@ def main() -> None:
         finally:
             cluster.stop()
             if os.environ.get("KEEP_LOGS"):
-                print((tmp / "agent.log").read_text()[-3000:])
+                print((tmp / "agent-0.log").read_text()[-3000:])
                 print((tmp / "master.log").read_text()[-3000:])
 
 

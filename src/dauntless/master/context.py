@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -47,6 +48,42 @@ from .webhooks import Webhooks
 
 P = ParamSpec("P")
 R = TypeVar("R")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedDict(OrderedDict[K, V]):
+    """A dict of at most ``max_items`` entries: storing one more drops the oldest stored
+    (issue 37: the master's caches of per-allocation and per-experiment facts stay of
+    fixed size however many trials have run; a dropped entry is read again from the
+    database when next needed).
+
+    Args:
+        max_items: the bound (>= 1).
+
+    Raises:
+        ValueError: ``max_items`` below 1.
+    """
+
+    def __init__(self, max_items: int) -> None:
+        if max_items < 1:
+            raise ValueError(f"max_items must be >= 1, got {max_items}")
+        super().__init__()
+        self.max_items = max_items
+        self._bound_lock = threading.Lock()
+
+    def __setitem__(self, key: K, value: V) -> None:
+        with self._bound_lock:
+            super().__setitem__(key, value)
+            self.move_to_end(key)
+            while len(self) > self.max_items:
+                self.popitem(last=False)
+
+
+#: Entries of each per-allocation cache of the context (ids to trials and agents).
+ALLOCATION_CACHE_ITEMS = 16_384
+#: Parsed configs of experiments kept (a parse is a few ms; active ones stay in).
+CONFIG_CACHE_ITEMS = 1_024
 
 _PLACEMENT_IGNORES: dict[type, frozenset[str]] = {
     AgentRow: frozenset({"last_heartbeat"}),
@@ -64,7 +101,9 @@ _PLACEMENT_IGNORES: dict[type, frozenset[str]] = {
     ),
     # Every searcher call rewrites these; a placement reads an experiment's state and
     # config only.
-    ExperimentRow: frozenset({"searcher_state", "searcher_shutdown", "progress"}),
+    ExperimentRow: frozenset(
+        {"searcher_state", "searcher_seq", "searcher_snapshot_seq", "searcher_shutdown", "progress"}
+    ),
     # Handing a part to its agent (heartbeat) and recording its exit details.
     AllocationRow: frozenset({"started_at", "token_hash", "exit_code", "exit_message"}),
 }
@@ -100,14 +139,14 @@ class MasterContext:
         self.metric_commits = GroupCommit(db)
         #: experiment id -> its parsed config (a cache; rebuilt from the rows after a
         #: restart).
-        self.configs: dict[int, ExperimentConfig] = {}
+        self.configs: BoundedDict[int, ExperimentConfig] = BoundedDict(CONFIG_CACHE_ITEMS)
         # experiment id -> SHA-256 (hex) of its stored context, "" for none (immutable).
         self._context_digests: dict[int, str] = {}
         #: allocation id -> its trial id (None: a task), for log ingestion.
-        self.alloc_trial: dict[str, int | None] = {}
+        self.alloc_trial: BoundedDict[str, int | None] = BoundedDict(ALLOCATION_CACHE_ITEMS)
         #: allocation part id -> the agent it was placed on (parts never move): whose
         #: reports about it the master accepts (issue 29).
-        self.alloc_agent: dict[str, str] = {}
+        self.alloc_agent: BoundedDict[str, str] = BoundedDict(ALLOCATION_CACHE_ITEMS)
         #: Experiments one of whose trials ended since the last checkpoint GC.
         self.gc_due: set[int] = set()
         #: Called after each scheduling pass (the pools' provisioners, resource managers).

@@ -21,7 +21,7 @@ from dauntless.config import ExperimentConfig
 from dauntless.searcher import planned_trials
 
 from .db import ExperimentRow, TrialRow
-from .states import is_terminal
+from .states import State, is_terminal
 
 
 def experiment_progress(
@@ -38,14 +38,19 @@ def experiment_progress(
     done = float(searcher.progress())
     if done >= 1.0:
         return 1.0
+    # The live trials' reports only (issue 37: through the (experiment_id, state)
+    # index, so the cost does not grow with the trials that ended).
+    terminal = [st.value for st in State if is_terminal(st)]
     live = [
         p
-        for p, state in s.execute(
-            select(TrialRow.progress, TrialRow.state).where(
-                TrialRow.experiment_id == exp.id, TrialRow.progress.is_not(None)
+        for (p,) in s.execute(
+            select(TrialRow.progress).where(
+                TrialRow.experiment_id == exp.id,
+                TrialRow.state.not_in(terminal),
+                TrialRow.progress.is_not(None),
             )
         )
-        if p is not None and not is_terminal(state)
+        if p is not None
     ]
     partial = sum(min(max(p, 0.0), 1.0) for p in live) / max(planned_trials(config, searcher), 1)
     return min(1.0, max(done, done + partial))

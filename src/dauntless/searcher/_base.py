@@ -10,9 +10,11 @@ trial seeds, Shutdown, JSON snapshots) lives here.
 from __future__ import annotations
 
 import abc
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -23,6 +25,44 @@ from ._rng import draw_request_id, draw_trial_seed, rng_from_json, rng_to_json
 from ._space import sample_hparams
 
 SNAPSHOT_VERSION = 1
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _event_arg(value: Any) -> Any:
+    """An event argument as JSON data (enums by value, numpy scalars as Python's)."""
+    if isinstance(value, ExitedReason):
+        return value.value
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _event_arg(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_event_arg(v) for v in value]
+    return value
+
+
+def _journaled(method: _F) -> _F:
+    """Record a call of a public event method in the searcher's journal (when one was
+    started with :meth:`Searcher.start_journal`); calls made inside another event are
+    not recorded, since replaying the outer one repeats them."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: Searcher, *args: Any, **kwargs: Any) -> Any:
+        journal = self._journal
+        if journal is None or self._journal_depth:
+            return method(self, *args, **kwargs)
+        journal.append([name, _event_arg(list(args)), _event_arg(kwargs)])
+        self._journal_depth += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._journal_depth -= 1
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -127,6 +167,10 @@ class Searcher(abc.ABC):
     #: The master passes the whole validation metrics dict to ``on_validation_completed``
     #: (multi-objective searchers read every objective from it).
     wants_validation_metrics: ClassVar[bool] = False
+    #: The searcher's state is a function of its snapshot and the events after it
+    #: (:meth:`replay_events`), so the master may store events instead of snapshots.
+    #: False for searchers whose events run code of the user's (custom methods).
+    replayable: ClassVar[bool] = True
 
     def __init__(self, config: ExperimentConfig, rng: np.random.RandomState) -> None:
         self._config = config
@@ -138,6 +182,8 @@ class Searcher(abc.ABC):
         self._n_exits = {reason: 0 for reason in ExitedReason}
         self._event_metrics: dict[str, Any] | None = None
         self._event_raw = math.nan
+        self._journal: list[list[Any]] | None = None
+        self._journal_depth = 0
         self._setup()
 
     # ------------------------------------------------------------------ hooks
@@ -276,6 +322,7 @@ class Searcher(abc.ABC):
 
     # ------------------------------------------------------------------ events
 
+    @_journaled
     def initial_operations(self) -> list[Operation]:
         """The first operations of the search: the initial ``Create``s.
 
@@ -288,6 +335,7 @@ class Searcher(abc.ABC):
         self._started = True
         return self._initial() + self._maybe_shutdown()
 
+    @_journaled
     def on_trial_created(self, request_id: str) -> list[Operation]:
         """The master created the trial of a ``Create``.
 
@@ -309,6 +357,7 @@ class Searcher(abc.ABC):
             return []
         return [ValidateAfter(request_id, trial.target)]
 
+    @_journaled
     def on_validation_completed(
         self,
         request_id: str,
@@ -352,6 +401,7 @@ class Searcher(abc.ABC):
         finally:
             self._event_metrics = None
 
+    @_journaled
     def on_validation_metrics(self, request_id: str, metrics: dict[str, Any]) -> list[Operation]:
         """A trial reported validation metrics (Determined 0.38's searcher event).
 
@@ -378,6 +428,7 @@ class Searcher(abc.ABC):
             return []
         return self._on_metrics(trial, metrics) + self._maybe_shutdown()
 
+    @_journaled
     def on_trial_exited_early(self, request_id: str, reason: ExitedReason | str) -> list[Operation]:
         """A trial ended without being closed by the searcher.
 
@@ -405,6 +456,7 @@ class Searcher(abc.ABC):
             return []
         return self._finish(trial, None if trial.closing else reason)
 
+    @_journaled
     def on_trial_closed(self, request_id: str) -> list[Operation]:
         """A trial ended (it was closed, or it exited on its own).
 
@@ -420,6 +472,7 @@ class Searcher(abc.ABC):
             return []
         return self._finish(trial, None)
 
+    @_journaled
     def reopen_trial(self, request_id: str) -> list[Operation]:
         """Make an ended trial live again (``det experiment continue``).
 
@@ -497,6 +550,60 @@ class Searcher(abc.ABC):
         """Copies of the trial records, in creation order."""
         return [TrialRecord.from_json(t.to_json()) for t in self._trials.values()]
 
+    # ------------------------------------------------------------------ journal
+
+    def start_journal(self) -> None:
+        """Record every event from now on (:meth:`take_events` hands them out).
+
+        The master stores the events of a replayable searcher (:attr:`replayable`) as
+        rows and its snapshot only now and then (issue 37): ``restore_searcher`` of the
+        snapshot followed by :meth:`replay_events` of the events after it gives the
+        searcher an uninterrupted run would have.
+        """
+        if self._journal is None:
+            self._journal = []
+
+    @property
+    def journaling(self) -> bool:
+        """Whether :meth:`start_journal` was called (events are being recorded)."""
+        return self._journal is not None
+
+    def take_events(self) -> list[list[Any]]:
+        """The events recorded since the last call, oldest first, as JSON data
+        ``[method name, [args], {kwargs}]``; ``[]`` when no journal was started."""
+        if self._journal is None:
+            return []
+        events, self._journal = self._journal, []
+        return events
+
+    def replay_events(self, events: list[list[Any]]) -> None:
+        """Apply recorded events again, in order, dropping the operations they return
+        (the master applied those when the events first happened).
+
+        An event that raised ``ValueError`` or ``TypeError`` when it happened raises it
+        again here, with the same effect on the state; it is skipped.
+
+        Raises:
+            ValueError: an event names no event method of this searcher.
+        """
+        journal, self._journal = self._journal, None
+        try:
+            for name, args, kwargs in events:
+                if name not in _EVENT_METHODS:
+                    raise ValueError(f"{name!r} is not a searcher event")
+                try:
+                    getattr(self, name)(*args, **kwargs)
+                except (ValueError, TypeError):
+                    pass
+        finally:
+            self._journal = journal
+
+    @property
+    def trial_count(self) -> int:
+        """The number of trials the searcher created (what its snapshot's size grows
+        with)."""
+        return len(self._trials)
+
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self) -> dict[str, Any]:
@@ -541,6 +648,19 @@ class Searcher(abc.ABC):
                 searcher._n_exits[trial.exit] += 1
         searcher._load_method_state(data["method"])
         return searcher
+
+
+_EVENT_METHODS = frozenset(
+    {
+        "initial_operations",
+        "on_trial_created",
+        "on_validation_completed",
+        "on_validation_metrics",
+        "on_trial_exited_early",
+        "on_trial_closed",
+        "reopen_trial",
+    }
+)
 
 
 def _copy_json(value: Any) -> Any:

@@ -133,6 +133,8 @@ class CustomSearch(Searcher):
     """
 
     kind = "custom"
+    # Its events run the user's method: the master stores its snapshot after each.
+    replayable = False
 
     def __init__(self, config: Any, rng: Any, method: api.SearchMethod | None = None) -> None:
         self._method = method

@@ -9,12 +9,12 @@ import sys
 from dauntless.agent import discover_slots, task_command
 
 
-def _launch(cmd: list[str], **env: str) -> subprocess.CompletedProcess:
+def _launch(cmd: list[str], drop: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:
     full = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("DET_")
-        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", *drop)
     }
     full.update(env)
     return subprocess.run(
@@ -75,3 +75,24 @@ def test_artificial_and_cpu_slots():
     assert discover_slots("none") == []
     cpu = discover_slots("cpu")
     assert len(cpu) == 1 and cpu[0].type == "cpu"
+
+
+PRINT_THREADS = [
+    sys.executable,
+    "-c",
+    "import os; print('omp', os.environ.get('OMP_NUM_THREADS', '-'))",
+]
+
+
+def test_several_local_ranks_get_one_thread_each_unless_the_task_sets_it():
+    """torchrun's rule (issue 37): OMP_NUM_THREADS=1 per rank when a node runs several
+    and the task's environment sets none; a task's own value wins; one rank is left
+    alone."""
+    drop = ("OMP_NUM_THREADS",)
+    two = _launch(PRINT_THREADS, drop, DET_WORLD_SIZE="2", DET_SLOT_IDS="a,b")
+    own = _launch(PRINT_THREADS, drop, DET_WORLD_SIZE="2", DET_SLOT_IDS="a,b", OMP_NUM_THREADS="3")
+    one = _launch(PRINT_THREADS, drop)
+    assert two.returncode == 0, two.stderr
+    assert sorted(two.stdout.split()) == sorted("[rank=0] omp 1 [rank=1] omp 1".split())
+    assert sorted(own.stdout.split()) == sorted("[rank=0] omp 3 [rank=1] omp 3".split())
+    assert one.stdout.split() == ["omp", "-"]

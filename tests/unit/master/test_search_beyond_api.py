@@ -252,6 +252,6 @@ def test_multi_objective_front_and_kept_searcher(master):
         exp = search.read_experiment(s, exp_id)
         one = search.searcher_for(ctx, exp, read_only=True)
         assert search.searcher_for(ctx, exp, read_only=True) is one  # kept, not replayed
-        exp.searcher_state = {**exp.searcher_state, "started": False}  # as after a rollback
+        exp.searcher_seq -= 1  # as after a rollback: the kept searcher is not the stored one
         assert search.searcher_for(ctx, exp, read_only=True) is not one
         s.rollback()

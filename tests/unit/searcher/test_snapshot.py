@@ -227,3 +227,76 @@ def test_shutdown_is_kept_in_snapshot(make_config, master_for):
     restored = round_trip(m.searcher, config)
     assert restored.is_shut_down
     assert restored.on_trial_closed(rid) == []
+
+
+def replayed(snapshot_text, events_text, config):
+    """What the master restores (issue 37): the snapshot, then the events after it."""
+    searcher = restore_searcher(config, json.loads(snapshot_text))
+    searcher.replay_events(json.loads(events_text))
+    return searcher
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(CONFIGS)),
+    seed=st.integers(0, 2**31 - 1),
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 10_000), st.sampled_from([0.1, 0.2, 0.7, -3.0, math.inf, math.nan])
+        ),
+        max_size=60,
+    ),
+    cut=st.integers(0, 60),
+    resume=st.integers(0, 60),
+)
+def test_snapshot_plus_replayed_events_gives_the_same_decisions(kind, seed, steps, cut, resume):
+    """A snapshot taken at ``cut`` plus the journaled events up to ``resume``, replayed
+    into a restored searcher, decides from there exactly as the uninterrupted one."""
+    config = CONFIGS[kind]
+    original = Driver(make_searcher(config, seed))
+    original.apply(original.searcher.initial_operations())
+    for step in steps:
+        original.step(*step)
+
+    lo, hi = sorted((min(cut, len(steps)), min(resume, len(steps))))
+    resumed = Driver(make_searcher(config, seed))
+    resumed.searcher.start_journal()
+    resumed.apply(resumed.searcher.initial_operations())
+    for step in steps[:lo]:
+        resumed.step(*step)
+    snapshot_text = json.dumps(resumed.searcher.snapshot(), allow_nan=False)
+    resumed.searcher.take_events()  # the events the snapshot holds
+    for step in steps[lo:hi]:
+        resumed.step(*step)
+    # Python's JSON, as the rows of searcher_events hold it (a NaN metric stays NaN).
+    events_text = json.dumps(resumed.searcher.take_events())
+    resumed.searcher = replayed(snapshot_text, events_text, config)
+    resumed.searcher.start_journal()
+    for step in steps[hi:]:
+        resumed.step(*step)
+
+    assert resumed.log == original.log
+    assert resumed.searcher.snapshot() == original.searcher.snapshot()
+
+
+def test_journal_records_outer_events_only(make_config):
+    config = CONFIGS["random"]
+    searcher = make_searcher(config, 5)
+    assert searcher.take_events() == []  # no journal: nothing recorded
+    searcher.start_journal()
+    creates = searcher.initial_operations()
+    rid = creates[0].request_id
+    searcher.on_trial_created(rid)
+    searcher.on_validation_completed(rid, math.nan, 30)
+    searcher.on_trial_exited_early(rid, ExitedReason.ERRORED)
+    events = searcher.take_events()
+    assert [e[0] for e in events] == [
+        "initial_operations",
+        "on_trial_created",
+        "on_validation_completed",
+        "on_trial_exited_early",
+    ]
+    assert events[3][1] == [rid, "ERRORED"]  # JSON data: the reason by value
+    assert searcher.take_events() == []
+    with pytest.raises(ValueError, match="not a searcher event"):
+        make_searcher(config, 5).replay_events([["snapshot", [], {}]])

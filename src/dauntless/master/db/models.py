@@ -135,6 +135,11 @@ class ExperimentRow(Base):
     searcher_state: Mapped[dict[str, Any] | None] = mapped_column(
         JSON, nullable=True, deferred=True
     )
+    # Searcher events (issue 37): ``searcher_seq`` counts the events applied to the
+    # search, ``searcher_snapshot_seq`` the ones ``searcher_state`` holds; the events
+    # in between are rows of ``searcher_events`` (SearcherEventRow).
+    searcher_seq: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    searcher_snapshot_seq: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     searcher_shutdown: Mapped[bool] = mapped_column(Boolean, default=False)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     start_time: Mapped[float] = mapped_column(Float)
@@ -159,6 +164,21 @@ Index("ix_experiments_owner", ExperimentRow.owner)
 Index("ix_experiments_start_time", ExperimentRow.start_time)
 
 
+class SearcherEventRow(Base):
+    """One event of an experiment's searcher after its stored snapshot (issue 37): the
+    searcher method and its arguments, ``[name, [args], {kwargs}]`` as JSON text
+    (Python's JSON, so a NaN metric stays NaN), replayed in ``seq`` order after a
+    restore of the snapshot."""
+
+    __tablename__ = "searcher_events"
+
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    event: Mapped[str] = mapped_column(Text)
+
+
 class ModelDefinitionRow(Base):
     """The experiment's context directory, a gzipped tar (bytes), kept apart so that
     reading experiments never loads it."""
@@ -178,6 +198,8 @@ class TrialRow(Base):
     __tablename__ = "trials"
     __table_args__ = (  # ids are never reused
         UniqueConstraint("experiment_id", "request_id"),
+        # An experiment's live trials without reading its ended ones (issue 37).
+        Index("ix_trials_experiment_state", "experiment_id", "state"),
         {"sqlite_autoincrement": True},
     )
 
@@ -285,6 +307,8 @@ class AllocationRow(Base):
     """
 
     __tablename__ = "allocations"
+    # An agent's live parts without reading the ones it ran before (issue 37).
+    __table_args__ = (Index("ix_allocations_agent_state", "agent_id", "state"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     group_id: Mapped[str] = mapped_column(String(64), index=True)

@@ -240,7 +240,14 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
         ctx.wake.set()
     running_set = set(running)
     start, kill = [], []
-    allocs = s.scalars(select(AllocationRow).where(AllocationRow.agent_id == agent_id)).all()
+    # The agent's live parts only (issue 37: reading every part it ever ran made each
+    # heartbeat cost more with every trial); a reported part not among them has ended
+    # or is unknown, and is killed either way.
+    allocs = s.scalars(
+        select(AllocationRow).where(
+            AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED"
+        )
+    ).all()
     by_id = {a.id: a for a in allocs}
     for alloc in allocs:
         if alloc.state == "ASSIGNED":
@@ -262,7 +269,7 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
                 runs.terminate(s, ctx, alloc, None, "the agent no longer runs this task")
     for alloc_id in running_set:
         known = by_id.get(alloc_id)
-        if known is None or known.state == "TERMINATED":
+        if known is None or known.state == "TERMINATED":  # ended by this heartbeat
             kill.append(alloc_id)
     return {"start": start, "kill": sorted(set(kill))}
 

@@ -29,13 +29,14 @@ from ..db import (
     ExperimentRow,
     MetricRow,
     ModelDefinitionRow,
+    SearcherEventRow,
     TaskLogRow,
     TrialRow,
 )
 from ..errors import BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
 from ..states import State, is_terminal
-from . import checkpoints, experiment_index, registered, search, users
+from . import checkpoints, experiment_index, registered, search, searcher_log, users
 from .experiment_checks import check_experiment
 
 log = logging.getLogger("dauntless.master")
@@ -248,6 +249,7 @@ def delete_experiment(ctx: MasterContext, exp_id: int) -> None:
                 s.execute(delete(MetricRow).where(MetricRow.trial_id.in_(trial_ids)))
                 s.execute(delete(AllocationRow).where(AllocationRow.trial_id.in_(trial_ids)))
             s.execute(delete(CheckpointRow).where(CheckpointRow.experiment_id == exp_id))
+            s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp_id))
             s.execute(delete(TrialRow).where(TrialRow.experiment_id == exp_id))
             experiment_index.forget_experiment(s, exp_id)
             gone = s.get(ExperimentRow, exp_id)
@@ -340,11 +342,14 @@ def continue_experiment(s: Session, ctx: MasterContext, exp_id: int, overrides: 
         raise Conflict(
             f"experiment {exp_id}: every trial completed its search; nothing to continue"
         )
-    if not search.searcher_for(ctx, exp, read_only=True).can_reopen:
+    current = search.searcher_for(ctx, exp, read_only=True)
+    if not current.can_reopen:
         raise Conflict(
             f"experiment {exp_id}: a {cfg.searcher.name} search cannot continue its trials "
             "(its decisions already used their results); fork it instead"
         )
+    # Its events were made under the old config: never replay them under the new one.
+    searcher_log.compact(s, exp, current)
     ctx.configs[exp_id] = cfg
     exp.config = cfg.to_json()
     experiment_index.index_new_experiment(s, exp)  # the overrides may change labels

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, object_session
 
 from dauntless.config import searcher_length
@@ -29,13 +29,13 @@ from dauntless.searcher import (
     restore_searcher,
 )
 
-from ..context import MasterContext
+from ..context import BoundedDict, MasterContext
 from ..custom_searchers import method_factory
 from ..db import CheckpointRow, ExperimentRow, ModelDefinitionRow, TrialRow
 from ..errors import BadRequest, NotFound
 from ..progress import experiment_progress
 from ..states import STOPPING, State, check_transition, is_terminal
-from . import allocations, experiment_index, trials
+from . import allocations, experiment_index, searcher_log, trials
 
 log = logging.getLogger("dauntless.master")
 
@@ -69,13 +69,20 @@ _SEARCHERS_LOCK = threading.Lock()
 searcher_error_handlers: list[Callable[[Session, MasterContext, ExperimentRow, str], None]] = []
 
 
+#: Experiments whose searchers the master keeps (issue 37: a searcher holds a record
+#: per trial, so the cache is bounded; an experiment dropped from it restores its
+#: searcher from the rows when next needed).
+KEPT_SEARCHERS = 64
+
+
 def _cache(ctx: MasterContext) -> dict[int, Any]:
     with _SEARCHERS_LOCK:
-        return _SEARCHERS.setdefault(ctx, {})
+        return _SEARCHERS.setdefault(ctx, BoundedDict(KEPT_SEARCHERS))
 
 
 def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = False):
-    """The experiment's searcher, as its stored snapshot says.
+    """The experiment's searcher, as its stored snapshot and events say
+    (:mod:`.searcher_log`), journaling its events from now on.
 
     ``read_only``: the caller only reads it (``progress()``, pending events); the
     master keeps it for the next caller instead of handing it over for changes.
@@ -88,18 +95,26 @@ def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = Fa
     with _SEARCHERS_LOCK:  # taken out: no other caller changes it while it is checked
         kept = cache.pop(exp.id, None)
     searcher = None
-    if kept is not None and exp.searcher_state is not None:
-        kept_config, candidate = kept
-        # The same config (``det experiment continue`` may change it) and the state
-        # the database holds.
-        if kept_config == config and candidate.snapshot() == exp.searcher_state:
+    if kept is not None:
+        kept_config, kept_seq, candidate = kept
+        # The same config (``det experiment continue`` may change it) and the state the
+        # database holds: every stored change advances ``searcher_seq`` (issue 37: a
+        # comparison of snapshots cost O(trials) per event).
+        if kept_config == config and kept_seq == exp.searcher_seq:
             searcher = candidate
     if searcher is None:
         factory = method_factory(exp.id, config, lambda: _context_of(ctx, exp.id))
         searcher = restore_searcher(config, exp.searcher_state, method=factory)
+        if exp.searcher_seq > exp.searcher_snapshot_seq:
+            session = object_session(exp)
+            if session is None:
+                raise RuntimeError(f"experiment {exp.id}: its row is not in a session")
+            searcher.replay_events(searcher_log.events_after(session, exp))
+        if searcher.replayable:
+            searcher.start_journal()
     if read_only:  # put back for the next caller (readers only call progress() & co.)
         with _SEARCHERS_LOCK:
-            cache.setdefault(exp.id, (config, searcher))
+            cache.setdefault(exp.id, (config, exp.searcher_seq, searcher))
     return searcher
 
 
@@ -113,7 +128,7 @@ def _keep(ctx: MasterContext, exp: ExperimentRow, searcher: Any) -> None:
     cache = _cache(ctx)
     config = ctx.experiment_config(exp)
     with _SEARCHERS_LOCK:
-        cache[exp.id] = (config, searcher)
+        cache[exp.id] = (config, exp.searcher_seq, searcher)
 
 
 def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -> None:
@@ -197,7 +212,7 @@ def apply(
             exp.searcher_shutdown = True
         else:
             raise TypeError(f"unknown searcher operation {op!r}")
-    exp.searcher_state = searcher.snapshot()
+    searcher_log.store(s, exp, searcher)
     exp.progress = experiment_progress(s, exp, searcher, ctx.experiment_config(exp))
     _keep(ctx, exp, searcher)
     error = searcher.method_error
@@ -233,15 +248,29 @@ def maybe_finish_experiment(s: Session, ctx: MasterContext, exp: ExperimentRow) 
     stopping = State(exp.state) in STOPPING
     if is_terminal(exp.state) or not (exp.searcher_shutdown or stopping):
         return
-    states = [t.state for t in s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp.id))]
-    if not all(is_terminal(st) for st in states):
+    # Whether a trial still runs, without reading the ended ones (issue 37: a stopping
+    # search calls this at every trial's end).
+    terminal = [st.value for st in State if is_terminal(st)]
+    live = s.scalars(
+        select(TrialRow.id)
+        .where(TrialRow.experiment_id == exp.id, TrialRow.state.not_in(terminal))
+        .limit(1)
+    ).first()
+    if live is not None:
         return
+    counts = dict(
+        s.execute(
+            select(TrialRow.state, func.count())
+            .where(TrialRow.experiment_id == exp.id)
+            .group_by(TrialRow.state)
+        ).all()
+    )
     final = {
         State.STOPPING_CANCELED: State.CANCELED,
         State.STOPPING_KILLED: State.CANCELED,
         State.STOPPING_ERROR: State.ERROR,
     }.get(State(exp.state), State.COMPLETED)
-    if final is State.COMPLETED and states and all(st == State.ERROR.value for st in states):
+    if final is State.COMPLETED and counts and set(counts) == {State.ERROR.value}:
         final = State.ERROR
     if final is State.COMPLETED and State(exp.state) is State.PAUSED:
         # Paused after its last trials had done their work (the pause reached them

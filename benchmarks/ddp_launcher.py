@@ -1,0 +1,188 @@
+"""Data-parallel training speed under our launcher against ``torchrun`` (issue 37 scope 3).
+
+The same hand-written DDP script (gloo on CPU: an MLP on synthetic data, the same model,
+data and batch on every run) is started three ways on this machine, ``--ranks`` local
+ranks each:
+
+- ``torchrun``: ``python -m torch.distributed.run --standalone --nproc_per_node N``
+  (the baseline; it gives each rank ``OMP_NUM_THREADS=1`` when the environment sets
+  none);
+- ``dauntless``: ``python -m dauntless.launch.torch_distributed -- python script.py``
+  with the environment an agent gives an N-slot task on one node (``DET_WORLD_SIZE``,
+  ``DET_SLOT_IDS``; no master, so the launcher picks its own rendezvous port), the
+  environment without ``OMP_NUM_THREADS`` as for torchrun;
+- with ``--before``, also ``dauntless, threads = cores`` (the launcher before issue 37,
+  which set nothing: each rank's PyTorch took every core): the same with
+  ``OMP_NUM_THREADS`` = the CPU count (slow on a small machine: that is the point).
+
+Each round runs every way once (the order rotating between rounds); rank 0 prints the
+samples per second of the timed steps (after warm-up steps). Printed: samples/s per way
+(median), the ratio dauntless / torchrun per round with its mean and 95% interval
+(Student's t over the rounds), and the CPU seconds of all the processes of each way
+(``RUSAGE_CHILDREN``) beside the wall seconds. Target: ratio >= 0.98.
+
+Usage::
+
+    python benchmarks/ddp_launcher.py [--rounds 6] [--ranks 2] [--steps 60] [--width 512]
+        [--before]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DDP_PY = """\
+import os, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+steps, width, batch, warmup = (int(x) for x in sys.argv[1:5])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(
+    torch.nn.Linear(width, width), torch.nn.ReLU(),
+    torch.nn.Linear(width, width), torch.nn.ReLU(),
+    torch.nn.Linear(width, 10),
+))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+g = torch.Generator().manual_seed(rank)
+x = torch.randn(batch, width, generator=g)
+y = torch.randint(0, 10, (batch,), generator=g)
+for i in range(warmup + steps):
+    if i == warmup:
+        dist.barrier()
+        t0 = time.perf_counter()
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+dist.barrier()
+elapsed = time.perf_counter() - t0
+if rank == 0:
+    print(f"SAMPLES_PER_S {steps * batch * world / elapsed:.1f} threads {torch.get_num_threads()}")
+dist.destroy_process_group()
+"""
+
+# Student's t, two-sided 95%, by degrees of freedom (1..30); normal beyond.
+_T95 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14]
+_T95 += [2.13, 2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05]
+_T95 += [2.05, 2.04]
+
+
+def interval95(xs: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% confidence interval (Student's t) of ``xs``."""
+    mean = statistics.fmean(xs)
+    if len(xs) < 2:
+        return mean, float("nan"), float("nan")
+    t = _T95[len(xs) - 2] if len(xs) - 1 <= len(_T95) else 1.96
+    half = t * statistics.stdev(xs) / len(xs) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without launcher, rank or thread variables."""
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DET_") and k not in drop and k != "OMP_NUM_THREADS"
+    }
+
+
+def run_way(way: str, script: Path, args: list[str], ranks: int) -> tuple[float, float, float]:
+    """Run the script one way; returns ``(samples/s, wall s, CPU s of all processes)``.
+
+    Raises:
+        RuntimeError: the run failed or printed no figure.
+    """
+    env = clean_env()
+    if way == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd += [f"--nproc_per_node={ranks}", str(script), *args]
+    else:
+        cmd = [sys.executable, "-m", "dauntless.launch.torch_distributed", "--"]
+        cmd += [sys.executable, str(script), *args]
+        env.update(
+            DET_WORLD_SIZE=str(ranks),
+            DET_SLOT_IDS=",".join(f"cpu{i}" for i in range(ranks)),
+            DET_RANK_OFFSET="0",
+        )
+        if way == "dauntless, threads = cores":
+            env["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    for line in proc.stdout.splitlines():
+        if "SAMPLES_PER_S" in line:
+            return float(line.split("SAMPLES_PER_S")[1].split()[0]), wall, cpu
+    raise RuntimeError(f"{way} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+
+
+WAYS = ("torchrun", "dauntless", "dauntless, threads = cores")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--steps", type=int, default=60, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps first")
+    p.add_argument("--width", type=int, default=512, help="MLP width")
+    p.add_argument("--batch", type=int, default=64, help="per-rank batch size")
+    p.add_argument("--before", action="store_true", help="also the launcher before issue 37")
+    a = p.parse_args()
+    ways = WAYS if a.before else WAYS[:2]
+    if a.rounds < 1 or a.ranks < 2 or a.steps < 1:
+        p.error("need --rounds >= 1, --ranks >= 2, --steps >= 1")
+    print(f"load average: {open('/proc/loadavg').read().strip()} ({os.cpu_count()} CPUs)")
+    with tempfile.TemporaryDirectory(prefix="ddp-bench-") as tmp:
+        script = Path(tmp) / "ddp.py"
+        script.write_text(DDP_PY)
+        args = [str(a.steps), str(a.width), str(a.batch), str(a.warmup)]
+        figures: dict[str, list[tuple[float, float, float]]] = {w: [] for w in ways}
+        ratios: list[float] = []
+        for r in range(a.rounds):
+            order = ways[r % len(ways) :] + ways[: r % len(ways)]
+            got = {way: run_way(way, script, args, a.ranks) for way in order}
+            for way, fig in got.items():
+                figures[way].append(fig)
+            ratios.append(got["dauntless"][0] / got["torchrun"][0])
+            print(
+                f"round {r + 1}: "
+                + ", ".join(f"{w} {got[w][0]:.0f}" for w in ways)
+                + f" samples/s; dauntless / torchrun {ratios[-1]:.3f}"
+            )
+    print(f"\n{a.ranks} ranks, MLP width {a.width}, batch {a.batch} per rank, {a.steps} steps")
+    for way in ways:
+        figs = figures[way]
+        print(
+            f"  {way:<28} {statistics.median(f[0] for f in figs):8.0f} samples/s (median); "
+            f"per run {statistics.median(f[1] for f in figs):.2f} s wall, "
+            f"{statistics.median(f[2] for f in figs):.2f} s CPU"
+        )
+    mean, lo, hi = interval95(ratios)
+    print(
+        f"  dauntless / torchrun: {mean:.3f} (95% interval {lo:.3f}-{hi:.3f}, "
+        f"{a.rounds} rounds; target >= 0.98)"
+    )
+    if a.before:
+        old = [figures[WAYS[2]][i][0] / figures["torchrun"][i][0] for i in range(a.rounds)]
+        print(f"  before issue 37 (threads = cores) / torchrun: {statistics.fmean(old):.3f}")
+    print(f"load average now: {open('/proc/loadavg').read().strip()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

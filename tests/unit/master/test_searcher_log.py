@@ -1,0 +1,140 @@
+"""Issue 37: the searcher's events stored as rows after a snapshot compacted now and
+then; a master that restores the searcher from them (a restart) decides exactly as one
+that never stopped, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from sqlalchemy import func, select
+
+from dauntless.master.db import ExperimentRow, SearcherEventRow, TrialRow
+from dauntless.master.models import search, searcher_log
+
+CONFIG = {
+    "entrypoint": "python3 train.py",
+    "hyperparameters": {"x": {"type": "double", "minval": 0, "maxval": 1}},
+    "reproducibility": {"experiment_seed": 7},
+    "searcher": {
+        "name": "adaptive_asha",
+        "metric": "loss",
+        "max_trials": 12,
+        "max_length": {"batches": 16},
+        "divisor": 2,
+        "max_concurrent_trials": 3,
+    },
+}
+
+
+def create(client) -> int:
+    r = client.post(
+        "/api/v1/experiments", data={"config": yaml.safe_dump(CONFIG), "activate": "true"}
+    )
+    assert r.status_code == 201, r.text
+    return int(r.json()["experiment"]["id"])
+
+
+def stored(ctx, exp_id):
+    with ctx.db.read() as s:
+        exp = s.get(ExperimentRow, exp_id)
+        rows = s.scalar(
+            select(func.count())
+            .select_from(SearcherEventRow)
+            .where(SearcherEventRow.experiment_id == exp_id)
+        )
+        return exp.state, exp.searcher_seq, exp.searcher_snapshot_seq, rows
+
+
+def step(ctx, exp_id) -> bool:
+    """Complete the open searcher operation of the experiment's oldest live trial (the
+    metric a function of its hyperparameter); False when none is open."""
+    with ctx.db.write() as s:
+        trials = s.scalars(
+            select(TrialRow)
+            .where(TrialRow.experiment_id == exp_id, TrialRow.state == "ACTIVE")
+            .order_by(TrialRow.id)
+        ).all()
+        for t in trials:
+            op, done = t.searcher_op_length, t.searcher_completed_length
+            if op is not None and (done is None or op > done):
+                search.complete_operation(s, ctx, t.id, op, abs(t.hparams["x"] - 0.3))
+                return True
+    return False
+
+
+def run(ctx, exp_id, restart_every: int | None) -> list[tuple]:
+    """Drive the search to its end; ``restart_every``: forget the kept searcher after
+    every that many events, so the next one restores it from the rows (what a master
+    restart does)."""
+    peak_rows = 0
+    n = 0
+    while step(ctx, exp_id):
+        n += 1
+        peak_rows = max(peak_rows, stored(ctx, exp_id)[3])
+        if restart_every and n % restart_every == 0:
+            search._cache(ctx).clear()
+    assert n > 20
+    with ctx.db.read() as s:
+        trials = s.scalars(
+            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+        ).all()
+        return [
+            (t.request_id, t.hparams["x"], t.state, t.searcher_completed_length) for t in trials
+        ], peak_rows
+
+
+def test_events_are_rows_and_a_restored_searcher_decides_as_the_kept_one(master, monkeypatch):
+    client, ctx = master
+    monkeypatch.setattr(searcher_log, "MIN_EVENTS_BEFORE_COMPACTION", 6)
+    monkeypatch.setattr(searcher_log, "EVENTS_PER_TRIAL_BEFORE_COMPACTION", 1)
+    kept_id, restored_id = create(client), create(client)
+    kept, kept_peak = run(ctx, kept_id, restart_every=None)
+    restored, restored_peak = run(ctx, restored_id, restart_every=3)
+
+    assert restored == kept  # the same trials, hyperparameters, lengths and ends
+    for exp_id in (kept_id, restored_id):
+        state, seq, snapshot_seq, rows = stored(ctx, exp_id)
+        assert state == "COMPLETED"
+        assert seq >= snapshot_seq > 0
+        assert rows == seq - snapshot_seq  # the rows are exactly the events after it
+    # Events were stored as rows between compactions, and compacted away.
+    assert 0 < kept_peak <= 12 + 6 and 0 < restored_peak <= 12 + 6
+    with ctx.db.read() as s:
+        a = search.searcher_for(ctx, s.get(ExperimentRow, kept_id), read_only=True)
+        search._cache(ctx).clear()
+        b = search.searcher_for(ctx, s.get(ExperimentRow, restored_id), read_only=True)
+        assert a.snapshot() == b.snapshot()
+        assert a.is_shut_down and b.is_shut_down
+
+
+def test_deleting_an_experiment_deletes_its_events(master, monkeypatch):
+    client, ctx = master
+    monkeypatch.setattr(searcher_log, "MIN_EVENTS_BEFORE_COMPACTION", 1000)
+    exp_id = create(client)
+    for _ in range(4):
+        assert step(ctx, exp_id)
+    assert stored(ctx, exp_id)[3] > 0
+    assert client.post(f"/api/v1/experiments/{exp_id}/kill").status_code in (200, 204)
+    r = client.delete(f"/api/v1/experiments/{exp_id}")
+    assert r.status_code in (200, 202, 204), r.text
+    with ctx.db.read() as s:
+        left = s.scalar(
+            select(func.count())
+            .select_from(SearcherEventRow)
+            .where(SearcherEventRow.experiment_id == exp_id)
+        )
+    assert left == 0
+
+
+def test_the_masters_caches_are_bounded():
+    """Issue 37 scope 2: per-allocation and per-experiment caches keep a fixed number of
+    entries (the newest stored), however many trials ran."""
+    from dauntless.master.context import BoundedDict
+
+    cache: BoundedDict[int, int] = BoundedDict(3)
+    cache.update({i: i for i in range(5)})
+    cache[1] = 1
+    cache.setdefault(9, 9)
+    assert list(cache.items()) == [(4, 4), (1, 1), (9, 9)]
+    with pytest.raises(ValueError, match="max_items"):
+        BoundedDict(0)
