@@ -64,6 +64,16 @@ def main(argv: list[str] | None = None) -> int:
         help="file holding the master's cluster secret (security.cluster_secret, or the "
         f"master's <data_dir>/cluster_secret); default: ${CLUSTER_SECRET_ENV}",
     )
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        help="serve the agent's Prometheus metrics on this port (0: a free one)",
+    )
+    p.add_argument(
+        "--prometheus-host",
+        default="127.0.0.1",
+        help="the address --prometheus-port listens on (default 127.0.0.1)",
+    )
     args = p.parse_args(argv)
     # The secret comes from a file or the environment, never the command line (which
     # other users of the host can read), and leaves the environment at once so that no
@@ -101,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             runtime=args.runtime,
             warm_start=args.warm_start,
             orphan_grace_period=args.orphan_grace_period,
+            prometheus_port=args.prometheus_port,
+            prometheus_host=args.prometheus_host,
         )
     except ValidationError as exc:
         p.error("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))

@@ -333,6 +333,18 @@ def _checkpoint_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def set_log_retention(args: argparse.Namespace) -> int:
+    """``det e set log-retention ID (--days N | --forever)``."""
+    days = -1 if args.forever else args.days
+    with open_session(args) as session:
+        session.request(
+            "PUT", f"/experiments/{args.experiment_id}/retain_logs", json={"num_days": days}
+        )
+    kept = "forever" if days == -1 else f"for {days} day(s) after each trial ends"
+    write_line(f"Experiment {args.experiment_id}: trial logs kept {kept}")
+    return 0
+
+
 # ---------------------------------------------------------------------- registration
 
 
@@ -405,4 +417,5 @@ __all__ = [
     "register_checkpoint_extras",
     "register_experiment_extras",
     "register_trial_extras",
+    "set_log_retention",
 ]

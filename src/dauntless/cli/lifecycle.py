@@ -262,6 +262,18 @@ def register_experiment_commands(sub: Any, common: argparse.ArgumentParser) -> N
         p.add_argument(flag, type=int, default=None, metavar="N")
     p.add_argument("--yes", action="store_true", help="accepted for compatibility")
     p.set_defaults(func=_set, field="gc-policy")
+    from .compat_cmds import set_log_retention
+
+    p = setsub.add_parser(
+        "log-retention",
+        help="how long the trials' logs are kept after they end",
+        parents=[common],
+    )
+    p.add_argument("experiment_id", metavar="ID", type=positive_int)
+    days = p.add_mutually_exclusive_group(required=True)
+    days.add_argument("--days", type=int, help="days (0..32767; 0: at the next cleanup)")
+    days.add_argument("--forever", action="store_true", help="keep them forever")
+    p.set_defaults(func=set_log_retention)
 
 
 def register_trial_commands(sub: Any, common: argparse.ArgumentParser) -> None:

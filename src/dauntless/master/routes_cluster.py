@@ -56,6 +56,7 @@ def get_master(request: Request) -> dict[str, Any]:
         "cluster_name": ctx.config.cluster_name,
         "cluster_id": _read(request, agents.cluster_id),
         "sso_providers": [sso.provider_info()] if sso is not None else [],
+        "cluster_message": request.app.state.cluster_message.current(time.time()),
     }
 
 

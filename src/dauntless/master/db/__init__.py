@@ -22,6 +22,7 @@ from .models import (
     UserSessionRow,
 )
 from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
+from .operations import ClusterMessageRow
 from .teams import (
     UNCATEGORIZED_ID,
     PoolBindingRow,
@@ -51,6 +52,7 @@ __all__ = [
     "AllocationRow",
     "Base",
     "CheckpointRow",
+    "ClusterMessageRow",
     "ClusterRow",
     "Database",
     "ExperimentRow",

@@ -136,6 +136,10 @@ class ExperimentRow(Base):
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     start_time: Mapped[float] = mapped_column(Float)
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Days its trials' logs are kept after they end (issue 34): the config's
+    # retention_policy.log_retention_days or `det e set log-retention`; -1 forever;
+    # None: the master's retention_policy.log_retention_days.
+    log_retention_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ModelDefinitionRow(Base):
