@@ -52,6 +52,11 @@ async def det_state_metrics(request: Request) -> Response:
 async def master_metrics(request: Request) -> Response:
     """The master process's own metrics."""
     metrics = _metrics(request)
-    snap = await run_in_threadpool(_snapshot, request)
-    body = await run_in_threadpool(metrics.render, snap.queued, snap.fold_backlog)
+    body = await run_in_threadpool(_render_master, request, metrics)
     return Response(body, media_type=CONTENT_TYPE)
+
+
+def _render_master(request: Request, metrics: MasterMetrics) -> bytes:
+    with request.app.state.ctx.db.read() as s:
+        queued, folds = observe.backlog(s)
+    return metrics.render(queued, folds)

@@ -239,3 +239,37 @@ def test_retention_schedule_runs_in_the_background(tmp_path) -> None:
     bad = yaml.safe_load("{log_retention_days: 1, schedule: '0 0 * * *'}")
     with pytest.raises(ValueError, match="schedule"):
         MasterConfig(data_dir=str(tmp_path), retention_policy=bad)
+
+
+def test_prometheus_pages_count_slots_queue_and_labels(tmp_path, db_url) -> None:
+    with serve(str(tmp_path), db_url=db_url) as m, Cluster(m.url, m.app) as c:
+        c.register_agent(slots=1)
+        exp = c.create_experiment(
+            """
+name: two
+entrypoint: python3 train.py
+labels: [nightly]
+hyperparameters: {x: {type: double, minval: 0, maxval: 1}}
+searcher: {name: random, metric: loss, max_trials: 2, max_concurrent_trials: 2,
+           max_length: {batches: 10}}
+"""
+        )
+        ((trial_id, alloc),) = c.start_trials(1)
+        c.report(trial_id, "training", 5, {"loss": 1.0})
+        state = c.admin.get("/prom/det-state-metrics").text
+        master = c.admin.get("/debug/prom/metrics").text
+    lines = set(state.splitlines()) | set(master.splitlines())
+    for line in (
+        'det_slots{agent_id="agent-0",resource_pool="default",slot_type="cpu"} 1.0',
+        'det_slots_used{agent_id="agent-0",resource_pool="default",slot_type="cpu"} 1.0',
+        f'det_experiment_id_label{{experiment_id="{exp}",label="nightly"}} 1.0',
+        f'det_job_id_experiment_id{{experiment_id="{exp}",job_id="experiment-{exp}"}} 1.0',
+        'det_allocations{resource_pool="default",task_type="TRIAL"} 1.0',
+        'det_trials{state="ACTIVE"} 2.0',
+        'det_scheduler_queue_depth{resource_pool="default"} 1.0',
+        'det_metric_reports_total{group="training"} 1.0',
+    ):
+        assert line in lines, (line, state, master)
+    assert any(
+        x.startswith('det_container_id_allocation_id{allocation_id="') and alloc in x for x in lines
+    )

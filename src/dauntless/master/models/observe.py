@@ -2,8 +2,8 @@
 ``/prom/det-state-metrics`` reports, as plain rows, one read session per scrape.
 
 The cost of a scrape is a fixed number of queries (agents, live allocations, live
-tasks, ACTIVE trials, experiments by state, the fold backlog) whatever the cluster's
-size; the rows returned are those of live things only (agents, allocations not
+tasks, experiments and trials by state; the queue and the fold backlog for the
+master's own page, four at most) whatever the cluster's size; the rows returned are those of live things only (agents, allocations not
 TERMINATED, experiments not terminal), so the answer stays as large as the cluster is
 busy, not as its history.
 """
@@ -43,9 +43,6 @@ class StateSnapshot:
         experiment_states: experiments per state, all of them (terminal ones too).
         trial_states: trials per state.
         task_states: generic tasks per ``(type, state)``.
-        queued: per resource pool, trials and tasks waiting for slots (ACTIVE trials
-            of ACTIVE experiments without a live allocation, QUEUED tasks).
-        fold_backlog: metric reports acknowledged but not yet folded into summaries.
     """
 
     agents: list[tuple[str, str, str, list[dict[str, Any]]]] = field(default_factory=list)
@@ -54,8 +51,6 @@ class StateSnapshot:
     experiment_states: dict[str, int] = field(default_factory=dict)
     trial_states: dict[str, int] = field(default_factory=dict)
     task_states: dict[tuple[str, str], int] = field(default_factory=dict)
-    queued: dict[str, int] = field(default_factory=dict)
-    fold_backlog: int = 0
 
 
 def _pool_of(config: dict[str, Any]) -> str:
@@ -92,24 +87,19 @@ def state_snapshot(s: Session) -> StateSnapshot:
     ):
         snap.task_states[(typ, state)] = n
     live_tasks: dict[str, tuple[str, dict[str, Any]]] = {}
-    for tid, typ, state, config in s.execute(
-        select(TaskRow.id, TaskRow.type, TaskRow.state, TaskRow.config).where(
+    for tid, typ, config in s.execute(
+        select(TaskRow.id, TaskRow.type, TaskRow.config).where(
             TaskRow.state.in_(("QUEUED", "ASSIGNED", "RUNNING"))
         )
     ):
         live_tasks[tid] = (typ, config or {})
-        if state == "QUEUED":
-            pool = _pool_of(config or {})
-            snap.queued[pool] = snap.queued.get(pool, 0) + 1
     allocs = s.execute(
         select(AllocationRow, TrialRow.experiment_id)
         .outerjoin(TrialRow, TrialRow.id == AllocationRow.trial_id)
         .where(AllocationRow.state != "TERMINATED")
     ).all()
-    running_trials: set[int] = set()
     for a, exp_id in allocs:
         if a.trial_id is not None:
-            running_trials.add(a.trial_id)
             task_id, task_type = f"trial-{a.trial_id}", "TRIAL"
             job_id = f"experiment-{exp_id}"
             pool = pools.get(exp_id, "default")
@@ -130,15 +120,43 @@ def state_snapshot(s: Session) -> StateSnapshot:
                 "resource_pool": pool,
             }
         )
-    waiting = s.execute(
-        select(TrialRow.id, TrialRow.experiment_id).where(
-            TrialRow.state == "ACTIVE",
-            TrialRow.experiment_id.in_([e for e, st, _, _ in snap.experiments if st == "ACTIVE"]),
-        )
-    ).all()
-    for tid, eid in waiting:
-        if tid not in running_trials:
-            pool = pools.get(eid, "default")
-            snap.queued[pool] = snap.queued.get(pool, 0) + 1
-    snap.fold_backlog = int(s.scalar(select(func.count()).select_from(MetricFoldPendingRow)) or 0)
     return snap
+
+
+def backlog(s: Session) -> tuple[dict[str, int], int]:
+    """What waits: per resource pool, the trials and tasks waiting for slots (ACTIVE
+    trials of ACTIVE experiments without a live allocation, QUEUED tasks), and the
+    metric reports acknowledged but not yet folded into summaries. Four queries at most.
+
+    Args:
+        s: a read session.
+    """
+    live = (
+        select(AllocationRow.trial_id)
+        .where(AllocationRow.state != "TERMINATED", AllocationRow.trial_id.is_not(None))
+        .scalar_subquery()
+    )
+    queued: dict[str, int] = {}
+    waiting = dict(
+        s.execute(
+            select(TrialRow.experiment_id, func.count(TrialRow.id))
+            .join(ExperimentRow, TrialRow.experiment_id == ExperimentRow.id)
+            .where(
+                ExperimentRow.state == "ACTIVE",
+                TrialRow.state == "ACTIVE",
+                TrialRow.id.not_in(live),
+            )
+            .group_by(TrialRow.experiment_id)
+        ).all()
+    )
+    if waiting:
+        for exp_id, config in s.execute(
+            select(ExperimentRow.id, ExperimentRow.config).where(ExperimentRow.id.in_(waiting))
+        ):
+            pool = _pool_of(config or {})
+            queued[pool] = queued.get(pool, 0) + waiting[exp_id]
+    for (config,) in s.execute(select(TaskRow.config).where(TaskRow.state == "QUEUED")):
+        pool = _pool_of(config or {})
+        queued[pool] = queued.get(pool, 0) + 1
+    folds = int(s.scalar(select(func.count()).select_from(MetricFoldPendingRow)) or 0)
+    return queued, folds
