@@ -213,3 +213,29 @@ def test_prometheus_scrapes_master_and_agent(cluster_factory, tmp_path, deadline
             prom.kill()
             prom.wait(timeout=10)
         log.close()
+
+    # Usage (scope 5): `det resources` sums the slot time the allocations recorded.
+    cluster.det("cmd", "kill", sleeper)
+    cluster.wait_task(sleeper, {"CANCELED", "COMPLETED", "ERROR"})
+    allocs = cluster.api("/allocations")["allocations"]
+    done = [a for a in allocs if a["task_id"] == sleeper]
+    assert done and all(a["ended_at"] for a in done)
+    expected = sum((a["ended_at"] - a["started_at"]) * len(a["slot_ids"]) for a in done)
+    raw = json.loads(
+        cluster.det(
+            "-u",
+            "admin",
+            "resources",
+            "raw",
+            "2000-01-01T00:00:00Z",
+            "2100-01-01T00:00:00Z",
+            "--json",
+        ).stdout
+    )["resource_entries"]
+    got = sum(e["seconds"] * e["slots"] for e in raw if e["kind"] == "COMMAND")
+    assert got == pytest.approx(expected, rel=0.01)
+    table = cluster.det("-u", "admin", "res", "summary", "--days", "1", "--csv").stdout
+    rows = {
+        tuple(line.split(",")[:2]): float(line.split(",")[2]) for line in table.splitlines()[1:]
+    }
+    assert rows[("resource_pool", "default")] * 3600 >= got * 0.99

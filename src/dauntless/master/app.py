@@ -63,6 +63,7 @@ from .routes_tasks import install_task_error_handlers
 from .routes_tasks import router as tasks_router
 from .routes_tokens import router as tokens_router
 from .routes_trials import router as trials_router
+from .routes_usage import router as usage_router
 from .routes_workspaces import router as workspaces_router
 from .sso import OIDCClient
 from .webui import router as webui_router
@@ -329,6 +330,7 @@ def create_app(
     app.include_router(audit_router)
     app.include_router(master_router)  # issue 34: master logs and config
     app.include_router(operations_router)  # issue 34: cluster message, log retention
+    app.include_router(usage_router)  # issue 34: historical usage
     app.include_router(prom_router)  # issue 34: /prom/det-state-metrics, /debug/prom/metrics
     app.include_router(webui_router)  # last: its catch-all serves the UI's pages
     declare_errors(app)

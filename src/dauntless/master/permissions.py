@@ -149,6 +149,10 @@ ROUTES: dict[tuple[str, str], Rule] = {
         P.UPDATE_EXPERIMENT, "set its log retention"
     ),
     ("POST", f"{V1}/cleanup_logs"): Rule(on="admin", what="delete expired logs"),
+    **{
+        ("GET", f"{V1}/resources/{name}"): _cluster(P.VIEW_CLUSTER_USAGE, "read cluster usage")
+        for name in ("allocation/raw", "allocation/aggregated", "usage")
+    },
     # -- Prometheus (issue 34): admins, e.g. a scraper with an admin's access token
     ("GET", "/prom/det-state-metrics"): Rule(on="admin", what="read the cluster's metrics"),
     ("GET", "/debug/prom/metrics"): Rule(on="admin", what="read the master's metrics"),

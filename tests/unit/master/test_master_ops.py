@@ -273,3 +273,68 @@ searcher: {name: random, metric: loss, max_trials: 2, max_concurrent_trials: 2,
     assert any(
         x.startswith('det_container_id_allocation_id{allocation_id="') and alloc in x for x in lines
     )
+
+
+def test_usage_reports_sum_the_allocations_recorded_durations(tmp_path, db_url) -> None:
+    config = """
+name: used-{n}
+entrypoint: python3 train.py
+labels: [team-{n}]
+resources: {{slots_per_trial: {n}}}
+searcher: {{name: single, metric: loss, max_length: {{batches: 10}}}}
+"""
+    with serve(str(tmp_path), db_url=db_url) as m, Cluster(m.url, m.app) as c:
+        c.register_agent(slots=3)
+        exps = [c.create_experiment(config.format(n=n)) for n in (1, 2)]
+        started = c.start_trials(2)
+        time.sleep(1.0)
+        for trial_id, alloc in started:
+            c.complete(trial_id, 10, 0.5)
+            c.exited(alloc, 0)
+        for exp_id in exps:
+            c.wait_state(exp_id, "COMPLETED")
+        allocs = c.admin.get("/api/v1/allocations").json()["allocations"]
+        expected = sum((a["ended_at"] - a["started_at"]) * len(a["slot_ids"]) for a in allocs)
+        assert expected > 2.9  # 1 + 2 slots for over a second
+    # The records survive a restart of the master.
+    with serve(str(tmp_path), db_url=db_url) as m, Cluster(m.url, m.app) as c:
+        summary = c.admin.get("/api/v1/resources/usage", params={"days": 1}).json()
+        assert summary["total"] == pytest.approx(expected, rel=0.01)
+        assert summary["by_username"] == {"admin": pytest.approx(expected, rel=0.01)}
+        assert set(summary["by_experiment_label"]) == {"team-1", "team-2"}
+        for n, exp_id in zip((1, 2), exps, strict=True):
+            mine = sum(
+                (a["ended_at"] - a["started_at"]) * len(a["slot_ids"])
+                for a in allocs
+                if a["experiment_id"] == exp_id
+            )
+            assert summary["by_experiment_label"][f"team-{n}"] == pytest.approx(mine, rel=0.01)
+        assert summary["by_workspace"] == {"Uncategorized": pytest.approx(expected, rel=0.01)}
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        agg = c.admin.get(
+            "/api/v1/resources/allocation/aggregated",
+            params={"start_date": today, "end_date": today},
+        ).json()["resource_entries"]
+        assert sum(e["seconds"] for e in agg) == pytest.approx(expected, rel=0.01)
+        raw = c.admin.get(
+            "/api/v1/resources/allocation/raw",
+            params={
+                "timestamp_after": "2000-01-01T00:00:00Z",
+                "timestamp_before": "2100-01-01T00:00:00Z",
+            },
+        ).json()["resource_entries"]
+        assert sorted(e["slots"] for e in raw) == [1, 2]
+        assert sum(e["seconds"] * e["slots"] for e in raw) == pytest.approx(expected, rel=0.01)
+        bad = c.admin.get(
+            "/api/v1/resources/allocation/raw",
+            params={
+                "timestamp_after": "2100-01-01T00:00:00Z",
+                "timestamp_before": "2000-01-01T00:00:00Z",
+            },
+        )
+        assert bad.status_code == 400 and "start time" in bad.text
+        bad = c.admin.get(
+            "/api/v1/resources/allocation/aggregated",
+            params={"start_date": "yesterday", "end_date": today},
+        )
+        assert bad.status_code == 400 and "start_date" in bad.text
