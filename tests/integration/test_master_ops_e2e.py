@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 import yaml
 
@@ -88,3 +89,42 @@ def test_master_logs_config_and_cluster_message_through_the_cli(cluster_factory,
     finally:
         os.killpg(follow.pid, signal.SIGTERM)
         follow.wait(timeout=20)
+
+
+def test_webui_banner_and_usage_card(cluster_factory, tmp_path, deadline):
+    """The cluster message shows as a banner for every user; the cluster page's usage card
+    shows slot-hours to an admin and says why to a user without the permission."""
+    from .test_webui import _browser
+
+    c = cluster_factory(f"sqlite:///{tmp_path}/master.db")
+    c.start_master()
+    r = httpx.put(
+        c.url + "/api/v1/master/cluster_message",
+        json={"message": "Maintenance window tonight", "duration": "1h"},
+        headers=c.headers(),
+        timeout=30,
+    )
+    r.raise_for_status()
+    pw, browser = _browser()
+    errors: list[str] = []
+    try:
+        ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+        page = ctx.new_page()
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        page.goto(c.url + "/cluster")  # signed in silently as `determined`
+        page.wait_for_selector("#cluster-message:not([hidden])", timeout=deadline(30) * 1000)
+        assert page.inner_text("#cluster-message") == "Maintenance window tonight"
+        page.wait_for_selector("#cluster-usage >> text=cluster-usage permission")
+        page.click("#sign-out")
+        page.wait_for_selector("#login-form")
+        page.fill("#login-username", "admin")
+        page.fill("#login-password", "")
+        page.click("#login-submit")  # back on the cluster page, as the admin
+        page.wait_for_selector("#cluster-usage table[data-usage=by_username]")
+        assert page.inner_text("#user-name") == "admin"
+        assert "slot-hours" in page.inner_text("#cluster-usage")
+        ctx.close()
+    finally:
+        browser.close()
+        pw.stop()
+    assert not errors, errors
