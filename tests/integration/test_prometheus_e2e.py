@@ -198,6 +198,10 @@ def test_prometheus_scrapes_master_and_agent(cluster_factory, tmp_path, deadline
             'det_http_request_duration_seconds_count{handler="/api/v1/trials/{trial_id}/metrics"}',
         )
         assert lat and float(lat[0]["value"][1]) > 0
+        # The agent machine's system metrics (psutil; NVML where there are GPUs).
+        mem = _query(prom_url, 'det_agent_memory_total_bytes{agent_id="agent-1"}')
+        assert mem and float(mem[0]["value"][1]) > 0
+        assert _query(prom_url, 'rate(det_agent_network_recv_bytes_total{agent_id="agent-1"}[5s])')
         # Every query of the Grafana dashboard in docs/ is valid PromQL over these series.
         dashboard = json.loads((REPO / "docs" / "grafana" / "dauntless-cluster.json").read_text())
         for panel in dashboard["panels"]:

@@ -4,7 +4,9 @@ config, ``--prometheus-port``).
 Served by ``prometheus_client``'s own HTTP server in a daemon thread, from a registry of
 the agent's own: its process (CPU, memory, file descriptors), and, read from the agent
 at scrape time, ``det_agent_slots{slot_type}``, ``det_agent_slots_used{slot_type}`` and
-``det_agent_tasks_running``. Every series carries the label ``agent_id``.
+``det_agent_tasks_running``; the machine's CPU, memory, disk, network and GPUs
+(:class:`~dauntless.agent._sysmetrics.SystemCollector`). Every series carries the label
+``agent_id``.
 
 The page holds counts only (no task names, users or secrets), so it needs no
 credential; it listens on 127.0.0.1 unless ``prometheus_host`` says otherwise.
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
+
+from ._sysmetrics import SystemCollector
 
 log = logging.getLogger("dauntless.agent")
 
@@ -83,6 +87,8 @@ def serve_metrics(
     reg = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=reg)
     reg.register(_AgentCollector(agent_id, usage))  # type: ignore[arg-type]
+    system = SystemCollector(agent_id)
+    reg.register(system)  # type: ignore[arg-type]
     server, thread = start_http_server(port, addr=host, registry=reg)
     bound = int(server.server_address[1])
     log.info("Prometheus metrics on http://%s:%d/metrics", host, bound)
@@ -91,5 +97,6 @@ def serve_metrics(
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+        system.close()
 
     return bound, stop
