@@ -140,7 +140,16 @@ def test_prometheus_scrapes_master_and_agent(cluster_factory, tmp_path, deadline
                 "authorization": auth,
                 "static_configs": [{"targets": [host_port]}],
             },
-            {"job_name": "det-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]},
+            {  # the agents, discovered through the master (Determined's HTTP SD route)
+                "job_name": "det-agent",
+                "http_sd_configs": [
+                    {
+                        "url": f"{cluster.url}/prom/det-http-sd-config",
+                        "refresh_interval": "1s",
+                        "authorization": auth,
+                    }
+                ],
+            },
         ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
@@ -198,6 +207,9 @@ def test_prometheus_scrapes_master_and_agent(cluster_factory, tmp_path, deadline
             'det_http_request_duration_seconds_count{handler="/api/v1/trials/{trial_id}/metrics"}',
         )
         assert lat and float(lat[0]["value"][1]) > 0
+        # The agent was found through the master's service discovery, with its labels.
+        found = _query(prom_url, 'up{job="det-agent",agent_id="agent-1",resource_pool="default"}')
+        assert [x["value"][1] for x in found] == ["1"]
         # The agent machine's system metrics (psutil; NVML where there are GPUs).
         mem = _query(prom_url, 'det_agent_memory_total_bytes{agent_id="agent-1"}')
         assert mem and float(mem[0]["value"][1]) > 0

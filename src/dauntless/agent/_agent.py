@@ -187,6 +187,8 @@ class Agent:
         self.shipper = LogShipper(self.client)
         self.registered = False
         self.advertise_addr = config.advertise_addr or advertise_address(config.master_url)
+        #: ``host:port`` of this agent's Prometheus page once it serves one (issue 34).
+        self.prometheus_target: str | None = None
         os.makedirs(config.work_dir, exist_ok=True)
         # Set when a task exits: the loop reports it and fetches new work at once.
         self.wake = threading.Event()
@@ -208,7 +210,7 @@ class Agent:
         Raises:
             httpx.HTTPError: the master is unreachable or refused (4xx names why).
         """
-        body = {
+        body: dict[str, Any] = {
             "id": self.agent_id,
             "resource_pool": self.config.resource_pool,
             "hostname": socket.gethostname(),
@@ -218,6 +220,8 @@ class Agent:
             "running": sorted(set(self.tasks) | set(self.pending_exits)),
             "runtime": {**self.runtimes.describe(), "identity": self.identity.describe()},
         }
+        if self.prometheus_target is not None:
+            body["runtime"]["prometheus_target"] = self.prometheus_target
         headers = {}
         if self._secret is not None:
             headers[CLUSTER_SECRET_HEADER] = self._secret.get_secret_value()
@@ -287,12 +291,16 @@ class Agent:
         failures = 0
         stop_metrics = None
         if self.config.prometheus_port is not None:
-            _, stop_metrics = serve_metrics(
+            port, stop_metrics = serve_metrics(
                 self.agent_id,
                 self.usage,
                 self.config.prometheus_host,
                 self.config.prometheus_port,
             )
+            host = self.config.prometheus_host
+            if host in ("0.0.0.0", "::", ""):  # every address: the one the master sees
+                host = self.advertise_addr
+            self.prometheus_target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             while not stop.is_set():
                 try:

@@ -156,6 +156,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     # -- Prometheus (issue 34): admins, e.g. a scraper with an admin's access token
     ("GET", "/prom/det-state-metrics"): Rule(on="admin", what="read the cluster's metrics"),
     ("GET", "/debug/prom/metrics"): Rule(on="admin", what="read the master's metrics"),
+    ("GET", "/prom/det-http-sd-config"): Rule(on="admin", what="discover the agents' metrics"),
     # -- agents, slots, pools (agents' own routes)
     ("GET", f"{V1}/agents"): Rule(on="any", agent=True, secret=True),
     ("POST", f"{V1}/agents"): _cluster(P.UPDATE_AGENTS, "register agents", secret=True),

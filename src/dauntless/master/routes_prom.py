@@ -4,6 +4,7 @@
 |---|---|
 | ``GET /prom/det-state-metrics`` | the cluster's agents, slots, allocations, tasks and experiments (Prometheus text format 0.0.4) |
 | ``GET /debug/prom/metrics`` | the master process: requests, metric ingest, scheduling, database, queue depth, fold backlog |
+| ``GET /prom/det-http-sd-config`` | Prometheus HTTP service discovery JSON: ``[{"targets": ["host:port"], "labels": {agent_id, resource_pool}}]`` of the ACTIVE agents serving metrics |
 
 Both need an admin's credential (``Authorization: Bearer <token>``; for a scraper, an
 access token of an admin from ``det token create``, read by Prometheus from a file:
@@ -12,6 +13,8 @@ naming that field.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -54,6 +57,15 @@ async def master_metrics(request: Request) -> Response:
     metrics = _metrics(request)
     body = await run_in_threadpool(_render_master, request, metrics)
     return Response(body, media_type=CONTENT_TYPE)
+
+
+@router.get("/prom/det-http-sd-config")
+def http_sd_config(request: Request) -> list[dict[str, Any]]:
+    """Prometheus HTTP service discovery: the ACTIVE agents' own metric pages
+    (``http_sd_configs`` in prometheus.yml; docs/prometheus.md)."""
+    _metrics(request)
+    with request.app.state.ctx.db.read() as s:
+        return observe.sd_targets(s)
 
 
 def _render_master(request: Request, metrics: MasterMetrics) -> bytes:

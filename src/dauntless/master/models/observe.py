@@ -160,3 +160,26 @@ def backlog(s: Session) -> tuple[dict[str, int], int]:
         queued[pool] = queued.get(pool, 0) + 1
     folds = int(s.scalar(select(func.count()).select_from(MetricFoldPendingRow)) or 0)
     return queued, folds
+
+
+def sd_targets(s: Session) -> list[dict[str, Any]]:
+    """Prometheus HTTP service discovery (Determined's ``/prom/det-http-sd-config``):
+    one target group per ACTIVE agent that serves its own metrics, ``{"targets":
+    ["host:port"], "labels": {"agent_id", "resource_pool"}}``.
+
+    Args:
+        s: a read session.
+    """
+    out = []
+    for agent in s.scalars(
+        select(AgentRow).where(AgentRow.state == "ACTIVE").order_by(AgentRow.id)
+    ):
+        target = (agent.runtime or {}).get("prometheus_target")
+        if target:
+            out.append(
+                {
+                    "targets": [str(target)],
+                    "labels": {"agent_id": agent.id, "resource_pool": agent.resource_pool},
+                }
+            )
+    return out
