@@ -24,6 +24,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from .master_ops import LEVELS, MasterLogBuffer, current_log_level, redacted_config, set_log_level
+from .responses import operations as R
 
 router = APIRouter(prefix="/api/v1")
 log = logging.getLogger("dauntless.master")
@@ -36,7 +37,7 @@ def _buffer(request: Request) -> MasterLogBuffer:
     return request.app.state.master_logs
 
 
-@router.get("/master/logs", response_model=None)
+@router.get("/master/logs", response_model=R.MasterLogsOut)
 async def master_logs(
     request: Request,
     offset: int = Query(0, ge=-100_000, le=2**53, description="first id; -N: the last N"),
@@ -71,7 +72,7 @@ async def master_logs(
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
-@router.get("/master/config")
+@router.get("/master/config", response_model=R.MasterConfigOut)
 def master_config(request: Request) -> dict[str, Any]:
     """The master's config, secrets redacted, with the log level in force now."""
     doc = redacted_config(request.app.state.config)
@@ -103,7 +104,7 @@ class PatchMasterConfig(BaseModel):
     field_mask: _FieldMask = Field(alias="fieldMask")
 
 
-@router.patch("/master/config")
+@router.patch("/master/config", response_model=R.PatchMasterConfigOut)
 def patch_master_config(body: PatchMasterConfig, request: Request) -> dict[str, Any]:
     """Change the settings the master takes while it runs: ``log.level`` only
     (``log.color`` is accepted and ignored with a warning: the master logs no colour)."""

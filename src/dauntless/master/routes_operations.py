@@ -27,6 +27,8 @@ from .api_spec import DbId
 from .auth import principal
 from .db import ClusterMessageRow
 from .models import operations
+from .responses import Empty
+from .responses import operations as R
 from .routes import _ctx, _read
 
 router = APIRouter(prefix="/api/v1")
@@ -114,14 +116,14 @@ class SetClusterMessage(BaseModel):
     duration: str | None = Field(default=None, max_length=64)
 
 
-@router.get("/master/cluster_message")
+@router.get("/master/cluster_message", response_model=R.ClusterMessageOut)
 def get_cluster_message(request: Request) -> dict[str, Any]:
     """The message showing now, or null."""
     row = _read(request, operations.cluster_message, time.time())
     return {"clusterMessage": message_view(row)}
 
 
-@router.put("/master/cluster_message")
+@router.put("/master/cluster_message", response_model=R.ClusterMessageOut)
 def put_cluster_message(body: SetClusterMessage, request: Request) -> dict[str, Any]:
     """Show a message to every user (WebUI banner, CLI)."""
     if body.duration is not None and body.end_time is not None:
@@ -146,7 +148,7 @@ def put_cluster_message(body: SetClusterMessage, request: Request) -> dict[str, 
     return {"clusterMessage": _ctx(request).write(put)}
 
 
-@router.delete("/master/cluster_message")
+@router.delete("/master/cluster_message", response_model=Empty)
 def delete_cluster_message(request: Request) -> dict[str, Any]:
     """End the message showing (and any scheduled)."""
 
@@ -167,14 +169,14 @@ class RetainLogs(BaseModel):
     num_days: int = Field(alias="numDays", ge=-1, le=32767)
 
 
-@router.put("/experiments/{exp_id}/retain_logs")
+@router.put("/experiments/{exp_id}/retain_logs", response_model=Empty)
 def retain_logs(exp_id: DbId, body: RetainLogs, request: Request) -> dict[str, Any]:
     """Keep the experiment's trial logs ``num_days`` days after each trial ends."""
     _ctx(request).write(lambda s, ctx: operations.set_log_retention(s, exp_id, body.num_days))
     return {}
 
 
-@router.post("/cleanup_logs")
+@router.post("/cleanup_logs", response_model=R.CleanupLogsOut)
 async def cleanup_logs(request: Request) -> dict[str, Any]:
     """Delete the logs past their retention now (in bounded batches)."""
     ctx = _ctx(request)

@@ -19,13 +19,17 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from .api_spec import ErrorBody
 from .models import observe
 from .prom import CONTENT_TYPE, MasterMetrics, render_state
 
 router = APIRouter()
 
-_TEXT: dict[int | str, dict[str, object]] = {
-    200: {"description": "Prometheus text format 0.0.4", "content": {"text/plain": {}}}
+_TEXT: dict[int | str, dict[str, Any]] = {
+    200: {"description": "Prometheus text format 0.0.4", "content": {"text/plain": {}}},
+    401: {"model": ErrorBody, "description": "no valid credential"},
+    403: {"model": ErrorBody, "description": "not an admin"},
+    404: {"model": ErrorBody, "description": "observability.enable_prometheus is false"},
 }
 
 
@@ -59,7 +63,7 @@ async def master_metrics(request: Request) -> Response:
     return Response(body, media_type=CONTENT_TYPE)
 
 
-@router.get("/prom/det-http-sd-config")
+@router.get("/prom/det-http-sd-config", responses={k: v for k, v in _TEXT.items() if k != 200})
 def http_sd_config(request: Request) -> list[dict[str, Any]]:
     """Prometheus HTTP service discovery: the ACTIVE agents' own metric pages
     (``http_sd_configs`` in prometheus.yml; docs/prometheus.md)."""

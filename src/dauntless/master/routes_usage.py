@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from .models import usage
+from .responses import operations as R
 from .routes import _read
 
 router = APIRouter(prefix="/api/v1")
@@ -55,7 +56,7 @@ def _entries(request: Request, after: float, before: float) -> list[usage.UsageE
         raise HTTPException(400, str(exc)) from None
 
 
-@router.get("/resources/allocation/raw")
+@router.get("/resources/allocation/raw", response_model=R.UsageRawOut)
 def allocation_raw(
     request: Request,
     timestamp_after: str = Query(max_length=64),
@@ -85,7 +86,7 @@ def allocation_raw(
     }
 
 
-@router.get("/resources/allocation/aggregated")
+@router.get("/resources/allocation/aggregated", response_model=R.UsageAggregatedOut)
 def allocation_aggregated(
     request: Request,
     start_date: str = Query(max_length=10),
@@ -101,7 +102,7 @@ def allocation_aggregated(
     return {"resource_entries": usage.aggregate(entries, monthly=_PERIODS[period])}
 
 
-@router.get("/resources/usage")
+@router.get("/resources/usage", response_model=R.UsageSummaryOut)
 def usage_summary(request: Request, days: int = Query(30, ge=1, le=3660)) -> dict[str, Any]:
     """Slot-seconds of the last ``days`` days by user, workspace, pool and label."""
     until = time.time()
