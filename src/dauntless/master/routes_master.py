@@ -3,7 +3,7 @@
 
 | route | who | answer |
 |---|---|---|
-| ``GET /master/logs`` ``?offset&limit&follow`` | VIEW_MASTER_LOGS | ``{"logs": [{id, timestamp, level, message}]}``; with ``follow=true`` NDJSON lines ``{"result": {"logEntry": {...}}}`` until the client leaves |
+| ``GET /master/logs`` ``?offset&limit`` | VIEW_MASTER_LOGS | ``{"logs": [{id, timestamp, level, message}]}`` (no ``follow`` stream, unlike Determined's: a follower polls with ``offset``) |
 | ``GET /master/config`` | VIEW_MASTER_CONFIG | ``{"config": {...}}``, secrets shown as ``********``, ``log.level`` the level now |
 | ``PATCH /master/config`` | UPDATE_MASTER_CONFIG | body ``{"config": {"log": {"level"}}, "field_mask": {"paths": ["log.level"]}}``; only the log level changes at run time, until the master stops |
 
@@ -13,14 +13,10 @@ gives the newest N lines (``det master logs --tail N``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from .master_ops import LEVELS, MasterLogBuffer, current_log_level, redacted_config, set_log_level
@@ -29,47 +25,23 @@ from .responses import operations as R
 router = APIRouter(prefix="/api/v1")
 log = logging.getLogger("dauntless.master")
 
-FOLLOW_POLL_SECONDS = 0.5
-"""How often a follower of the master's log looks for new lines."""
-
 
 def _buffer(request: Request) -> MasterLogBuffer:
     return request.app.state.master_logs
 
 
 @router.get("/master/logs", response_model=R.MasterLogsOut)
-async def master_logs(
+def master_logs(
     request: Request,
     offset: int = Query(0, ge=-100_000, le=2**53, description="first id; -N: the last N"),
     limit: int = Query(1000, ge=1, le=100_000, description="the most lines per answer"),
-    follow: bool = Query(False, description="keep streaming new lines (NDJSON)"),
-) -> Any:
-    """The master's recent log lines (the newest 10,000 are kept)."""
+) -> dict[str, Any]:
+    """The master's recent log lines (the newest 10,000 are kept). A follower asks again
+    with ``offset`` one past the last id it saw (``det master logs -f`` polls)."""
     buf = _buffer(request)
     if offset < 0:
-        first = buf.read(tail=-offset, limit=limit)
-    else:
-        first = buf.read(after_id=max(offset - 1, 0), limit=limit)
-    if not follow:
-        return {"logs": first}
-
-    async def lines() -> AsyncIterator[bytes]:
-        last = first[-1]["id"] if first else max(offset - 1, 0)
-        if offset < 0 and not first:
-            tail = buf.read(tail=1)
-            last = tail[-1]["id"] if tail else 0
-        batch = first
-        while True:
-            for line in batch:
-                yield orjson.dumps({"result": {"logEntry": line}}) + b"\n"
-            if batch:
-                last = batch[-1]["id"]
-            if await request.is_disconnected():
-                return
-            await asyncio.sleep(FOLLOW_POLL_SECONDS)
-            batch = buf.read(after_id=last, limit=limit)
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+        return {"logs": buf.read(tail=-offset, limit=limit)}
+    return {"logs": buf.read(after_id=max(offset - 1, 0), limit=limit)}
 
 
 @router.get("/master/config", response_model=R.MasterConfigOut)
