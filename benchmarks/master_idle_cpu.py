@@ -10,18 +10,29 @@ experiment exists (the baseline of the same run: the idle master's own loops wit
 nothing to do), then with the trials running. Target: <= 10 ms of CPU per second with
 32 running trials.
 
+Then (issue 34) the cost of Prometheus: with the trials still running, windows of
+``--seconds`` alternate between no traffic and a scraper that fetches both of the
+master's pages (``/prom/det-state-metrics`` and ``/debug/prom/metrics``, as an admin)
+every ``--scrape-interval`` seconds, ``--rounds`` of each; the scraper runs in this
+process, so only the master's work is counted. Target: the scraped windows' mean within
+10% of the unscraped windows' mean. ``/proc`` counts CPU in ticks of 10 ms, so one
+window of 10 s measures to +-1 ms/s; longer ``--seconds`` resolve finer.
+
 Linux only (``/proc``).
 
 Usage::
 
     python benchmarks/master_idle_cpu.py [--trials 32] [--seconds 10]
+        [--scrape-interval 5] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,9 +48,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--scrape-interval", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    if args.trials < 1 or args.seconds <= 0:
-        parser.error("--trials must be >= 1 and --seconds > 0")
+    if args.trials < 1 or args.seconds <= 0 or args.scrape_interval <= 0 or args.rounds < 0:
+        parser.error("--trials must be >= 1, --rounds >= 0, --seconds and --scrape-interval > 0")
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     with (
         tempfile.TemporaryDirectory(prefix="dauntless-bench-") as tmp,
@@ -85,8 +98,50 @@ def main() -> int:
             f"master CPU, no traffic: nothing running {idle:.1f} ms/s; {args.trials} running "
             f"trials {busy:.1f} ms/s (ratio {busy / max(idle, 0.1):.1f}x)"
         )
+        if args.rounds:
+            scraping(client, url, pid, args)
         print(f"load average now: {open('/proc/loadavg').read().strip()}")
     return 0
+
+
+def scraping(client: httpx.Client, url: str, pid: int, args: argparse.Namespace) -> None:
+    """Alternate unscraped and scraped windows; print both means and their ratio."""
+    headers = {"Authorization": client.headers["Authorization"]}
+    sizes: list[int] = []
+
+    def scrape(stop: threading.Event) -> None:
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
+            while True:
+                for path in ("/prom/det-state-metrics", "/debug/prom/metrics"):
+                    r = c.get(path)
+                    r.raise_for_status()
+                    sizes.append(len(r.content))
+                if stop.wait(args.scrape_interval):
+                    return
+
+    # Warm up: a page's first scrape compiles its SQL statements and fills caches, which
+    # a Prometheus that scrapes all day pays once.
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as c:
+        for _ in range(3):
+            for path in ("/prom/det-state-metrics", "/debug/prom/metrics"):
+                c.get(path).raise_for_status()
+    quiet: list[float] = []
+    scraped: list[float] = []
+    for _ in range(args.rounds):
+        quiet.append(cpu_ms_per_s(pid, args.seconds))
+        stop = threading.Event()
+        thread = threading.Thread(target=scrape, args=(stop,), daemon=True)
+        thread.start()
+        scraped.append(cpu_ms_per_s(pid, args.seconds))
+        stop.set()
+        thread.join(timeout=30)
+    q, s = statistics.mean(quiet), statistics.mean(scraped)
+    print(
+        f"master CPU, {args.trials} running trials: not scraped {q:.2f} ms/s "
+        f"({', '.join(f'{x:.2f}' for x in quiet)}); scraped every {args.scrape_interval:g} s "
+        f"{s:.2f} ms/s ({', '.join(f'{x:.2f}' for x in scraped)}); ratio {s / max(q, 0.01):.3f} "
+        f"(target <= 1.10); {len(sizes)} pages of {statistics.mean(sizes) / 1024:.1f} KiB mean"
+    )
 
 
 if __name__ == "__main__":

@@ -88,8 +88,27 @@ async function refreshPermissions() {
   } catch { /* signed out or unreachable: the page says so */ }
 }
 
+/** When the cluster message was last asked for (ms since the epoch). */
+let messageAskedAt = 0;
+
+/**
+ * Show the admins' cluster message (`det master cluster-message set`) as a banner under
+ * the header, asking the master (GET /master, open) at most once a minute (issue 34).
+ */
+async function showClusterMessage() {
+  if (Date.now() - messageAskedAt < 60_000) return;
+  messageAskedAt = Date.now();
+  const banner = document.getElementById("cluster-message");
+  if (!banner) return;
+  let message = null;
+  try { ({ cluster_message: message } = await get("/master")); } catch { return; }
+  banner.textContent = message || "";
+  banner.hidden = !message;
+}
+
 /** Fill the header's workspace switcher and show the Admin link to administrators. */
 async function drawChrome() {
+  showClusterMessage();
   if (ADMIN_LINK) {
     // In the page only for administrators (a hidden link would still take nav space).
     if (canAdminister() && !ADMIN_LINK.isConnected) ADMIN_PLACE?.before(ADMIN_LINK);

@@ -40,6 +40,8 @@ DEFAULTS: dict[str, Any] = {
     "orphan_grace_period": 180.0,
     "master_cert_file": None,
     "cluster_secret_file": None,
+    "prometheus_port": None,
+    "prometheus_host": "127.0.0.1",
 }
 """The agent's settings when no flag, environment variable or config file sets them."""
 
@@ -130,6 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         "--cluster-secret-file",
         help="file holding the master's cluster secret (security.cluster_secret, or the "
         f"master's <data_dir>/cluster_secret); default: ${CLUSTER_SECRET_ENV}",
+    )
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        help="serve the agent's Prometheus metrics on this port (0: a free one)",
+    )
+    p.add_argument(
+        "--prometheus-host",
+        help="the address --prometheus-port listens on (default 127.0.0.1)",
     )
     p.set_defaults(warm_start=None)
     args = p.parse_args(argv)

@@ -58,6 +58,7 @@ from ._identity import (
     private_dir_path,
 )
 from ._logs import LogShipper
+from ._prom import AgentUsage, serve_metrics
 from ._slots import Slot, discover_slots
 from ._supervise import ShimHandle, adoptable, state_dir
 from ._warm import WarmStarter
@@ -87,6 +88,8 @@ class _Task:
     prepare_exit: tuple[int | None, str | None, bool] | None = None
     # --- identity (issue 29): the task's own directory (secret files, a home)
     private: str | None = None
+    # --- the slots its spec named (issue 34: the agent's slot usage metric)
+    slot_ids: tuple[str, ...] = ()
 
 
 def task_command(entrypoint: str | list[str]) -> list[str]:
@@ -184,6 +187,8 @@ class Agent:
         self.shipper = LogShipper(self.client)
         self.registered = False
         self.advertise_addr = config.advertise_addr or advertise_address(config.master_url)
+        #: ``host:port`` of this agent's Prometheus page once it serves one (issue 34).
+        self.prometheus_target: str | None = None
         os.makedirs(config.work_dir, exist_ok=True)
         # Set when a task exits: the loop reports it and fetches new work at once.
         self.wake = threading.Event()
@@ -205,7 +210,7 @@ class Agent:
         Raises:
             httpx.HTTPError: the master is unreachable or refused (4xx names why).
         """
-        body = {
+        body: dict[str, Any] = {
             "id": self.agent_id,
             "resource_pool": self.config.resource_pool,
             "hostname": socket.gethostname(),
@@ -215,6 +220,8 @@ class Agent:
             "running": sorted(set(self.tasks) | set(self.pending_exits)),
             "runtime": {**self.runtimes.describe(), "identity": self.identity.describe()},
         }
+        if self.prometheus_target is not None:
+            body["runtime"]["prometheus_target"] = self.prometheus_target
         headers = {}
         if self._secret is not None:
             headers[CLUSTER_SECRET_HEADER] = self._secret.get_secret_value()
@@ -282,6 +289,18 @@ class Agent:
                 log.info("removed container %s left by an earlier run of this agent", cid)
         policy = RetryPolicy(attempts=None, backoff=0.5, max_backoff=10.0)
         failures = 0
+        stop_metrics = None
+        if self.config.prometheus_port is not None:
+            port, stop_metrics = serve_metrics(
+                self.agent_id,
+                self.usage,
+                self.config.prometheus_host,
+                self.config.prometheus_port,
+            )
+            host = self.config.prometheus_host
+            if host in ("0.0.0.0", "::", ""):  # every address: the one the master sees
+                host = self.advertise_addr
+            self.prometheus_target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             while not stop.is_set():
                 try:
@@ -307,7 +326,23 @@ class Agent:
                     # database, and one that does not answers the heartbeat 404, upon
                     # which register() reports the running tasks for adoption.
         finally:
+            if stop_metrics is not None:
+                stop_metrics()
             self.shutdown()
+
+    def usage(self) -> AgentUsage:
+        """Slots offered and held and tasks run, now (the agent's Prometheus metrics)."""
+        types = {sl.id: sl.type for sl in self.slots}
+        slots: dict[str, int] = {}
+        for sl in self.slots:
+            slots[sl.type] = slots.get(sl.type, 0) + 1
+        used: dict[str, int] = {}
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            for sid in task.slot_ids:
+                typ = types.get(sid, "cpu")
+                used[typ] = used.get(typ, 0) + 1
+        return AgentUsage(slots, used, len(tasks))
 
     def shutdown(self) -> None:
         """Kill every task (SIGTERM, SIGKILL after 3 s), report the exits if the master
@@ -345,6 +380,7 @@ class Agent:
             return
         work_dir = os.path.join(self.config.work_dir, alloc_id)
         task = _Task(alloc_id, None, work_dir)
+        task.slot_ids = tuple(str(x) for x in spec.get("slot_ids", []))
         self.tasks[alloc_id] = task
         threading.Thread(
             target=self._prepare_and_start,

@@ -42,7 +42,8 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def open_session(args: argparse.Namespace, **kwargs: Any) -> Session:
     """A :class:`Session` for the master named by ``-m/--master`` (or ``DET_MASTER``),
-    acting as ``-u/--user`` and verifying TLS with ``--cert-file`` when given.
+    acting as ``-u/--user`` and verifying TLS with ``--cert-file`` when given; it
+    prints the cluster message, if one shows, to stderr once.
 
     Args:
         args: the parsed command line; its ``master``, ``user`` and ``cert_file``
@@ -56,7 +57,9 @@ def open_session(args: argparse.Namespace, **kwargs: Any) -> Session:
     kwargs.setdefault("user", getattr(args, "user", None))
     kwargs.setdefault("cert_file", getattr(args, "cert_file", None))
     try:
-        return Session(getattr(args, "master", None), **kwargs)
+        session = Session(getattr(args, "master", None), **kwargs)
+        session.show_cluster_message = True  # the admins' cluster message, on stderr
+        return session
     except ValueError as exc:
         exit_with_error(str(exc) if "CA bundle" in str(exc) else f"invalid master address: {exc}")
 

@@ -148,6 +148,18 @@ def _label(args: argparse.Namespace) -> int:
     return 0
 
 
+def set_log_retention(args: argparse.Namespace) -> int:
+    """``det e set log-retention ID (--days N | --forever)``."""
+    days = -1 if args.forever else args.days
+    with open_session(args) as session:
+        session.request(
+            "PUT", f"/experiments/{args.experiment_id}/retain_logs", json={"num_days": days}
+        )
+    kept = "forever" if days == -1 else f"for {days} day(s) after each trial ends"
+    write_line(f"Experiment {args.experiment_id}: trial logs kept {kept}")
+    return 0
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add pause, activate, cancel, kill, archive, unarchive, delete, wait, logs, set and
     label to the ``experiment`` group's subparsers."""
@@ -202,6 +214,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument(flag, type=int, default=None, metavar="N")
     p.add_argument("--yes", action="store_true", help="accepted for compatibility")
     p.set_defaults(func=_set, field="gc-policy")
+    p = setsub.add_parser(
+        "log-retention",
+        help="how long the trials' logs are kept after they end",
+        parents=[common],
+    )
+    p.add_argument("experiment_id", metavar="ID", type=positive_int)
+    days = p.add_mutually_exclusive_group(required=True)
+    days.add_argument("--days", type=int, help="days (0..32767; 0: at the next cleanup)")
+    days.add_argument("--forever", action="store_true", help="keep them forever")
+    p.set_defaults(func=set_log_retention)
 
     p = sub.add_parser("label", help="add or remove an experiment label", parents=[common])
     lsub = p.add_subparsers(dest="label_action", metavar="ACTION", required=True)

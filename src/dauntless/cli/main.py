@@ -36,6 +36,7 @@ _GROUPS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("slot", "slot", ("s",), "inspect slots"),
     ("resource_pool", "resource-pool", ("rp",), "inspect resource pools"),
     ("job", "job", ("j",), "inspect and reorder the job queue"),
+    ("resources", "resources", ("res",), "historical cluster usage (slot-hours)"),
     ("master", "master", (), "inspect the master"),
     (
         "preview",

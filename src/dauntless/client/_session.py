@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 import yaml
@@ -143,6 +143,10 @@ class Session:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         self.master_url = resolve_master_url(master_url)
+        #: Print the cluster message (an answer's ``X-Det-Cluster-Message``) to stderr,
+        #: once per session: the CLI sets it (issue 34).
+        self.show_cluster_message = False
+        self._cluster_message_shown = False
         self.timeout = float(timeout)
         self.retries = retries
         self.backoff = float(backoff)
@@ -271,6 +275,11 @@ class Session:
                 self._reauthenticate(sent_token, _api_error(response))
                 reauthenticated = True
                 continue
+            if self.show_cluster_message and not self._cluster_message_shown:
+                message = response.headers.get("x-det-cluster-message")
+                if message:
+                    self._cluster_message_shown = True
+                    sys.stderr.write(f"Cluster message: {unquote(message)}\n")
             if response.status_code >= 400:
                 raise _api_error(response)
             return response

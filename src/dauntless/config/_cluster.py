@@ -8,7 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from ._experiment import CheckpointStorageConfig
 from ._identity import DefaultTaskConfig
-from ._provider import AgentResourceManagerConfig, ProviderConfig, ResourceManagerConfig
+from ._provider import (
+    AgentResourceManagerConfig,
+    Duration,
+    ProviderConfig,
+    ResourceManagerConfig,
+)
 from ._sso import AuditConfig, OIDCConfig, check_lifespan_days, days_or_infinite
 
 
@@ -261,6 +266,46 @@ class WebhooksConfig(_Strict):
     timeout: float = Field(default=10.0, gt=0, le=600)
 
 
+class ObservabilityConfig(_Strict):
+    """Monitoring of the master (``observability``, Determined's name and default).
+
+    Attributes:
+        enable_prometheus: serve Prometheus's text format at ``/prom/det-state-metrics``
+            (the cluster's agents, slots, allocations, tasks and experiments) and
+            ``/debug/prom/metrics`` (the master process: requests, metric ingest,
+            scheduling, database); both need an admin's credential (an access token
+            for the scraper, docs/prometheus.md). When False both answer 404 and the
+            master measures nothing.
+    """
+
+    enable_prometheus: bool = True
+
+
+class RetentionPolicyConfig(_Strict):
+    """``retention_policy`` of the master (Determined's names; issue 34).
+
+    Attributes:
+        log_retention_days: days task logs are kept after their trial or task ends
+            when its experiment gives no ``retention_policy.log_retention_days``
+            (-1, the default: forever; 0: at the next cleanup).
+        schedule: seconds between the master's deletions of expired logs, or a
+            duration (``24h``, ``30m``); None (the default): no automatic cleanup
+            (``POST /api/v1/cleanup_logs`` runs one). Cron expressions (Determined's
+            other form) are refused.
+    """
+
+    log_retention_days: int = Field(default=-1, ge=-1, le=32767)
+    schedule: Duration | None = None
+
+    @model_validator(mode="after")
+    def _positive(self) -> RetentionPolicyConfig:
+        if self.schedule is not None and self.schedule < 1:
+            raise ValueError(
+                f"retention_policy.schedule must be at least 1 second, got {self.schedule}"
+            )
+        return self
+
+
 class MasterConfig(_Strict):
     """The master's config.
 
@@ -285,6 +330,8 @@ class MasterConfig(_Strict):
         custom_searchers: who may run custom search methods in the master
             (:class:`CustomSearchersConfig`).
         webhooks: signing and delivery of webhooks (:class:`WebhooksConfig`).
+        observability: the Prometheus endpoints (:class:`ObservabilityConfig`).
+        retention_policy: how long task logs are kept (:class:`RetentionPolicyConfig`).
     """
 
     host: str = "127.0.0.1"
@@ -307,6 +354,8 @@ class MasterConfig(_Strict):
     audit: AuditConfig = Field(default_factory=AuditConfig)
     custom_searchers: CustomSearchersConfig = Field(default_factory=CustomSearchersConfig)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    retention_policy: RetentionPolicyConfig = Field(default_factory=RetentionPolicyConfig)
 
     @model_validator(mode="after")
     def _providers_need_agents(self) -> MasterConfig:
@@ -348,6 +397,11 @@ class AgentConfig(_Strict):
             without stopping it (a crash, SIGKILL): an agent started again on the same
             ``work_dir`` within this time adopts the task; after it, the task's
             supervisor ends every process of the task (:mod:`dauntless.agent._shim`).
+        prometheus_port: serve the agent's metrics (its slots, slots in use, running
+            tasks, its process) in Prometheus's text format on this port (0: a free
+            one, logged); None (the default) serves nothing.
+        prometheus_host: the address that port listens on (default 127.0.0.1; a
+            Prometheus on another machine needs ``0.0.0.0`` or the agent's address).
     """
 
     master_url: str = "http://127.0.0.1:8080"
@@ -364,3 +418,5 @@ class AgentConfig(_Strict):
     runtime: Literal["auto", "process", "docker", "podman"] = "auto"
     warm_start: bool = True
     orphan_grace_period: float = Field(default=180.0, ge=0, le=7 * 24 * 3600)
+    prometheus_port: int | None = Field(default=None, ge=0, le=65535)
+    prometheus_host: str = "127.0.0.1"

@@ -28,17 +28,14 @@ IGNORED = {
     "config_file": "the master reads the file given by --config-file",
     "root": "the master serves its WebUI and migrations from its Python package",
     "telemetry": "Dauntless sends no telemetry",
-    "observability": "Prometheus metrics are not served by this master",
     "enable_cors": "the master answers no cross-origin request (its CSRF protection relies on it)",
     "cache": "the master keeps no model-definition cache directory",
     "feature_switches": "the WebUI has no feature switches",
     "reserved_ports": "the master allocates no task ports of its own",
-    "retention_policy": "task logs are kept until their experiment or task is deleted",
     "tensorboard_timeout": "TensorBoards run until killed",
     "notebook_timeout": "notebooks run until killed",
     "launch_error": "a request for more slots than the cluster has waits in the queue",
     "ui_customization": "the WebUI has no custom logos",
-    "webhooks": "webhooks are not implemented",
     "task_container_defaults": (
         "tasks run with the pool's runtime defaults; give environment settings in each "
         "experiment's config"
@@ -96,7 +93,8 @@ def translate_master_config(raw: dict[str, Any]) -> tuple[dict[str, Any], list[s
     ``logging`` (``type: default`` is what the master does; ``elastic`` is refused),
     ``port``, ``cluster_name``, ``checkpoint_storage``, ``resource_manager``,
     ``resource_pools``, ``security``, ``oidc`` (Dauntless's own validation of these
-    applies); ``security.ssh`` is ignored with a warning.
+    applies); ``observability``, ``retention_policy``, ``webhooks``; ``security.ssh`` is ignored
+    with a warning.
 
     Args:
         raw: the parsed YAML mapping (not changed).
@@ -147,6 +145,10 @@ def translate_master_config(raw: dict[str, Any]) -> tuple[dict[str, Any], list[s
             raise _refuse("logging.type", "only default (task logs in the master's database)")
     if out.get("port") == 0:
         out.pop("port")  # Determined's 0: the default port
+    hooks = out.get("webhooks")
+    if isinstance(hooks, dict) and not hooks.get("signing_key"):
+        # Determined's empty signing key means "make one": so does an absent one here.
+        out["webhooks"] = {k: v for k, v in hooks.items() if k != "signing_key"}
     security = out.get("security")
     if isinstance(security, dict) and "ssh" in security:
         security = dict(security)

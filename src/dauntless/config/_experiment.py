@@ -794,6 +794,18 @@ class LogPolicy(_Strict):
         return self
 
 
+class ExperimentRetentionPolicy(_Strict):
+    """``retention_policy`` of an experiment (Determined's name; issue 34).
+
+    Attributes:
+        log_retention_days: days the trials' logs are kept after each trial ends
+            (-1: forever; 0: deleted at the master's next cleanup); the master's
+            ``retention_policy.log_retention_days`` when the experiment gives none.
+    """
+
+    log_retention_days: int = Field(default=-1, ge=-1, le=32767)
+
+
 class ExperimentConfig(_Strict):
     """A validated, frozen experiment config.
 
@@ -827,7 +839,7 @@ class ExperimentConfig(_Strict):
     profiling: dict[str, Any] = Field(default_factory=dict)
     workspace: str = ""
     project: str = ""
-    retention_policy: dict[str, Any] | None = None
+    retention_policy: ExperimentRetentionPolicy | None = None
     # Accepted for Determined compatibility; see _fields.FIELD_RULES for what each does
     # (warned about at create: Determined ignores them, or they apply to other clusters).
     tensorboard_storage: dict[str, Any] | None = None

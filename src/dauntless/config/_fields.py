@@ -181,11 +181,6 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         default="rprivate",
     ),
     FieldRule(
-        "retention_policy",
-        "refused",
-        "log retention is not implemented by this master yet (logs are kept)",
-    ),
-    FieldRule(
         "resources.slots",
         "refused",
         "a legacy alias that Dauntless does not read; use resources.slots_per_trial",

@@ -28,7 +28,10 @@ from .context import MasterContext
 from .db import ClusterRow, Database
 from .det_dialect import CreatedAsOK
 from .fold_worker import FoldWorker
+from .master_ops import MasterLogBuffer
 from .metric_series import MetricFolder
+from .models.operations import ClusterMessageCache, LogCleanup
+from .prom import MasterMetrics, RequestMetrics
 from .provisioner import build_provisioners
 from .proxy import make_master_proxy_app, make_proxy_origin_app
 from .proxy_auth import ProxyAuth
@@ -50,9 +53,13 @@ from .routes_files import router as files_router
 from .routes_habits import router as habits_router
 from .routes_harness import router as harness_router
 from .routes_jobs import router as jobs_router
+from .routes_master import router as master_router
 from .routes_metadata import router as metadata_router
 from .routes_models import router as models_router
+from .routes_operations import ClusterMessageHeader
+from .routes_operations import router as operations_router
 from .routes_projects import router as projects_router
+from .routes_prom import router as prom_router
 from .routes_rbac import router as rbac_router
 from .routes_search import router as search_router
 from .routes_searcher import router as searcher_router
@@ -63,6 +70,7 @@ from .routes_tasks import router as tasks_router
 from .routes_templates import router as templates_router
 from .routes_tokens import router as tokens_router
 from .routes_trials import router as trials_router
+from .routes_usage import router as usage_router
 from .routes_webhooks import router as webhooks_router
 from .routes_workspaces import router as workspaces_router
 from .sso import OIDCClient
@@ -193,6 +201,8 @@ def create_app(
     db = Database(default_db_url(config))
     ctx = MasterContext(db, config)
     ctx.port = config.port
+    if config.observability.enable_prometheus:
+        ctx.prom = MasterMetrics(db.engine)
     assign = config.security.authz.workspace_creator_assign_role
     if assign.enabled and assign.role_id not in ROLES:
         raise ValueError(
@@ -204,12 +214,16 @@ def create_app(
     trail = AuditTrail(db, config.data_dir)  # issue 30: who changed what
     if config.audit.retention_days != -1:
         ctx.loop_hooks.append(RetentionHook(trail, config.audit.retention_days))
+    retention = config.retention_policy
+    if retention.schedule is not None:  # issue 34: expired task logs, in batches
+        ctx.loop_hooks.append(LogCleanup(db, retention.log_retention_days, retention.schedule))
     sso = OIDCClient(config.oidc) if config.oidc.enabled else None
     for warning in config.oidc.warnings():
         log.warning("%s", warning)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        logging.getLogger().addHandler(app.state.master_logs)  # det master logs
         db.migrate()
         db.analyze()  # the planner's statistics, for searches across experiments
         protect_data_dir(config, created)
@@ -217,6 +231,8 @@ def create_app(
             if s.scalar(select(ClusterRow)) is None:
                 s.add(ClusterRow(id=1, cluster_id=str(uuid.uuid4()), created_at=time.time()))
         auth.bootstrap()
+        with db.read() as s:
+            app.state.cluster_message.load(s, time.time())
         loop.on_start(ctx)
         provisioners = app.state.provisioners = build_provisioners(ctx)
         if provisioners is not None:
@@ -264,6 +280,7 @@ def create_app(
                 thread.join(timeout=10)
             await app.state.proxy_client.aclose()
             db.dispose()
+            logging.getLogger().removeHandler(app.state.master_logs)
 
     app = FastAPI(
         title="Dauntless master",
@@ -278,6 +295,8 @@ def create_app(
     app.state.config = config
     app.state.audit = trail
     app.state.sso = sso
+    app.state.master_logs = MasterLogBuffer()
+    app.state.cluster_message = ClusterMessageCache()
     app.add_middleware(AuditMiddleware, trail=trail)
     install_error_handlers(app)
     install_task_error_handlers(app)
@@ -292,6 +311,9 @@ def create_app(
     app.state.proxy_origin_app = make_proxy_origin_app(app.state)
     app.add_middleware(CreatedAsOK)  # Determined's client takes only 200 (issue 33)
     app.add_middleware(JSONBodyLimits)  # bounded JSON bodies (dauntless.master.body_limits)
+    app.add_middleware(ClusterMessageHeader, cache=app.state.cluster_message)
+    if ctx.prom is not None:  # outermost: times what every other layer adds (issue 34)
+        app.add_middleware(RequestMetrics, metrics=ctx.prom)
     # Issue 30 first: /users/assignments and /experiments/{id}/move before the
     # /users/{user_id} and /experiments/{exp_id}/{action} routes that would match them.
     app.include_router(rbac_router)
@@ -327,6 +349,10 @@ def create_app(
     app.include_router(tokens_router)  # issue 30: access tokens, single sign-on, audit
     app.include_router(sso_router)
     app.include_router(audit_router)
+    app.include_router(master_router)  # issue 34: master logs and config
+    app.include_router(operations_router)  # issue 34: cluster message, log retention
+    app.include_router(usage_router)  # issue 34: historical usage
+    app.include_router(prom_router)  # issue 34: /prom/det-state-metrics, /debug/prom/metrics
     app.include_router(webui_router)  # last: its catch-all serves the UI's pages
     declare_errors(app)
     return app

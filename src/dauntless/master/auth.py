@@ -442,6 +442,11 @@ def _int(text: str) -> int | None:
 # ---------------------------------------------------------------------- dependencies
 
 
+AUTHENTICATED_PREFIXES = ("/api/", "/prom/", "/debug/")
+"""Routes under these paths need a credential unless their row is open: the REST API
+and the Prometheus pages (issue 34); the WebUI's pages and files need none."""
+
+
 async def authenticate(request: Request) -> Principal | None:
     """The application-wide dependency: identify the caller and apply the route's rule.
 
@@ -457,7 +462,7 @@ async def authenticate(request: Request) -> Principal | None:
     route = request.scope.get("route")
     path = getattr(route, "path", "") or ""
     rule = route_rule(request.method, path, getattr(route, "endpoint", None))
-    if rule.open or not path.startswith("/api/"):
+    if rule.open or not path.startswith(AUTHENTICATED_PREFIXES):
         request.state.principal = None
         return None
     service: AuthService = request.app.state.auth

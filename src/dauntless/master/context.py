@@ -17,7 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import event, select
 from sqlalchemy.orm import Session
@@ -117,6 +117,10 @@ _PLACEMENT_COARSE: dict[type, dict[str, Callable[[Any], Hashable]]] = {
 hand-over at a heartbeat) does not call for a new one, an end does."""
 
 
+if TYPE_CHECKING:
+    from .prom import MasterMetrics
+
+
 class MasterContext:
     """The state one master's model functions, loop and routes share.
 
@@ -133,6 +137,9 @@ class MasterContext:
         self.db = db
         self.config = config
         self.clock = clock
+        #: The Prometheus instruments (dauntless.master.prom); None when
+        #: ``observability.enable_prometheus`` is off.
+        self.prom: MasterMetrics | None = None
         #: Set to run the control loop's next pass now (dauntless.master.loop).
         self.wake = threading.Event()
         # Concurrent trials' training reports share transactions (issue 19).

@@ -39,6 +39,15 @@ def schedule_pass(ctx: MasterContext, maintenance: bool = True, lazy: bool = Fal
     Returns:
         The number of allocations created.
     """
+    started = time.perf_counter()
+    try:
+        return _schedule_pass(ctx, maintenance, lazy)
+    finally:
+        if ctx.prom is not None:
+            ctx.prom.scheduler_pass.observe(time.perf_counter() - started)
+
+
+def _schedule_pass(ctx: MasterContext, maintenance: bool, lazy: bool) -> int:
     now = ctx.clock()
     with ctx.db.write() as s:
         if maintenance:

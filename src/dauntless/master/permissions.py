@@ -133,6 +133,31 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", f"{V1}/audit"): Rule(on="admin", what="read the audit trail"),
     ("GET", f"{V1}/audit/verify"): Rule(on="admin", what="verify the audit trail"),
     ("POST", f"{V1}/preview-hp-search"): ANY,
+    # -- the master's operation (issue 34)
+    ("GET", f"{V1}/master/logs"): _cluster(P.VIEW_MASTER_LOGS, "read the master's logs"),
+    ("GET", f"{V1}/master/config"): _cluster(P.VIEW_MASTER_CONFIG, "read the master's config"),
+    ("PATCH", f"{V1}/master/config"): _cluster(
+        P.UPDATE_MASTER_CONFIG, "change the master's config"
+    ),
+    ("GET", f"{V1}/master/cluster_message"): ANY,
+    ("PUT", f"{V1}/master/cluster_message"): _cluster(
+        P.UPDATE_MASTER_CONFIG, "set the cluster message"
+    ),
+    ("DELETE", f"{V1}/master/cluster_message"): _cluster(
+        P.UPDATE_MASTER_CONFIG, "clear the cluster message"
+    ),
+    ("PUT", f"{V1}/experiments/{{exp_id}}/retain_logs"): _path(
+        P.UPDATE_EXPERIMENT, "set its log retention"
+    ),
+    ("POST", f"{V1}/cleanup_logs"): Rule(on="admin", what="delete expired logs"),
+    **{
+        ("GET", f"{V1}/resources/{name}"): _cluster(P.VIEW_CLUSTER_USAGE, "read cluster usage")
+        for name in ("allocation/raw", "allocation/aggregated", "usage")
+    },
+    # -- Prometheus (issue 34): admins, e.g. a scraper with an admin's access token
+    ("GET", "/prom/det-state-metrics"): Rule(on="admin", what="read the cluster's metrics"),
+    ("GET", "/debug/prom/metrics"): Rule(on="admin", what="read the master's metrics"),
+    ("GET", "/prom/det-http-sd-config"): Rule(on="admin", what="discover the agents' metrics"),
     # -- agents, slots, pools (agents' own routes)
     ("GET", f"{V1}/agents"): Rule(on="any", agent=True, secret=True),
     ("POST", f"{V1}/agents"): _cluster(P.UPDATE_AGENTS, "register agents", secret=True),

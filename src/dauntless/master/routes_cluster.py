@@ -69,6 +69,7 @@ def master_info(request: Request) -> dict[str, Any]:
         "cluster_name": ctx.config.cluster_name,
         "cluster_id": cluster_id,
         "sso_providers": providers,
+        "cluster_message": request.app.state.cluster_message.current(time.time()),
     }
     return ours | det_shapes.master_info(
         version=dauntless.__version__,

@@ -6,6 +6,7 @@ JSON view helpers the route modules share."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -47,6 +48,7 @@ def complete_searcher_operation(trial_id: DbId, body: CompletedOperation, reques
 @router.post("/trials/{trial_id}/metrics", response_model=R.Stored)
 def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) -> dict:
     """Training or validation metrics at a batch count (idempotent)."""
+    started = time.perf_counter()
     stored = metrics.report_metrics(
         _ctx(request),
         trial_id,
@@ -56,6 +58,7 @@ def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) ->
         body.metrics,
         body.batch_metrics,
     )
+    _ingested(request, started, [body.group])
     return {"stored": stored}
 
 
@@ -63,6 +66,7 @@ def post_trial_metrics(trial_id: DbId, body: MetricsReport, request: Request) ->
 def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: Request) -> dict:
     """Several metrics reports of one trial, stored in one transaction, each as
     ``POST /trials/{id}/metrics`` would store it (idempotent per report)."""
+    started = time.perf_counter()
     stored = metrics.report_metrics_batch(
         _ctx(request),
         trial_id,
@@ -71,7 +75,18 @@ def post_trial_metrics_batch(trial_id: DbId, body: MetricsReportBatch, request: 
             for r in body.reports
         ],
     )
+    _ingested(request, started, [r.group for r in body.reports])
     return {"stored": stored}
+
+
+def _ingested(request: Request, started: float, groups: list[str]) -> None:
+    """Count acknowledged reports and their time to acknowledgement (Prometheus)."""
+    prom = _ctx(request).prom
+    if prom is None:
+        return
+    prom.metric_ack.observe(time.perf_counter() - started)
+    for group in groups:
+        prom.metric_reports.labels(group).inc()
 
 
 @router.post("/trials/{trial_id}/progress", response_model=R.Empty)

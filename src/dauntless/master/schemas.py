@@ -40,6 +40,11 @@ class AgentRuntimeIn(_Body):
     containers: bool = False
     mount_namespace: bool = False
     identity: AgentIdentityIn | None = None
+    prometheus_target: str | None = Field(
+        default=None, max_length=300, pattern=r"^[A-Za-z0-9.:\[\]_-]+:[0-9]{1,5}$"
+    )
+    """``host:port`` of the agent's Prometheus page (``--prometheus-port``), for
+    ``/prom/det-http-sd-config`` (issue 34)."""
 
 
 class RegisterAgent(_Body):

@@ -123,7 +123,12 @@ FIELDS: list[tuple[str, dict, str, str]] = [
         "acted",
         "tests/unit/master/test_task_policies.py::test_cancel_retries_log_policy_makes_a_failure_final_and_failure_is_recorded",
     ),
-    ("retention_policy", {"retention_policy": {"log_retention_days": 3}}, "refused", "retention"),
+    (
+        "retention_policy",
+        {"retention_policy": {"log_retention_days": 3}},
+        "acted",
+        "tests/unit/master/test_master_ops.py::test_log_retention_deletes_old_trial_logs_in_batches",
+    ),
     (
         "preemption_timeout",
         {"preemption_timeout": 60},

@@ -226,6 +226,19 @@ ADMIN_ROUTES = {
     ("POST", "/api/v1/resource-pools/{pool_name}/workspace-bindings"),
     ("PUT", "/api/v1/resource-pools/{pool_name}/workspace-bindings"),
     ("DELETE", "/api/v1/resource-pools/{pool_name}/workspace-bindings"),
+    # issue 34: the master's logs and config, the cluster message, usage reports
+    ("GET", "/api/v1/master/logs"),
+    ("GET", "/api/v1/master/config"),
+    ("PATCH", "/api/v1/master/config"),
+    ("PUT", "/api/v1/master/cluster_message"),
+    ("DELETE", "/api/v1/master/cluster_message"),
+    ("POST", "/api/v1/cleanup_logs"),
+    ("GET", "/api/v1/resources/allocation/raw"),
+    ("GET", "/api/v1/resources/allocation/aggregated"),
+    ("GET", "/api/v1/resources/usage"),
+    ("GET", "/prom/det-state-metrics"),
+    ("GET", "/debug/prom/metrics"),
+    ("GET", "/prom/det-http-sd-config"),
 }
 SELF_ROUTES = {
     ("GET", "/api/v1/roles/search/by-user/{user_id}"),

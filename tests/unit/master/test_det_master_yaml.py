@@ -85,9 +85,12 @@ def test_determined_master_yaml_starts_a_master(tmp_path: Path, capsys):
         path.write_text(yaml.safe_dump(raw))
         config = parse_args(["--config-file", str(path), "--data-dir", str(tmp_path / "data")])
         err = capsys.readouterr().err
-        for key in ("telemetry", "observability", "task_container_defaults", "cache"):
+        for key in ("telemetry", "task_container_defaults", "cache"):
             assert f"master config field {key} is ignored" in err, key
         assert config.cluster_name == "from-determined" and config.db_url.endswith(name)
+        # Acted on, not ignored: Prometheus, log retention, webhooks (issues 31, 34).
+        assert config.observability.enable_prometheus and "observability" not in err
+        assert config.retention_policy.log_retention_days == -1
         app = create_app(config, run_loop=False)
         with TestClient(app) as client:
             info = client.get("/info").json()

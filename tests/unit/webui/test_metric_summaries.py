@@ -21,7 +21,10 @@ from databases import fresh_postgres_database, postgres_available
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sqlalchemy import column as sa_column
 from sqlalchemy import delete, func, insert, select
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy import table as sa_table
 
 from dauntless.config import MasterConfig
 from dauntless.master import fold_worker, metric_fold
@@ -64,31 +67,46 @@ def db_url(request, tmp_path):
         yield url
 
 
+def _insert_at_revision(s, orm_table, **values) -> int:
+    """Insert a row the way an older master could: only the columns the database has at
+    its revision (Python-side defaults of the ORM's columns that exist are applied; those
+    of columns added later are not sent), returning the new id."""
+    existing = {c["name"] for c in sa_inspect(s.connection()).get_columns(orm_table.name)}
+    for col in orm_table.columns:
+        default = col.default
+        if col.name in existing and col.name not in values and default is not None:
+            if getattr(default, "is_scalar", False):
+                values[col.name] = default.arg
+    light = sa_table(
+        orm_table.name,
+        *[sa_column(c.name, c.type) for c in orm_table.columns if c.name in existing],
+    )
+    return s.execute(insert(light).values(**values).returning(light.c.id)).scalar_one()
+
+
 def _experiment(db: Database, trials: int) -> tuple[int, list[int]]:
     with db.write() as s:
-        # a Core insert names only these columns (and defaults): it works on a database
-        # at an older revision too
-        exp_id = s.execute(
-            insert(ExperimentRow.__table__).values(
-                name="e",
+        exp_id = _insert_at_revision(
+            s,
+            ExperimentRow.__table__,
+            name="e",
+            state="ACTIVE",
+            config={"searcher": {"metric": "loss"}},
+            original_config="",
+            seed=0,
+            start_time=time.time(),
+        )
+        ids = [
+            _insert_at_revision(
+                s,
+                TrialRow.__table__,
+                experiment_id=exp_id,
+                request_id=uuid.uuid4().hex,
                 state="ACTIVE",
-                config={"searcher": {"metric": "loss"}},
-                original_config="",
-                seed=0,
+                hparams={},
+                seed=i,
                 start_time=time.time(),
             )
-        ).inserted_primary_key[0]
-        ids = [
-            s.execute(
-                insert(TrialRow.__table__).values(
-                    experiment_id=exp_id,
-                    request_id=uuid.uuid4().hex,
-                    state="ACTIVE",
-                    hparams={},
-                    seed=i,
-                    start_time=time.time(),
-                )
-            ).inserted_primary_key[0]
             for i in range(trials)
         ]
         return exp_id, ids

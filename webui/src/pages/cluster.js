@@ -1,7 +1,7 @@
 // Page 4: the cluster: resource pools, agents, and every slot (busy / free / disabled)
 // with the trial that holds it. Live through /stream/cluster.
 
-import { stream } from "../api.js";
+import { get, stream } from "../api.js";
 import { badge, fmtTime, h, setChildren } from "../util.js";
 
 /** "busy" (an allocation holds it), "disabled" (it, or its agent, is off, draining or
@@ -39,16 +39,60 @@ function count(agents, pred) {
   return n;
 }
 
+const USAGE_GROUPS = [
+  ["by_username", "User"], ["by_workspace", "Workspace"],
+  ["by_resource_pool", "Resource pool"], ["by_experiment_label", "Label"],
+];
+
+/**
+ * Slot-hours of the last 30 days by user, workspace, pool and label (GET
+ * /resources/usage, issue 34), with a CSV download; users without the cluster-usage
+ * permission are told so.
+ */
+async function drawUsage(box) {
+  let usage;
+  try {
+    usage = await get("/resources/usage?days=30");
+  } catch (err) {
+    setChildren(box, h("p.muted", null, err.status === 403
+      ? "Usage reports need the cluster-usage permission." : `Usage unavailable: ${err.message}`));
+    return;
+  }
+  const hours = (s) => (s / 3600).toFixed(2);
+  const rows = [["group", "key", "slot_hours"]];
+  for (const [key, label] of USAGE_GROUPS) {
+    for (const [k, s] of Object.entries(usage[key])) rows.push([label, k, hours(s)]);
+  }
+  rows.push(["total", "total", hours(usage.total)]);
+  const csv = rows.map((r) => r.map((x) => `"${String(x).replaceAll('"', '""')}"`).join(",")).join("\n");
+  const href = URL.createObjectURL(new Blob([csv + "\n"], { type: "text/csv" }));
+  setChildren(box,
+    h("p.muted.small", null, `${hours(usage.total)} slot-hours from ${usage.since.slice(0, 10)} `
+      + `to ${usage.until.slice(0, 10)} (allocated time, not utilisation). `,
+      h("a", { href, download: "usage-30-days.csv", dataset: { external: "1" } }, "Download CSV")),
+    h("div.usage-grid", null, USAGE_GROUPS.map(([key, label]) => {
+      const entries = Object.entries(usage[key]).sort((a, b) => b[1] - a[1]);
+      return h("table.grid", { dataset: { usage: key } },
+        h("thead", null, h("tr", null, h("th", null, label), h("th.num", null, "Slot-hours"))),
+        h("tbody", null, entries.length ? entries.map(([k, s]) => h("tr", null,
+          h("td", null, k), h("td.num", null, hours(s))))
+          : h("tr", null, h("td.muted", { colSpan: 2 }, "None."))));
+    })));
+}
+
 /** Draw the cluster page into `root`; returns its cleanup. */
 export function render(root) {
   const statsBox = h("div.stats", { id: "cluster-stats" });
   const poolsBox = h("div.table-wrap", { id: "resource-pools" });
   const agentsBox = h("div.table-wrap", { id: "agents" });
+  const usageBox = h("div", { id: "cluster-usage" }, h("p.muted", null, "Loading…"));
   setChildren(root,
     h("div.toolbar", null, h("h1", null, "Cluster")),
     h("div.card", null, statsBox),
     h("div.card", null, h("h2", null, "Resource pools"), poolsBox),
-    h("div.card", null, h("h2", null, "Agents and slots"), agentsBox));
+    h("div.card", null, h("h2", null, "Agents and slots"), agentsBox),
+    h("div.card", null, h("h2", null, "Usage, last 30 days"), usageBox));
+  drawUsage(usageBox);
 
   function draw({ agents, allocations, resource_pools: resourcePools }) {
     const byAlloc = new Map(allocations.map((a) => [a.id, a]));

@@ -24,6 +24,7 @@ from .models import (
     UserSessionRow,
 )
 from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
+from .operations import ClusterMessageRow
 from .registry import ModelRow, ModelVersionRow
 from .search_index import ExperimentHparamRow, ExperimentLabelRow
 from .teams import (
@@ -61,6 +62,7 @@ __all__ = [
     "AllocationRow",
     "Base",
     "CheckpointRow",
+    "ClusterMessageRow",
     "ClusterRow",
     "Database",
     "ExperimentHparamRow",

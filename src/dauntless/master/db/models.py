@@ -153,6 +153,10 @@ class ExperimentRow(Base):
     smaller_is_better: Mapped[bool] = mapped_column(Boolean, server_default=true())
     best_searcher_metric: Mapped[float | None] = mapped_column(Float, nullable=True)
     best_trial_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Days its trials' logs are kept after they end (issue 34): the config's
+    # retention_policy.log_retention_days or `det e set log-retention`; -1 forever;
+    # None: the master's retention_policy.log_retention_days.
+    log_retention_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 Index(

@@ -102,6 +102,11 @@ def create_experiment(
             searcher_shutdown=False,
             progress=0.0,
             start_time=now,
+            log_retention_days=(
+                resolved.retention_policy.log_retention_days
+                if resolved.retention_policy is not None
+                else None
+            ),
         )
         s.add(exp)
         s.flush()

@@ -16,6 +16,7 @@ class MasterInfo(_Open):
     cluster_name: str | None = None
     cluster_id: str | None = None
     sso_providers: list[dict[str, Any]] = []
+    cluster_message: str | None = None
 
 
 class SlotOut(_Open):
