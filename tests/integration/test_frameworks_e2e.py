@@ -14,6 +14,7 @@ hyperparameters and resources. What is checked, per framework:
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import time
 from pathlib import Path
@@ -206,3 +207,56 @@ def test_lightning_ddp_on_two_slots(cluster, tmp_path):
     )
     assert "[rank=1]" in logs
     assert _lightning_weights(cluster, trial)[1] == 60
+
+
+# ---------------------------------------------------------------------- Transformers
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None,
+    reason="the transformers extra is not installed",
+)
+def test_transformers_single_slot_and_ddp_on_two_slots(cluster, tmp_path):
+    """The example on 1 slot and on 2 (gloo DDP through the platform's launcher): the
+    Trainer's metrics reach the master under Hugging Face's names, and each save is a
+    platform checkpoint holding ``checkpoint-<step>``."""
+    one = _create(cluster, tmp_path, "transformers", "const.yaml")
+    (tmp_path / "two").mkdir()
+    two = _create(
+        cluster, tmp_path / "two", "transformers", "const.yaml", resources={"slots_per_trial": 2}
+    )
+    for exp_id, ranks in ((one, 1), (two, 2)):
+        (trial,) = _completed(cluster, exp_id)["trials"]
+        assert trial["total_batches"] == 60
+        validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+        assert [m["total_batches"] for m in validation] == [20, 40, 60]
+        assert {"eval_loss", "eval_accuracy", "batches", "epochs"} <= set(validation[-1]["values"])
+        training = cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
+        assert [m["total_batches"] for m in training] == [10, 20, 30, 40, 50, 60]
+        ckpt = _checkpoint(cluster, trial)
+        assert ckpt["total_batches"] == 60
+        assert "checkpoint-60/trainer_state.json" in ckpt["resources"]
+        if ranks == 2:
+            assert "checkpoint-60/rng_state_1.pth" in ckpt["resources"]
+
+
+# ---------------------------------------------------------------------- Keras
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed"
+)
+def test_keras_asha_stops_trials_early(cluster, tmp_path):
+    """Keras's example under ASHA (time_metric epochs): every trial reports its epochs'
+    metrics and checkpoints; the ones ASHA stops end at the 2-epoch rung."""
+    exp_id = _create(cluster, tmp_path, "keras", "adaptive.yaml")
+    body = _completed(cluster, exp_id)
+    lengths = sorted(t["total_batches"] for t in body["trials"])
+    per_epoch = 45  # 1,438 training images at 32 a batch
+    assert len(lengths) == 4 and lengths[0] == 2 * per_epoch and lengths[-1] == 8 * per_epoch
+    trial = body["trials"][0]
+    validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+    assert {"loss", "accuracy", "epochs", "batches"} <= set(validation[0]["values"])
+    assert {"model_checkpoint.weights.h5", "optimizer.npz"} <= set(
+        _checkpoint(cluster, trial)["resources"]
+    )
