@@ -46,6 +46,7 @@ checkpoints or preemption); this callback is the complete integration, and
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,67 @@ class DeterminedCallback(pl.Callback):
             self._download = None
 
 
+class DetLogger(pl.loggers.Logger):
+    """Determined 0.38's experimental ``determined.lightning.DetLogger``: a Lightning
+    ``Logger`` that reports what the module logs as training metrics (rank 0 only).
+
+    It reports only metrics: no checkpoints, validation or preemption; use
+    :class:`DeterminedCallback` for those. Determined's unmanaged-mode arguments
+    (``defaults``, ``unmanaged``, ``config``, ``client``) are refused with a message.
+
+    Args:
+        core_context: the Core API context to report through; None opens one with
+            ``core.init()`` at the first report and closes it in ``finalize``.
+
+    Raises:
+        TypeError: for a ``core_context`` that is not a Context, or Determined's
+            unmanaged-mode arguments.
+    """
+
+    def __init__(self, core_context: core.Context | None = None, **unmanaged: Any) -> None:
+        super().__init__()
+        if unmanaged:
+            raise TypeError(
+                f"DetLogger: {sorted(unmanaged)} configure Determined's unmanaged (detached) "
+                "mode, which Dauntless does not have: run the script as an experiment, "
+                "where DetLogger reports to the trial"
+            )
+        if core_context is not None and not isinstance(core_context, core.Context):
+            raise TypeError(
+                f"core_context must be a dauntless.core.Context, got {type(core_context).__name__}"
+            )
+        self._core = core_context
+        self._owned = False
+
+    @property
+    def name(self) -> str:
+        return "dauntless"
+
+    @property
+    def version(self) -> int:
+        return 0 if self._core is None else self._core.trial.trial_id
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        """Hyperparameters come from the experiment config; nothing is sent."""
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Report ``metrics`` as training metrics at ``step`` batches (rank 0)."""
+        if int(os.environ.get("RANK", "0")) != 0:
+            return
+        if self._core is None:
+            self._core = core.init()
+            self._owned = True
+        values = float_metrics(metrics)
+        if values:
+            self._core.train.report_training_metrics(int(step or 0), values)
+
+    def finalize(self, status: str) -> None:
+        """Close the context this logger opened."""
+        if self._owned and self._core is not None:
+            self._core.close()
+            self._core, self._owned = None, False
+
+
 def _fraction(trainer: pl.Trainer) -> float:
     """How far ``fit`` has come: by ``max_steps`` when set, else by ``max_epochs``."""
     if trainer.max_steps and trainer.max_steps > 0:
@@ -283,4 +345,4 @@ def _fraction(trainer: pl.Trainer) -> float:
     return 0.0
 
 
-__all__ = ["CHECKPOINT_FILE", "DeterminedCallback"]
+__all__ = ["CHECKPOINT_FILE", "DetLogger", "DeterminedCallback"]
