@@ -15,9 +15,7 @@ from dauntless.integrations.lightning import DeterminedCallback, DetLogger  # no
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),  # Lightning's set-up advice
     # Lightning's data fetcher still uses torch's deprecated pytree LeafSpec.
-    pytest.mark.filterwarnings(
-        "ignore:.*LeafSpec.* is deprecated:FutureWarning"
-    ),
+    pytest.mark.filterwarnings("ignore:.*LeafSpec.* is deprecated:FutureWarning"),
 ]
 
 
