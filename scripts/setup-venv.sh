@@ -20,6 +20,13 @@ pip_install() {
 echo "Installing Dauntless and its dependencies into .venv (log: $log) ..."
 # The CPU build of PyTorch that these machines carry; pinned exactly for CI and tests.
 pip_install "torch==2.13.0"
-pip_install -e ".[${extras}]"
+# The framework versions the integrations were tested with (README: framework table).
+pip_install -e ".[${extras}]" -c scripts/constraints-frameworks.txt
+# DeepSpeed (the deepspeed extra) builds at install time against the torch above:
+#   .venv/bin/pip install --no-build-isolation 'deepspeed>=0.14,<1'
+if [ "$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])')" != "2.13.0" ]; then
+  echo "an extra replaced torch 2.13.0; see $log" >&2
+  exit 1
+fi
 # The WebUI (npm ci + copy into the package); without npm the master says it was not built.
 bash scripts/build-webui.sh || echo "warning: the WebUI was not built (see above); the master serves a page saying so" >&2

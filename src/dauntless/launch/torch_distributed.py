@@ -262,6 +262,14 @@ def launch(cmd: list[str], nproc_per_node: int | None = None) -> int:
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("WORLD_SIZE", "1")
         os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
+        if os.environ["WORLD_SIZE"] == "1":
+            # As torchrun does for one process: code that joins a process group from
+            # the environment (Hugging Face's Trainer, accelerate) finds a rendezvous.
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            if "MASTER_PORT" not in os.environ:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    os.environ["MASTER_PORT"] = str(s.getsockname()[1])
         os.execvp(cmd[0], cmd)
     offset = _env_int("DET_RANK_OFFSET", 0)
     part = _env_int("DET_PART_INDEX", 0)

@@ -22,6 +22,7 @@ from ._experimental import PyTorchExperimentalContext
 from ._facts import _TrialFacts
 from ._lr_scheduler import LRScheduler
 from ._reducer import FunctionReducer, MetricReducer, WrappedReducer
+from ._sharded import is_sharded
 
 logger = logging.getLogger("dauntless.pytorch")
 
@@ -168,6 +169,11 @@ class PyTorchTrialContext(_TrialFacts):
         own attributes; checkpoints hold the inner module's ``state_dict`` (no
         ``module.`` prefix), so they load into runs with any number of processes.
 
+        A model already wrapped with FSDP (FSDP2's ``fully_shard`` over the trial's
+        process group, or FSDP1) is kept as it is (no DDP), and the trial's checkpoints
+        become sharded: ``torch.distributed.checkpoint`` writes every rank's shards, and
+        they restore onto any number of slots (a plain model on one slot included).
+
         Args:
             model: a ``torch.nn.Module``.
 
@@ -188,7 +194,7 @@ class PyTorchTrialContext(_TrialFacts):
         model = model.to(self.device)
         if self._use_amp:
             autocast_forward(model, self.device)
-        if self.distributed.size > 1:
+        if self.distributed.size > 1 and not is_sharded(model):
             if not torch.distributed.is_available() or not torch.distributed.is_initialized():
                 raise RuntimeError(
                     f"wrapping a model for {self.distributed.size} processes needs a "

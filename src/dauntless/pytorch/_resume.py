@@ -13,6 +13,10 @@ with the same number of ranks resumes each rank exactly. The weights are the unw
 modules' (no DDP ``module.`` prefix), and ``pending_metrics`` holds the period's metrics
 averaged across ranks: a checkpoint resumes with any number of ranks (with another
 number, every rank takes the chief's RNG state).
+
+Models wrapped with FSDP make sharded checkpoints (:mod:`._sharded`): the models' and
+optimizers' state goes through ``torch.distributed.checkpoint`` (every rank writes its
+shards), ``state-dict.pth`` keeps the rest; they restore on any number of ranks.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ._checkpoint import (
     write_load_data,
 )
 from ._reducer import average_across_ranks, window_scalars
+from ._sharded import is_sharded, load_sharded, save_sharded
 from ._state import get_rng_state, set_rng_state
 
 if TYPE_CHECKING:
@@ -91,14 +96,29 @@ class _StateMixin:
         ctx = self.context
         with self.core.checkpoint.restore_path(uuid) as path:
             state = load_state(find_state_file(path), map_location=ctx.device)
+            trial_state = state.get("trial_state")
+            same = (
+                isinstance(trial_state, dict)
+                and trial_state.get("trial_id") == self.core.trial.trial_id
+                and isinstance(trial_state.get("batches_trained"), int)
+            )
+            sharded = state.get("sharded")
+            if isinstance(sharded, dict):
+                # Loaded here, while the path exists; every rank reads its shards.
+                _check_counts("models", int(sharded.get("models", 0)), len(ctx.models))
+                saved_optimizers = int(sharded.get("optimizers", 0))
+                if same:
+                    _check_counts("optimizers", saved_optimizers, len(ctx.optimizers))
+                load_sharded(
+                    Path(path),
+                    ctx.models,
+                    ctx.optimizers,
+                    with_optimizers=0 < saved_optimizers == len(ctx.optimizers),
+                )
+                state["_sharded_loaded"] = True
         logger.info("restored checkpoint %s from %s", uuid, self.core.checkpoint.storage)
-        _check_counts("models", len(model_states(state)), len(ctx.models))
-        trial_state = state.get("trial_state")
-        same = (
-            isinstance(trial_state, dict)
-            and trial_state.get("trial_id") == self.core.trial.trial_id
-            and isinstance(trial_state.get("batches_trained"), int)
-        )
+        if not state.get("_sharded_loaded"):
+            _check_counts("models", len(model_states(state)), len(ctx.models))
         state["_same_trial"] = same
         if same and isinstance(trial_state, dict):
             self.batches_trained = int(trial_state["batches_trained"])
@@ -121,10 +141,12 @@ class _StateMixin:
         same = bool(state.pop("_same_trial", False))
         self._call("on_checkpoint_load_start", state)
         ctx = self.context
-        for model, sd in zip(ctx.models, model_states(state), strict=True):
-            load_model_weights(model, sd)
+        sharded = bool(state.pop("_sharded_loaded", False))
+        if not sharded:
+            for model, sd in zip(ctx.models, model_states(state), strict=True):
+                load_model_weights(model, sd)
         groups: tuple[tuple[str, list[Any], Sequence[Any]], ...] = (
-            ("optimizers", optimizer_states(state), ctx.optimizers),
+            *(() if sharded else (("optimizers", optimizer_states(state), ctx.optimizers),)),
             ("LR schedulers", scheduler_states(state), ctx.lr_schedulers),
         )
         for what, saved, objects in groups:
@@ -182,9 +204,11 @@ class _StateMixin:
             )
             if rank_parts is not None:
                 pending = average_across_ranks([p["pending_metrics"] for p in rank_parts])
+        sharded = self._sharded()
         state: dict[str, Any] = {
-            "models_state_dict": [unwrap(m).state_dict() for m in ctx.models],
-            "optimizers_state_dict": [o.state_dict() for o in ctx.optimizers],
+            # Sharded models' and optimizers' state is written by save_sharded instead.
+            "models_state_dict": [] if sharded else [unwrap(m).state_dict() for m in ctx.models],
+            "optimizers_state_dict": [] if sharded else [o.state_dict() for o in ctx.optimizers],
             "lr_schedulers_state_dict": [s.state_dict() for s in ctx.lr_schedulers],
             "callbacks": {name: cb.state_dict() for name, cb in self.callbacks.items()},
             "rng_state": get_rng_state(),
@@ -206,6 +230,10 @@ class _StateMixin:
             state["scaler_state_dict"] = ctx._scaler.state_dict()
         return state
 
+    def _sharded(self) -> bool:
+        """Whether the trial's checkpoints are sharded (a model is wrapped by FSDP)."""
+        return any(is_sharded(m) for m in self.context.models)
+
     def _save_checkpoint(self) -> str:
         """Write a checkpoint (the chief) and return its uuid (on every rank)."""
         ctx = self.context
@@ -213,6 +241,8 @@ class _StateMixin:
         state = self._state_dict()
         self._call("on_checkpoint_save_start", state)
         dist = ctx.distributed
+        if self._sharded():
+            return self._save_sharded_checkpoint(state)
         if not dist.is_chief:
             uuid = str(dist.broadcast(None))
             self._last_checkpoint_batches = self.batches_trained
@@ -244,6 +274,36 @@ class _StateMixin:
         self._call("on_checkpoint_upload_end", uuid)
         ctx._sync_tensorboard()
         logger.info("checkpoint %s saved at batch %d", uuid, self.batches_trained)
+        return uuid
+
+    def _save_sharded_checkpoint(self, state: dict[str, Any]) -> str:
+        """Every rank writes its shards (DCP) into one checkpoint; the chief adds
+        ``state-dict.pth`` and the rest. Needs a file-system checkpoint storage."""
+        ctx = self.context
+        info = self.core.trial
+        metadata = {
+            "steps_completed": self.batches_trained,
+            "framework": f"torch-{torch.__version__}",
+            "format": "torch.distributed.checkpoint",
+            "dauntless_version": dauntless.__version__,
+            "experiment_id": info.experiment_id,
+            "trial_id": info.trial_id,
+            "hparams": info.hparams,
+        }
+        with self.core.checkpoint.store_path(metadata, shard=True) as (path, uuid):
+            state["sharded"] = save_sharded(path, ctx.models, ctx.optimizers)
+            if ctx.distributed.is_chief:
+                torch.save(state, path / STATE_FILE)
+                write_load_data(path, ctx, self.trial, self.is_trainer)
+                if self._code is not None and self._code.files:
+                    self._code.copy_to(path / CODE_DIR)
+                for callback in self.callbacks.values():
+                    callback.on_checkpoint_write_end(str(path))
+        self._last_checkpoint_batches = self.batches_trained
+        self._call("on_checkpoint_upload_end", uuid)
+        if ctx.distributed.is_chief:
+            ctx._sync_tensorboard()
+        logger.info("sharded checkpoint %s saved at batch %d", uuid, self.batches_trained)
         return uuid
 
 

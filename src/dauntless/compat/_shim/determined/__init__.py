@@ -11,7 +11,7 @@ from . import errors
 
 __dauntless_compat__ = True
 
-_LAZY = ("core", "pytorch", "experimental", "launch")
+_LAZY = ("core", "pytorch", "experimental", "launch", "keras", "transformers", "lightning")
 
 
 def __getattr__(name):

@@ -1,0 +1,287 @@
+"""Samples per second of each framework integration vs the same framework's own loop.
+
+For each framework (Lightning, Hugging Face Transformers, Keras 3 on torch), the same
+model, data, batch size and number of batches are trained in alternating rounds, in one
+process:
+
+* baseline: the framework's own loop (``Trainer.fit`` / ``Trainer.train`` /
+  ``model.fit``) with no Dauntless code;
+* integration: the same call with the integration's callback (``DeterminedCallback`` /
+  ``DetCallback``) over a Core API context: training metrics every 10 batches, the
+  preemption check every batch, and one checkpoint into a checkpoint directory at the
+  end of training (Keras: at the end of each epoch, its default).
+
+The timed span is from the framework's train-begin event to its train-end event (a
+timing callback, first in the list, in both), so import and set-up are not timed; the
+integration's final checkpoint is inside the span. The Core API context reports to the
+in-memory backend (``core.LocalBackend``): what is measured is the integration's own cost
+in the training loop (on a cluster the metrics go to the master through the Core API's
+background sender, whose cost ``harness_overhead.py`` measures).
+
+Printed per framework: samples/s of each side (median over rounds), the ratio
+integration/baseline per round, its median and a 95% bootstrap interval of the median
+ratio, and the CPU seconds of the whole run beside its wall time.
+
+Usage::
+
+    python benchmarks/framework_overhead.py [--rounds 7] [--batches 200] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from dauntless import core  # noqa: E402
+from dauntless.storage import DirectoryStorageManager  # noqa: E402
+
+BATCH = 32
+FEATURES, CLASSES, HIDDEN = 64, 10, 128
+
+
+def _data(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.random((n, FEATURES), dtype=np.float32)
+    y = rng.integers(0, CLASSES, n)
+    return x, y
+
+
+def _context(store: str) -> core.Context:
+    trial = core.TrialInfo(
+        trial_id=1,
+        experiment_id=1,
+        trial_seed=0,
+        hparams={},
+        config={"searcher": {"name": "single", "metric": "val_loss"}},
+    )
+    return core.Context(
+        trial, backend=core.LocalBackend([1]), storage=DirectoryStorageManager(store)
+    )
+
+
+# ---------------------------------------------------------------------- Lightning
+
+
+def lightning_round(batches: int, integrated: bool, store: str) -> float:
+    """Seconds of one ``fit`` of ``batches`` batches."""
+    import lightning.pytorch as pl
+
+    from dauntless.integrations.lightning import DeterminedCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES)
+            )
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.Adam(self.parameters(), 1e-3)
+
+    class Timer(pl.Callback):
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_train_end(self, trainer: Any, module: Any) -> None:
+            self.seconds = time.perf_counter() - self.t0
+
+    x, y = _data(batches * BATCH)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=BATCH
+    )
+    timer = Timer()
+    callbacks: list[Any] = [timer]
+    ctx = _context(store) if integrated else None
+    if ctx is not None:
+        callbacks.append(DeterminedCallback(ctx, continue_id=1))
+    torch.manual_seed(0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=batches,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Module(), loader)
+    if ctx is not None:
+        ctx.close()
+    return timer.seconds
+
+
+# ---------------------------------------------------------------------- Transformers
+
+
+def transformers_round(batches: int, integrated: bool, store: str) -> float:
+    import transformers
+
+    from dauntless.integrations.transformers import DetCallback
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES)
+            )
+
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"loss": torch.nn.functional.cross_entropy(self.net(x), labels)}
+
+    class Rows(torch.utils.data.Dataset):
+        def __init__(self, n: int) -> None:
+            x, y = _data(n)
+            self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+
+        def __len__(self) -> int:
+            return len(self.y)
+
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+            return {"x": self.x[i], "labels": self.y[i]}
+
+    class Timer(transformers.TrainerCallback):
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_train_end(self, *args: Any, **kwargs: Any) -> None:
+            self.seconds = time.perf_counter() - self.t0
+
+    with tempfile.TemporaryDirectory() as out:
+        args = transformers.TrainingArguments(
+            output_dir=out,
+            max_steps=batches,
+            per_device_train_batch_size=BATCH,
+            logging_steps=10,
+            save_strategy="steps" if integrated else "no",
+            save_steps=batches,
+            report_to="none",
+            use_cpu=True,
+            disable_tqdm=True,
+        )
+        timer = Timer()
+        callbacks: list[Any] = [timer]
+        ctx = _context(store) if integrated else None
+        if ctx is not None:
+            callbacks.append(DetCallback(ctx, args))
+        torch.manual_seed(0)
+        trainer = transformers.Trainer(
+            model=Net(), args=args, train_dataset=Rows(batches * BATCH), callbacks=callbacks
+        )
+        trainer.train()
+        if ctx is not None:
+            ctx.close()
+    return timer.seconds
+
+
+# ---------------------------------------------------------------------- Keras
+
+
+def keras_round(batches: int, integrated: bool, store: str) -> float:
+    import keras
+
+    from dauntless.integrations.keras import DeterminedCallback
+
+    class Timer(keras.callbacks.Callback):
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self.seconds = time.perf_counter() - self.t0
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(HIDDEN, activation="relu"),
+            keras.layers.Dense(CLASSES),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    x, y = _data(batches * BATCH)
+    timer = Timer()
+    callbacks: list[Any] = [timer]
+    ctx = _context(store) if integrated else None
+    if ctx is not None:
+        callbacks.append(DeterminedCallback(ctx, None, 1, train_metrics_report_period=10))
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, callbacks=callbacks, verbose=0)
+    if ctx is not None:
+        ctx.close()
+    return timer.seconds
+
+
+FRAMEWORKS: dict[str, Callable[[int, bool, str], float]] = {
+    "lightning": lightning_round,
+    "transformers": transformers_round,
+    "keras": keras_round,
+}
+
+
+def bootstrap_median_ci(values: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval of the median of ``values`` (Efron & Tibshirani,
+    *An Introduction to the Bootstrap*, 1993, ch. 13)."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
+    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--only", choices=sorted(FRAMEWORKS))
+    opts = parser.parse_args()
+    names = [opts.only] if opts.only else list(FRAMEWORKS)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    print(
+        f"load average {os.getloadavg()}; {opts.rounds} rounds of {opts.batches} batches of {BATCH}"
+    )
+    for name in names:
+        run = FRAMEWORKS[name]
+        try:
+            with tempfile.TemporaryDirectory() as store:
+                run(10, True, store)  # warm-up: imports, first-call costs
+                base, integ = [], []
+                for r in range(opts.rounds):
+                    order = (False, True) if r % 2 == 0 else (True, False)
+                    for integrated in order:
+                        s = run(opts.batches, integrated, store)
+                        (integ if integrated else base).append(opts.batches * BATCH / s)
+        except ImportError as exc:
+            print(f"{name}: skipped ({exc})")
+            continue
+        ratios = [i / b for i, b in zip(integ, base, strict=True)]
+        lo, hi = bootstrap_median_ci(ratios)
+        print(
+            f"{name:13s} baseline {statistics.median(base):9.0f} samples/s  "
+            f"integration {statistics.median(integ):9.0f} samples/s  "
+            f"ratio median {statistics.median(ratios):.3f} (95% CI {lo:.3f}-{hi:.3f}; "
+            f"rounds {', '.join(f'{r:.3f}' for r in ratios)})"
+        )
+    print(
+        f"total: {time.perf_counter() - wall0:.1f} s wall, {time.process_time() - cpu0:.1f} s CPU; "
+        f"load average {os.getloadavg()}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

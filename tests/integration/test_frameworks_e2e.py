@@ -1,0 +1,262 @@
+"""End to end: the framework integrations (issue 32) on one real local cluster.
+
+One master and one agent of 2 slots serve every test of the module (the master declares
+an agent lost after 3 s, for the agent-kill test). Each framework's example
+(``examples/<framework>``) runs as a script entrypoint; the tests change only its
+hyperparameters and resources. What is checked, per framework:
+
+- metrics reach the master (``det trial describe``'s source, the trial's metrics);
+- pause at a checkpoint and activate: training resumes where it stopped, and the final
+  weights equal those of an uninterrupted run (the examples are deterministic on CPU);
+- SIGKILL of the agent: the trial restarts from its latest checkpoint;
+- ASHA stops trials early; a 2-slot data-parallel run (gloo) completes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+pytest.importorskip("lightning", reason="the lightning extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def cluster(module_cluster_factory, tmp_path_factory):
+    """One master and one 2-slot agent for the whole module."""
+    c = module_cluster_factory(f"sqlite:///{tmp_path_factory.mktemp('fw')}/master.db")
+    c.start_master(agent_timeout=3.0)
+    c.start_agent("fw-agent-0", slots=2)
+    return c
+
+
+def _create(cluster, tmp: Path, example: str, config: str, **changes) -> int:
+    """Create an experiment of ``examples/<example>/<config>`` with ``changes`` applied
+    (``hyperparameters`` merged, other sections replaced)."""
+    body = yaml.safe_load((REPO / "examples" / example / config).read_text())
+    for key, value in changes.items():
+        if key == "hyperparameters":
+            body["hyperparameters"].update(value)
+        else:
+            body[key] = value
+    path = tmp / f"{example}-{config}"
+    path.write_text(yaml.safe_dump(body))
+    out = cluster.det("experiment", "create", str(path), str(REPO / "examples" / example)).stdout
+    return int(out.split("Created experiment")[1].split()[0])
+
+
+def _wait_batches(cluster, exp_id: int, at_least: int, timeout: float = 120) -> dict:
+    deadline = time.time() + cluster.deadline(timeout)
+    while time.time() < deadline:
+        trials = cluster.api(f"/experiments/{exp_id}")["trials"]
+        if trials and trials[0]["total_batches"] >= at_least:
+            return trials[0]
+        time.sleep(0.05)
+    raise AssertionError(f"trial did not reach {at_least} batches:\n{cluster.dump_logs(exp_id)}")
+
+
+def _completed(cluster, exp_id: int) -> dict:
+    body = cluster.wait_experiment(exp_id)
+    assert body["experiment"]["state"] == "COMPLETED", cluster.dump_logs(exp_id)
+    return body
+
+
+def _checkpoint(cluster, trial: dict) -> dict:
+    return cluster.api(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
+
+
+def _identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"parameter {k} differs"
+
+
+# ---------------------------------------------------------------------- Lightning
+
+LIGHTNING_LONG = {"max_steps": 600, "val_every": 200}
+
+
+def _lightning_weights(cluster, trial: dict) -> tuple[dict[str, torch.Tensor], int]:
+    ckpt = _checkpoint(cluster, trial)
+    state = torch.load(
+        Path(ckpt["storage_path"]) / "lightning.ckpt", map_location="cpu", weights_only=False
+    )
+    return state["state_dict"], state["global_step"]
+
+
+@pytest.fixture(scope="module")
+def lightning_baseline(cluster, tmp_path_factory):
+    """The uninterrupted 600-batch run: its trial."""
+    tmp = tmp_path_factory.mktemp("lightning-base")
+    exp_id = _create(cluster, tmp, "lightning", "const.yaml", hyperparameters=LIGHTNING_LONG)
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    return trial
+
+
+def test_lightning_reports_metrics_and_checkpoints(cluster, lightning_baseline):
+    trial = lightning_baseline
+    assert trial["total_batches"] == 600
+    validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+    assert [m["total_batches"] for m in validation] == [200, 400, 600]
+    assert {"val_loss", "val_accuracy", "batches", "epochs"} <= set(validation[-1]["values"])
+    assert validation[-1]["values"]["val_accuracy"] > 0.9
+    training = cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
+    assert [m["total_batches"] for m in training] == list(range(10, 601, 10))
+    assert training[-1]["values"]["loss"] < training[0]["values"]["loss"]
+    described = cluster.det("trial", "describe", str(trial["id"]), "--metrics").stdout
+    assert "val_loss" in described
+    ckpt = _checkpoint(cluster, trial)
+    assert ckpt["total_batches"] == 600
+    assert {"lightning.ckpt", "det_state.json", "metadata.json"} <= set(ckpt["resources"])
+    assert _lightning_weights(cluster, trial)[1] == 600
+
+
+def test_lightning_pause_activate_resumes_exactly(cluster, lightning_baseline, tmp_path):
+    exp_id = _create(cluster, tmp_path, "lightning", "const.yaml", hyperparameters=LIGHTNING_LONG)
+    _wait_batches(cluster, exp_id, 50)
+    cluster.det("experiment", "pause", str(exp_id))
+    deadline = time.time() + cluster.deadline(60)
+    while cluster.api(f"/experiments/{exp_id}")["experiment"]["state"] != "PAUSED":
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.1)
+    while True:  # the trial checkpoints and exits
+        (trial,) = cluster.api(f"/experiments/{exp_id}")["trials"]
+        if trial["latest_checkpoint"] and not any(
+            s["allocation_id"] for a in cluster.api("/agents")["agents"] for s in a["slots"]
+        ):
+            break
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.1)
+    paused_at = _checkpoint(cluster, trial)["total_batches"]
+    assert 50 <= paused_at < 600, "the pause came after the run ended: make it longer"
+    cluster.det("experiment", "activate", str(exp_id))
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 0
+    weights, step = _lightning_weights(cluster, trial)
+    assert step == 600
+    _identical(weights, _lightning_weights(cluster, lightning_baseline)[0])
+
+
+def test_lightning_agent_sigkill_resumes_from_latest_checkpoint(
+    cluster, lightning_baseline, tmp_path
+):
+    exp_id = _create(cluster, tmp_path, "lightning", "const.yaml", hyperparameters=LIGHTNING_LONG)
+    # After the first validation's checkpoint (batch 200), kill the agent.
+    deadline = time.time() + cluster.deadline(120)
+    while not cluster.api(f"/experiments/{exp_id}")["trials"][0]["latest_checkpoint"]:
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.05)
+    cluster.stop(cluster.agents["fw-agent-0"], sig=signal.SIGKILL)
+    cluster.start_agent("fw-agent-1", slots=2)
+    cluster.agents["fw-agent-0"] = cluster.agents["fw-agent-1"]
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 1
+    weights, step = _lightning_weights(cluster, trial)
+    assert step == 600
+    _identical(weights, _lightning_weights(cluster, lightning_baseline)[0])
+
+
+def test_lightning_asha_stops_trials_early(cluster, tmp_path):
+    exp_id = _create(
+        cluster,
+        tmp_path,
+        "lightning",
+        "adaptive.yaml",
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "val_loss",
+            "smaller_is_better": True,
+            "max_trials": 4,
+            "max_time": 64,
+            "time_metric": "batches",
+            "divisor": 4,
+            "max_rungs": 2,
+            "mode": "aggressive",
+            "max_concurrent_trials": 2,
+        },
+    )
+    body = _completed(cluster, exp_id)
+    lengths = sorted(t["total_batches"] for t in body["trials"])
+    assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
+    assert lengths[0] == 16 and lengths[-1] == 64, lengths
+
+
+def test_lightning_ddp_on_two_slots(cluster, tmp_path):
+    exp_id = _create(
+        cluster,
+        tmp_path,
+        "lightning",
+        "const.yaml",
+        hyperparameters={"max_steps": 60, "val_every": 30},
+        resources={"slots_per_trial": 2},
+    )
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["total_batches"] == 60
+    validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+    assert [m["total_batches"] for m in validation] == [30, 60]
+    logs = "\n".join(
+        line["log"] for line in cluster.api(f"/trials/{trial['id']}/logs", limit=10000)["logs"]
+    )
+    assert "[rank=1]" in logs
+    assert _lightning_weights(cluster, trial)[1] == 60
+
+
+# ---------------------------------------------------------------------- Transformers
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None,
+    reason="the transformers extra is not installed",
+)
+def test_transformers_single_slot_and_ddp_on_two_slots(cluster, tmp_path):
+    """The example on 1 slot and on 2 (gloo DDP through the platform's launcher): the
+    Trainer's metrics reach the master under Hugging Face's names, and each save is a
+    platform checkpoint holding ``checkpoint-<step>``."""
+    one = _create(cluster, tmp_path, "transformers", "const.yaml")
+    (tmp_path / "two").mkdir()
+    two = _create(
+        cluster, tmp_path / "two", "transformers", "const.yaml", resources={"slots_per_trial": 2}
+    )
+    for exp_id, ranks in ((one, 1), (two, 2)):
+        (trial,) = _completed(cluster, exp_id)["trials"]
+        assert trial["total_batches"] == 60
+        validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+        assert [m["total_batches"] for m in validation] == [20, 40, 60]
+        assert {"eval_loss", "eval_accuracy", "batches", "epochs"} <= set(validation[-1]["values"])
+        training = cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
+        assert [m["total_batches"] for m in training] == [10, 20, 30, 40, 50, 60]
+        ckpt = _checkpoint(cluster, trial)
+        assert ckpt["total_batches"] == 60
+        assert "checkpoint-60/trainer_state.json" in ckpt["resources"]
+        if ranks == 2:
+            assert "checkpoint-60/rng_state_1.pth" in ckpt["resources"]
+
+
+# ---------------------------------------------------------------------- Keras
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed"
+)
+def test_keras_asha_stops_trials_early(cluster, tmp_path):
+    """Keras's example under ASHA (time_metric epochs): every trial reports its epochs'
+    metrics and checkpoints; the ones ASHA stops end at the 2-epoch rung."""
+    exp_id = _create(cluster, tmp_path, "keras", "adaptive.yaml")
+    body = _completed(cluster, exp_id)
+    lengths = sorted(t["total_batches"] for t in body["trials"])
+    per_epoch = 45  # 1,438 training images at 32 a batch
+    assert len(lengths) == 4 and lengths[0] == 2 * per_epoch and lengths[-1] == 8 * per_epoch
+    trial = body["trials"][0]
+    validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+    assert {"loss", "accuracy", "epochs", "batches"} <= set(validation[0]["values"])
+    assert {"model_checkpoint.weights.h5", "optimizer.npz"} <= set(
+        _checkpoint(cluster, trial)["resources"]
+    )
