@@ -93,7 +93,9 @@ def _wait(what: str, check, c, timeout: float = 60, exp_id: int | None = None):
 
 
 def _batches(c, exp_id: int) -> int:
-    return max((t["total_batches"] for t in c.api(f"/experiments/{exp_id}")["trials"]), default=0)
+    body = c.api(f"/experiments/{exp_id}")
+    assert body["experiment"]["state"] == "ACTIVE", c.dump_logs(exp_id)
+    return max((t["total_batches"] for t in body["trials"]), default=0)
 
 
 def _rows(c, trial_id: int) -> list[tuple[str, int]]:

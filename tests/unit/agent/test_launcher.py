@@ -75,3 +75,12 @@ def test_artificial_and_cpu_slots():
     assert discover_slots("none") == []
     cpu = discover_slots("cpu")
     assert len(cpu) == 1 and cpu[0].type == "cpu"
+
+
+def test_interface_of_names_the_interface_that_holds_an_address() -> None:
+    """What the launcher names in GLOO_SOCKET_IFNAME for a multi-node allocation."""
+    from dauntless.launch.torch_distributed import interface_of
+
+    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("203.0.113.250") is None  # TEST-NET-3: held by no interface here
+    assert interface_of("not an address") is None
