@@ -125,7 +125,7 @@ def test_master_reaches_a_but_not_b_for_60_seconds(netns_cluster_factory, tmp_pa
     c.start_master(agent_timeout=90)
     c.start_agent("a", slots=1)
     c.start_agent("b", slots=1)
-    batches, period = 400, 200
+    batches, period = 360, 180  # 72 s of batches: the 60 s cut starts after 4
     exp_id = _create(c, _context(tmp_path, batches, 0.2, period))
     _wait("20 batches", lambda: _batches(c, exp_id) >= 20, c, 180, exp_id)
     trial_id = c.api(f"/experiments/{exp_id}")["trials"][0]["id"]
@@ -137,7 +137,7 @@ def test_master_reaches_a_but_not_b_for_60_seconds(netns_cluster_factory, tmp_pa
     states = _agent_states(c)
     net.heal("master", "b")
     # The chief trained and reported all along (60 s at 0.2 s a batch is 300 batches
-    # on an idle machine; a loaded one does fewer).
+    # on an idle machine, or the end; a loaded one does fewer).
     assert during >= min(before + 30, batches), (before, during)
     assert states == {"a": "ACTIVE", "b": "ACTIVE"}, states
     body = c.wait_experiment(exp_id, timeout=120)
@@ -157,7 +157,7 @@ def test_node_lost_mid_training_restarts_from_checkpoint_on_the_rest(
     c.start_master(agent_timeout=6)
     c.start_agent("a", slots=1)
     c.start_agent("b", slots=1)
-    batches, period = 200, 50
+    batches, period = 150, 50
     exp_id = _create(c, _context(tmp_path, batches, 0.1, period))
     _wait("60 batches", lambda: _batches(c, exp_id) >= 60, c, 180, exp_id)
     trial_id = c.api(f"/experiments/{exp_id}")["trials"][0]["id"]
