@@ -85,6 +85,11 @@ class Cluster:
     logs: list[Path] = field(default_factory=list)
     master_args: list[str] = field(default_factory=list)
     token: str | None = None  # the admin's, for api()
+    # Namespaced hosts (tests/netns.py): the argv prefix that runs the master, and each
+    # agent, on a host of its own (``ip netns exec NS``), and the master's listen address.
+    master_prefix: list[str] = field(default_factory=list)
+    master_host: str | None = None
+    agent_prefix: dict[str, list[str]] = field(default_factory=dict)
     deadline = staticmethod(deadline_seconds)
 
     @property
@@ -153,9 +158,11 @@ class Cluster:
         log = self.tmp / f"master-{len(self.logs)}.log"
         self.logs.append(log)
         cmd = [
+            *self.master_prefix,
             sys.executable,
             "-m",
             "dauntless.master",
+            *(["--host", self.master_host] if self.master_host else []),
             "--port",
             str(self.port),
             # The task services' own origin on a free port (the default, --port + 1, may
@@ -198,6 +205,7 @@ class Cluster:
         log = self.tmp / f"{agent_id}-{len(self.logs)}.log"
         self.logs.append(log)
         cmd = [
+            *self.agent_prefix.get(agent_id, []),
             sys.executable,
             "-m",
             "dauntless.agent",
@@ -380,3 +388,47 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture()
+def netns_cluster_factory(tmp_path, request):
+    """Make a cluster on namespaced hosts (tests/netns.py; issue 36): ``make(hosts)``
+    returns ``(network, cluster)``, the master to run on host ``master`` (listening on
+    its address, SQLite in tmp_path: PostgreSQL on the root namespace's 127.0.0.1 is
+    out of reach) and an agent started as ``cluster.start_agent(NAME)`` on host
+    ``NAME``. The test process reaches the hosts through the network's gateway link.
+    Skips, saying why, where namespaces cannot be made (not root, no ``ip``). Every
+    process and namespace is removed at the end, whatever the outcome."""
+    from netns import Network, unavailable
+
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    made: list[tuple[Network, Cluster]] = []
+
+    def make(hosts: tuple[str, ...] = ("master", "a")) -> tuple[Network, Cluster]:
+        net = Network(hosts)
+        master = net.hosts["master"]
+        c = Cluster(
+            url=f"http://{master.addr}:8080",  # a port of its own host: always free
+            data_dir=tmp_path / f"data{len(made)}",
+            db_url=f"sqlite:///{tmp_path}/master{len(made)}.db",
+            tmp=tmp_path,
+            master_prefix=master.argv(),
+            master_host=master.addr,
+            agent_prefix={n: h.argv() for n, h in net.hosts.items() if n != "master"},
+        )
+        made.append((net, c))
+        return net, c
+
+    try:
+        yield make
+    finally:
+        failed = getattr(request.node, "rep_call", None)
+        for net, c in made:
+            try:
+                c.shutdown()
+                if failed is not None and failed.failed:
+                    print(c.dump_logs())
+            finally:
+                net.close()

@@ -13,6 +13,9 @@ left (their state directories, :mod:`dauntless.agent._supervise`): it lists them
 registers, ships their output on from where the last agent stopped and reports their
 exits. A task whose agent stays away longer is ended whole by its supervisor. Tasks of
 another Unix identity than the agent's run isolated (:mod:`dauntless.agent._identity`).
+
+An agent cut off from its master for most of the master's ``agent_timeout`` kills its
+tasks itself before the master restarts them elsewhere (:mod:`dauntless.agent._fence`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from dauntless.compat import SHIM_PATH as COMPAT_SHIM_PATH
 from dauntless.config import AgentConfig, TaskIdentity
 from dauntless.config._experiment import ENTRYPOINT_CLASS_RE
 
+from ._fence import FENCE_FRACTION, Fence, connection_refused
 from ._identity import (
     AgentIdentity,
     TaskUser,
@@ -186,6 +190,9 @@ class Agent:
         self.pending_exits: dict[str, tuple[int | None, str | None, bool]] = {}
         self.shipper = LogShipper(self.client)
         self.registered = False
+        # When to end the tasks of an agent cut off from its master (issue 36).
+        self.fence = Fence()
+        self._fence_messages: dict[str, str] = {}
         self.advertise_addr = config.advertise_addr or advertise_address(config.master_url)
         #: ``host:port`` of this agent's Prometheus page once it serves one (issue 34).
         self.prometheus_target: str | None = None
@@ -225,10 +232,12 @@ class Agent:
         headers = {}
         if self._secret is not None:
             headers[CLUSTER_SECRET_HEADER] = self._secret.get_secret_value()
+        sent = self.fence.now()
         r = self.client.post("/api/v1/agents", json=body, headers=headers)
         if r.status_code == 400:
             raise RuntimeError(f"the master refused this agent: {r.json().get('detail')}")
         r.raise_for_status()
+        self.fence.answered(sent, r.json().get("agent_timeout"))
         token = r.json().get("token")
         if token:
             self.client.headers[AGENT_TOKEN_HEADER] = token
@@ -257,6 +266,7 @@ class Agent:
                 {"allocation_id": alloc_id, "exit_code": code, "message": msg, "fatal": fatal}
                 for alloc_id, (code, msg, fatal) in exits.items()
             ]
+        sent = self.fence.now()
         r = self.client.post(f"/api/v1/agents/{self.agent_id}/heartbeat", json=body)
         # 404: the master does not know this agent; 401: not its credential (a later
         # registration of this id replaced it). The exits stay pending: sent after.
@@ -268,6 +278,7 @@ class Agent:
         for alloc_id in exits:
             self.pending_exits.pop(alloc_id, None)
         work = r.json()
+        self.fence.answered(sent, work.get("agent_timeout"))
         for alloc_id in work.get("kill", []):
             self._kill(alloc_id)
         for spec in work.get("start", []):
@@ -301,6 +312,10 @@ class Agent:
             if host in ("0.0.0.0", "::", ""):  # every address: the one the master sees
                 host = self.advertise_addr
             self.prometheus_target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        watchdog = threading.Thread(
+            target=self._watch_fence, args=(stop,), daemon=True, name="fence"
+        )
+        watchdog.start()
         try:
             while not stop.is_set():
                 try:
@@ -310,6 +325,8 @@ class Agent:
                     self.wake.clear()
                 except (httpx.HTTPError, OSError) as exc:
                     failures += 1
+                    if connection_refused(exc):
+                        self.fence.refused()  # the master is down, not cut off
                     backoff = policy.delay(failures)
                     if is_cert_verify_error(exc):
                         log.error(
@@ -343,6 +360,37 @@ class Agent:
                 typ = types.get(sid, "cpu")
                 used[typ] = used.get(typ, 0) + 1
         return AgentUsage(slots, used, len(tasks))
+
+    def _watch_fence(self, stop: threading.Event, period: float = 0.2) -> None:
+        """Check the fence every ``period`` seconds until ``stop`` (a thread of its own:
+        a heartbeat may hang for its whole timeout in a partition)."""
+        while not stop.wait(period):
+            if self.fence.due():
+                self.fence_tasks()
+
+    def fence_tasks(self) -> None:
+        """End every task at once (SIGKILL through its supervisor): this agent has been
+        cut off from its master for so long that the master is about to declare it lost
+        and restart its trials elsewhere (:mod:`dauntless.agent._fence`). The exits are
+        reported when the master answers again."""
+        silent = self.fence.silent_for()
+        message = (
+            f"agent {self.agent_id} had no answer from the master for {silent:.0f} s "
+            f"({FENCE_FRACTION:g} of its agent_timeout of {self.fence.agent_timeout:g} s): "
+            "the task was ended so that it never runs twice at once"
+        )
+        tasks = list(self.tasks.items())
+        if tasks:
+            log.warning("%s (%d task(s))", message, len(tasks))
+        for alloc_id, task in tasks:
+            self._fence_messages[alloc_id] = message
+            with self._task_lock:
+                if task.kill_sent_at is None:
+                    task.kill_sent_at = time.time()
+                task.term_sent = True
+                handle, runtime = task.proc, task.runtime
+            if handle is not None and runtime is not None:
+                runtime.signal(handle, signal.SIGKILL)
 
     def shutdown(self) -> None:
         """Kill every task (SIGTERM, SIGKILL after 3 s), report the exits if the master
@@ -675,7 +723,9 @@ class Agent:
             for t in task.readers:
                 if t is not threading.current_thread():
                     t.join(timeout=5)
-            message = getattr(task.proc, "exit_message", None)
+            message = self._fence_messages.pop(alloc_id, None) or getattr(
+                task.proc, "exit_message", None
+            )
             task.runtime.cleanup(task.proc)
             self.shipper.forget(alloc_id)
             self._remove_private(task)

@@ -38,15 +38,24 @@ stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits with
 so the master restarts the whole trial; SIGTERM/SIGINT to the launcher are forwarded to
 every rank.
 
+Gloo finds the address it listens on, and tells its peers, from the host name, which on
+many hosts resolves to a loopback address (Debian's ``127.0.1.1``; several hosts sharing
+one name): peers on other nodes then connect to their own loopback and fail. For an
+allocation on several nodes the launcher therefore names the interface that holds this
+node's advertised address (``DET_ADVERTISE_ADDR``) in ``GLOO_SOCKET_IFNAME``, unless the
+task sets that variable itself (:func:`interface_of`).
+
 The rendezvous wait is written here (not taken from a library) because it goes through the
 master, which is the only party every agent can reach.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -83,6 +92,33 @@ def rank_thread_env(environ: dict[str, str], local_ranks: int) -> dict[str, str]
     if local_ranks > 1 and not environ.get("OMP_NUM_THREADS"):
         return {"OMP_NUM_THREADS": DEFAULT_OMP_THREADS}
     return {}
+
+
+SIOCGIFADDR = 0x8915
+"""ioctl(2) request: an interface's IPv4 address (netdevice(7))."""
+
+
+def interface_of(addr: str) -> str | None:
+    """The name of this host's network interface whose (primary) IPv4 address is
+    ``addr``, None when none has it (or ``addr`` is not an IPv4 address).
+
+    Read with ``ioctl(SIOCGIFADDR)`` per interface (netdevice(7)): the standard library
+    has no call that lists interface addresses.
+    """
+    try:
+        socket.inet_aton(addr)
+    except OSError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _index, name in socket.if_nameindex():
+            try:
+                req = struct.pack("256s", name.encode()[:15])
+                answer = fcntl.ioctl(s.fileno(), SIOCGIFADDR, req)
+            except OSError:  # no IPv4 address
+                continue
+            if socket.inet_ntoa(answer[20:24]) == addr:
+                return name
+    return None
 
 
 def _env_int(name: str, default: int) -> int:
@@ -275,12 +311,17 @@ def launch(cmd: list[str], nproc_per_node: int | None = None) -> int:
     part = _env_int("DET_PART_INDEX", 0)
     local = nproc_per_node or max(slot_count, 1)
     addr, port = _rendezvous(world, part)
+    base = dict(os.environ)
+    if _env_int("DET_NUM_PARTS", 1) > 1 and not base.get("GLOO_SOCKET_IFNAME"):
+        iface = interface_of(base.get("DET_ADVERTISE_ADDR", ""))
+        if iface is not None:  # gloo's peers reach this node there (see the module)
+            base["GLOO_SOCKET_IFNAME"] = iface
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     threads = rank_thread_env(dict(os.environ), local)
     for local_rank in range(local):
         rank = offset + local_rank
-        env = dict(os.environ)
+        env = dict(base)
         env.update(threads)
         env.update(
             {

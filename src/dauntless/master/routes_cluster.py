@@ -119,7 +119,8 @@ def register_agent(body: RegisterAgent, request: Request) -> dict[str, Any]:
     )
     assert agent.token_hash is not None  # set by register_agent
     request.app.state.auth.agents.remember(agent.id, agent.token_hash)
-    return {"agent": agent_view(agent, {}), "token": token}
+    timeout = _ctx(request).config.agent_timeout
+    return {"agent": agent_view(agent, {}), "token": token, "agent_timeout": timeout}
 
 
 def _reporter(request: Request) -> tuple[str, str | None] | None:
@@ -216,7 +217,10 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
             # allocation, still RUNNING here, is then missing from the agent's
             # ``running`` list and is handled as lost.
             log.exception("recording the exit of allocation %s failed", ex.allocation_id)
-    return ctx.write(agents.heartbeat, agent_id, body.running)
+    return {
+        **ctx.write(agents.heartbeat, agent_id, body.running),
+        "agent_timeout": ctx.config.agent_timeout,
+    }
 
 
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)

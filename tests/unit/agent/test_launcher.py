@@ -96,3 +96,12 @@ def test_several_local_ranks_get_one_thread_each_unless_the_task_sets_it():
     assert sorted(two.stdout.split()) == sorted("[rank=0] omp 1 [rank=1] omp 1".split())
     assert sorted(own.stdout.split()) == sorted("[rank=0] omp 3 [rank=1] omp 3".split())
     assert one.stdout.split() == ["omp", "-"]
+
+
+def test_interface_of_names_the_interface_that_holds_an_address() -> None:
+    """What the launcher names in GLOO_SOCKET_IFNAME for a multi-node allocation."""
+    from dauntless.launch.torch_distributed import interface_of
+
+    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("203.0.113.250") is None  # TEST-NET-3: held by no interface here
+    assert interface_of("not an address") is None

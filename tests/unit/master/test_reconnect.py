@@ -47,7 +47,7 @@ def test_reregistering_agent_keeps_the_tasks_it_reports(master):
     )
     assert r.status_code == 200
     hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": [alloc]}).json()
-    assert hb == {"start": [], "kill": []}
+    assert hb == {"start": [], "kill": [], "agent_timeout": ctx.config.agent_timeout}
     trial = client.get(f"/api/v1/trials/{tid}").json()["trial"]
     assert trial["state"] == "ACTIVE" and trial["restarts"] == 0
     assert client.get(f"/api/v1/allocations/{alloc}/signals/preemption").json() == {

@@ -55,6 +55,8 @@ class TaskSpec(_Open):
 class HeartbeatOut(BaseModel):
     start: list[TaskSpec]
     kill: list[str]
+    #: The master's ``agent_timeout`` in seconds (see ``AgentRegistered``).
+    agent_timeout: float | None = None
 
 
 class AllocationOut(_Open):

@@ -49,6 +49,9 @@ class AgentRegistered(BaseModel):
 
     agent: AgentOut
     token: str
+    #: The master's ``agent_timeout`` (seconds): an agent that has had no heartbeat
+    #: answered for most of it ends its tasks itself (docs/partitions.md, "fencing").
+    agent_timeout: float | None = None
 
 
 class AgentsOut(BaseModel):

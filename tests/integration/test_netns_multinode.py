@@ -1,0 +1,180 @@
+"""Data parallelism across two namespaced hosts (issue 36 scopes 2 and 3;
+tests/netns.py; the decisions are those of docs/partitions.md).
+
+The digits trial (PyTorchTrial, gloo), slowed down per batch, with
+``slots_per_trial: 2`` on two agents of one slot each, on hosts ``a`` and ``b``: its two
+ranks rendezvous at ``a``'s address and all-reduce across the veth links.
+
+1. **The master reaches A but not B for 60 s** (blackhole routes between the master's
+   host and ``b`` only; ``a`` and ``b`` still reach each other), below the master's
+   ``agent_timeout`` (90 s). The decision documented: the trial keeps training (the
+   chief on ``a`` reports, the rank on ``b`` needs the master for nothing meanwhile),
+   ``b`` is never declared lost; the trial completes with 0 restarts, one run, every
+   metric row once.
+2. **A node lost mid-training**: ``b`` is cut off from everyone for longer than the
+   ``agent_timeout`` (6 s). Its rank is fenced, the chief's collective fails, and the
+   trial restarts once from its latest checkpoint on the remaining capacity (agent
+   ``c``'s two slots, started after the first run was placed), its new run resuming at
+   that checkpoint's batch.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+CONFIG = """
+name: netns-ddp
+entrypoint: slow_def:SlowDigitsTrial
+hyperparameters:
+  global_batch_size: 32
+  lr: 0.01
+  hidden_size: 32
+  dropout: 0.0
+  optimizer: adam
+  batch_sleep: {sleep}
+data: {{validation_fraction: 0.2, split_seed: 0}}
+records_per_epoch: 1438
+searcher:
+  name: single
+  metric: accuracy
+  smaller_is_better: false
+  max_length: {{batches: {batches}}}
+min_validation_period: {{batches: {period}}}
+min_checkpoint_period: {{batches: {period}}}
+scheduling_unit: 10
+reproducibility: {{experiment_seed: 5}}
+resources: {{slots_per_trial: 2}}
+max_restarts: 2
+"""
+
+SLOW_DEF = """
+import time
+
+from model_def import DigitsTrial
+
+
+class SlowDigitsTrial(DigitsTrial):
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        time.sleep(float(self.context.get_hparam("batch_sleep")))
+        return super().train_batch(batch, epoch_idx, batch_idx)
+"""
+
+
+def _context(tmp_path: Path, batches: int, sleep: float, period: int) -> Path:
+    d = tmp_path / "ddp"
+    d.mkdir()
+    shutil.copy(REPO / "examples" / "digits" / "model_def.py", d / "model_def.py")
+    (d / "slow_def.py").write_text(SLOW_DEF)
+    (d / "config.yaml").write_text(CONFIG.format(batches=batches, sleep=sleep, period=period))
+    return d
+
+
+def _create(c, d: Path) -> int:
+    out = c.det("experiment", "create", str(d / "config.yaml"), str(d))
+    return int(out.stdout.split("Created experiment")[1].split()[0])
+
+
+def _wait(what: str, check, c, timeout: float = 60, exp_id: int | None = None):
+    deadline = time.time() + c.deadline(timeout)
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen in time:\n{c.dump_logs(exp_id)}")
+
+
+def _batches(c, exp_id: int) -> int:
+    body = c.api(f"/experiments/{exp_id}")
+    assert body["experiment"]["state"] == "ACTIVE", c.dump_logs(exp_id)
+    return max((t["total_batches"] for t in body["trials"]), default=0)
+
+
+def _rows(c, trial_id: int) -> list[tuple[str, int]]:
+    rows = c.api(f"/trials/{trial_id}/metrics")["metrics"]
+    return sorted((m["group"], m["total_batches"]) for m in rows)
+
+
+def _expected(batches: int, period: int) -> list[tuple[str, int]]:
+    return sorted(
+        [("training", b) for b in range(10, batches + 1, 10)]
+        + [("validation", b) for b in range(period, batches + 1, period)]
+    )
+
+
+def _agent_states(c) -> dict[str, str]:
+    return {a["id"]: a["state"] for a in c.api("/agents")["agents"]}
+
+
+def _spans_both(c, trial_id: int) -> dict[str, str] | None:
+    allocs = c.api("/allocations", trial_id=trial_id)["allocations"]
+    live = {a["agent_id"]: a["state"] for a in allocs if a["state"] == "RUNNING"}
+    return live if set(live) == {"a", "b"} else None
+
+
+def test_master_reaches_a_but_not_b_for_60_seconds(netns_cluster_factory, tmp_path):
+    net, c = netns_cluster_factory(("master", "a", "b"))
+    c.start_master(agent_timeout=90)
+    c.start_agent("a", slots=1)
+    c.start_agent("b", slots=1)
+    batches, period = 360, 180  # 72 s of batches: the 60 s cut starts after 4
+    exp_id = _create(c, _context(tmp_path, batches, 0.2, period))
+    _wait("20 batches", lambda: _batches(c, exp_id) >= 20, c, 180, exp_id)
+    trial_id = c.api(f"/experiments/{exp_id}")["trials"][0]["id"]
+    assert _spans_both(c, trial_id), c.api("/allocations", trial_id=trial_id)
+    before = _batches(c, exp_id)
+    net.cut("master", "b")
+    time.sleep(60.0)
+    during = _batches(c, exp_id)
+    states = _agent_states(c)
+    net.heal("master", "b")
+    # The chief trained and reported all along (60 s at 0.2 s a batch is 300 batches
+    # on an idle machine, or the end; a loaded one does fewer).
+    assert during >= min(before + 30, batches), (before, during)
+    assert states == {"a": "ACTIVE", "b": "ACTIVE"}, states
+    body = c.wait_experiment(exp_id, timeout=120)
+    assert body["experiment"]["state"] == "COMPLETED", c.dump_logs(exp_id)
+    (trial,) = body["trials"]
+    assert (trial["restarts"], trial["run_id"]) == (0, 1), c.dump_logs(exp_id)
+    assert _rows(c, trial_id) == _expected(batches, period)
+    logs = c.api(f"/trials/{trial_id}/logs", limit=10000)["logs"]
+    text = "\n".join(line["log"] for line in logs)
+    assert "rank 0 of 2" in text and "rank 1 of 2" in text
+
+
+def test_node_lost_mid_training_restarts_from_checkpoint_on_the_rest(
+    netns_cluster_factory, tmp_path
+):
+    net, c = netns_cluster_factory(("master", "a", "b", "c"))
+    c.start_master(agent_timeout=6)
+    c.start_agent("a", slots=1)
+    c.start_agent("b", slots=1)
+    batches, period = 150, 50
+    exp_id = _create(c, _context(tmp_path, batches, 0.1, period))
+    _wait("60 batches", lambda: _batches(c, exp_id) >= 60, c, 180, exp_id)
+    trial_id = c.api(f"/experiments/{exp_id}")["trials"][0]["id"]
+    assert _spans_both(c, trial_id), c.api("/allocations", trial_id=trial_id)
+    c.start_agent("c", slots=2)  # the capacity left once b is gone
+    net.isolate("b")
+    _wait("b declared lost", lambda: _agent_states(c)["b"] == "LOST", c, 60, exp_id)
+    body = c.wait_experiment(exp_id, timeout=180)
+    assert body["experiment"]["state"] == "COMPLETED", c.dump_logs(exp_id)
+    (trial,) = body["trials"]
+    assert (trial["restarts"], trial["run_id"]) == (1, 2), c.dump_logs(exp_id)
+    allocs = c.api("/allocations", trial_id=trial_id)["allocations"]
+    second = [a for a in allocs if a["run_id"] == 2]
+    assert second and all(a["agent_id"] in ("a", "c") for a in second), allocs
+    first_end = max(a["ended_at"] for a in allocs if a["run_id"] == 1)
+    assert all(a["started_at"] >= first_end for a in second), "two runs at once"
+    assert _rows(c, trial_id) == _expected(batches, period)
+    ckpts = [x["total_batches"] for x in c.api(f"/trials/{trial_id}/checkpoints")["checkpoints"]]
+    assert ckpts[-1] == batches and 50 in ckpts, ckpts
+    net.restore("b")

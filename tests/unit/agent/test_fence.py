@@ -1,0 +1,76 @@
+"""The agent's fence (issue 36): when an agent cut off from its master ends its tasks,
+decided on a fake clock; and which failures count as a master that is down."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import httpx
+import pytest
+
+from dauntless.agent._fence import FENCE_FRACTION, Fence, connection_refused
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_fence_is_due_once_after_most_of_the_timeout_without_an_answer() -> None:
+    clock = Clock()
+    fence = Fence(clock)
+    clock.t += 1000
+    assert not fence.due(), "no timeout known yet: never fenced"
+    sent = clock()
+    fence.answered(sent, 8.0)
+    clock.t = sent + FENCE_FRACTION * 8.0 - 0.01
+    assert not fence.due()
+    clock.t = sent + FENCE_FRACTION * 8.0
+    assert fence.due()
+    assert not fence.due(), "due once per loss of contact"
+    assert fence.silent_for() == pytest.approx(6.0)
+    fence.answered(clock(), None)  # contact again: armed anew, the timeout kept
+    clock.t += 6.0
+    assert fence.due()
+
+
+def test_the_clock_runs_from_when_the_answered_request_was_sent() -> None:
+    clock = Clock()
+    fence = Fence(clock)
+    sent = clock()
+    clock.t += 3.0  # the answer took 3 s to come: the master got it no later than sent+3
+    fence.answered(sent, 4.0)
+    clock.t = sent + 3.0
+    assert fence.due(), "counted from the send, not from the answer"
+    # An older request's late answer does not move the clock back.
+    fence.answered(sent - 50, 4.0)
+    assert fence.silent_for() == pytest.approx(3.0)
+
+
+def test_a_refused_connection_restarts_the_clock() -> None:
+    clock = Clock()
+    fence = Fence(clock)
+    fence.answered(clock(), 4.0)
+    for _ in range(10):  # a master restarting for 20 s: refused all along
+        clock.t += 2.0
+        fence.refused()
+        assert not fence.due()
+    clock.t += 3.0
+    assert fence.due()
+
+
+def test_connection_refused_is_told_from_other_failures() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refused
+        with pytest.raises(httpx.ConnectError) as refused:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    assert connection_refused(refused.value)
+    assert connection_refused(OSError(errno.ECONNREFUSED, "refused"))
+    assert not connection_refused(httpx.ConnectTimeout("timed out"))
+    assert not connection_refused(OSError(errno.EHOSTUNREACH, "No route to host"))
+    assert not connection_refused(httpx.ReadTimeout("read timed out"))
