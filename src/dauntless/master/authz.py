@@ -54,6 +54,7 @@ from .db import (
     UserRow,
     WorkspaceRow,
 )
+from .errors import NotFound
 from .permissions import Rule, rule_for
 from .rbac import (
     BASIC_USER_PERMISSIONS,
@@ -361,6 +362,19 @@ def require(
     az = authorizer(request)
     if not az.allowed(who, needed, target):
         raise az.refuse(who, needed, target, rule.what or "do this")
+
+
+def require_destination(request: Request, workspace_id: int) -> None:
+    """A move's destination: the workspace must exist and the caller must hold the
+    route's ``body_perm`` there (creating what is moved).
+
+    Raises:
+        NotFound: no workspace ``workspace_id``. HTTPException: 403 naming what is needed.
+    """
+    target = read_target(request, "workspace", workspace_id)
+    if target is None:
+        raise NotFound(f"workspace {workspace_id} not found")
+    require(request, target, second=True)
 
 
 def visible(request: Request, perm: Perm | None = None) -> set[int] | None:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from .api_spec import INT32_MAX, BodyId
 from .auth import principal
-from .authz import Target, read_target, require, visible
+from .authz import Target, read_target, require, require_destination, visible
 from .db import ModelRow, ModelVersionRow
 from .errors import BadRequest, NotFound
 from .models import checkpoints, registered, registry
@@ -333,10 +333,7 @@ for _verb, _flag in (("archive", True), ("unarchive", False)):
 def move_model(model_name: str, body: MoveModel, request: Request) -> dict[str, Any]:
     """Move a model to another workspace (``CREATE_MODEL_REGISTRY`` there)."""
     dest = body.destination_workspace_id
-    target = read_target(request, "workspace", dest)
-    if target is None:
-        raise NotFound(f"workspace {dest} not found")
-    require(request, target, second=True)
+    require_destination(request, dest)
     ctx = _ctx(request)
     with ctx.db.write() as s:
         registry.move_model(s, ctx.clock(), registry.read_model(s, model_name), dest)

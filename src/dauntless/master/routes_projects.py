@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from . import det_shapes
 from .api_spec import INT32_MAX, BodyId, DbId
 from .auth import forbidden, principal
-from .authz import experiment_target, project_target, read_target, require
+from .authz import experiment_target, project_target, require, require_destination
 from .db import ExperimentRow, ProjectRow, UserRow
 from .errors import BadRequest, NotFound
 from .models import projects, workspaces
@@ -241,10 +241,7 @@ for _verb, _flag in (("archive", True), ("unarchive", False)):
 def move_project(project_id: DbId, body: MoveProject, request: Request) -> dict[str, Any]:
     """Move a project to another workspace (``CREATE_PROJECT`` there)."""
     dest = body.destination_workspace_id
-    target = read_target(request, "workspace", dest)
-    if target is None:
-        raise NotFound(f"workspace {dest} not found")
-    require(request, target, second=True)
+    require_destination(request, dest)
     _ctx(request).write(lambda s, _c: projects.move_project(s, project_id, dest))
     return {}
 
