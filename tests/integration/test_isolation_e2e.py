@@ -280,9 +280,20 @@ def test_users_cannot_reach_each_others_tasks(world, tmp_path):
     notebook = w.task("alice", "notebooks", None, config='{"resources": {"slots": 0}}')
     exp_id = w.experiment("alice", ctx, "python3 train.py")
     c.wait_task(command, {"RUNNING"})
-    pids = _wait("alice's command to start", lambda: _processes_with(marker), c)
-    owners = {p: Path(f"/proc/{p}").stat().st_uid for p in pids}
-    assert alice.pw_uid in owners.values()
+
+    def hers() -> dict[int, int]:
+        """The processes carrying the marker and their owners, once one of them runs as
+        alice (at first only the root-owned `unshare` that is about to drop to her)."""
+        owners = {}
+        for pid in _processes_with(marker):
+            try:
+                owners[pid] = Path(f"/proc/{pid}").stat().st_uid
+            except OSError:  # ended meanwhile
+                continue
+        return owners if alice.pw_uid in owners.values() else {}
+
+    owners = _wait("alice's command to start as alice", hers, c)
+    pids = list(owners)
     # the rest is the root-owned `unshare` that made her namespaces (root only can read
     # its environment); nothing of hers runs as root
     rooted = {Path(f"/proc/{p}/comm").read_text().strip() for p, u in owners.items() if u == 0}
