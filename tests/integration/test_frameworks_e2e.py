@@ -186,7 +186,9 @@ def test_lightning_asha_stops_trials_early(cluster, tmp_path):
     body = _completed(cluster, exp_id)
     lengths = sorted(t["total_batches"] for t in body["trials"])
     assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
-    assert lengths[0] == 16 and lengths[-1] == 64, lengths
+    # Stopped at the first rung (16 batches): the callback learns of the stop at its next
+    # preemption check, a few batches later when the machine is busy.
+    assert 16 <= lengths[0] < 32 and lengths[-1] == 64, lengths
 
 
 def test_lightning_ddp_on_two_slots(cluster, tmp_path):
@@ -253,7 +255,10 @@ def test_keras_asha_stops_trials_early(cluster, tmp_path):
     body = _completed(cluster, exp_id)
     lengths = sorted(t["total_batches"] for t in body["trials"])
     per_epoch = 45  # 1,438 training images at 32 a batch
-    assert len(lengths) == 4 and lengths[0] == 2 * per_epoch and lengths[-1] == 8 * per_epoch
+    # Stopped at the first rung (2 epochs), or one epoch later when the stop arrives
+    # after the next epoch began (the callback checks at each epoch's end).
+    assert len(lengths) == 4 and lengths[-1] == 8 * per_epoch, lengths
+    assert 2 * per_epoch <= lengths[0] <= 3 * per_epoch, lengths
     trial = body["trials"][0]
     validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
     assert {"loss", "accuracy", "epochs", "batches"} <= set(validation[0]["values"])
