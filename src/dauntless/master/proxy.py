@@ -39,6 +39,7 @@ task's row, the owner check, the ticket hand-over and the origin checks.
 
 from __future__ import annotations
 
+import html
 import logging
 import time
 from typing import Any
@@ -48,7 +49,7 @@ from fastapi import HTTPException
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
@@ -322,7 +323,7 @@ async def _redeem(request: Request) -> Response:
     except _Refused as exc:
         auth.end(value)
         return exc.response()
-    response = RedirectResponse(grant.path, status_code=303, headers={"Cache-Control": "no-store"})
+    response = _onward(request, grant.path)
     response.set_cookie(
         PROXY_COOKIE,
         value,
@@ -332,6 +333,25 @@ async def _redeem(request: Request) -> Response:
         secure=request.url.scheme == "https",
     )
     return response
+
+
+def _onward(request: Request, path: str) -> Response:
+    """Where the redeemed ticket sends the browser: ``303`` to ``path``, except for a
+    navigation that began on another site (``Sec-Fetch-Site: cross-site``: the WebUI on
+    the master's origin opened the task under ``task_proxy.domain``), which gets a page
+    that moves on by itself. Browsers do not send a SameSite=Strict cookie on the
+    redirects of a cross-site navigation, but do on a navigation this origin's own page
+    starts (Fetch Metadata, w3c.github.io/webappsec-fetch-metadata)."""
+    headers = {"Cache-Control": "no-store"}
+    if request.headers.get("sec-fetch-site") != "cross-site":
+        return RedirectResponse(path, status_code=303, headers=headers)
+    target = html.escape(path, quote=True)
+    body = (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<meta http-equiv='refresh' content='0;url={target}'><title>Opening the task</title>"
+        f"</head><body><p><a href='{target}'>Open the task</a></p></body></html>"
+    )
+    return HTMLResponse(body, headers=headers)
 
 
 async def _origin_http(request: Request) -> Response:

@@ -11,7 +11,9 @@ name per task. The master's ``dauntless_token`` cookie is never used there; inst
    user, login session and path).
 2. The proxy origin redeems the ticket once and sets its own cookie,
    ``dauntless_proxy`` (HttpOnly, SameSite=Strict, ``Path=/proxy/<task id>/``, a
-   browser-session cookie), then answers ``303`` to the path.
+   browser-session cookie), then answers ``303`` to the path (or, for a navigation
+   that began on another site, a page that moves on to it: a SameSite=Strict cookie is
+   not sent on the redirects of a cross-site navigation).
 3. Requests to ``/proxy/<task id>/...`` there present that cookie; its *proxy session*
    is valid for that one task only, while it is used at least every
    :data:`IDLE_SECONDS`, while the master login session it came from lives (a logout,

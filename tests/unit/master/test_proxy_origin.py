@@ -361,3 +361,20 @@ def test_bodies_are_forwarded_framed_as_they_came(world: World) -> None:
 
     seen = httpx.post(url, headers=bearer(w.owner_token), content=chunks(), timeout=30).json()
     assert seen["transfer-encoding"] == "chunked" and "content-length" not in seen, seen
+
+
+def test_a_cross_site_navigation_gets_a_page_that_moves_on(world: World) -> None:
+    """Opened from the WebUI on the master's origin, the ticket's answer is a page of the
+    proxy origin that moves on by itself (a SameSite=Strict cookie is not sent on the
+    redirects of a cross-site navigation), with the same cookie."""
+    w = world
+    r = w.owner_browser.get(f"/proxy/{w.task_id}/page")
+    assert r.status_code == 303
+    location = r.headers["location"]
+    proxy = httpx.Client(base_url=w.master.proxy_url, timeout=30, follow_redirects=False)
+    r = proxy.get(location[len(w.master.proxy_url) :], headers={"Sec-Fetch-Site": "cross-site"})
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
+    assert f"content='0;url=/proxy/{w.task_id}/page'" in r.text
+    assert r.headers["set-cookie"].startswith("dauntless_proxy=")
+    r = proxy.get(f"/proxy/{w.task_id}/page")
+    assert r.status_code == 200 and "task page" in r.text
