@@ -39,6 +39,9 @@ function count(agents, pred) {
   return n;
 }
 
+/** Determined's VIEW_CLUSTER_USAGE permission id (src/dauntless/master/rbac.py). */
+const VIEW_CLUSTER_USAGE = 8002;
+
 const USAGE_GROUPS = [
   ["by_username", "User"], ["by_workspace", "Workspace"],
   ["by_resource_pool", "Resource pool"], ["by_experiment_label", "Label"],
@@ -50,6 +53,12 @@ const USAGE_GROUPS = [
  * permission are told so.
  */
 async function drawUsage(box) {
+  // Asked first, so that a user without the permission causes no refused request.
+  const summary = await get("/permissions/summary").catch(() => null);
+  if (summary && !summary.cluster_permissions.includes(VIEW_CLUSTER_USAGE)) {
+    setChildren(box, h("p.muted", null, "Usage reports need the cluster-usage permission."));
+    return;
+  }
   let usage;
   try {
     usage = await get("/resources/usage?days=30");
