@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
 
 from . import authz, det_shapes
 from .api_spec import INT32_MAX, DbId
@@ -54,7 +55,24 @@ def _workload(row: Any) -> dict[str, Any]:
     }
 
 
-@router.get("/trials/metrics/trial_metrics")
+class DetMetricsLine(BaseModel):
+    """One line of Determined's ``GetMetrics`` stream (a trial's reports)."""
+
+    result: dict[str, Any] = Field(description="``{metrics: [report, ...]}`` of one trial")
+
+
+class DetWorkloads(BaseModel):
+    """Determined's ``GetTrialWorkloadsResponse``."""
+
+    workloads: list[dict[str, Any]] = Field(description="training, validation, checkpoint")
+    pagination: dict[str, Any] = Field(description="offset, limit, startIndex, endIndex, total")
+
+
+@router.get(
+    "/trials/metrics/trial_metrics",
+    response_model=None,
+    responses={200: {"model": DetMetricsLine, "description": "one JSON line per trial"}},
+)
 def trial_metrics(
     request: Request,
     trial_ids: list[DbId] = Query(alias="trialIds", max_length=MAX_TRIALS),
@@ -84,7 +102,11 @@ def trial_metrics(
     return StreamingResponse(iter(lines), media_type="application/json")
 
 
-@router.get("/trials/{trial_id}/workloads")
+@router.get(
+    "/trials/{trial_id}/workloads",
+    response_model=None,
+    responses={200: {"model": DetWorkloads, "description": "the trial's workloads"}},
+)
 def trial_workloads(
     trial_id: DbId,
     request: Request,
