@@ -330,6 +330,8 @@ def url_and_body(w: World, method: str, path: str, target: str) -> tuple[str, An
         template_name=f"t{target}",
         webhook_id=w.hook[target],
     )
+    if path == "/api/v1/trials/metrics/trial_metrics":  # Determined's, checked per trial
+        url += f"?trialIds={w.trial[target]}&group=training"
     if (method, path) == ("DELETE", "/api/v1/templates/{template_name}"):
         url = f"/api/v1/templates/{w.spare_template(target)}"
     if (method, path) == ("DELETE", "/api/v1/webhooks/{webhook_id}"):
