@@ -186,9 +186,10 @@ def test_lightning_asha_stops_trials_early(cluster, tmp_path):
     body = _completed(cluster, exp_id)
     lengths = sorted(t["total_batches"] for t in body["trials"])
     assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
-    # Stopped at the first rung (16 batches): the callback learns of the stop at its next
-    # preemption check, a few batches later when the machine is busy.
-    assert 16 <= lengths[0] < 32 and lengths[-1] == 64, lengths
+    # ASHA stopped at least one trial short of the full length. Where it stops is not
+    # exact: the callback keeps training past the first rung (16 batches) until it next
+    # hears from the searcher (seen: 18 to 45 batches; issue 32's closing note).
+    assert 16 <= lengths[0] < 64 and lengths[-1] == 64, lengths
 
 
 def test_lightning_ddp_on_two_slots(cluster, tmp_path):
