@@ -19,7 +19,7 @@ from dauntless.config import (
     LimitError,
     RefusedField,
     env_agent_config,
-    load_yaml,
+    load_yaml_file,
     translate_agent_config,
 )
 
@@ -55,14 +55,9 @@ def _settings(p: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str,
     layers: list[tuple[str, dict[str, Any]]] = []
     if args.config_file:
         try:
-            with open(args.config_file, "rb") as f:
-                raw = load_yaml(f.read(), "") or {}
-        except OSError as exc:
-            p.error(f"cannot read {args.config_file}: {exc.strerror or exc}")
+            raw = load_yaml_file(args.config_file, "agent")
         except LimitError as exc:
-            p.error(f"{args.config_file}: {exc}")
-        if not isinstance(raw, dict):
-            p.error(f"{args.config_file}: the agent config must be a mapping")
+            p.error(exc.detail)
         layers.append((args.config_file, raw))
     from_env = env_agent_config(os.environ)
     if from_env:

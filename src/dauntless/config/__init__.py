@@ -81,6 +81,7 @@ from ._limits import (
     check_tree,
     load_json,
     load_yaml,
+    load_yaml_file,
 )
 from ._merge import merge_template
 from ._provider import (
@@ -114,6 +115,7 @@ __all__ = [
     "check_tree",
     "load_json",
     "load_yaml",
+    "load_yaml_file",
     "INFINITE_LIFESPAN_DAYS",
     "AuditConfig",
     "OIDCConfig",

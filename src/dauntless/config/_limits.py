@@ -422,3 +422,23 @@ __all__ = [
     "load_json",
     "load_yaml",
 ]
+
+
+def load_yaml_file(path: str, what: str) -> dict[str, Any]:
+    """A config file that holds one YAML mapping (``what`` says whose config it is, for
+    the messages), parsed with :func:`load_yaml`'s limits; an empty file is ``{}``.
+
+    Raises:
+        LimitError: the file cannot be read, breaks a limit, or holds no mapping (the
+            message names the file).
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = load_yaml(f.read(), "") or {}
+    except OSError as exc:
+        raise LimitError("", f"cannot read {path}: {exc.strerror or exc}") from None
+    except LimitError as exc:
+        raise LimitError("", f"{path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise LimitError("", f"{path}: the {what} config must be a mapping")
+    return raw

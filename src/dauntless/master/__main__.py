@@ -14,7 +14,7 @@ from dauntless.config import (
     LimitError,
     MasterConfig,
     RefusedField,
-    load_yaml,
+    load_yaml_file,
     translate_master_config,
 )
 
@@ -80,14 +80,9 @@ def parse_args(argv: list[str] | None = None) -> MasterConfig:
     raw: dict = {}
     if args.config_file:
         try:
-            with open(args.config_file, "rb") as f:
-                raw = load_yaml(f.read(), "") or {}
-        except OSError as exc:
-            p.error(f"cannot read {args.config_file}: {exc.strerror or exc}")
+            raw = load_yaml_file(args.config_file, "master")
         except LimitError as exc:
-            p.error(f"{args.config_file}: {exc}")
-        if not isinstance(raw, dict):
-            p.error(f"{args.config_file}: the master config must be a mapping")
+            p.error(exc.detail)
         try:
             # Determined's master.yaml loads unchanged: its fields acted on, ignored with
             # a warning, or refused naming them (issue 33).
