@@ -288,8 +288,9 @@ class Agent:
         """Loop :meth:`run_once` until ``stop`` is set.
 
         Connection failures back off by the clients' one retry policy
-        (:class:`dauntless._http.RetryPolicy`: 0.5 s doubling to 10 s, with jitter) and
-        never end the loop: the master may be restarting.
+        (:class:`dauntless._http.RetryPolicy`: 0.5 s doubling to 10 s, with jitter),
+        shortened near the fence (:meth:`Fence.retry_delay`), and never end the loop:
+        the master may be restarting.
         """
         self.shipper.start()
         if self.warm is not None:  # from this thread: the server dies when it ends
@@ -327,7 +328,7 @@ class Agent:
                     failures += 1
                     if connection_refused(exc):
                         self.fence.refused()  # the master is down, not cut off
-                    backoff = policy.delay(failures)
+                    backoff = self.fence.retry_delay(policy.delay(failures))
                     if is_cert_verify_error(exc):
                         log.error(
                             "%s; retrying in %.1f s",

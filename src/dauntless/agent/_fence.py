@@ -87,6 +87,26 @@ class Fence:
         with self._lock:
             return self._clock() - self._contact
 
+    def remaining(self) -> float | None:
+        """Seconds left before the fence is due (0 when past it), or None while the
+        master's ``agent_timeout`` is unknown or the tasks are already fenced."""
+        with self._lock:
+            if self.fenced or self.agent_timeout is None:
+                return None
+            left = FENCE_FRACTION * self.agent_timeout - (self._clock() - self._contact)
+            return max(0.0, left)
+
+    def retry_delay(self, backoff: float, floor: float = 0.25) -> float:
+        """The wait before the next heartbeat retry: ``backoff`` (seconds, from the
+        retry policy), shortened to half the time left before the fence (never under
+        ``floor`` seconds). A link that comes back just before the fence is then found
+        by a retry, not missed during a 10 s backoff: the retries close in on the
+        deadline (halving the time left each time) instead of stepping over it."""
+        left = self.remaining()
+        if left is None:
+            return backoff
+        return min(backoff, max(floor, left / 2))
+
     def due(self) -> bool:
         """True once, when the tasks must be ended: the master's timeout is known and
         :data:`FENCE_FRACTION` of it has passed without contact. False again until

@@ -63,6 +63,24 @@ def test_a_refused_connection_restarts_the_clock() -> None:
     assert fence.due()
 
 
+def test_retries_close_in_on_the_fence_instead_of_stepping_over_it() -> None:
+    clock = Clock()
+    fence = Fence(clock)
+    assert fence.retry_delay(10.0) == 10.0, "timeout unknown: the policy's backoff"
+    fence.answered(clock(), 90.0)  # fence at 67.5 s
+    clock.t += 30.0
+    assert fence.retry_delay(10.0) == 10.0, "37.5 s left: backoff unchanged"
+    clock.t += 30.0  # 7.5 s left: a 10 s wait would sleep past the fence
+    assert fence.retry_delay(10.0) == pytest.approx(3.75)
+    tries = []
+    while fence.remaining():  # a link that stays cut: the tries come ever closer
+        tries.append(clock())
+        clock.t += fence.retry_delay(10.0)
+    assert len(tries) >= 5 and clock() - tries[-1] <= 0.25
+    assert fence.due()
+    assert fence.remaining() is None and fence.retry_delay(10.0) == 10.0, "fenced"
+
+
 def test_connection_refused_is_told_from_other_failures() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
