@@ -130,6 +130,12 @@ def test_filters_sorts_pages_and_projects(populated) -> None:
         "/api/v1/experiments", params={"fields": "id", "limit": 2, "offset": 1, "order_by": "asc"}
     ).json()
     assert page == {"experiments": [{"id": b}, {"id": c}], "total": 5}
+    past = client.get("/api/v1/experiments", params={"fields": "id", "offset": 7}).json()
+    assert past == {"experiments": [], "total": 5}, "paged past the end: still the count"
+    sorted_page = client.get(
+        "/api/v1/experiments", params={"fields": "id", "limit": 1, "sort_by": "hp.lr"}
+    ).json()
+    assert sorted_page["total"] == 5, "one count per experiment with an hp sort's join"
     # Projection: only the fields asked for.
     r = client.get(
         "/api/v1/experiments",

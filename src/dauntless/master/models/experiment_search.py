@@ -282,8 +282,9 @@ def search_experiments(
     check_sort(q.sort_by)
     E = ExperimentRow
     where = _filters(q, visible)
-    total = s.scalar(select(func.count()).select_from(E).where(*where)) or 0
-    ids = select(E.id).where(*where)
+    # One statement answers the page and the count (a window over every matching row):
+    # the filters are evaluated once, not once for the count and again for the page.
+    ids = select(E.id, func.count().over()).where(*where)
     keys: list[Any] = []
     if q.sort_by.startswith("hp."):
         H = aliased(ExperimentHparamRow)
@@ -300,8 +301,13 @@ def search_experiments(
         keys = [SORT_COLUMNS[q.sort_by]]
     order = [(k.desc() if q.descending else k.asc()).nulls_last() for k in keys]
     order.append(E.id.desc() if q.descending else E.id.asc())
-    page = s.scalars(ids.order_by(*order).limit(q.limit).offset(q.offset))
-    return list(page), total
+    page = s.execute(ids.order_by(*order).limit(q.limit).offset(q.offset)).all()
+    if page:
+        return [row[0] for row in page], int(page[0][1])
+    if q.offset == 0:
+        return [], 0
+    # Paged past the end: no row carries the count, so ask for it alone.
+    return [], s.scalar(select(func.count()).select_from(E).where(*where)) or 0
 
 
 def check_fields(fields: Sequence[str]) -> None:
