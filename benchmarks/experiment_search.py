@@ -178,6 +178,8 @@ def _cli(url: str, token: str, runs: int) -> None:
 def _bench(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> None:
     t0 = time.perf_counter()
     seed_experiment_table(db_url, args.experiments, trials=args.trials)
+    if db_url.startswith("postgresql"):
+        _vacuum_analyze(db_url)
     print(
         f"\n== {name}: {args.experiments} experiments x {args.trials} trials "
         f"(seeded in {time.perf_counter() - t0:.1f} s)"
@@ -197,6 +199,19 @@ def _bench(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> None:
                 f"matched {total}, rows {rows}{target}"
             )
         _cli(m.url, token, max(3, args.runs // 8))
+
+
+def _vacuum_analyze(url: str) -> None:
+    """``VACUUM ANALYZE`` the freshly seeded PostgreSQL database: what autovacuum does
+    within about a minute of a bulk write on a production server (autovacuum_naptime
+    60 s). Without it the planner sees empty tables (estimates of one row) and joins
+    the search's 5,000 matches by nested loops, twice as slow as with statistics."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.exec_driver_sql("VACUUM ANALYZE")
+    engine.dispose()
 
 
 def _pg_database(url: str) -> tuple[str, object] | None:
