@@ -156,3 +156,77 @@ def _webui_draws_the_charts(c, trial_id: int, deadline) -> None:
         browser.close()
         pw.stop()
     assert not errors, errors
+
+
+def test_task_memory_above_its_request_is_flagged(cluster_factory, tmp_path, deadline):
+    """A command that holds 96 MiB while requesting 32 MiB: its agent's samples reach
+    ``GET /tasks/{id}/resource_metrics`` with the flag set, and the WebUI's tasks page
+    shows its usage and the flag."""
+    import time
+
+    import httpx
+
+    c = cluster_factory(f"sqlite:///{tmp_path}/master.db")
+    c.start_master()
+    c.start_agent(slots=1)
+    login = httpx.post(
+        f"{c.url}/api/v1/auth/login", json={"username": "determined", "password": ""}, timeout=30
+    )
+    headers = {"Authorization": f"Bearer {login.json()['token']}"}
+    hold = "b = bytearray(96 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(300)"
+    r = httpx.post(
+        f"{c.url}/api/v1/commands",
+        data={
+            "entrypoint": json.dumps(["python3", "-c", hold]),
+            "config": "resources: {slots: 0, memory: 32M}",
+        },
+        headers=headers,
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    task_id = r.json()["task"]["id"]
+    try:
+        c.wait_task(task_id, {"RUNNING"}, timeout=60)
+        limit = time.time() + deadline(60)
+        got: dict = {}
+        while time.time() < limit:
+            got = httpx.get(
+                f"{c.url}/api/v1/tasks/{task_id}/resource_metrics", headers=headers, timeout=30
+            ).json()
+            if got["latest"] and got["latest"]["rss_bytes"] >= 96 << 20:
+                break
+            time.sleep(1)
+        assert got["latest"] and got["latest"]["rss_bytes"] >= 96 << 20, (got, c.dump_logs())
+        assert got["memory_request_bytes"] == 32 << 20 and got["over_request"] is True
+        assert got["latest"]["processes"] >= 1 and got["latest"]["agent_id"]
+        _webui_flags_the_task(c, task_id, deadline)
+    finally:
+        httpx.post(f"{c.url}/api/v1/tasks/{task_id}/kill", headers=headers, timeout=30)
+        c.wait_task(task_id, {"CANCELED", "COMPLETED", "ERROR"}, timeout=60)
+
+
+def _webui_flags_the_task(c, task_id: str, deadline) -> None:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[test]')")
+    exe = shutil.which("chromium")
+    if exe is None or not (DIST / "index.html").is_file():
+        pytest.skip("needs Debian's chromium and the built WebUI (bash scripts/build-webui.sh)")
+    pw = sync_playwright().start()
+    browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+    errors: list[str] = []
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        page.goto(f"{c.url}/tasks")
+        wait = deadline(30) * 1000
+        flag = page.locator(f"[data-over-request='{task_id}']")
+        flag.wait_for(timeout=wait)
+        cell = page.locator(f"td[data-usage='{task_id}']")
+        assert cell.get_attribute("data-over") == "1"
+        assert "CPU" in cell.inner_text() and "MB" in cell.inner_text()
+    finally:
+        browser.close()
+        pw.stop()
+    assert not errors, errors
