@@ -173,7 +173,9 @@ def test_task_memory_above_its_request_is_flagged(cluster_factory, tmp_path, dea
         f"{c.url}/api/v1/auth/login", json={"username": "determined", "password": ""}, timeout=30
     )
     headers = {"Authorization": f"Bearer {login.json()['token']}"}
-    hold = "b = bytearray(96 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(300)"
+    hold = (
+        "b = bytearray(96 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(300)"
+    )
     r = httpx.post(
         f"{c.url}/api/v1/commands",
         data={
