@@ -65,6 +65,7 @@ from ._logs import LogShipper
 from ._prom import AgentUsage, serve_metrics
 from ._slots import Slot, discover_slots
 from ._supervise import ShimHandle, adoptable, state_dir
+from ._taskmetrics import TaskSampler
 from ._warm import WarmStarter
 from .runtimes import EnvironmentSpec, PrepareError, RuntimeSet, TaskLaunch, select_runtimes
 from .runtimes.base import Runtime, TaskHandle
@@ -189,6 +190,7 @@ class Agent:
         # allocation id -> (exit code, message, fatal: not worth a restart)
         self.pending_exits: dict[str, tuple[int | None, str | None, bool]] = {}
         self.shipper = LogShipper(self.client)
+        self.task_sampler = TaskSampler()
         self.registered = False
         # When to end the tasks of an agent cut off from its master (issue 36).
         self.fence = Fence()
@@ -256,6 +258,9 @@ class Agent:
         if not self.registered:
             self.register()
         body: dict[str, Any] = {"running": sorted(self.tasks)}
+        if self.task_sampler.due():  # issue 34: each task's CPU and memory, every 10 s
+            roots = {a: t.proc.pid for a, t in list(self.tasks.items()) if t.proc is not None}
+            body["resources"] = self.task_sampler.sample({a: p for a, p in roots.items() if p > 0})
         exits = dict(self.pending_exits)
         if exits:
             # The exits ride on the heartbeat (one request, and its answer already

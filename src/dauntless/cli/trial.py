@@ -38,12 +38,39 @@ from ._util import (
 )
 
 
+def _profiling(session: Any, trial_id: int, every_row: bool) -> dict[str, Any]:
+    """The trial's system metrics: ``{series, latest: {group: {agent: values}}}``, and
+    ``metrics`` (every row, oldest first) when ``every_row``."""
+    series = session.get_json(f"/trials/{trial_id}/profiler/available_series")["series"]
+    latest: dict[str, dict[str, Any]] = {}
+    for one in series:
+        latest.setdefault(one["group"], {})[one["agent_id"]] = one["latest"]
+    out: dict[str, Any] = {"series": series, "latest": latest}
+    if every_row:
+        rows: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            page = session.get_json(
+                f"/trials/{trial_id}/profiler/metrics", params={"after_id": after, "limit": 5000}
+            )
+            if not page["metrics"]:
+                break
+            rows.extend(page["metrics"])
+            after = page["next_after_id"]
+        out["metrics"] = rows
+    return out
+
+
 def _describe(args: argparse.Namespace) -> int:
     with open_session(args) as session:
         trial = session.get_trial(args.trial_id)
         metrics = session.get_trial_metrics(args.trial_id) if args.metrics else None
+        profiling = _profiling(session, args.trial_id, bool(args.metrics))
     if args.json:
-        print_json({"trial": trial} if metrics is None else {"trial": trial, "metrics": metrics})
+        out: dict[str, Any] = {"trial": trial, "profiling": profiling}
+        if metrics is not None:
+            out["metrics"] = metrics
+        print_json(out)
         return 0
     print_fields(
         [
@@ -72,6 +99,16 @@ def _describe(args: argparse.Namespace) -> int:
         [[k, fmt_number(v)] for k, v in sorted(values.items()) if k != "batches"],
         title=title if values else "Latest validation metrics (none yet)",
     )
+    if profiling["latest"]:
+        print_table(
+            ["Group", "Agent", "Values"],
+            [
+                [group, agent, json.dumps(values, sort_keys=True)]
+                for group, by_agent in sorted(profiling["latest"].items())
+                for agent, values in sorted(by_agent.items())
+            ],
+            title="System metrics (latest report)",
+        )
     if metrics is not None:
         print_metrics(metrics, "training")
         print_metrics(metrics, "validation")

@@ -20,6 +20,8 @@ from ._det_agent import env_agent_config, translate_agent_config
 from ._det_master import RefusedField, translate_master_config
 from ._experiment import (
     MODEL_SEARCHERS,
+    PROFILER_BUCKET_SECONDS,
+    PROFILING_GROUPS,
     REMOVED_SEARCHERS,
     SAMPLER_OPTIONS,
     AdaptiveASHASearcher,
@@ -38,6 +40,7 @@ from ._experiment import (
     GridSearcher,
     NSGAIISearcher,
     PBTSearcher,
+    ProfilingConfig,
     RandomSearcher,
     ReplaceFunction,
     ResourcesConfig,
@@ -48,6 +51,7 @@ from ._experiment import (
     SingleSearcher,
     TPESearcher,
     parse_experiment_config,
+    parse_size,
     searcher_length,
 )
 from ._fields import FIELD_RULES, FieldRule, config_refusals, config_warnings
@@ -100,6 +104,10 @@ from ._sso import (
 )
 
 __all__ = [
+    "parse_size",
+    "PROFILER_BUCKET_SECONDS",
+    "PROFILING_GROUPS",
+    "ProfilingConfig",
     "merge_template",
     "WebhooksConfig",
     "INT_MAX",

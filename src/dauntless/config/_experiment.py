@@ -748,6 +748,42 @@ class ReproducibilityConfig(_Strict):
     experiment_seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
 
 
+PROFILING_GROUPS = ("cpu", "memory", "disk", "network", "gpu", "timing")
+"""The groups of profiler metrics (Determined's ``gpu, cpu, memory, disk, network``,
+plus ``timing``: seconds the training loop spent in the data loader and the step)."""
+
+PROFILER_BUCKET_SECONDS = 10
+"""The master keeps one profiler row per trial, agent and group per this many seconds
+of its clock (the latest report in it); the default profiler reports exactly this often."""
+
+
+class ProfilingConfig(_Strict):
+    """``profiling`` (Determined's legacy section, reference §1.5), acted on by the
+    system-metrics profiler (:class:`dauntless.core.ProfilerContext`).
+
+    Attributes:
+        enabled: turn the profiler on for the whole trial (any kind of trial).
+        begin_on_batch: first batch (0-based) whose data loader and step are timed.
+        end_after_batch: last batch timed (None: no end); >= ``begin_on_batch``.
+        sync_timings: wait for the GPU's queued work before reading the step's clock
+            (true: the step's real time; false: only its launch, and no stall).
+    """
+
+    enabled: bool = False
+    begin_on_batch: int = Field(default=0, ge=0)
+    end_after_batch: int | None = Field(default=None, ge=0)
+    sync_timings: bool = True
+
+    @model_validator(mode="after")
+    def _range(self) -> ProfilingConfig:
+        if self.end_after_batch is not None and self.end_after_batch < self.begin_on_batch:
+            raise ValueError(
+                f"profiling.end_after_batch ({self.end_after_batch}) must be >= "
+                f"profiling.begin_on_batch ({self.begin_on_batch})"
+            )
+        return self
+
+
 LOG_POLICY_ACTIONS = ("cancel_retries", "exclude_node")
 
 
@@ -836,7 +872,7 @@ class ExperimentConfig(_Strict):
     log_policies: list[LogPolicy] = Field(default_factory=list)
     preemption_timeout: int | None = Field(default=None, ge=0)
     optimizations: dict[str, Any] = Field(default_factory=dict)
-    profiling: dict[str, Any] = Field(default_factory=dict)
+    profiling: ProfilingConfig = ProfilingConfig()
     workspace: str = ""
     project: str = ""
     retention_policy: ExperimentRetentionPolicy | None = None

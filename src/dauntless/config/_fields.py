@@ -123,24 +123,6 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         default=0,
     ),
     FieldRule(
-        "profiling.begin_on_batch",
-        "warned",
-        "configures the profiler, which Dauntless does not implement (nor uses while "
-        "profiling.enabled is false)",
-        default=0,
-    ),
-    FieldRule(
-        "profiling.end_after_batch",
-        "warned",
-        "configures the profiler, which Dauntless does not implement",
-    ),
-    FieldRule(
-        "profiling.sync_timings",
-        "warned",
-        "configures the profiler, which Dauntless does not implement",
-        default=True,
-    ),
-    FieldRule(
         "pbs", "warned", "applies to the PBS resource manager; this cluster schedules on agents"
     ),
     FieldRule(
@@ -184,12 +166,6 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         "resources.slots",
         "refused",
         "a legacy alias that Dauntless does not read; use resources.slots_per_trial",
-    ),
-    FieldRule(
-        "profiling.enabled",
-        "refused",
-        "the profiler is not implemented by Dauntless",
-        default=False,
     ),
 )
 """Every refused or warned field (fields not listed are acted on)."""

@@ -13,7 +13,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._experiment import BindMount, ConfigError, EnvironmentConfig, _format_validation_error
+from ._experiment import (
+    BindMount,
+    ConfigError,
+    EnvironmentConfig,
+    _format_validation_error,
+    parse_size,
+)
 
 TASK_TYPES = ("COMMAND", "NOTEBOOK", "SHELL", "TENSORBOARD")
 """The generic task types (Determined's names)."""
@@ -50,12 +56,27 @@ class TaskResources(_Strict):
     """``resources`` of a task: ``slots`` (0 allowed: a CPU-only notebook or
     TensorBoard holds none), ``resource_pool`` (empty: the default pool), ``priority``
     (1..99, smaller runs first under the priority scheduler; None: the pool's
-    default), ``weight`` (fair share)."""
+    default), ``weight`` (fair share), ``memory`` (a Dauntless extension: the memory the
+    task expects to use, bytes or ``"4G"``-style text; the agent measures its process
+    tree, and the task is flagged while it uses more; None: no request, never flagged;
+    not a limit: nothing is killed)."""
 
     slots: int = Field(default=1, ge=0)
     resource_pool: str = ""
     priority: int | None = Field(default=None, ge=1, le=99)
     weight: float = Field(default=1.0, gt=0)
+    memory: int | str | None = None
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: int | str | None) -> int | str | None:
+        if v is not None:
+            parse_size(v)  # ValueError names what is expected
+        return v
+
+    def memory_bytes(self) -> int | None:
+        """``memory`` in bytes, or None when not set."""
+        return None if self.memory is None else parse_size(self.memory)
 
 
 class TaskConfig(_Strict):

@@ -22,11 +22,21 @@ from ._context import Context
 from ._distributed import DistributedContext
 from ._init import DEFAULT_LOCAL_CHECKPOINT_DIR, TensorboardMode, init, storage_from
 from ._preempt import PreemptContext, PreemptMode
+from ._profiler import (
+    PROFILER_BUCKET_SECONDS,
+    PROFILING_GROUPS,
+    ProfilerContext,
+    max_rows_per_hour,
+)
 from ._searcher import SearcherContext, SearcherMode, SearcherOperation
 from ._session import APIError, MasterUnreachableError, Session
 from ._train import EarlyExitReason, TrainContext, to_json_value
 
 __all__ = [
+    "PROFILER_BUCKET_SECONDS",
+    "PROFILING_GROUPS",
+    "ProfilerContext",
+    "max_rows_per_hour",
     "DEFAULT_LOCAL_CHECKPOINT_DIR",
     "METADATA_FILE",
     "TASK_TYPE_TRIAL",

@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._lite import LiteClient
@@ -251,6 +251,7 @@ class MasterBackend(Backend):
         self._pending: list[tuple[int, dict[str, Any]]] = []
         self._pending_lock = threading.Lock()
         self._last_training_post = -math.inf  # time.monotonic() of the last request
+        self._profiler_sessions: list[list[Session]] = []
 
     def _post_now(self, path: str, body: Any) -> Any:
         if self._lite is not None:
@@ -323,8 +324,28 @@ class MasterBackend(Backend):
         if self._lite is not None:
             self._lite.close()
         self.session.close()
+        for clone in self._profiler_sessions:
+            for session in clone:
+                session.close()
         if self._poll_session is not None:
             self._poll_session.close()
+
+    def profiler_sink(self, trial_id: int) -> Callable[[list[dict[str, Any]]], None]:
+        """A function that posts one profiler report (``POST
+        /trials/{id}/profiler/metrics``) over a session of its own, so the profiler's
+        thread never shares a connection with the training loop; at most 2 attempts
+        each, since a lost report is only a gap in a chart."""
+        clone: list[Session] = []
+        lock = threading.Lock()
+
+        def send(rows: list[dict[str, Any]]) -> None:
+            with lock:
+                if not clone:
+                    clone.append(self.session.clone(max_attempts=2))
+                clone[0].post(f"{API}/trials/{trial_id}/profiler/metrics", json={"reports": rows})
+
+        self._profiler_sessions.append(clone)
+        return send
 
     def get_searcher_operation(self, trial_id: int) -> SearcherAnswer:
         """``GET /trials/{id}/searcher/operation``.

@@ -14,6 +14,7 @@ from ._checkpoint import CheckpointContext
 from ._cluster_info import ClusterInfo, TrialInfo
 from ._distributed import DistributedContext
 from ._preempt import DEFAULT_POLL_SECONDS, PreemptContext, PreemptMode
+from ._profiler import ProfilerContext
 from ._searcher import SearcherContext
 from ._session import Session
 from ._train import EarlyExitReason, TrainContext
@@ -25,6 +26,35 @@ TRIAL_MASTER_ATTEMPTS = 30
 caps doubling from 0.5 s to 20 s) 30 attempts wait about 250 s in all (rarely under
 150 s): a trial keeps training through a master restart or outage of that length, its
 reports held and retried, instead of failing and spending one of its restarts."""
+
+
+def _profiling_config(config: dict[str, Any]) -> dict[str, Any]:
+    section = config.get("profiling") if isinstance(config, dict) else None
+    return section if isinstance(section, dict) else {}
+
+
+def _profiler_for(
+    backend: Backend, trial: TrialInfo, info: ClusterInfo | None, dist: DistributedContext
+) -> ProfilerContext:
+    """The profiler: reporting to the master on a cluster's chief-local processes, a
+    no-op elsewhere; its batch range and GPU sync from the config's ``profiling``."""
+    sink = None
+    if isinstance(backend, MasterBackend) and info is not None and dist.local_rank == 0:
+        sink = backend.profiler_sink(trial.trial_id)
+    profiler = ProfilerContext(
+        sink,
+        agent_id=info.agent_id if info is not None else "",
+        gpu_uuids=tuple(info.gpu_uuids) if info is not None else (),
+    )
+    section = _profiling_config(trial.config)
+    begin, end = section.get("begin_on_batch"), section.get("end_after_batch")
+    if isinstance(begin, int) and not isinstance(begin, bool):
+        profiler.begin_on_batch = begin
+    if isinstance(end, int) and not isinstance(end, bool):
+        profiler.end_after_batch = end
+    if isinstance(section.get("sync_timings"), bool):
+        profiler.sync_timings = section["sync_timings"]
+    return profiler
 
 
 def _own_length(config: dict[str, Any]) -> int | None | bool:
@@ -73,7 +103,10 @@ class Context:
         info: the task's cluster info; None off-cluster.
 
     Attributes:
-        trial, info, distributed, train, checkpoint, searcher, preempt: the parts.
+        trial, info, distributed, train, checkpoint, searcher, preempt, profiler: the
+            parts (``profiler`` samples system metrics only on a cluster, on each node's
+            chief-local process; it starts at once when the config's
+            ``profiling.enabled`` is true).
 
     Raises:
         TypeError: if ``trial`` or ``backend`` has the wrong type.
@@ -133,7 +166,12 @@ class Context:
             mode=preempt_mode,
             poll_seconds=preempt_poll_seconds,
         )
+        self.profiler = _profiler_for(backend, trial, info, self.distributed)
         self._closed = False
+        if _profiling_config(trial.config).get("enabled") is True:
+            # The experiment's ``profiling.enabled`` (Determined's legacy switch) turns
+            # the profiler on for every kind of trial: Core API, Trainer, PyTorchTrial.
+            self.profiler.on()
 
     def __enter__(self) -> Context:
         return self
@@ -207,6 +245,7 @@ class Context:
             return
         self._closed = True
         error: BaseException | None = None
+        self.profiler.off()  # its last report goes before the backend closes
         try:
             self.checkpoint.wait_for_uploads()
         except Exception as exc:

@@ -58,6 +58,7 @@ from .routes_metadata import router as metadata_router
 from .routes_models import router as models_router
 from .routes_operations import ClusterMessageHeader
 from .routes_operations import router as operations_router
+from .routes_profiler import router as profiler_router
 from .routes_projects import router as projects_router
 from .routes_prom import router as prom_router
 from .routes_rbac import router as rbac_router
@@ -339,6 +340,7 @@ def create_app(
     app.include_router(trials_router)
     app.include_router(checkpoints_router)
     app.include_router(harness_router)
+    app.include_router(profiler_router)  # issue 34: system metrics of trials
     app.include_router(search_router)
     app.include_router(habits_router)
     app.include_router(jobs_router)  # issue 22: the job queue

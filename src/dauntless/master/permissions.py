@@ -256,6 +256,10 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", f"{V1}/trials/{{trial_id}}/searcher/completed_operation"): TRIAL_ONLY,
     ("POST", f"{V1}/trials/{{trial_id}}/metrics"): TRIAL_ONLY,
     ("POST", f"{V1}/trials/{{trial_id}}/metrics/batch"): TRIAL_ONLY,
+    # issue 34: the system-metrics profiler
+    ("POST", f"{V1}/trials/{{trial_id}}/profiler/metrics"): TRIAL_ONLY,
+    ("GET", f"{V1}/trials/{{trial_id}}/profiler/metrics"): _path(VIEW_EXP, trial="own"),
+    ("GET", f"{V1}/trials/{{trial_id}}/profiler/available_series"): _path(VIEW_EXP, trial="own"),
     ("POST", f"{V1}/trials/{{trial_id}}/progress"): TRIAL_ONLY,
     ("POST", f"{V1}/trials/{{trial_id}}/early_exit"): TRIAL_ONLY,
     ("POST", f"{V1}/checkpoints"): Rule(on="admin", trial="route"),
@@ -288,6 +292,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", f"{V1}/tasks/{{task_id}}"): _path(P.VIEW_NSC),
     ("POST", f"{V1}/tasks/{{task_id}}/kill"): _path(P.UPDATE_NSC, "kill it", trial="route"),
     ("GET", f"{V1}/tasks/{{task_id}}/logs"): _path(P.VIEW_NSC),
+    ("GET", f"{V1}/tasks/{{task_id}}/resource_metrics"): _path(P.VIEW_NSC),  # issue 34
     ("GET", f"{V1}/tasks/{{task_id}}/context"): _path(
         P.UPDATE_NSC, "download its context", agent=True
     ),

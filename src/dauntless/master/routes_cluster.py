@@ -24,7 +24,7 @@ from . import routes_det_experiments as det_views
 from .auth import forbidden, principal
 from .det_dialect import speaks_determined
 from .errors import Forbidden, NotFound
-from .models import agents, allocations, logs
+from .models import agents, allocations, logs, task_resources
 from .routes import _ctx, _read, _write
 from .schemas import (
     AgentSwitch,
@@ -217,6 +217,9 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
             # allocation, still RUNNING here, is then missing from the agent's
             # ``running`` list and is handled as lost.
             log.exception("recording the exit of allocation %s failed", ex.allocation_id)
+    if body.resources:  # issue 34: the agent's samples of its tasks' process trees
+        samples = body.resources
+        ctx.write(lambda s, c: task_resources.record_samples(s, c.clock(), agent_id, samples))
     return {
         **ctx.write(agents.heartbeat, agent_id, body.running),
         "agent_timeout": ctx.config.agent_timeout,

@@ -70,9 +70,20 @@ class ExitReport(AllocationExited):
     allocation_id: str = Field(max_length=64)
 
 
+class TaskResourceIn(_Body):
+    """An agent's sample of one task's process tree (issue 34)."""
+
+    allocation_id: str = Field(max_length=64)
+    cpu_percent: float | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)
+    rss_bytes: int = Field(ge=0, le=2**63 - 1)
+    gpu_memory_bytes: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    processes: int = Field(ge=0, le=INT32_MAX)
+
+
 class Heartbeat(_Body):
     running: list[str] = Field(default_factory=list)
     exited: list[ExitReport] = Field(default_factory=list, max_length=1000)
+    resources: list[TaskResourceIn] = Field(default_factory=list, max_length=1000)
 
 
 class LogLineIn(_Body):

@@ -410,7 +410,14 @@ class _TrialController(_StateMixin):
             self._call("on_training_epoch_start", epoch_idx)
         if self._train_iter is None:
             raise RuntimeError("internal error: training started before the data was built")
+        profiler = self.core.profiler
+        timed = profiler.times_batch(b)
+        if timed:
+            started = time.perf_counter()
         batch = next(self._train_iter)
+        if timed:
+            fetched = time.perf_counter()
+            profiler.timings.add("dataloader_next", fetched - started)
         if ctx._auto_to_device:
             batch = self._move(batch)
         ctx._current_batch = b
@@ -419,6 +426,10 @@ class _TrialController(_StateMixin):
                 out = self.trial.train_batch(batch, epoch_idx, b)
         else:
             out = self.trial.train_batch(batch, epoch_idx, b)
+        if timed:
+            if profiler.sync_timings and ctx.device.type == "cuda":
+                torch.cuda.synchronize(ctx.device)  # the step's kernels, not their launch
+            profiler.timings.add("train_batch", time.perf_counter() - fetched)
         if isinstance(out, torch.Tensor):
             out = {"loss": out}
         elif not isinstance(out, dict):

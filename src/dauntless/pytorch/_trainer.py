@@ -239,7 +239,10 @@ class Trainer:
             step_zero_validation: validate before the first batch.
             test_mode: train one batch, validate one batch, checkpoint, return (local
                 training only).
-            profiling_enabled: must be False (profiling is not supported).
+            profiling_enabled: sample system metrics (CPU, memory, disk, network, GPUs)
+                and time the data loader and the training step while ``fit`` runs,
+                reported as the ``profiling`` metric groups (``core.profiler``; on a
+                cluster only: off it, a warning and no profiling, as in Determined).
 
         Returns:
             How training ended (a :class:`RunResult`; the process should then exit 0).
@@ -247,8 +250,8 @@ class Trainer:
         Raises:
             TypeError: if a period or ``max_length`` is not a Batch/Epoch.
             ValueError: if ``max_length`` is missing off the cluster (or on it without a
-                ``searcher.max_length``), ``test_mode`` or ``profiling_enabled`` is asked
-                where unsupported, or ``checkpoint_policy`` is unknown.
+                ``searcher.max_length``), ``test_mode`` is asked where unsupported, or
+                ``checkpoint_policy`` is unknown.
         """
         for name, value in (
             ("checkpoint_period", checkpoint_period),
@@ -257,8 +260,6 @@ class Trainer:
             ("reporting_period", reporting_period),
         ):
             _check_unit(name, value)
-        if profiling_enabled:
-            raise ValueError("profiling_enabled=True is not supported by Dauntless")
         ctx = self.context
         core = ctx._core
         if core is None:
@@ -306,7 +307,16 @@ class Trainer:
             is_trainer=True,
             code_dir=Path(os.getcwd()),
         )
-        result = controller.run()
+        profiling = profiling_enabled and not core.profiler.enabled
+        if profiling and local:
+            logger.warning("profiling_enabled=True has no effect in local training")
+        elif profiling:
+            core.profiler.on()
+        try:
+            result = controller.run()
+        finally:
+            if profiling and not local:
+                core.profiler.off()
         logger.info("fit() ends: %s at batch %d", result.value, controller.batches_trained)
         return result
 

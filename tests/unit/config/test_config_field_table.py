@@ -607,10 +607,30 @@ FIELDS: list[tuple[str, dict, str, str]] = [
         "warned",
         "ignores",
     ),
-    ("profiling.enabled", {"profiling": {"enabled": True}}, "refused", "profiler"),
-    ("profiling.begin_on_batch", {"profiling": {"begin_on_batch": 3}}, "warned", "profiler"),
-    ("profiling.end_after_batch", {"profiling": {"end_after_batch": 9}}, "warned", "profiler"),
-    ("profiling.sync_timings", {"profiling": {"sync_timings": False}}, "warned", "profiler"),
+    (
+        "profiling.enabled",
+        {"profiling": {"enabled": True}},
+        "acted",
+        "tests/integration/test_profiling.py::test_profiled_trial_shows_system_metrics",
+    ),
+    (
+        "profiling.begin_on_batch",
+        {"profiling": {"begin_on_batch": 3}},
+        "acted",
+        "tests/unit/core_api/test_profiler.py::test_profiling_begin_and_end_batches_bound_the_timed_batches",
+    ),
+    (
+        "profiling.end_after_batch",
+        {"profiling": {"end_after_batch": 9}},
+        "acted",
+        "tests/unit/core_api/test_profiler.py::test_profiling_begin_and_end_batches_bound_the_timed_batches",
+    ),
+    (
+        "profiling.sync_timings",
+        {"profiling": {"sync_timings": False}},
+        "acted",
+        "tests/unit/core_api/test_profiler.py::test_context_takes_the_profiling_section_of_the_config",
+    ),
 ]
 
 

@@ -194,6 +194,7 @@ TRIAL_ROUTES = {
     ("POST", "/api/v1/trials/{trial_id}/searcher/completed_operation"),
     ("POST", "/api/v1/trials/{trial_id}/metrics"),
     ("POST", "/api/v1/trials/{trial_id}/metrics/batch"),
+    ("POST", "/api/v1/trials/{trial_id}/profiler/metrics"),  # issue 34: the profiler
     ("POST", "/api/v1/trials/{trial_id}/progress"),
     ("POST", "/api/v1/trials/{trial_id}/early_exit"),
     ("POST", "/api/v1/checkpoints"),
@@ -268,6 +269,9 @@ BODIES = {
         "reports": [
             {"group": "training", "steps_completed": 3, "trial_run_id": 1, "metrics": {"loss": 1.0}}
         ]
+    },
+    ("POST", "/api/v1/trials/{trial_id}/profiler/metrics"): {
+        "reports": [{"group": "cpu", "agent_id": "a1", "metrics": {"cpu_util_simple": 5.0}}]
     },
     ("POST", "/api/v1/trials/{trial_id}/progress"): {"progress": 0.5},
     ("POST", "/api/v1/allocations/{allocation_id}/rendezvous"): {"addr": "1.2.3.4", "port": 9},

@@ -4,6 +4,7 @@ argument checks, InvalidHP."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -88,13 +89,21 @@ def test_local_resume_continues_from_a_checkpoint(tmp_path):
         assert torch.equal(trial.model.state_dict()[key], value)
 
 
+def test_profiling_in_local_training_warns_and_trains(tmp_path, caplog):
+    # Determined: no profiling in local mode; fit() trains on and says so.
+    with caplog.at_level(logging.WARNING, logger="dauntless.pytorch"):
+        result, backend, _ = fit_local(
+            ResumeTrial, str(tmp_path), max_length=Batch(2), profiling_enabled=True
+        )
+    assert result.value == "completed"
+    assert "profiling_enabled=True has no effect in local training" in caplog.text
+
+
 def test_fit_checks_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="needs max_length"):
         fit_local(ResumeTrial, str(tmp_path))
     with pytest.raises(TypeError, match="Batch\\(n\\) or Epoch\\(n\\)"):
         fit_local(ResumeTrial, str(tmp_path), max_length=10)
-    with pytest.raises(ValueError, match="profiling"):
-        fit_local(ResumeTrial, str(tmp_path), max_length=Batch(1), profiling_enabled=True)
     with pytest.raises(ValueError, match="checkpoint_policy"):
         fit_local(ResumeTrial, str(tmp_path), max_length=Batch(1), checkpoint_policy="some")
     info = TrialInfo(

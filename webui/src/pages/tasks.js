@@ -2,12 +2,14 @@
 // type (pages/launch.js), each task with links to the
 // experiments and trials it covers, Open (a notebook or TensorBoard through the
 // master's proxy, a shell's browser terminal), Logs and Kill.
-// Polls GET /api/v1/tasks every 2 s. `/tasks?launch=FAMILY&experiment_ids=1,2` opens the
+// Polls GET /api/v1/tasks every 2 s; each running task's CPU and memory (its agent's
+// samples of the process tree, GET /tasks/{id}/resource_metrics) every 10 s, flagged
+// when above the task's resources.memory. `/tasks?launch=FAMILY&experiment_ids=1,2` opens the
 // form for that type with those experiments (the experiment page's Notebook button).
 
 import { csrfHeaders, get, post } from "../api.js";
 import { P, can, canOn } from "../perms.js";
-import { badge, fmtTime, h, setChildren, toast } from "../util.js";
+import { badge, fmtBytes, fmtTime, h, setChildren, toast } from "../util.js";
 import { launchForm } from "./launch.js";
 
 const ENDED = new Set(["COMPLETED", "ERROR", "CANCELED"]);
@@ -107,15 +109,41 @@ export function render(root) {
     logsBox.textContent = logs.map((l) => l.log).join("\n") || "(no lines yet)";
   }
 
+  // task id -> its GET /tasks/{id}/resource_metrics answer (latest sample, request, flag)
+  const usage = new Map();
+  let usageAt = 0;
+  async function loadUsage(tasks) {
+    if (Date.now() - usageAt < 10000) return;
+    usageAt = Date.now();
+    const live = tasks.filter((t) => !ENDED.has(t.state));
+    await Promise.all(live.map(async (t) => {
+      try { usage.set(t.id, await get(`/tasks/${t.id}/resource_metrics?limit=1`)); } catch { /* next time */ }
+    }));
+  }
+
+  function usageCell(t) {
+    const u = usage.get(t.id);
+    const s = u?.latest;
+    if (!s) return h("td.muted", { dataset: { usage: t.id } }, "–");
+    const cpu = s.cpu_percent == null ? "–" : `${Math.round(s.cpu_percent)}%`;
+    const gpu = s.gpu_memory_bytes ? ` · GPU ${fmtBytes(s.gpu_memory_bytes)}` : "";
+    const title = `CPU (100% = one core), resident memory${u.memory_request_bytes != null
+      ? ` (requested ${fmtBytes(u.memory_request_bytes)})` : ""}; peak ${fmtBytes(u.peak_rss_bytes || 0)}`;
+    return h("td", { title, dataset: { usage: t.id, over: u.over_request ? "1" : "0" } },
+      `CPU ${cpu} · ${fmtBytes(s.rss_bytes)}${gpu}`,
+      u.over_request ? h("span.badge.ERROR", { dataset: { overRequest: t.id } }, "over its memory request") : null);
+  }
+
   function draw(tasks) {
     setChildren(table, h("table.grid", { id: "tasks-table" },
-      h("thead", null, h("tr", null, ["ID", "Type", "Description", "Covers", "Owner", "State", "Resources", "Started", ""]
+      h("thead", null, h("tr", null, ["ID", "Type", "Description", "Covers", "Owner", "State", "Resources", "Usage", "Started", ""]
         .map((t) => h("th", null, t)))),
       h("tbody", null, tasks.length ? tasks.slice().reverse().map((t) => h("tr", { dataset: { task: t.id, state: t.state, family: FAMILY[t.type] } },
         h("td", null, t.id), h("td", null, t.type), h("td.wrap.task-desc", null, t.description),
         h("td.wrap", { dataset: { covers: t.id } }, covers(t)),
         h("td", null, t.owner), h("td", null, badge(t.state), t.exit_message ? h("div.muted.small", null, t.exit_message) : null),
         h("td", { title: "resource pool, slots" }, `${t.resource_pool}, ${t.slots} slot${t.slots === 1 ? "" : "s"}`),
+        usageCell(t),
         h("td", null, fmtTime(t.start_time)),
         h("td", null,
           t.service_url && t.ready && canOn(P.UPDATE_NSC, "task", t.workspace_id, t.user_id) ? h("a.button.small", {
@@ -131,12 +159,16 @@ export function render(root) {
               }
             },
           }, "Kill"))))
-        : h("tr", null, h("td.muted", { colSpan: 9 }, "No tasks yet.")))));
+        : h("tr", null, h("td.muted", { colSpan: 10 }, "No tasks yet.")))));
   }
 
   let stopped = false;
   async function refresh() {
-    try { draw((await get("/tasks")).tasks); } catch { /* shown on the next poll */ }
+    try {
+      const { tasks } = await get("/tasks");
+      await loadUsage(tasks);
+      draw(tasks);
+    } catch { /* shown on the next poll */ }
   }
   refresh();
   const timer = setInterval(() => { if (!stopped) refresh(); }, 2000);

@@ -56,6 +56,30 @@ function metricSeries(reports, axis = "batches") {
   return [...byName.values()].sort((a, b) => a.label.localeCompare(b.label));
 }
 
+/** Charts {label, lines: [{label, x, y}]} of the profiler's rows ({group, agent_id,
+ * time, values}): one chart per group and value name, a line per agent (per GPU for the
+ * gpu group); timings chart their mean seconds per batch. */
+export function profilerSeries(rows) {
+  const charts = new Map();
+  const add = (chart, line, x, y) => {
+    if (typeof y !== "number" || !Number.isFinite(y)) return;
+    if (!charts.has(chart)) charts.set(chart, new Map());
+    const lines = charts.get(chart);
+    if (!lines.has(line)) lines.set(line, { label: line, x: [], y: [] });
+    lines.get(line).x.push(x);
+    lines.get(line).y.push(y);
+  };
+  for (const r of rows) {
+    for (const [k, v] of Object.entries(r.values || {})) {
+      if (v === null || typeof v !== "object") add(`${r.group}.${k}`, r.agent_id, r.time, v);
+      else if (r.group === "gpu") for (const [sub, y] of Object.entries(v)) add(`gpu.${sub}`, `${r.agent_id}/${k.slice(0, 12)}`, r.time, y);
+      else add(`${r.group}.${k}.mean_seconds`, r.agent_id, r.time, v.mean_seconds);
+    }
+  }
+  return [...charts].map(([label, lines]) => ({ label, lines: [...lines.values()] }))
+    .sort((a, b) => a.label.localeCompare(b.label));
+}
+
 /**
  * One small chart per metric, made and dropped as metric names come and go.
  * The container carries data-charts: how many charts it shows.
@@ -86,7 +110,7 @@ class MetricGrid {
         this.charts.set(s.label, c);
       }
       c.chart.draw({
-        series: [s], yLabel: s.label, xLabel: axis === "time" ? "time" : axis, time: axis === "time", smoothing,
+        series: s.lines || [s], yLabel: s.label, xLabel: axis === "time" ? "time" : axis, time: axis === "time", smoothing,
       });
     }
     this.el.dataset.charts = String(series.length);
@@ -124,6 +148,11 @@ export function render(root, [trialId]) {
   const batchCard = h("div.card", { id: "batch-card", hidden: true }, h("h2", null, "Batch metrics"));
   const batchBox = h("div.chart-grid", { id: "batch-charts" });
   batchCard.append(batchBox);
+  const profCard = h("div.card", { id: "profiler-card", hidden: true },
+    h("h2", null, "System metrics"),
+    h("div.small.muted", null, "The profiler's averages (profiling.enabled or fit(profiling_enabled=True)), one report per agent every 10 s."));
+  const profBox = h("div.chart-grid", { id: "profiler-charts" });
+  profCard.append(profBox);
   const ckptBox = h("div.table-wrap", { id: "trial-checkpoints" });
   const runsBox = h("div.table-wrap", { id: "trial-restarts" });
   const backLink = h("span");
@@ -139,6 +168,7 @@ export function render(root, [trialId]) {
         trainBox)),
     h("div.card", null, h("h2", null, "Validation metrics"), validBox),
     batchCard,
+    profCard,
     h("div.card", null,
       h("div.toolbar", null, h("h2", null, "Logs"), h("span.spacer"), logCount, logLevel, logSearch, logDownload,
         h("label", null, follow, " Follow")),
@@ -150,6 +180,9 @@ export function render(root, [trialId]) {
   const trainCharts = new MetricGrid(trainBox, "training");
   const validCharts = new MetricGrid(validBox, "validation");
   const batchCharts = new MetricGrid(batchBox, "batch");
+  const profCharts = new MetricGrid(profBox, "system");
+  const profRows = [];
+  let profAfter = 0;
   const closers = [];
   let closed = false;
   let signature = "";
@@ -214,6 +247,17 @@ export function render(root, [trialId]) {
     if (batch.series.length) {
       batchCharts.draw(batch.series.map((x) => ({ label: x.name, x: x.batches, y: x.values })));
     }
+    // The profiler's new rows since the last load (at most 20,000 kept: 10 hours of one agent).
+    for (;;) {
+      const page = await get(`/trials/${trialId}/profiler/metrics${query({ after_id: profAfter, limit: 5000 })}`);
+      if (closed) return;
+      profRows.push(...page.metrics);
+      profAfter = page.next_after_id;
+      if (page.metrics.length < 5000) break;
+    }
+    if (profRows.length > 20000) profRows.splice(0, profRows.length - 20000);
+    profCard.hidden = !profRows.length;
+    if (profRows.length) profCharts.draw(profilerSeries(profRows), { axis: "time" });
   }
 
   const levelRank = (l) => LEVELS.indexOf(l);
@@ -331,5 +375,6 @@ export function render(root, [trialId]) {
     trainCharts.destroy();
     validCharts.destroy();
     batchCharts.destroy();
+    profCharts.destroy();
   };
 }

@@ -25,6 +25,7 @@ from .models import (
 )
 from .models_auth import AuditCheckpointRow, AuditRow, UserSsoGroupRow
 from .operations import ClusterMessageRow
+from .profiler import TaskResourceSampleRow, TrialProfilerMetricRow
 from .registry import ModelRow, ModelVersionRow
 from .search_index import ExperimentHparamRow, ExperimentLabelRow
 from .teams import (
@@ -63,6 +64,8 @@ __all__ = [
     "Base",
     "CheckpointRow",
     "ClusterMessageRow",
+    "TrialProfilerMetricRow",
+    "TaskResourceSampleRow",
     "ClusterRow",
     "Database",
     "ExperimentHparamRow",

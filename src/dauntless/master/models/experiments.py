@@ -31,6 +31,7 @@ from ..db import (
     ModelDefinitionRow,
     SearcherEventRow,
     TaskLogRow,
+    TrialProfilerMetricRow,
     TrialRow,
 )
 from ..errors import BadRequest, Conflict, NotFound
@@ -252,6 +253,11 @@ def delete_experiment(ctx: MasterContext, exp_id: int) -> None:
             if trial_ids:
                 s.execute(delete(TaskLogRow).where(TaskLogRow.trial_id.in_(trial_ids)))
                 s.execute(delete(MetricRow).where(MetricRow.trial_id.in_(trial_ids)))
+                s.execute(
+                    delete(TrialProfilerMetricRow).where(
+                        TrialProfilerMetricRow.trial_id.in_(trial_ids)
+                    )
+                )
                 s.execute(delete(AllocationRow).where(AllocationRow.trial_id.in_(trial_ids)))
             s.execute(delete(CheckpointRow).where(CheckpointRow.experiment_id == exp_id))
             s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp_id))
