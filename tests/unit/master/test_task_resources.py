@@ -101,3 +101,27 @@ def test_bad_samples_and_requests_are_refused(master):
         data={"entrypoint": '["true"]', "config": "resources: {memory: lots}"},
     )
     assert r.status_code == 400 and "resources.memory" in r.text
+
+
+def test_an_ended_tasks_samples_go_with_its_logs_at_retention(master):
+    import time
+
+    from dauntless.master.models.operations import delete_expired_logs
+
+    client, app = master
+    task_id, alloc, agent = _running_notebook(client, app, None)
+    body = {"running": [alloc], "resources": [_sample(alloc, 1 << 20)]}
+    assert client.post("/api/v1/agents/a1/heartbeat", json=body, headers=agent).status_code == 200
+    url = f"/api/v1/tasks/{task_id}/resource_metrics"
+    assert len(client.get(url).json()["samples"]) == 1
+    r = client.post(
+        f"/api/v1/allocations/{alloc}/exited",
+        json={"exit_code": 0, "message": None},
+        headers=agent,
+    )
+    assert r.status_code == 200, r.text
+    db = app.state.ctx.db
+    delete_expired_logs(db, time.time() + 86400, default_days=2)  # not yet
+    assert len(client.get(url).json()["samples"]) == 1
+    delete_expired_logs(db, time.time() + 3 * 86400, default_days=2)
+    assert client.get(url).json()["samples"] == []

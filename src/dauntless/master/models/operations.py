@@ -21,6 +21,7 @@ from ..db import (
     Database,
     ExperimentRow,
     TaskLogRow,
+    TaskResourceSampleRow,
     TaskRow,
     TrialRow,
 )
@@ -177,7 +178,8 @@ def delete_expired_logs(
     db: Database, now: float, default_days: int, batch: int = LOG_DELETE_BATCH
 ) -> int:
     """Delete the log lines of every trial and task whose retention has passed, in
-    transactions of at most ``batch`` lines each.
+    transactions of at most ``batch`` lines each, and the ended tasks' resource samples
+    (at most 360 an hour each: ``models/task_resources.py``) with them.
 
     Args:
         db: the master's database.
@@ -207,6 +209,13 @@ def delete_expired_logs(
             removed += len(ids)
             if len(ids) < batch:
                 break
+        if kind == "alloc":  # an ended task's resource samples go with its logs
+            with db.write() as s:
+                s.execute(
+                    delete(TaskResourceSampleRow).where(
+                        TaskResourceSampleRow.allocation_id.in_(keys)
+                    )
+                )
     return removed
 
 

@@ -29,7 +29,8 @@ MAX_READ_SAMPLES = 5_000
 
 def record_samples(s: Session, now: float, agent_id: str, samples: Sequence[Any]) -> int:
     """Store an agent's samples of its tasks, skipping allocations not placed on it
-    (or unknown: ended and forgotten).
+    (or unknown: ended and forgotten) and trials' runs (nothing reads those: a trial's
+    system metrics are its profiler's, ``profiling.enabled``).
 
     Args:
         s: a write session.
@@ -65,8 +66,8 @@ def record_samples(s: Session, now: float, agent_id: str, samples: Sequence[Any]
     stored = 0
     for x in samples:
         alloc = placed.get(x.allocation_id)
-        if alloc is None:
-            continue
+        if alloc is None or alloc.task_id is None:
+            continue  # a trial's run: its profiler (profiling.enabled) measures it
         values = {
             "time": now,
             "cpu_percent": x.cpu_percent,
