@@ -257,11 +257,19 @@ class ProcessRuntime(Runtime):
         # task's prepare thread, not the agent's loop).
         if not self.warm.ready() and not self.warm.wait_if_starting():
             return None
+        from .._supervise import make_state_dir
+
+        # Under a supervisor of its own, as a cold start: it outlives the agent and is
+        # adopted by the agent started again (docs/partitions.md).
+        directory = launch.state_path()
+        env = self.task_env(launch)
+        meta = {"allocation_id": launch.allocation_id, "runtime": self.name}
         try:
-            proc = self.warm.fork(request)
+            make_state_dir(
+                directory, launch.argv, env, launch.cwd or launch.work_dir, launch.grace, meta
+            )
+            return self.warm.fork_supervised(request, directory)
         except OSError as exc:
             self.log.warning("task %s starts cold: %s", launch.allocation_id, exc)
+            shutil.rmtree(directory, ignore_errors=True)
             return None
-        handle = TaskHandle(proc)  # type: ignore[arg-type]
-        handle.warm = True  # type: ignore[attr-defined]
-        return handle
