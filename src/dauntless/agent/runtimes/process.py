@@ -15,9 +15,10 @@
 
 Every task is started under its own supervisor (:mod:`dauntless.agent._shim`), which
 holds its output, outlives the agent for ``orphan_grace_period`` seconds (an agent
-started again adopts the task) and then ends every process of the task; except a
-single-rank trial that the agent's warm worker can fork (:mod:`dauntless.agent._warm`,
-docs/warm-start.md), which dies with the agent (``PR_SET_PDEATHSIG``).
+started again adopts the task) and then ends every process of the task. A single-rank
+trial that the agent's warm worker can fork (:mod:`dauntless.agent._warm`,
+docs/warm-start.md) is forked by it under a supervisor the worker forks too, with the
+same state directory, so it is adopted as any other.
 
 A task of another Unix identity than the agent's (a root agent's) runs isolated in
 PID and mount namespaces of its own as that identity (:mod:`dauntless.agent._identity`);
