@@ -24,7 +24,8 @@ ranks rendezvous at ``a``'s address and all-reduce across the veth links.
    stored once.
 
 Tests 1 and 3 share one network and cluster (``ab_cluster``); test 2 loses a host for
-good and has its own.
+good and has its own, and runs first (before the shared cluster is started, which then
+stays up until the module's end).
 """
 
 from __future__ import annotations
@@ -143,6 +144,36 @@ COLD = ("--no-warm-start",)
 (which imports torch at the agent's start) would only take CPU from the test."""
 
 
+def test_node_lost_mid_training_restarts_from_checkpoint_on_the_rest(
+    netns_cluster_factory, tmp_path
+):
+    net, c = netns_cluster_factory(("master", "a", "b", "c"))
+    c.start_master(agent_timeout=6)
+    c.start_agent("a", slots=1, extra_args=COLD)
+    c.start_agent("b", slots=1, extra_args=COLD)
+    batches, period = 150, 50  # the ranks stop training at the cut (each batch all-reduces)
+    exp_id = _create(c, _context(tmp_path, batches, 0.05, period))
+    _wait("60 batches", lambda: _batches(c, exp_id) >= 60, c, 180, exp_id)
+    trial_id = c.api(f"/experiments/{exp_id}")["trials"][0]["id"]
+    assert _spans_both(c, trial_id), c.api("/allocations", trial_id=trial_id)
+    c.start_agent("c", slots=2, extra_args=COLD)  # the capacity left once b is gone
+    net.isolate("b")
+    _wait("b declared lost", lambda: _agent_states(c)["b"] == "LOST", c, 60, exp_id)
+    body = c.wait_experiment(exp_id, timeout=180)
+    assert body["experiment"]["state"] == "COMPLETED", c.dump_logs(exp_id)
+    (trial,) = body["trials"]
+    assert (trial["restarts"], trial["run_id"]) == (1, 2), c.dump_logs(exp_id)
+    allocs = c.api("/allocations", trial_id=trial_id)["allocations"]
+    second = [a for a in allocs if a["run_id"] == 2]
+    assert second and all(a["agent_id"] in ("a", "c") for a in second), allocs
+    first_end = max(a["ended_at"] for a in allocs if a["run_id"] == 1)
+    assert all(a["started_at"] >= first_end for a in second), "two runs at once"
+    assert _rows(c, trial_id) == _expected(batches, period)
+    ckpts = [x["total_batches"] for x in c.api(f"/trials/{trial_id}/checkpoints")["checkpoints"]]
+    assert ckpts[-1] == batches and 50 in ckpts, ckpts
+    net.restore("b")
+
+
 @pytest.fixture(scope="module")
 def ab_cluster(module_netns_cluster_factory):
     """One network (``master``, ``a``, ``b``), a master with an ``agent_timeout`` of 90 s
@@ -184,36 +215,6 @@ def test_master_reaches_a_but_not_b_for_60_seconds(ab_cluster, tmp_path):
     logs = c.api(f"/trials/{trial_id}/logs", limit=10000)["logs"]
     text = "\n".join(line["log"] for line in logs)
     assert "rank 0 of 2" in text and "rank 1 of 2" in text
-
-
-def test_node_lost_mid_training_restarts_from_checkpoint_on_the_rest(
-    netns_cluster_factory, tmp_path
-):
-    net, c = netns_cluster_factory(("master", "a", "b", "c"))
-    c.start_master(agent_timeout=6)
-    c.start_agent("a", slots=1, extra_args=COLD)
-    c.start_agent("b", slots=1, extra_args=COLD)
-    batches, period = 150, 50  # the ranks stop training at the cut (each batch all-reduces)
-    exp_id = _create(c, _context(tmp_path, batches, 0.05, period))
-    _wait("60 batches", lambda: _batches(c, exp_id) >= 60, c, 180, exp_id)
-    trial_id = c.api(f"/experiments/{exp_id}")["trials"][0]["id"]
-    assert _spans_both(c, trial_id), c.api("/allocations", trial_id=trial_id)
-    c.start_agent("c", slots=2, extra_args=COLD)  # the capacity left once b is gone
-    net.isolate("b")
-    _wait("b declared lost", lambda: _agent_states(c)["b"] == "LOST", c, 60, exp_id)
-    body = c.wait_experiment(exp_id, timeout=180)
-    assert body["experiment"]["state"] == "COMPLETED", c.dump_logs(exp_id)
-    (trial,) = body["trials"]
-    assert (trial["restarts"], trial["run_id"]) == (1, 2), c.dump_logs(exp_id)
-    allocs = c.api("/allocations", trial_id=trial_id)["allocations"]
-    second = [a for a in allocs if a["run_id"] == 2]
-    assert second and all(a["agent_id"] in ("a", "c") for a in second), allocs
-    first_end = max(a["ended_at"] for a in allocs if a["run_id"] == 1)
-    assert all(a["started_at"] >= first_end for a in second), "two runs at once"
-    assert _rows(c, trial_id) == _expected(batches, period)
-    ckpts = [x["total_batches"] for x in c.api(f"/trials/{trial_id}/checkpoints")["checkpoints"]]
-    assert ckpts[-1] == batches and 50 in ckpts, ckpts
-    net.restore("b")
 
 
 def test_ranks_that_lose_each_other_fail_fast_and_restart(ab_cluster, tmp_path):
