@@ -7,6 +7,9 @@ trivial script whose first line records the time and its own CPU use
 - ``warm``: :class:`dauntless.agent._warm.WarmStarter.fork` of the script, as the agent
   does for a single-rank trial (docs/warm-start.md): one request to the agent's fork
   server, one ``fork``;
+- ``warm, supervised``: :meth:`~dauntless.agent._warm.WarmStarter.fork_supervised`, what
+  the agent does since issue 36: the server forks the trial's supervisor, which forks
+  the trial and holds its output in a state directory (the first line is read there);
 - ``cold``: the process runtime's cold argv, ``python -m dauntless.agent._launch PID --
   sh -c <startup hook> sh sh -c 'python3 probe.py'``, i.e. the parent-death launcher, the
   shell and a fresh interpreter that imports what the trial imports (``dauntless.core``
@@ -37,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from dauntless.agent._supervise import make_state_dir
 from dauntless.agent._warm import WarmStarter
 from dauntless.agent.runtimes.base import startup_hook_script
 
@@ -77,6 +81,33 @@ def warm_runs(starter: WarmStarter, probe: Path, tmp: Path, runs: int) -> list[t
         first, child_cpu, ready, ready_cpu = map(float, proc.stdout.readline().split())
         proc.wait(60)
         server_cpu = _cpu(starter.proc.pid) - c0
+        out.append((first - t0, child_cpu + server_cpu, ready - t0, ready_cpu + server_cpu))
+    return out
+
+
+def supervised_runs(starter: WarmStarter, probe: Path, tmp: Path, runs: int) -> list[tuple]:
+    """As :func:`warm_runs`, through :meth:`WarmStarter.fork_supervised` (what the agent
+    does: the server forks the trial's supervisor, which forks the trial); the CPU adds
+    the supervisor's own, read when the first line is in its output file."""
+    out = []
+    assert starter.proc is not None
+    for i in range(runs):
+        cwd = tmp / f"supervised-{i}"
+        cwd.mkdir()
+        state = str(tmp / "state" / f"task-{i}")
+        env = dict(os.environ)
+        c0 = _cpu(starter.proc.pid)
+        t0 = time.time()
+        make_state_dir(state, ["python3", str(probe)], env, str(cwd), 60.0, {})
+        handle = starter.fork_supervised(
+            {"kind": "script", "target": str(probe), "args": [], "env": env, "cwd": str(cwd)},
+            state,
+        )
+        _pos, _kind, text = next(handle.lines())
+        supervisor_cpu = _cpu(handle.pid)
+        first, child_cpu, ready, ready_cpu = map(float, text.split())
+        handle.wait(60)
+        server_cpu = _cpu(starter.proc.pid) - c0 + supervisor_cpu
         out.append((first - t0, child_cpu + server_cpu, ready - t0, ready_cpu + server_cpu))
     return out
 
@@ -146,13 +177,17 @@ def main() -> None:
             raise SystemExit("the fork server did not start")
         try:
             warm = warm_runs(starter, probe, tmp, args.runs)
+            supervised = supervised_runs(starter, probe, tmp, args.runs)
         finally:
             starter.stop()
         cold = cold_runs(probe, tmp, args.runs)
     _summary("warm", warm)
+    _summary("warm, supervised", supervised)
     _summary("cold", cold)
     ratio = statistics.median(r[2] for r in cold) / statistics.median(r[2] for r in warm)
     print(f"cold / warm wall ratio to imports done: {ratio:.1f}x")
+    ratio = statistics.median(r[0] for r in supervised) / statistics.median(r[0] for r in warm)
+    print(f"warm supervised / warm wall ratio to the first line: {ratio:.2f}x")
     print(json.dumps({"load_after": open("/proc/loadavg").read().strip()}))
 
 

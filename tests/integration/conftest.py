@@ -390,15 +390,7 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + rep.when, rep)
 
 
-@pytest.fixture()
-def netns_cluster_factory(tmp_path, request):
-    """Make a cluster on namespaced hosts (tests/netns.py; issue 36): ``make(hosts)``
-    returns ``(network, cluster)``, the master to run on host ``master`` (listening on
-    its address, SQLite in tmp_path: PostgreSQL on the root namespace's 127.0.0.1 is
-    out of reach) and an agent started as ``cluster.start_agent(NAME)`` on host
-    ``NAME``. The test process reaches the hosts through the network's gateway link.
-    Skips, saying why, where namespaces cannot be made (not root, no ``ip``). Every
-    process and namespace is removed at the end, whatever the outcome."""
+def _netns_cluster_factory(tmp: Path, request) -> Iterator:
     from netns import Network, unavailable
 
     why = unavailable()
@@ -411,9 +403,9 @@ def netns_cluster_factory(tmp_path, request):
         master = net.hosts["master"]
         c = Cluster(
             url=f"http://{master.addr}:8080",  # a port of its own host: always free
-            data_dir=tmp_path / f"data{len(made)}",
-            db_url=f"sqlite:///{tmp_path}/master{len(made)}.db",
-            tmp=tmp_path,
+            data_dir=tmp / f"data{len(made)}",
+            db_url=f"sqlite:///{tmp}/master{len(made)}.db",
+            tmp=tmp,
             master_prefix=master.argv(),
             master_host=master.addr,
             agent_prefix={n: h.argv() for n, h in net.hosts.items() if n != "master"},
@@ -432,3 +424,22 @@ def netns_cluster_factory(tmp_path, request):
                     print(c.dump_logs())
             finally:
                 net.close()
+
+
+@pytest.fixture()
+def netns_cluster_factory(tmp_path, request):
+    """Make a cluster on namespaced hosts (tests/netns.py; issue 36): ``make(hosts)``
+    returns ``(network, cluster)``, the master to run on host ``master`` (listening on
+    its address, SQLite in tmp_path: PostgreSQL on the root namespace's 127.0.0.1 is
+    out of reach) and an agent started as ``cluster.start_agent(NAME)`` on host
+    ``NAME``. The test process reaches the hosts through the network's gateway link.
+    Skips, saying why, where namespaces cannot be made (not root, no ``ip``). Every
+    process and namespace is removed at the end, whatever the outcome."""
+    yield from _netns_cluster_factory(tmp_path, request)
+
+
+@pytest.fixture(scope="module")
+def module_netns_cluster_factory(tmp_path_factory, request):
+    """:func:`netns_cluster_factory` for a module's tests that share one network and
+    cluster (each test leaves every link as it found it); removed at the module's end."""
+    yield from _netns_cluster_factory(tmp_path_factory.mktemp("netns-cluster"), request)

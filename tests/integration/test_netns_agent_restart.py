@@ -3,9 +3,9 @@ their own (network namespaces, tests/netns.py).
 
 The master runs on one namespaced host, the agent on another. A trial and a notebook
 run on the agent; the agent gets SIGKILL and is started again on the same host and work
-dir 2 s later (well inside its orphan grace period; the agent starts trials cold, as a
-trial forked from the warm worker dies with its agent: docs/warm-start.md). Its tasks' supervisors held them
-meanwhile: the new agent adopts both. The trial completes with 0 restarts, one run
+dir 2 s later (well inside its orphan grace period). The trial is forked from the agent's
+warm worker under a supervisor of its own (docs/warm-start.md), the notebook starts
+cold under its shim; the supervisors held both meanwhile: the new agent adopts both. The trial completes with 0 restarts, one run
 (``run_id`` 1) and every metric row once; the notebook's Jupyter server is the same
 process before and after (every process it had still runs) and still answers at its
 host's address.
@@ -26,7 +26,7 @@ from .netns_trial import expected_rows, metric_rows, write_context
 
 pytestmark = pytest.mark.integration
 
-BATCHES = 400
+BATCHES = 300
 BATCH_SLEEP = 0.04
 
 
@@ -75,9 +75,7 @@ def _service_process(task_id: str) -> int:
 def test_sigkilled_agent_adopts_its_trial_and_notebook(netns_cluster_factory, tmp_path):
     net, c = netns_cluster_factory(("master", "a"))
     c.start_master()
-    # Cold starts: a trial forked from the warm worker dies with its agent by design
-    # (docs/warm-start.md); only supervised tasks are adopted.
-    grace = ("--orphan-grace-period", "30", "--no-warm-start")
+    grace = ("--orphan-grace-period", "30")  # warm start on (the default)
     c.start_agent("a", slots=1, extra_args=grace)
     notebook = c.det("notebook", "start", "-d", "--config", "resources.slots=0")
     notebook = notebook.stdout.strip().splitlines()[-1]
@@ -96,6 +94,7 @@ def test_sigkilled_agent_adopts_its_trial_and_notebook(netns_cluster_factory, tm
         120,
     )
     agent = c.agents["a"]
+    assert "process runtime, warm" in c.logs[-1].read_text(), "the trial started cold"
     os.kill(agent.pid, signal.SIGKILL)  # the agent alone: its tasks' shims live on
     agent.wait(timeout=30)
     assert c.api(f"/trials/{trial['id']}")["trial"]["total_batches"] < BATCHES, "ended too soon"

@@ -89,7 +89,7 @@ def test_partition_past_the_agent_timeout_fences_and_restarts_elsewhere(
     c.start_master(agent_timeout=timeout)
     c.start_agent("a", slots=1)
     c.start_agent("b", slots=1)
-    batches, sleep = 400, 0.04
+    batches, sleep = 300, 0.04  # the cut at batch 120 or later; fenced ~110 batches on
     pids = tmp_path / "pids"
     pids.mkdir()
     exp_id = _create(c, write_context(tmp_path, batches, sleep, checkpoint_every=50, pids=pids))

@@ -1,10 +1,13 @@
 """End to end: trials forked from the agent's warm worker (docs/warm-start.md).
 
 A real master and agent; Core API scripts (``python3 train.py``) that record what they
-see at their first line: their parent (the fork server), working directory, a variable
-an earlier trial set, and draws from ``random``, ``numpy`` and ``torch``. One trial calls
-``os._exit(3)``: it fails alone and the worker serves the next experiment. A killed agent
-takes its warm worker and the trial it runs with it.
+see at their first line: their parent (their supervisor, forked by the fork server) and
+its parent (the fork server), working directory, a variable an earlier trial set, and
+draws from ``random``, ``numpy`` and ``torch``. One trial calls ``os._exit(3)``: it fails
+alone and the worker serves the next experiment. A killed agent takes its warm worker
+with it at once; the trial it runs, supervised, outlives it for the orphan grace period
+(10 s in these clusters, for an agent started again to adopt it) and then ends with its
+supervisor: nothing is left running.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ record = {
     "pid": os.getpid(),
     "ppid": os.getppid(),
     "parent": open(f"/proc/{os.getppid()}/cmdline").read().replace("\\0", " "),
+    "server": int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[1]),
     "cwd": os.getcwd(),
     "leak": os.environ.get("WARM_TEST_LEAK"),
     "marker": os.path.exists("marker"),
@@ -118,8 +122,10 @@ def test_warm_trials_are_separate_processes(cluster_factory, tmp_path):
 
     records = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     assert len(records) == 4
-    servers = {r["ppid"] for r in records}
-    assert len(servers) == 1 and all("dauntless.exec._forkserver" in r["parent"] for r in records)
+    # One fork server; each trial under a supervisor of its own that the server forked.
+    assert len({r["server"] for r in records}) == 1, records
+    assert len({r["ppid"] for r in records}) == 4, records
+    assert all("dauntless.exec._forkserver" in r["parent"] for r in records)
     assert len({r["pid"] for r in records}) == 4
     assert all(r["leak"] is None and not r["marker"] for r in records)
     assert len({r["cwd"] for r in records}) == 4
@@ -128,7 +134,9 @@ def test_warm_trials_are_separate_processes(cluster_factory, tmp_path):
     assert agent_log.read_text().count("process runtime, warm)") == 4
 
 
-def test_a_killed_agent_leaves_no_worker_processes(cluster_factory, tmp_path):
+def test_a_killed_agent_leaves_no_worker_and_its_trial_ends_after_the_grace(
+    cluster_factory, tmp_path
+):
     cluster = cluster_factory(f"sqlite:///{tmp_path}/master.db")
     cluster.start_master()
     cluster.start_agent(slots=1)
@@ -141,10 +149,16 @@ def test_a_killed_agent_leaves_no_worker_processes(cluster_factory, tmp_path):
         assert time.time() < deadline, cluster.dump_logs()
         time.sleep(0.1)
     (record,) = [json.loads(p.read_text()) for p in out.glob("*.json")]
-    assert not _gone(record["pid"]) and not _gone(record["ppid"])
+    assert not any(_gone(record[k]) for k in ("pid", "ppid", "server"))
     os.kill(cluster.agents["agent-1"].pid, signal.SIGKILL)
     cluster.agents["agent-1"].wait(timeout=30)
     deadline = time.time() + deadline_seconds(20)
+    while not _gone(record["server"]):
+        assert time.time() < deadline, "the warm worker outlived the agent"
+        time.sleep(0.1)
+    # The worker died with the agent; its supervised trial did not (the grace is 10 s).
+    assert not _gone(record["pid"]) and not _gone(record["ppid"])
+    deadline = time.time() + deadline_seconds(40)
     while not (_gone(record["pid"]) and _gone(record["ppid"])):
-        assert time.time() < deadline, "the trial or the warm worker outlived the agent"
+        assert time.time() < deadline, "the trial outlived its agent's grace period"
         time.sleep(0.1)

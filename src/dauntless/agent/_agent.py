@@ -6,8 +6,8 @@ master goes away the agent keeps its tasks running and retries; when the master 
 again (re-)registering lists the tasks it still runs, and the master adopts those it
 knows and orders the others killed.
 
-Each task (but a warm-started trial) runs under a supervisor of its own
-(:mod:`dauntless.agent._shim`) that outlives the agent: an agent process started again
+Each task runs under a supervisor of its own (:mod:`dauntless.agent._shim`; a
+warm-started trial's is forked by the warm worker) that outlives the agent: an agent process started again
 on the same work dir within ``orphan_grace_period`` adopts the tasks its predecessor
 left (their state directories, :mod:`dauntless.agent._supervise`): it lists them when it
 registers, ships their output on from where the last agent stopped and reports their

@@ -176,39 +176,10 @@ class Shim:
         if self.spec.get("status_fd"):
             status_r, status_w = os.pipe()
         me = os.getpid()
+        self.pipe_reads = [fd for fd in (out_r, err_r, status_r) if fd >= 0]
         pid = os.fork()
         if pid == 0:  # the task: never returns
-            try:
-                os.setsid()
-                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the shim
-                if os.getppid() != me:
-                    os._exit(1)
-                for sig in (
-                    signal.SIGTERM,
-                    signal.SIGUSR1,
-                    signal.SIGCHLD,
-                    signal.SIGINT,
-                    signal.SIGPIPE,  # ignored by Python; the task gets the default
-                    signal.SIGXFSZ,
-                ):
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.set_wakeup_fd(-1)
-                devnull = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(devnull, 0)
-                os.dup2(out_w, 1)
-                os.dup2(err_w, 2)
-                if status_w >= 0:
-                    os.dup2(status_w, 3)
-                    os.set_inheritable(3, True)  # (dup2 of a fd onto itself sets nothing)
-                os.closerange(4 if status_w >= 0 else 3, 65536)
-                os.chdir(self.spec["cwd"])
-                argv = self.spec["argv"]
-                os.execvpe(argv[0], argv, self.spec["env"])
-            except BaseException as exc:  # the exec failed
-                try:
-                    os.write(2, f"could not start {self.spec['argv'][:1]}: {exc}\n".encode())
-                finally:
-                    os._exit(127)
+            self.become_task(me, out_w, err_w, status_w)
         for fd in (out_w, err_w, status_w):
             if fd >= 0:
                 os.close(fd)
@@ -216,6 +187,47 @@ class Shim:
         self.status_r = status_r
         _write_atomic(os.path.join(self.dir, "task"), str(pid))
         return {out_r: "O", err_r: "E"}
+
+    def become_task(self, shim_pid: int, out_w: int, err_w: int, status_w: int) -> None:
+        """In the forked child: become the task (a new session that dies with the shim,
+        stdio on the shim's pipes, ``exec`` of the spec's argv); never returns.
+
+        Args:
+            shim_pid: the shim's pid (the child's expected parent).
+            out_w, err_w: write ends of the stdout and stderr pipes.
+            status_w: write end of the status pipe (fd 3 of the task), or -1.
+        """
+        try:
+            os.setsid()
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the shim
+            if os.getppid() != shim_pid:
+                os._exit(1)
+            for sig in (
+                signal.SIGTERM,
+                signal.SIGUSR1,
+                signal.SIGCHLD,
+                signal.SIGINT,
+                signal.SIGPIPE,  # ignored by Python; the task gets the default
+                signal.SIGXFSZ,
+            ):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            if status_w >= 0:
+                os.dup2(status_w, 3)
+                os.set_inheritable(3, True)  # (dup2 of a fd onto itself sets nothing)
+            os.closerange(4 if status_w >= 0 else 3, 65536)
+            os.chdir(self.spec["cwd"])
+            argv = self.spec["argv"]
+            os.execvpe(argv[0], argv, self.spec["env"])
+        except BaseException as exc:  # the exec failed
+            try:
+                os.write(2, f"could not start {self.spec['argv'][:1]}: {exc}\n".encode())
+            finally:
+                os._exit(127)
 
     def kill_all(self, sig: int = signal.SIGKILL, rounds: int = 50) -> None:
         """Send ``sig`` to every process of the task; with SIGKILL, until none is left

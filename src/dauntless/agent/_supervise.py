@@ -263,6 +263,40 @@ def start_shim(
     Raises:
         OSError: the directory exists or the shim could not be started.
     """
+    make_state_dir(directory, argv, env, cwd, grace, meta, status_fd, on_orphan, name)
+    # Not in the agent's session or process group: the shim outlives the agent.
+    with open(os.path.join(directory, "shim.log"), "ab") as errors:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", SHIM, directory],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+            close_fds=True,
+            env={"PATH": env.get("PATH", os.defpath)},
+        )
+    return ShimHandle(directory, proc, name)
+
+
+def make_state_dir(
+    directory: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    grace: float,
+    meta: dict[str, Any],
+    status_fd: bool = False,
+    on_orphan: list[str] | None = None,
+    name: str | None = None,
+) -> None:
+    """Make a task's state directory for its shim, claimed by this agent: ``meta.json``,
+    an empty ``output``, ``agent`` and ``spec.json`` (arguments as :func:`start_shim`'s).
+    :func:`start_shim` then starts the shim; the warm worker forks one instead
+    (:meth:`dauntless.agent._warm.WarmStarter.fork_supervised`).
+
+    Raises:
+        OSError: the directory exists or cannot be written.
+    """
     os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)
     os.mkdir(directory, 0o700)
     _write_atomic(os.path.join(directory, "meta.json"), json.dumps({**meta, "name": name}))
@@ -278,18 +312,6 @@ def start_shim(
         "on_orphan": on_orphan,
     }
     _write_atomic(os.path.join(directory, "spec.json"), json.dumps(spec))
-    # Not in the agent's session or process group: the shim outlives the agent.
-    with open(os.path.join(directory, "shim.log"), "ab") as errors:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", SHIM, directory],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=errors,
-            start_new_session=True,
-            close_fds=True,
-            env={"PATH": env.get("PATH", os.defpath)},
-        )
-    return ShimHandle(directory, proc, name)
 
 
 def adoptable(work_dir: str) -> list[tuple[dict[str, Any], ShimHandle]]:

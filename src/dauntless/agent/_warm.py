@@ -36,6 +36,8 @@ import threading
 import time
 from typing import IO, Any
 
+from ._supervise import ShimHandle
+
 log = logging.getLogger("dauntless.agent")
 
 _SAFE_COMMAND = re.compile(r"[A-Za-z0-9_./=:,@%+\- ]+")
@@ -302,14 +304,15 @@ class WarmStarter:
         self._ready.wait(timeout)
         return self.ready()
 
-    def fork(self, request: dict[str, Any]) -> WarmProcess:
-        """Fork a trial.
+    def _ask(
+        self, request: dict[str, Any], out_w: int, err_w: int
+    ) -> tuple[socket.socket, int, bytes]:
+        """Send the server one request with ``out_w``/``err_w`` as the child's stdout and
+        stderr; returns ``(connection, pid, what followed the pid's line)``.
 
         Raises:
             OSError: the server cannot be reached or did not answer with a pid.
         """
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(30.0)
@@ -326,18 +329,71 @@ class WarmStarter:
                     raise OSError("the fork server closed the connection")
                 buf += chunk
             line, rest = buf.split(b"\n", 1)
-            pid = int(json.loads(line)["pid"])
+            return conn, int(json.loads(line)["pid"]), rest
         except (OSError, ValueError, KeyError) as exc:
             conn.close()
+            raise OSError(f"warm start failed: {exc}") from None
+
+    def fork(self, request: dict[str, Any]) -> WarmProcess:
+        """Fork a trial whose output comes to this agent through pipes (it dies with the
+        server, so with the agent).
+
+        Raises:
+            OSError: the server cannot be reached or did not answer with a pid.
+        """
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            conn, pid, rest = self._ask(request, out_w, err_w)
+        except OSError:
             for fd in (out_r, err_r):
                 os.close(fd)
-            raise OSError(f"warm start failed: {exc}") from None
+            raise
         finally:
             os.close(out_w)
             os.close(err_w)
         proc = WarmProcess(conn, pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
         proc._buf = rest
         return proc
+
+    SUPERVISOR_START_SECONDS = 30.0
+    """How long a forked supervisor may take to name itself in its state directory."""
+
+    def fork_supervised(self, request: dict[str, Any], directory: str) -> ShimHandle:
+        """Fork a trial under a supervisor of its own, as a cold start has: the server
+        forks the supervisor (:mod:`dauntless.agent._shim`), which forks the trial, holds
+        its output in ``directory`` and outlives the server and the agent, so that an
+        agent started again adopts the trial (docs/partitions.md).
+
+        Args:
+            request: the fork request (:func:`warm_request`).
+            directory: the task's state directory, made by
+                :func:`dauntless.agent._supervise.make_state_dir`.
+
+        Returns:
+            The supervisor's handle (as :func:`dauntless.agent._supervise.start_shim`'s).
+
+        Raises:
+            OSError: the server cannot be reached, did not answer, or its supervisor did
+                not start within :data:`SUPERVISOR_START_SECONDS`.
+        """
+        null = [os.open(os.devnull, os.O_WRONLY) for _ in range(2)]
+        try:
+            conn, pid, _rest = self._ask({**request, "shim_dir": directory}, *null)
+        finally:
+            for fd in null:
+                os.close(fd)
+        conn.close()  # its exit is read from the state directory, as a cold one's
+        # The supervisor names itself in STATE_DIR/shim when it runs (before the trial).
+        ident = os.path.join(directory, "shim")
+        deadline = time.monotonic() + self.SUPERVISOR_START_SECONDS
+        while not os.path.exists(ident) and not os.path.exists(os.path.join(directory, "exit")):
+            if time.monotonic() > deadline:
+                raise OSError(f"the warm trial's supervisor (pid {pid}) did not start")
+            time.sleep(0.005)
+        handle = ShimHandle(directory, None)
+        handle.warm = True  # type: ignore[attr-defined]
+        return handle
 
     def stop(self) -> None:
         """Stop the server (its running children die with it: ``PR_SET_PDEATHSIG``)."""

@@ -12,6 +12,12 @@ one per agent and talks to it over a Unix stream socket, one connection per tria
 2. the server forks; it answers ``{"pid": N}`` and, when the child has exited,
    ``{"exit": CODE}`` (a negative code: killed by that signal, as ``Popen.returncode``).
 
+A request with ``shim_dir`` (a task state directory the agent made,
+:func:`dauntless.agent._supervise.make_state_dir`) asks for a *supervised* trial: the
+child becomes the trial's supervisor (:func:`_supervised_child`), which forks the trial
+itself and, like a cold start's supervisor, outlives the agent; the two fds are then
+unused (the output goes to the state directory) and ``pid`` is the supervisor's.
+
 The child is a new session (its pid is its process group, so the agent's
 ``killpg(SIGTERM/SIGKILL)`` reaches it and whatever it starts), gets
 ``PR_SET_PDEATHSIG(SIGKILL)`` on the fork server (which has it on the agent: a killed agent
@@ -71,6 +77,8 @@ def preload() -> None:
     # numpy imports numpy.random on first use; each child's reseed (_reseed) would.
     if "numpy" in sys.modules:
         import numpy.random  # noqa: F401
+    global _SHIM
+    _SHIM = _load_shim()  # each warm trial's supervisor is a fork of this process
     _keep_preloaded_finalizers_from_children()
 
 
@@ -146,6 +154,93 @@ def _child(request: dict[str, Any], fds: list[int], server_pid: int) -> None:
         except BaseException:
             pass
         code = 1
+    finally:
+        os._exit(code)
+
+
+_SHIM: Any = None
+"""The task supervisor's module (:mod:`dauntless.agent._shim`), loaded by :func:`preload`."""
+
+
+def _load_shim() -> Any:
+    """Load ``dauntless/agent/_shim.py`` by path: the supervisor imports only the standard
+    library, while its package's ``__init__`` would import the whole agent."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "agent", "_shim.py")
+    spec = importlib.util.spec_from_file_location("dauntless_task_shim", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _supervised_child(request: dict[str, Any], fds: list[int]) -> None:
+    """Become the supervisor (shim) of a warm trial, which it forks as its own child:
+    runs in the process the server forked and never returns.
+
+    The shim is the one cold starts have (:mod:`dauntless.agent._shim`, state directory
+    ``request["shim_dir"]`` made by the agent), except that its task is a fork of this
+    process running the request (:func:`_run`) instead of an ``exec``. It is a session
+    of its own without ``PR_SET_PDEATHSIG``, so it outlives the server and the agent,
+    and an agent started again adopts the trial as it adopts any supervised task
+    (docs/partitions.md). Its errors go to the directory's ``shim.log``.
+    """
+    code = 1
+    try:
+        os.setsid()
+        for fd in fds:  # the output goes to the state directory, not to the agent
+            os.close(fd)
+        directory = request["shim_dir"]
+        devnull = os.open(os.devnull, os.O_RDWR)
+        errors = os.open(
+            os.path.join(directory, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(errors, 2)
+        os.close(errors)
+        shim = _SHIM if _SHIM is not None else _load_shim()
+
+        class WarmShim(shim.Shim):  # type: ignore[name-defined,misc]
+            def become_task(self, shim_pid: int, out_w: int, err_w: int, status_w: int) -> None:
+                task_code = 1
+                try:
+                    os.setsid()
+                    _set_pdeathsig()  # dies with its shim, as a cold task does
+                    if os.getppid() != shim_pid:
+                        os._exit(1)
+                    signal.set_wakeup_fd(-1)
+                    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD):
+                        signal.signal(sig, signal.SIG_DFL)
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                    os.dup2(out_w, 1)
+                    os.dup2(err_w, 2)
+                    for fd in (out_w, err_w, self.out, *self.pipe_reads):
+                        if fd > 2:
+                            os.close(fd)
+                    task_code = _run(request)
+                except SystemExit as exc:
+                    task_code = _exit_code(exc)
+                except BaseException:
+                    import traceback
+
+                    try:
+                        traceback.print_exc()
+                    except BaseException:
+                        pass
+                finally:
+                    os._exit(task_code)
+
+        WarmShim(directory).run()
+        code = 0
+    except BaseException:
+        import traceback
+
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
     finally:
         os._exit(code)
 
@@ -302,6 +397,8 @@ def serve(path: str) -> None:
                     os.close(wake_r)
                     os.close(wake_w)
                     conn.close()
+                    if request.get("shim_dir"):
+                        _supervised_child(request, fds)
                     _child(request, fds, server_pid)
                 for fd in fds:
                     os.close(fd)

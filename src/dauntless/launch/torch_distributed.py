@@ -36,7 +36,11 @@ which the launcher then leaves alone. Each rank's output is prefixed
 ``[rank=N]`` (:mod:`dauntless.launch.wrap_rank`). If any rank exits non-zero the others are
 stopped (SIGTERM, then SIGKILL after a grace period) and the launcher exits with that code,
 so the master restarts the whole trial; SIGTERM/SIGINT to the launcher are forwarded to
-every rank.
+every rank. On an allocation of several nodes the launchers also watch each other
+(:mod:`dauntless.launch._liveness`): a node unheard for ``DAUNTLESS_PEER_TIMEOUT``
+seconds (default 60) makes the launcher stop its ranks and exit with
+:data:`PEER_LOST_EXIT_CODE`, so ranks that lost each other (while every agent still
+reaches the master) do not wait for the process group's 12-hour timeout.
 
 Gloo finds the address it listens on, and tells its peers, from the host name, which on
 many hosts resolves to a loopback address (Debian's ``127.0.1.1``; several hosts sharing
@@ -67,11 +71,15 @@ import httpx
 from dauntless._auth import session_token_headers
 from dauntless._http import RetryPolicy, internal_client
 from dauntless._tls import cert_file_from_env, make_verify
+from dauntless.launch._liveness import PeerWatch, bind_port_pair, peer_timeout
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when stopping the remaining ranks."""
 RENDEZVOUS_TIMEOUT_SECONDS = 600.0
 """How long a non-chief part waits for the chief's address."""
+PEER_LOST_EXIT_CODE = 75
+"""The launcher's exit code when another node of the trial went unheard for the peer
+timeout (:mod:`dauntless.launch._liveness`)."""
 DEFAULT_OMP_THREADS = "1"
 """``OMP_NUM_THREADS`` of each rank when a node runs several and the task sets none:
 ``torchrun``'s own default (torch/distributed/run.py), so that the ranks of one node do
@@ -137,8 +145,9 @@ def _free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def _rendezvous(world: int, part: int) -> tuple[str, int]:
-    """Publish (chief) or fetch (others) the chief's address through the master."""
+def _rendezvous(world: int, part: int, port: int | None = None) -> tuple[str, int]:
+    """Publish (chief) or fetch (others) the chief's address through the master; the
+    chief publishes ``port`` (a free one when None)."""
     master = os.environ.get("DET_MASTER", "").rstrip("/")
     alloc = os.environ.get("DET_ALLOCATION_ID", "")
     addr = os.environ.get("DET_ADVERTISE_ADDR", "127.0.0.1")
@@ -170,16 +179,16 @@ def _rendezvous(world: int, part: int) -> tuple[str, int]:
         timeout=httpx.Timeout(90.0, connect=10.0), verify=verify, headers=session_token_headers()
     ) as client:
         if part == 0:
-            port = _free_port(addr)
+            chosen = _free_port(addr) if port is None else port
 
             def publish() -> None:
-                client.post(url, json={"addr": addr, "port": port}).raise_for_status()
+                client.post(url, json={"addr": addr, "port": chosen}).raise_for_status()
 
             try:
                 policy.call(publish, retry_error=retry, stopped=past_deadline)
             except httpx.HTTPError as exc:
                 raise SystemExit(f"launcher: could not publish the rendezvous: {exc}") from None
-            return addr, port
+            return addr, chosen
 
         def poll() -> Any:
             r = client.get(url, params={"timeout_seconds": 30})
@@ -310,9 +319,28 @@ def launch(cmd: list[str], nproc_per_node: int | None = None) -> int:
     offset = _env_int("DET_RANK_OFFSET", 0)
     part = _env_int("DET_PART_INDEX", 0)
     local = nproc_per_node or max(slot_count, 1)
-    addr, port = _rendezvous(world, part)
+    parts = _env_int("DET_NUM_PARTS", 1)
+    timeout = peer_timeout(os.environ) if parts > 1 else 0.0
+    udp = None
+    if timeout and part == 0:  # the peers' beats come to the rendezvous port's number
+        chief_port, udp = bind_port_pair(os.environ.get("DET_ADVERTISE_ADDR", "127.0.0.1"))
+        addr, port = _rendezvous(world, part, chief_port)
+    else:
+        addr, port = _rendezvous(world, part)
+    watch = None
+    if timeout:
+        watch = PeerWatch(
+            os.environ.get("DET_ALLOCATION_ID", ""),
+            part,
+            parts,
+            (addr, port),
+            timeout,
+            sock=udp,
+            first_beat_timeout=RENDEZVOUS_TIMEOUT_SECONDS,
+        )
+        watch.start()
     base = dict(os.environ)
-    if _env_int("DET_NUM_PARTS", 1) > 1 and not base.get("GLOO_SOCKET_IFNAME"):
+    if parts > 1 and not base.get("GLOO_SOCKET_IFNAME"):
         iface = interface_of(base.get("DET_ADVERTISE_ADDR", ""))
         if iface is not None:  # gloo's peers reach this node there (see the module)
             base["GLOO_SOCKET_IFNAME"] = iface
@@ -373,7 +401,19 @@ def launch(cmd: list[str], nproc_per_node: int | None = None) -> int:
             break
         if all(c == 0 for c in codes):
             break
+        lost = watch.lost() if watch is not None else None
+        if lost is not None:
+            print(
+                f"launcher: {lost}; stopping this node's ranks so that the trial restarts "
+                "from its latest checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            code = PEER_LOST_EXIT_CODE
+            break
         time.sleep(0.1)
+    if watch is not None and code == 0:
+        watch.finish()
     if code != 0:
         for p in procs:
             if p.poll() is None:

@@ -183,3 +183,55 @@ def test_a_starting_worker_is_waited_for_and_a_failed_start_is_not(tmp_path: Pat
     waiter.join(120)  # a wait until READY_TIMEOUT_SECONDS would still be blocked here
     assert result == [False]
     broken.stop()
+
+
+def test_a_supervised_fork_outlives_the_worker(tmp_path: Path) -> None:
+    """A trial forked under a supervisor of its own (``fork_supervised``): its output
+    goes to its state directory, and it runs on when the worker (and so, in an agent,
+    the agent) is killed; its exit is recorded there for the agent that adopts it."""
+    from dauntless.agent._supervise import ShimHandle, make_state_dir
+
+    script = tmp_path / "probe.py"
+    release = tmp_path / "release"
+    script.write_text(
+        "import os, sys, time\n"
+        "print('started', os.getcwd(), os.environ['MINE'], flush=True)\n"
+        f"while not os.path.exists({str(release)!r}):\n"
+        "    time.sleep(0.05)\n"
+        "print('after the worker died; parent', os.getppid(), flush=True)\n"
+        "print('to stderr', file=sys.stderr, flush=True)\n"
+        "sys.exit(5)\n"
+    )
+    sock = str(tmp_path / "fs.sock")
+    starter = WarmStarter(sock, dict(os.environ), os.getpid())
+    starter.start()
+    directory = str(tmp_path / "state" / "alloc-1")
+    try:
+        assert starter.wait_ready(120), "the fork server did not become ready"
+        assert starter.proc is not None
+        env = {**os.environ, "MINE": "7"}
+        make_state_dir(directory, ["python", str(script)], env, str(tmp_path), 60.0, {})
+        request = {
+            "kind": "script",
+            "target": str(script),
+            "args": [],
+            "env": env,
+            "cwd": str(tmp_path),
+        }
+        handle = starter.fork_supervised(request, directory)
+        assert isinstance(handle, ShimHandle) and handle.shim_alive()
+        lines = handle.lines()
+        assert next(lines)[1:] == ("stdout", f"started {tmp_path} 7")
+        supervisor = handle.pid
+    finally:
+        starter.stop()  # SIGKILL: a cold child of it would die with it
+    assert starter.proc is not None and starter.proc.poll() is not None
+    adopted = ShimHandle(directory, None)  # as an agent started again finds it
+    assert adopted.pid == supervisor and adopted.shim_alive() and adopted.poll() is None
+    release.write_text("")
+    assert adopted.wait(60) == 5
+    rest = [(kind, text) for _pos, kind, text in adopted.lines()]
+    assert rest[1:] == [
+        ("stdout", f"after the worker died; parent {supervisor}"),
+        ("stderr", "to stderr"),
+    ]

@@ -15,9 +15,10 @@
 
 Every task is started under its own supervisor (:mod:`dauntless.agent._shim`), which
 holds its output, outlives the agent for ``orphan_grace_period`` seconds (an agent
-started again adopts the task) and then ends every process of the task; except a
-single-rank trial that the agent's warm worker can fork (:mod:`dauntless.agent._warm`,
-docs/warm-start.md), which dies with the agent (``PR_SET_PDEATHSIG``).
+started again adopts the task) and then ends every process of the task. A single-rank
+trial that the agent's warm worker can fork (:mod:`dauntless.agent._warm`,
+docs/warm-start.md) is forked by it under a supervisor the worker forks too, with the
+same state directory, so it is adopted as any other.
 
 A task of another Unix identity than the agent's (a root agent's) runs isolated in
 PID and mount namespaces of its own as that identity (:mod:`dauntless.agent._identity`);
@@ -257,11 +258,19 @@ class ProcessRuntime(Runtime):
         # task's prepare thread, not the agent's loop).
         if not self.warm.ready() and not self.warm.wait_if_starting():
             return None
+        from .._supervise import make_state_dir
+
+        # Under a supervisor of its own, as a cold start: it outlives the agent and is
+        # adopted by the agent started again (docs/partitions.md).
+        directory = launch.state_path()
+        env = self.task_env(launch)
+        meta = {"allocation_id": launch.allocation_id, "runtime": self.name}
         try:
-            proc = self.warm.fork(request)
+            make_state_dir(
+                directory, launch.argv, env, launch.cwd or launch.work_dir, launch.grace, meta
+            )
+            return self.warm.fork_supervised(request, directory)
         except OSError as exc:
             self.log.warning("task %s starts cold: %s", launch.allocation_id, exc)
+            shutil.rmtree(directory, ignore_errors=True)
             return None
-        handle = TaskHandle(proc)  # type: ignore[arg-type]
-        handle.warm = True  # type: ignore[attr-defined]
-        return handle
