@@ -237,7 +237,7 @@ def _make_list(task_type: str):
         limit: int = Query(0, ge=0, le=10_000, description="0: every one"),
     ) -> dict[str, Any]:
         scope = authz.visible(request)
-        return _read(request, tasks.list_tasks, task_type, None, scope, workspace_id, offset, limit)
+        return _read(request, tasks.read_tasks, task_type, None, scope, workspace_id, offset, limit)
 
     list_family.__name__ = f"list_{task_type.lower()}s"
     list_family.__doc__ = f"The {task_type.lower()} tasks the caller may view, oldest first."
@@ -280,20 +280,20 @@ def list_tasks(
     how many matched."""
     scope = authz.visible(request)
     kind = type.upper() if type else None
-    return _read(request, tasks.list_tasks, kind, owner, scope, workspace_id, offset, limit)
+    return _read(request, tasks.read_tasks, kind, owner, scope, workspace_id, offset, limit)
 
 
 @router.get("/tasks/{task_id}", response_model=R.TaskBody)
 def get_task(task_id: str, request: Request) -> dict[str, Any]:
     """One task."""
-    return {"task": _read(request, tasks.get_task, task_id)}
+    return {"task": _read(request, tasks.read_task_view, task_id)}
 
 
 def _own_task_token(request: Request, task_id: str, what: str) -> None:
     """A task's session token may act only on its own task (users were checked by the
     permission table)."""
     who = principal(request)
-    _read(request, tasks.task_row, task_id)  # NotFound first: 404 beats 403 for an unknown id
+    _read(request, tasks.read_task, task_id)  # NotFound first: 404 beats 403 for an unknown id
     if who.kind == "trial" and who.task_id != task_id:
         raise forbidden(f"a task's session token may {what} only its own task, not {task_id}")
 
@@ -336,7 +336,7 @@ def task_logs(
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> dict[str, Any]:
     """A task's log lines with ids above ``after_id``; poll with the last id to follow."""
-    return _read(request, tasks.task_logs, task_id, after_id, limit)
+    return _read(request, tasks.read_task_logs, task_id, after_id, limit)
 
 
 @router.get("/tasks/{task_id}/context")
@@ -347,7 +347,7 @@ def task_context(task_id: str, request: Request) -> Response:
     if who.kind == "agent" and who.agent_id is not None:  # only the agent it was placed on
         with _ctx(request).db.read() as s:
             agent_models.runs_work_of(s, who.agent_id, who.part_id, task_id=task_id)
-    data = _read(request, tasks.task_context, task_id)
+    data = _read(request, tasks.read_task_context, task_id)
     if data is None:
         raise NotFound(f"task {task_id} has no context directory")
     return Response(data, media_type="application/gzip")

@@ -19,7 +19,7 @@ from ..db import AllocationRow, ExperimentRow, TaskRow, TrialRow
 from ..errors import BadRequest
 from ..task_states import TASK_TERMINAL, NotFound, TaskState
 from ..tensorboard_storage import trial_logdir
-from .tasks import task_row, task_view
+from .tasks import read_task, task_view
 
 log = logging.getLogger("dauntless.master.tasks")
 
@@ -51,7 +51,7 @@ def service_ready(
     Raises:
         NotFound: no such task.
     """
-    row = task_row(s, task_id)
+    row = read_task(s, task_id)
     alloc = s.get(AllocationRow, allocation_id)
     if alloc is None or alloc.task_id != task_id or alloc.state == "TERMINATED":
         return
@@ -70,7 +70,7 @@ def service_target(s: Session, task_id: str) -> tuple[TaskRow, str | None]:
     Raises:
         NotFound: no such task.
     """
-    row = task_row(s, task_id)
+    row = read_task(s, task_id)
     url = None
     if (
         row.state == TaskState.RUNNING.value

@@ -46,7 +46,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from dauntless.config import ConfigError
-from dauntless.config._task import TASK_TYPES, parse_task_config
+from dauntless.config._task import TASK_TYPES, TaskConfig, parse_task_config
 
 from ..context import MasterContext
 from ..db import (
@@ -192,7 +192,7 @@ def _entrypoint(task_type: str, entrypoint: str | list[str] | None) -> str | lis
     return entrypoint
 
 
-def _warnings(cfg: Any) -> list[str]:
+def _warnings(cfg: TaskConfig) -> list[str]:
     """Warnings about config fields that plain-process agents do not act on."""
     warnings = []
     if cfg.bind_mounts:
@@ -267,7 +267,7 @@ def _latest_allocation(s: Session, task_id: str) -> AllocationRow | None:
     )
 
 
-def task_row(s: Session, task_id: str) -> TaskRow:
+def read_task(s: Session, task_id: str) -> TaskRow:
     """The task's row.
 
     Raises:
@@ -279,16 +279,16 @@ def task_row(s: Session, task_id: str) -> TaskRow:
     return row
 
 
-def get_task(s: Session, task_id: str) -> dict[str, Any]:
+def read_task_view(s: Session, task_id: str) -> dict[str, Any]:
     """The view of one task (:func:`task_view`).
 
     Raises:
         NotFound: no such task.
     """
-    return task_view(s, task_row(s, task_id))
+    return task_view(s, read_task(s, task_id))
 
 
-def list_tasks(
+def read_tasks(
     s: Session,
     task_type: str | None = None,
     owner: str | None = None,
@@ -329,16 +329,18 @@ def list_tasks(
     return {"tasks": [task_view(s, r) for r in s.scalars(q).all()], "total": total}
 
 
-def task_context(s: Session, task_id: str) -> bytes | None:
+def read_task_context(s: Session, task_id: str) -> bytes | None:
     """The task's context tarball (gzipped tar bytes), or None.
 
     Raises:
         NotFound: no such task.
     """
-    return task_row(s, task_id).context
+    return read_task(s, task_id).context
 
 
-def task_logs(s: Session, task_id: str, after_id: int = 0, limit: int = 1000) -> dict[str, Any]:
+def read_task_logs(
+    s: Session, task_id: str, after_id: int = 0, limit: int = 1000
+) -> dict[str, Any]:
     """Log lines of every run of a task with ids above ``after_id``.
 
     Args:
@@ -352,7 +354,7 @@ def task_logs(s: Session, task_id: str, after_id: int = 0, limit: int = 1000) ->
     Raises:
         NotFound: no such task.
     """
-    row = task_row(s, task_id)
+    row = read_task(s, task_id)
     alloc_ids = list(s.scalars(select(AllocationRow.id).where(AllocationRow.task_id == task_id)))
     lines: Sequence[TaskLogRow] = []
     if alloc_ids:
@@ -382,7 +384,9 @@ def task_logs(s: Session, task_id: str, after_id: int = 0, limit: int = 1000) ->
 # ---------------------------------------------------------------------- actions
 
 
-def kill_task(s: Session, ctx: MasterContext, task_id: str, reason: str = "killed") -> dict:
+def kill_task(
+    s: Session, ctx: MasterContext, task_id: str, reason: str = "killed"
+) -> dict[str, Any]:
     """Stop a task: a queued or not yet started one is CANCELED at once, a running one
     becomes TERMINATING until its agent reports the exit. Killing an ended task changes
     nothing.
@@ -397,7 +401,7 @@ def kill_task(s: Session, ctx: MasterContext, task_id: str, reason: str = "kille
     Raises:
         NotFound: no such task.
     """
-    row = task_row(s, task_id)
+    row = read_task(s, task_id)
     state = TaskState(row.state)
     if state not in TASK_TERMINAL:
         row.kill_requested = True
