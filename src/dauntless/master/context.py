@@ -4,9 +4,9 @@ share (issue 18 scope 4).
 :class:`MasterContext` holds the database, the master config, the clock, the loop's wake
 event, the group commit of training reports, caches of parsed configs, the change flags
 the loop and the streams poll, the loop hooks, the log-policy matcher, the checkpoint
-deletions, the proxy's task activity and the webhook queue. It holds no domain logic: experiments, trials,
-allocations, agents, checkpoints, metrics and logs are changed by the session-first
-functions of :mod:`dauntless.master.models`, and the control loop is
+deletions, the proxy's task activity and the webhook queue. It holds no domain logic:
+experiments, trials, tasks, allocations, agents, checkpoints, metrics and logs are changed
+by the session-first functions of :mod:`dauntless.master.models`, and the control loop is
 :mod:`dauntless.master.loop`.
 """
 
