@@ -35,7 +35,7 @@ class Principal:
             experiment, its allocation (``DET_ALLOCATION_ID``) and the part the token
             was made for.
         task_id: for a generic task's session token (kind ``trial``, no trial id): the
-            task (commands, notebooks ...; :mod:`dauntless.master.tasks`).
+            task (commands, notebooks ...; :mod:`dauntless.master.models.tasks`).
         agent_id: for an agent: the agent its credential is bound to; None for the
             cluster secret itself, which only registers agents. A Slurm job's part
             credential also sets ``part_id``: it speaks for that part only.

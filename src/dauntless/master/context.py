@@ -4,9 +4,9 @@ share (issue 18 scope 4).
 :class:`MasterContext` holds the database, the master config, the clock, the loop's wake
 event, the group commit of training reports, caches of parsed configs, the change flags
 the loop and the streams poll, the loop hooks, the log-policy matcher, the checkpoint
-deletions, the task service and the webhook queue. It holds no domain logic: experiments, trials,
-allocations, agents, checkpoints, metrics and logs are changed by the session-first
-functions of :mod:`dauntless.master.models`, and the control loop is
+deletions, the proxy's task activity and the webhook queue. It holds no domain logic:
+experiments, trials, tasks, allocations, agents, checkpoints, metrics and logs are changed
+by the session-first functions of :mod:`dauntless.master.models`, and the control loop is
 :mod:`dauntless.master.loop`.
 """
 
@@ -43,7 +43,6 @@ from .db import (
 )
 from .group_commit import GroupCommit
 from .task_policies import LogPolicyMatcher
-from .tasks import TaskService
 from .webhooks import Webhooks
 
 P = ParamSpec("P")
@@ -179,8 +178,11 @@ class MasterContext:
         )
         #: Durable deletion of DELETING checkpoints' files (dauntless.master.checkpoint_gc).
         self.deletions = CheckpointDeletions(db, lambda: self.clock())
-        #: Commands, notebooks, shells and TensorBoards (dauntless.master.tasks).
-        self.tasks = TaskService(self)
+        #: Task id -> last time (seconds since the epoch) the proxy forwarded a request
+        #: to its service: a TensorBoard's activity for its idle timeout
+        #: (:func:`dauntless.master.models.task_runs.kill_idle_tensorboards`; memory
+        #: only, a restart counts as activity).
+        self.task_activity: dict[str, float] = {}
         #: Webhook triggers and their event queue (dauntless.master.webhooks).
         self.webhooks = Webhooks(db, config, lambda: self.clock())
 

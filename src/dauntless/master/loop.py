@@ -13,7 +13,7 @@ import time
 from . import scheduling
 from .context import MasterContext
 from .db import ExperimentRow
-from .models import agents, checkpoints, runs
+from .models import agents, checkpoints, runs, task_runs
 from .task_policies import enforce_preemption_timeouts
 
 log = logging.getLogger("dauntless.master")
@@ -53,7 +53,7 @@ def _schedule_pass(ctx: MasterContext, maintenance: bool, lazy: bool) -> int:
         if maintenance:
             agents.reap_lost_agents(s, ctx, now)
             enforce_preemption_timeouts(s, ctx, now)
-            ctx.tasks.scheduling.idle_check(s, now)
+            task_runs.kill_idle_tensorboards(s, ctx, now)
         # Under the write lock: no commit comes between take() and the reads.
         changed = ctx.placement_changes.take()
         if lazy and not changed and now - ctx.placed_at < PLACEMENT_FALLBACK_SECONDS:

@@ -57,11 +57,12 @@ from dauntless._auth import COOKIE_NAME
 
 from .auth_access import Principal
 from .authz import may_open
-from .models import users
+from .db import Database, TaskRow
+from .models import task_services, users
 from .proxy_auth import PROXY_COOKIE, TICKET_PATH, ProxyAuth, proxy_origin
 from .proxy_forward import forward_http, forward_ws, raw_path
 from .proxy_terminal import terminal_file
-from .tasks import NotFound
+from .task_states import NotFound
 
 log = logging.getLogger("dauntless.master.proxy")
 
@@ -102,6 +103,19 @@ async def _identify(conn: HTTPConnection, caller: Any) -> Principal:
         raise _Refused(exc.status_code, str(exc.detail), {"WWW-Authenticate": "Bearer"}) from None
 
 
+def _read_target(db: Database, task_id: str) -> tuple[TaskRow, str | None]:
+    """The task's row (detached from its read session) and its service's base URL
+    (:func:`~dauntless.master.models.task_services.service_target`).
+
+    Raises:
+        NotFound: no such task.
+    """
+    with db.read() as s:
+        row, url = task_services.service_target(s, task_id)
+        s.expunge(row)
+    return row, url
+
+
 async def _target(conn: HTTPConnection, who: Principal, task_id: str) -> tuple[Any, str]:
     """The task's service URL once ``who`` may reach it.
 
@@ -110,7 +124,7 @@ async def _target(conn: HTTPConnection, who: Principal, task_id: str) -> tuple[A
     """
     ctx = conn.app.state.ctx
     try:
-        row, base = await run_in_threadpool(ctx.tasks.target, task_id)
+        row, base = await run_in_threadpool(_read_target, ctx.db, task_id)
     except NotFound as exc:
         raise _Refused(404, str(exc)) from None
     if who.kind != "user":
@@ -124,7 +138,7 @@ async def _target(conn: HTTPConnection, who: Principal, task_id: str) -> tuple[A
         if row.state in ("COMPLETED", "ERROR", "CANCELED"):
             raise _Refused(410, f"task {task_id} has ended ({row.state}): {row.exit_message}")
         raise _Refused(503, f"task {task_id} is {row.state}; its service is not ready yet")
-    ctx.tasks.proxy_activity[task_id] = time.time()
+    ctx.task_activity[task_id] = time.time()
     return row, base
 
 

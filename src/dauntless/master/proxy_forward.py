@@ -183,7 +183,7 @@ async def forward_ws(ws: WebSocket, row: Any, base: str) -> None:
     async def service_to_client() -> None:
         try:
             async for data in upstream:
-                ws.app.state.ctx.tasks.proxy_activity[task_id] = time.time()
+                ws.app.state.ctx.task_activity[task_id] = time.time()
                 if isinstance(data, bytes):
                     await ws.send_bytes(data)
                 else:

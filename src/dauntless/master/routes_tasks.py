@@ -25,13 +25,16 @@ from . import authz
 from . import responses as R
 from .api_spec import INT32_MAX
 from .auth import forbidden, principal
-from .context import MasterContext
 from .context_archive import check_context_archive, read_upload
 from .db import UNCATEGORIZED_ID
 from .errors import MAX_CONTEXT_BYTES, BadRequest
 from .models import agents as agent_models
+from .models import task_services, tasks
+from .models.templates import apply_template
 from .rbac import Perm
-from .tasks import NotFound, TaskConflict, TaskService
+from .routes import _ctx, _read, _write
+from .routes_templates import template_for_use
+from .task_states import NotFound, TaskConflict
 
 router = APIRouter(prefix="/api/v1")
 
@@ -42,11 +45,6 @@ FAMILIES = {
     "tensorboards": "TENSORBOARD",
 }
 """REST family -> task type."""
-
-
-def _tasks(request: Request) -> TaskService:
-    ctx: MasterContext = request.app.state.ctx
-    return ctx.tasks
 
 
 def install_task_error_handlers(app: FastAPI) -> None:
@@ -135,7 +133,6 @@ def _make_create(family: str, task_type: str):
     async def create(request: Request, response: Response) -> dict[str, Any]:
         fields, config, context = await _read_form(request)
         who = principal(request)
-        svc = _tasks(request)
         owner = who.username or "determined"
         workspace_id = _workspace_id(fields)
         target = await run_in_threadpool(authz.read_target, request, "workspace", workspace_id)
@@ -158,10 +155,12 @@ def _make_create(family: str, task_type: str):
             exp_ids = _ids(_json_field(fields, "experiment_ids", []), "experiment_ids")
             trial_ids = _ids(_json_field(fields, "trial_ids", []), "trial_ids")
             exp_ids, trial_ids, logdirs = await run_in_threadpool(
-                svc.tensorboard_logdirs, exp_ids, trial_ids
+                _read, request, task_services.tensorboard_logdirs, exp_ids, trial_ids
             )
             await _require_subjects(request, exp_ids, trial_ids, Perm.VIEW_EXPERIMENT_ARTIFACTS)
-            found = await run_in_threadpool(svc.find_tensorboard, owner, exp_ids, trial_ids)
+            found = await run_in_threadpool(
+                _read, request, task_services.find_tensorboard, owner, exp_ids, trial_ids
+            )
             if found is not None:
                 response.status_code = 200
                 return {"task": found, "warnings": [], "reused": True}
@@ -173,7 +172,16 @@ def _make_create(family: str, task_type: str):
                 await _require_subjects(request, exp_ids, trial_ids, Perm.VIEW_EXPERIMENT_METADATA)
                 meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids}
         answer = await run_in_threadpool(
-            svc.create, task_type, owner, config, entrypoint, context, meta, workspace_id
+            _write,
+            request,
+            tasks.create_task,
+            task_type,
+            owner,
+            config,
+            entrypoint,
+            context,
+            meta,
+            workspace_id,
         )
         answer["reused"] = False
         return answer
@@ -198,9 +206,6 @@ def _with_template(request: Request, config: dict[str, Any] | None, name: Any) -
     Raises:
         BadRequest: not a name. NotFound: no such template. HTTPException: 403.
     """
-    from .models.templates import apply_template
-    from .routes_templates import template_for_use
-
     if not isinstance(name, str):
         raise BadRequest(
             "invalid request: template_name: a template name", [("template_name", "a name")]
@@ -232,7 +237,7 @@ def _make_list(task_type: str):
         limit: int = Query(0, ge=0, le=10_000, description="0: every one"),
     ) -> dict[str, Any]:
         scope = authz.visible(request)
-        return _tasks(request).list(task_type, None, scope, workspace_id, offset, limit)
+        return _read(request, tasks.read_tasks, task_type, None, scope, workspace_id, offset, limit)
 
     list_family.__name__ = f"list_{task_type.lower()}s"
     list_family.__doc__ = f"The {task_type.lower()} tasks the caller may view, oldest first."
@@ -275,20 +280,20 @@ def list_tasks(
     how many matched."""
     scope = authz.visible(request)
     kind = type.upper() if type else None
-    return _tasks(request).list(kind, owner, scope, workspace_id, offset, limit)
+    return _read(request, tasks.read_tasks, kind, owner, scope, workspace_id, offset, limit)
 
 
 @router.get("/tasks/{task_id}", response_model=R.TaskBody)
 def get_task(task_id: str, request: Request) -> dict[str, Any]:
     """One task."""
-    return {"task": _tasks(request).get(task_id)}
+    return {"task": _read(request, tasks.read_task_view, task_id)}
 
 
 def _own_task_token(request: Request, task_id: str, what: str) -> None:
     """A task's session token may act only on its own task (users were checked by the
     permission table)."""
     who = principal(request)
-    _tasks(request).get(task_id)  # NotFound first: 404 beats 403 for an unknown id
+    _read(request, tasks.read_task, task_id)  # NotFound first: 404 beats 403 for an unknown id
     if who.kind == "trial" and who.task_id != task_id:
         raise forbidden(f"a task's session token may {what} only its own task, not {task_id}")
 
@@ -302,12 +307,12 @@ class _Kill(BaseModel):
 def kill_task(task_id: str, request: Request, body: _Kill | None = None) -> dict[str, Any]:
     """Kill a task (its owner, an admin, or the task itself, e.g. when idle)."""
     _own_task_token(request, task_id, "kill")
-    return {"task": _tasks(request).kill(task_id, (body or _Kill()).reason)}
+    return {"task": _write(request, tasks.kill_task, task_id, (body or _Kill()).reason)}
 
 
 def _make_kill(family: str):
     def kill_family(task_id: str, request: Request) -> dict[str, Any]:
-        return {"task": _tasks(request).kill(task_id)}
+        return {"task": _write(request, tasks.kill_task, task_id)}
 
     kill_family.__name__ = f"kill_{family}"
     kill_family.__doc__ = f"Kill a task (the ``/{family}`` spelling of ``/tasks/{{id}}/kill``)."
@@ -331,7 +336,7 @@ def task_logs(
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> dict[str, Any]:
     """A task's log lines with ids above ``after_id``; poll with the last id to follow."""
-    return _tasks(request).logs(task_id, after_id, limit)
+    return _read(request, tasks.read_task_logs, task_id, after_id, limit)
 
 
 @router.get("/tasks/{task_id}/context")
@@ -340,9 +345,9 @@ def task_context(task_id: str, request: Request) -> Response:
     404 when it has none."""
     who = principal(request)
     if who.kind == "agent" and who.agent_id is not None:  # only the agent it was placed on
-        with request.app.state.ctx.db.read() as s:
+        with _ctx(request).db.read() as s:
             agent_models.runs_work_of(s, who.agent_id, who.part_id, task_id=task_id)
-    data = _tasks(request).context(task_id)
+    data = _read(request, tasks.read_task_context, task_id)
     if data is None:
         raise NotFound(f"task {task_id} has no context directory")
     return Response(data, media_type="application/gzip")
@@ -366,5 +371,13 @@ def task_service(task_id: str, body: _Service, request: Request) -> dict[str, An
         raise BadRequest(
             "invalid request: give addr and port, or error", [("port", "required with addr")]
         )
-    _tasks(request).service_ready(task_id, who.allocation_id, body.addr, body.port, body.error)
+    _write(
+        request,
+        task_services.service_ready,
+        task_id,
+        who.allocation_id,
+        body.addr,
+        body.port,
+        body.error,
+    )
     return {}

@@ -23,7 +23,7 @@ from dauntless.scheduler import pool_spec_from_config as pool_spec
 from .context import MasterContext
 from .db import AgentRow, AllocationRow, ExperimentRow, TaskRow, TrialRow
 from .environments import agent_has, identity_needs, required_features
-from .models import allocations, users
+from .models import allocations, task_runs, users
 from .states import State
 from .task_policies import excluded_agents
 
@@ -78,7 +78,7 @@ def place_pending(s: Session, ctx: MasterContext, now: float) -> int:
 
 def write_decision(s: Session, ctx: MasterContext, inputs: PassInputs, decision: Decision) -> int:
     """Carry out one pool's decision: an allocation per assignment (a task's through
-    :meth:`~dauntless.master.task_scheduling.TaskScheduling.allocate`), and a preemption
+    :func:`~dauntless.master.models.task_runs.allocate_task`), and a preemption
     flag on each victim trial's allocation.
 
     Returns:
@@ -88,7 +88,7 @@ def write_decision(s: Session, ctx: MasterContext, inputs: PassInputs, decision:
     for assignment in decision.assignments:
         work = inputs.pending[assignment.request_id]
         if isinstance(work.row, TaskRow):
-            created += ctx.tasks.scheduling.allocate(s, work.row.id, dict(assignment.slots))
+            created += task_runs.allocate_task(s, ctx, work.row.id, dict(assignment.slots))
             continue
         parts = [(agent_id, list(slots)) for agent_id, slots in assignment.slots.items()]
         allocations.new_allocation(s, work.row, parts, ctx.clock())
@@ -120,7 +120,7 @@ def read_pass(s: Session, ctx: MasterContext) -> PassInputs:
     if live_trials:
         query = query.where(TrialRow.id.not_in(live_trials))
     trials = [(t, e) for t, e in s.execute(query).all() if t.id not in live_trials]
-    tasks = ctx.tasks.scheduling.pending(s)
+    tasks = task_runs.pending_tasks(s)
     inputs = PassInputs()
     if not trials and not tasks:
         return inputs
@@ -210,7 +210,7 @@ def _task_work(ctx: MasterContext, tasks: list[TaskRow], needs: _Needs) -> list[
     out = []
     for row in tasks:
         pool = row.config["resources"].get("resource_pool") or "default"
-        (request,) = ctx.tasks.scheduling.requests([row], pool)
+        (request,) = task_runs.task_requests([row], pool)
         need = needs.identity(row.owner_id, row.workspace_id, pool)
         out.append(PendingWork(replace(request, needs=need), pool, row))
     return out
@@ -239,7 +239,7 @@ def _running(
     out = []
     for alloc in live:
         if alloc.task_id is not None:
-            out.append((ctx.tasks.scheduling.running(alloc, configs[alloc.task_id]), alloc))
+            out.append((task_runs.task_allocation(alloc, configs[alloc.task_id]), alloc))
             continue
         assert alloc.trial_id is not None  # not a task's, so a trial's allocation
         exp = exps[exp_of[alloc.trial_id]]

@@ -107,7 +107,7 @@ def enforce_preemption_timeouts(s: Session, ctx: ConfigSource, now: float) -> No
             alloc.preempt_requested_at = now
             continue
         # Commands, notebooks, shells and TensorBoards (no trial) are stopped by their own
-        # kill path (dauntless.master.tasks), not by an experiment's preemption_timeout.
+        # kill path (dauntless.master.models.tasks), not by an experiment's preemption_timeout.
         trial = s.get(TrialRow, alloc.trial_id) if alloc.trial_id is not None else None
         exp = s.get(ExperimentRow, trial.experiment_id) if trial is not None else None
         if exp is None:

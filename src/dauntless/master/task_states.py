@@ -1,4 +1,4 @@
-"""States, constants and errors of generic tasks (:mod:`dauntless.master.tasks`): the
+"""States, constants and errors of generic tasks (:mod:`dauntless.master.models.tasks`): the
 declarative state machine (:data:`TASK_TRANSITIONS`, :func:`check_task_transition`), the
 service types, default slots and scheduler request prefix, and the 404 and 409 errors.
 """

@@ -7,6 +7,7 @@ from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
 from dauntless.master.app import create_app
+from dauntless.master.models import tasks
 from dauntless.master.testing import sign_in
 
 
@@ -34,8 +35,9 @@ def test_queued_tasks_count_as_pending_demand(tmp_path):
         sign_in(client)
         ctx = app.state.ctx
         prov = app.state.provisioners.pools[0]
-        ctx.tasks.create("COMMAND", "determined", {"resources": {"slots": 1}}, "true")
-        ctx.tasks.create("SHELL", "determined", {"resources": {"slots": 0}})
-        ctx.tasks.create("COMMAND", "determined", {"resources": {"resource_pool": "other"}}, "true")
+        ctx.write(tasks.create_task, "COMMAND", "determined", {"resources": {"slots": 1}}, "true")
+        ctx.write(tasks.create_task, "SHELL", "determined", {"resources": {"slots": 0}})
+        other = {"resources": {"resource_pool": "other"}}
+        ctx.write(tasks.create_task, "COMMAND", "determined", other, "true")
         with ctx.db.read() as s:
             assert sorted(prov._pending_slots(s)) == [0, 1]

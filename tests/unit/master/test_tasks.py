@@ -15,7 +15,7 @@ from dauntless.core._train import TrainContext
 from dauntless.exec.task_service import notebook_idle_since
 from dauntless.master import loop
 from dauntless.master.app import create_app
-from dauntless.master.tasks import TaskConflict, TaskState, check_task_transition
+from dauntless.master.task_states import TaskConflict, TaskState, check_task_transition
 from dauntless.master.testing import bearer, login, model_def_tarball, register_agent, sign_in
 from dauntless.storage._fs import SharedFSStorageManager
 

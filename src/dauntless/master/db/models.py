@@ -352,7 +352,8 @@ class AllocationRow(Base):
 
 
 class TaskRow(Base):
-    """A generic task: a command, notebook, shell or TensorBoard (:mod:`dauntless.master.tasks`).
+    """A generic task: a command, notebook, shell or TensorBoard
+    (:mod:`dauntless.master.models.tasks`).
 
     ``config`` is the resolved task config (JSON), ``entrypoint`` what the agent runs (a
     string for ``sh -c`` or an argv list), ``context`` the optional context directory (a

@@ -14,7 +14,7 @@ from ..context import MasterContext
 from ..db import AllocationRow, ProjectRow, TaskRow, TrialRow
 from ..errors import NotFound
 from ..states import State
-from ..tasks import TaskState
+from ..task_states import TaskState
 from . import experiment_reads
 
 EXPERIMENT_PREFIX = "experiment-"

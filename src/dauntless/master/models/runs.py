@@ -20,7 +20,7 @@ from ..environments import task_environment
 from ..errors import NotFound
 from ..states import STOPPING, State, is_terminal
 from ..task_policies import record_failure, retries_canceled
-from . import allocations, search, trials, users
+from . import allocations, search, task_runs, trials, users
 
 log = logging.getLogger("dauntless.master")
 
@@ -71,7 +71,7 @@ def terminate(
     alloc.state, alloc.exit_code, alloc.exit_message = "TERMINATED", exit_code, message
     alloc.ended_at = ctx.clock()
     if alloc.task_id is not None:
-        ctx.tasks.scheduling.on_exit(s, alloc)
+        task_runs.task_exited(s, ctx, alloc)
         return
     parts = allocations.parts(s, alloc.group_id)
     live = [p for p in parts if p.state != "TERMINATED"]
@@ -179,9 +179,9 @@ def stop_allocation(s: Session, ctx: MasterContext, trial: TrialRow, *, kill: bo
 def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str, Any]:
     """The TaskSpec handing one part of an allocation to its agent (docs/protocol.md):
     what to run, its environment variables and where its context lies; a task's
-    allocation is handed to :mod:`dauntless.master.task_scheduling`."""
+    allocation is handed over by :func:`.task_runs.task_spec`."""
     if alloc.task_id is not None:
-        return ctx.tasks.scheduling.task_spec(s, alloc)
+        return task_runs.task_spec(s, ctx, alloc)
     trial = s.get(TrialRow, alloc.trial_id)
     assert trial is not None
     exp = s.get(ExperimentRow, trial.experiment_id)

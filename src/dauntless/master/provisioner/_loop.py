@@ -25,6 +25,7 @@ from sqlalchemy import select
 from dauntless.scheduler import InstanceInfo, ProvisionerSpec, provision
 
 from ..db import AgentRow, AllocationRow, ExperimentRow, InstanceRow, TrialRow
+from ..models import task_runs
 from ..states import State
 from ._base import Provider, ProviderError
 
@@ -125,9 +126,7 @@ class PoolProvisioner:
         # Queued commands, notebooks, shells and TensorBoards are demand too.
         out.extend(
             r.slots_needed
-            for r in self.ctx.tasks.scheduling.requests(
-                self.ctx.tasks.scheduling.pending(s), self.pool.pool_name
-            )
+            for r in task_runs.task_requests(task_runs.pending_tasks(s), self.pool.pool_name)
         )
         return out
 
