@@ -154,5 +154,8 @@ def translate_master_config(raw: dict[str, Any]) -> tuple[dict[str, Any], list[s
         security = dict(security)
         security.pop("ssh")
         out["security"] = security
-        warnings.append("master config field security.ssh is ignored: tasks get no SSH keys")
+        warnings.append(
+            "master config field security.ssh is ignored: shells get Ed25519 keys (key_type"
+            " ED25519, Determined's default)"
+        )
     return out, warnings

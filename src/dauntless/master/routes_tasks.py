@@ -31,6 +31,7 @@ from .db import UNCATEGORIZED_ID
 from .errors import MAX_CONTEXT_BYTES, BadRequest
 from .models import agents as agent_models
 from .rbac import Perm
+from .shell_ssh import META_KEY, NotOwner, new_key_pair, owner_key
 from .tasks import NotFound, TaskConflict, TaskService
 
 router = APIRouter(prefix="/api/v1")
@@ -172,6 +173,8 @@ def _make_create(family: str, task_type: str):
             if exp_ids or trial_ids:
                 await _require_subjects(request, exp_ids, trial_ids, Perm.VIEW_EXPERIMENT_METADATA)
                 meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids}
+        if task_type == "SHELL":  # issue 34: its own key pair for its sshd
+            meta[META_KEY] = new_key_pair()
         answer = await run_in_threadpool(
             svc.create, task_type, owner, config, entrypoint, context, meta, workspace_id
         )
@@ -291,6 +294,19 @@ def _own_task_token(request: Request, task_id: str, what: str) -> None:
     _tasks(request).get(task_id)  # NotFound first: 404 beats 403 for an unknown id
     if who.kind == "trial" and who.task_id != task_id:
         raise forbidden(f"a task's session token may {what} only its own task, not {task_id}")
+
+
+@router.get("/shells/{task_id}/ssh_key", response_model=R.ShellKeyOut)
+def shell_ssh_key(task_id: str, request: Request) -> dict[str, Any]:
+    """A shell's SSH key pair (OpenSSH formats), for its owner only (403 for anyone
+    else, admins included; 404 for another kind of task); :mod:`.shell_ssh`."""
+    svc = _tasks(request)
+    with request.app.state.ctx.db.read() as s:
+        row = svc.get_row(s, task_id)
+        try:
+            return owner_key(row, principal(request))
+        except NotOwner as exc:
+            raise forbidden(str(exc)) from None
 
 
 class _Kill(BaseModel):

@@ -20,6 +20,7 @@ from dauntless.config import MasterConfig
 from dauntless.config._task import TaskConfig
 from dauntless.scheduler import Allocation, Request
 
+from . import shell_ssh
 from .auth import hash_token, new_token
 from .db import AllocationRow, Database, TaskRow, UserSessionRow
 from .models.users import task_identity
@@ -177,6 +178,8 @@ class TaskScheduling:
             env["DAUNTLESS_IDLE_TIMEOUT"] = str(cfg.idle_timeout)
         if cfg.debug:
             env["DAUNTLESS_DEBUG"] = "1"
+        if row.type == "SHELL" and (key := shell_ssh.public_key(row.meta)):
+            env["DAUNTLESS_SSH_PUBLIC_KEY"] = key  # the one key its sshd lets in (issue 34)
         if row.type == "TENSORBOARD":
             env["DAUNTLESS_TENSORBOARD_LOGDIRS"] = ",".join(
                 f"{k}:{v}" for k, v in sorted(row.meta.get("logdirs", {}).items())
