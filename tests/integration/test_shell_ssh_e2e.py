@@ -88,6 +88,8 @@ def test_show_ssh_command_runs_a_command(shell) -> None:
     assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
     assert "PRIVATE KEY" not in " ".join(argv)  # the key is a file, never an argument
     assert "StrictHostKeyChecking=yes" in argv  # the host key came through the master
+    r = httpx.get(f"{c.url}/api/v1/tasks/{shell_id}", headers=c.headers(), timeout=30)
+    assert r.status_code == 200 and "PRIVATE KEY" not in r.text  # never in the task's view
     out = _ssh(c, argv, 'echo "hello $(id -un) $DET_TASK_ID $DAUNTLESS_SERVICE_TOKEN."').stdout
     user = argv[-1].split("@")[0]
     assert out.strip() == f"hello {user} {shell_id} ."  # the task's env, not its service token
