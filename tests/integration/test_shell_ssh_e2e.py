@@ -221,12 +221,9 @@ def test_a_second_user_cannot_use_the_shell_nor_its_key(shell, tmp_path) -> None
     assert proc.returncode == 255 and "403" in proc.stderr
 
 
-def test_sshd_ends_with_the_shell(module_cluster_factory, shell) -> None:
-    """Killing a shell stops its sshd (last in the module: it kills its own shell)."""
-    c, env, _shell_id, _argv = shell
-    shell_id = _det(c, env, "shell", "start", "-d", "--config", "resources.slots=0").stdout
-    shell_id = shell_id.strip().splitlines()[-1]
-    argv = shlex.split(_det(c, env, "shell", "show_ssh_command", shell_id).stdout.splitlines()[-1])
+def test_sshd_ends_with_the_shell(shell) -> None:
+    """Killing a shell stops its sshd (last in the module: it kills the module's shell)."""
+    c, env, shell_id, argv = shell
     assert _ssh(c, argv, "echo up").stdout.strip() == "up"
     logs = _det(c, env, "task", "logs", shell_id).stdout
     port = int(re.search(r"sshd listens on 127\.0\.0\.1:(\d+)", logs).group(1))  # type: ignore[union-attr]
@@ -240,3 +237,5 @@ def test_sshd_ends_with_the_shell(module_cluster_factory, shell) -> None:
         time.sleep(0.3)
     else:
         pytest.fail(f"the shell's sshd still listens on {port} after the shell ended")
+    proc = _ssh(c, argv, "echo up", check=False)
+    assert proc.returncode == 255 and "410" in proc.stderr, proc.stderr  # ended: the proxy says so
