@@ -174,7 +174,8 @@ def _make_create(family: str, task_type: str):
                 await _require_subjects(request, exp_ids, trial_ids, Perm.VIEW_EXPERIMENT_METADATA)
                 meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids}
         if task_type == "SHELL":  # issue 34: its own key pair for its sshd
-            meta[META_KEY] = new_key_pair()
+            ssh = request.app.state.ctx.config.security.ssh
+            meta[META_KEY] = await run_in_threadpool(new_key_pair, ssh.key_type, ssh.rsa_key_size)
         answer = await run_in_threadpool(
             svc.create, task_type, owner, config, entrypoint, context, meta, workspace_id
         )

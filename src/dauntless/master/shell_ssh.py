@@ -10,8 +10,9 @@ opens the shell's ``sshd``, which is reachable only through the master's proxy, 
 lets only the owner (or a user with ``UPDATE_NSC`` on its workspace) through: a key
 that leaked is still no way in for anyone else.
 
-Keys are Ed25519 (Determined's default ``security.ssh.key_type``), made by the
-``cryptography`` library and written in OpenSSH's formats.
+Keys are of the master config's ``security.ssh.key_type`` (Ed25519 by default, as
+Determined's; RSA of ``rsa_key_size`` bits or ECDSA P-256), made by the ``cryptography``
+library and written in OpenSSH's formats.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .task_states import NotFound
@@ -34,14 +36,30 @@ class NotOwner(Exception):
     """Someone other than a shell's owner asked for its private key."""
 
 
-def new_key_pair() -> dict[str, str]:
-    """A fresh Ed25519 key pair in OpenSSH's formats.
+def new_key_pair(key_type: str = "ED25519", rsa_key_size: int | None = None) -> dict[str, str]:
+    """A fresh key pair in OpenSSH's formats.
+
+    Args:
+        key_type: ``ED25519``, ``RSA`` or ``ECDSA`` (NIST P-256), as
+            ``security.ssh.key_type``.
+        rsa_key_size: bits of an RSA key (default 2048).
 
     Returns:
         ``{"private_key": PEM text (OpenSSH private key, unencrypted),
         "public_key": "ssh-ed25519 AAAA... dauntless-shell"}``.
+
+    Raises:
+        ValueError: an unknown key type.
     """
-    key = Ed25519PrivateKey.generate()
+    key: Any
+    if key_type == "ED25519":
+        key = Ed25519PrivateKey.generate()
+    elif key_type == "RSA":
+        key = rsa.generate_private_key(public_exponent=65537, key_size=rsa_key_size or 2048)
+    elif key_type == "ECDSA":
+        key = ec.generate_private_key(ec.SECP256R1())
+    else:
+        raise ValueError(f"key_type must be ED25519, RSA or ECDSA, got {key_type!r}")
     private = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.OpenSSH,

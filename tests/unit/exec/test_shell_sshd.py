@@ -61,6 +61,27 @@ def test_key_pair_is_openssh_and_given_to_the_owner_only() -> None:
     with pytest.raises(NotFound):
         owner_key(SimpleNamespace(id="c", type="COMMAND", owner="bob", meta={}), bob)  # type: ignore[arg-type]
     assert public_key({}) is None
+    assert new_key_pair("RSA", 1024)["public_key"].startswith("ssh-rsa ")
+    assert new_key_pair("ECDSA")["public_key"].startswith("ecdsa-sha2-nistp256 ")
+    with pytest.raises(ValueError, match="key_type"):
+        new_key_pair("DSA")
+
+
+def test_ssh_config_is_checked() -> None:
+    from pydantic import ValidationError
+
+    from dauntless.config import SecurityConfig
+
+    assert SecurityConfig().ssh.key_type == "ED25519"
+    cfg = SecurityConfig.model_validate({"ssh": {"key_type": "RSA", "rsa_key_size": 3072}})
+    assert cfg.ssh.rsa_key_size == 3072
+    for bad, text in (
+        ({"key_type": "DSA"}, "key_type"),
+        ({"key_type": "RSA", "rsa_key_size": 512}, "rsa_key_size"),
+        ({"rsa_key_size": 2048}, "RSA only"),
+    ):
+        with pytest.raises(ValidationError, match=text):
+            SecurityConfig.model_validate({"ssh": bad})
 
 
 @pytest.mark.skipif(
