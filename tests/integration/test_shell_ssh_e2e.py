@@ -81,7 +81,7 @@ def _ssh(c: Cluster, argv: list[str], *more: str, check: bool = True):
 
 
 def test_show_ssh_command_runs_a_command(shell) -> None:
-    c, _env, shell_id, argv = shell
+    c, env, shell_id, argv = shell
     assert argv[0] == "ssh" and argv[-1].endswith(f"@{shell_id}")
     key = Path(argv[argv.index("-i") + 1])
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
@@ -95,6 +95,22 @@ def test_show_ssh_command_runs_a_command(shell) -> None:
     assert out.strip() == f"hello {user} {shell_id} ."  # the task's env, not its service token
     proc = _ssh(c, argv, "exit 7", check=False)
     assert proc.returncode == 7
+    # det shell open --ssh: the same through a key in a temporary directory
+    proc = _det(
+        c,
+        env,
+        "shell",
+        "open",
+        shell_id,
+        "--ssh",
+        "--",
+        "-o",
+        "BatchMode=yes",
+        "exit 3",
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert f"det shell open {shell_id} --ssh" in proc.stderr
 
 
 def test_scp_copies_a_file_both_ways(shell, tmp_path) -> None:

@@ -142,9 +142,7 @@ def run_session(session: Session, task_id: str, command: list[str] | None) -> in
 
 def _start(args: argparse.Namespace) -> int:
     config, context = build_config(args)
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     with open_session(args) as session:
         task = create_task(
             session, "shells", config, context, args.workspace_name, template_name=args.template
@@ -160,9 +158,7 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _open(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     with open_session(args) as session:
         task = session.get_json(f"/tasks/{args.task_id}")["task"]
         if task["type"] != "SHELL":
@@ -193,6 +189,17 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_open)
     shell_ssh.register(sub, common)
     register_common(sub, common, "shell", "SHELL")
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command after ``--``; ``--ssh``/``--show-ssh-command`` written after the
+    shell's id (which argparse's REMAINDER takes as the command's) are set as flags."""
+    command = list(args.command)
+    while command and command[0] in ("--ssh", "--show-ssh-command"):
+        setattr(args, command.pop(0)[2:].replace("-", "_"), True)
+    if command and command[0] == "--":
+        command = command[1:]
+    return command
 
 
 def _ssh_options(p: argparse.ArgumentParser) -> None:

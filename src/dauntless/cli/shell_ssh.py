@@ -139,20 +139,49 @@ def prepare(session: Session, task_id: str, directory: Path) -> list[str]:
     ]
 
 
+_SSH_VALUE_FLAGS = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+"""ssh's one-letter options that take a value (OpenSSH's ssh(1) synopsis)."""
+
+
+def split_ssh_args(extra: list[str]) -> tuple[list[str], list[str]]:
+    """``extra`` as ``(options, command)``: ssh options must come before the
+    destination, a command after it. Options are the leading ``-x`` words (with the
+    next word as the value of an option that takes one, e.g. ``-L 8080:localhost:80``);
+    the rest, from the first other word or after ``--``, is the command. Hand-written:
+    ssh's own parser cannot be asked, and only its synopsis's value-taking letters
+    matter here."""
+    options: list[str] = []
+    i = 0
+    while i < len(extra):
+        word = extra[i]
+        if word == "--":
+            return options, extra[i + 1 :]
+        if not word.startswith("-") or word == "-":
+            break
+        options.append(word)
+        if len(word) == 2 and word[1] in _SSH_VALUE_FLAGS and i + 1 < len(extra):
+            options.append(extra[i + 1])
+            i += 1
+        i += 1
+    return options, extra[i:]
+
+
 def run_ssh(session: Session, task_id: str, extra: list[str], show: bool) -> int:
-    """Open ``ssh`` to the shell (``extra``: more ``ssh`` arguments, a command) and
+    """Open ``ssh`` to the shell (``extra``: ssh options, then a command;
+    :func:`split_ssh_args`) and
     return its exit code; with ``show``, print the command instead and keep the key
     in :func:`key_dir` (else the key is in a temporary directory removed after)."""
+    options, command = split_ssh_args(extra)
     if show:
         argv = prepare(session, task_id, key_dir(task_id))
-        write_line(shlex.join(argv + extra))
+        write_line(shlex.join(argv[:-1] + options + argv[-1:] + command))
         return 0
     if shutil.which("ssh") is None:
         exit_with_error("the OpenSSH client (ssh) is not installed here")
     directory = Path(tempfile.mkdtemp(prefix="dauntless-ssh-"))
     try:
         argv = prepare(session, task_id, directory)
-        code = subprocess.call(argv + extra)
+        code = subprocess.call(argv[:-1] + options + argv[-1:] + command)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     note(f"To reconnect: det shell open {task_id} --ssh")
@@ -262,4 +291,12 @@ def check_ssh_target(session: Session, task_id: str) -> None:
         exit_with_error(f"task {task_id} is a {task['type']}, not a shell")
 
 
-__all__ = ["check_ssh_target", "key_dir", "prepare", "register", "relay", "run_ssh"]
+__all__ = [
+    "check_ssh_target",
+    "key_dir",
+    "prepare",
+    "register",
+    "relay",
+    "run_ssh",
+    "split_ssh_args",
+]

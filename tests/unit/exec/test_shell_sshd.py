@@ -129,3 +129,19 @@ def test_start_sshd_lets_in_the_shells_key_only(tmp_path: Path) -> None:
 def test_no_key_means_no_sshd() -> None:
     sshd = start_sshd(None, {})
     assert sshd.proc is None and sshd.error is not None and "no SSH key" in sshd.error
+
+
+def test_ssh_options_go_before_the_destination_and_a_command_after() -> None:
+    from dauntless.cli.shell_ssh import split_ssh_args
+
+    assert split_ssh_args([]) == ([], [])
+    assert split_ssh_args(["-L", "8080:localhost:80", "-N"]) == (
+        ["-L", "8080:localhost:80", "-N"],
+        [],
+    )
+    assert split_ssh_args(["-o", "BatchMode=yes", "exit 3"]) == (
+        ["-o", "BatchMode=yes"],
+        ["exit 3"],
+    )
+    assert split_ssh_args(["-v", "ls", "-l"]) == (["-v"], ["ls", "-l"])
+    assert split_ssh_args(["-A", "--", "-weird"]) == (["-A"], ["-weird"])
