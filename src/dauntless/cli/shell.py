@@ -6,6 +6,12 @@ code; ``det shell open ID`` opens another session in a running shell. The local
 terminal is put in raw mode, so keys (Ctrl-C included) go to the remote terminal, and
 its size follows the local window (SIGWINCH). Without a local terminal the command
 runs with pipes, so its output arrives byte for byte.
+
+With ``--ssh`` the session is OpenSSH's ``ssh`` instead, through the master to the
+shell's ``sshd`` (``-- SSH_ARGS...`` go to ``ssh``); ``--show-ssh-command`` and
+``det shell show_ssh_command ID`` print that command for IDEs (VS Code Remote-SSH,
+PyCharm) and scripts; ``det shell proxy ID`` is its ``ProxyCommand``
+(:mod:`dauntless.cli.shell_ssh`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dauntless._tls import make_verify
 from dauntless.client import Session
 from dauntless.config import LimitError, load_json
 
+from . import shell_ssh
 from ._tasks import add_start_options, build_config, create_task, register_common, wait_ready
 from ._util import exit_with_error, note, open_session, write_line
 
@@ -135,9 +142,7 @@ def run_session(session: Session, task_id: str, command: list[str] | None) -> in
 
 def _start(args: argparse.Namespace) -> int:
     config, context = build_config(args)
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     with open_session(args) as session:
         task = create_task(
             session, "shells", config, context, args.workspace_name, template_name=args.template
@@ -147,18 +152,20 @@ def _start(args: argparse.Namespace) -> int:
             write_line(task["id"])
             return 0
         wait_ready(session, task["id"])
+        if args.ssh or args.show_ssh_command:
+            return shell_ssh.run_ssh(session, task["id"], command, args.show_ssh_command)
         return run_session(session, task["id"], command or None)
 
 
 def _open(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     with open_session(args) as session:
         task = session.get_json(f"/tasks/{args.task_id}")["task"]
         if task["type"] != "SHELL":
             exit_with_error(f"task {args.task_id} is a {task['type']}, not a shell")
         wait_ready(session, args.task_id)
+        if args.ssh or args.show_ssh_command:
+            return shell_ssh.run_ssh(session, args.task_id, command, args.show_ssh_command)
         return run_session(session, args.task_id, command or None)
 
 
@@ -172,10 +179,39 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
     )
     add_start_options(p)
+    _ssh_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD...")
     p.set_defaults(func=_start)
     p = sub.add_parser("open", help="open a session in a running shell", parents=[common])
     p.add_argument("task_id", metavar="ID", help="shell id")
+    _ssh_options(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD...")
     p.set_defaults(func=_open)
+    shell_ssh.register(sub, common)
     register_common(sub, common, "shell", "SHELL")
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    """The command after ``--``; ``--ssh``/``--show-ssh-command`` written after the
+    shell's id (which argparse's REMAINDER takes as the command's) are set as flags."""
+    command = list(args.command)
+    while command and command[0] in ("--ssh", "--show-ssh-command"):
+        setattr(args, command.pop(0)[2:].replace("-", "_"), True)
+    if command and command[0] == "--":
+        command = command[1:]
+    return command
+
+
+def _ssh_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ssh",
+        action="store_true",
+        help="open the session with the OpenSSH client through the master "
+        "(-- SSH_ARGS...: more ssh options and a command)",
+    )
+    p.add_argument(
+        "--show-ssh-command",
+        action="store_true",
+        help="print the ssh command that reaches the shell instead (for IDEs; the key is "
+        "kept in the user's cache directory, mode 0600)",
+    )

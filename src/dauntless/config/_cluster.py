@@ -166,6 +166,26 @@ class AuthzConfig(_Strict):
     strict_job_queue_control: bool = False
 
 
+class SshConfig(_Strict):
+    """The SSH key pairs of shells (``security.ssh``, Determined's field names;
+    :mod:`dauntless.master.shell_ssh`).
+
+    Attributes:
+        key_type: ``ED25519`` (default), ``RSA`` or ``ECDSA`` (P-256).
+        rsa_key_size: bits of an RSA key, 1024..16384 (default 2048; OpenSSH refuses RSA
+            keys under 1024 bits); RSA only.
+    """
+
+    key_type: Literal["ED25519", "RSA", "ECDSA"] = "ED25519"
+    rsa_key_size: int | None = Field(default=None, ge=1024, le=16384)
+
+    @model_validator(mode="after")
+    def _rsa_only(self) -> SshConfig:
+        if self.rsa_key_size is not None and self.key_type != "RSA":
+            raise ValueError(f"rsa_key_size applies to key_type RSA only, not {self.key_type}")
+        return self
+
+
 class SecurityConfig(_Strict):
     """Authentication of users, agents and trials (``security``; docs/protocol.md,
     "Authentication").
@@ -189,6 +209,7 @@ class SecurityConfig(_Strict):
             default, root only when configured so (:mod:`dauntless.config._identity`).
         agents: what agents may register (:class:`AgentPolicyConfig`).
         authz: authorization (:class:`AuthzConfig`).
+        ssh: the key pairs of shells (:class:`SshConfig`).
     """
 
     initial_user_password: SecretStr | None = None
@@ -198,6 +219,7 @@ class SecurityConfig(_Strict):
     default_task: DefaultTaskConfig = Field(default_factory=DefaultTaskConfig)
     agents: AgentPolicyConfig = Field(default_factory=AgentPolicyConfig)
     authz: AuthzConfig = Field(default_factory=AuthzConfig)
+    ssh: SshConfig = Field(default_factory=SshConfig)
 
 
 class TaskProxyConfig(_Strict):

@@ -93,8 +93,8 @@ def translate_master_config(raw: dict[str, Any]) -> tuple[dict[str, Any], list[s
     ``logging`` (``type: default`` is what the master does; ``elastic`` is refused),
     ``port``, ``cluster_name``, ``checkpoint_storage``, ``resource_manager``,
     ``resource_pools``, ``security``, ``oidc`` (Dauntless's own validation of these
-    applies); ``observability``, ``retention_policy``, ``webhooks``; ``security.ssh`` is ignored
-    with a warning.
+    applies); ``observability``, ``retention_policy``, ``webhooks``; ``security.ssh`` (shells'
+    key pairs; an ``rsa_key_size`` beside another key type is dropped with a warning).
 
     Args:
         raw: the parsed YAML mapping (not changed).
@@ -150,9 +150,11 @@ def translate_master_config(raw: dict[str, Any]) -> tuple[dict[str, Any], list[s
         # Determined's empty signing key means "make one": so does an absent one here.
         out["webhooks"] = {k: v for k, v in hooks.items() if k != "signing_key"}
     security = out.get("security")
-    if isinstance(security, dict) and "ssh" in security:
-        security = dict(security)
-        security.pop("ssh")
-        out["security"] = security
-        warnings.append("master config field security.ssh is ignored: tasks get no SSH keys")
+    ssh = security.get("ssh") if isinstance(security, dict) else None
+    if isinstance(ssh, dict) and "rsa_key_size" in ssh and ssh.get("key_type", "ED25519") != "RSA":
+        out["security"] = {**security, "ssh": {k: v for k, v in ssh.items() if k != "rsa_key_size"}}  # type: ignore[dict-item]
+        warnings.append(
+            "master config field security.ssh.rsa_key_size is ignored: key_type is "
+            f"{ssh.get('key_type', 'ED25519')}"
+        )
     return out, warnings

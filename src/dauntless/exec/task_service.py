@@ -428,6 +428,15 @@ class _ShellServer:
         self.connections = 0
         self.last_seen = time.time()
 
+    def opened(self) -> None:
+        """A connection opened (a terminal or an SSH connection)."""
+        self.connections += 1
+
+    def closed(self) -> None:
+        """A connection closed."""
+        self.connections -= 1
+        self.last_seen = time.time()
+
     async def handle(self, ws: Any) -> None:
         from starlette.websockets import WebSocketDisconnect
 
@@ -542,14 +551,28 @@ def run_shell(master: _Master) -> int:
     """Serve PTY sessions over WebSocket until killed."""
     import uvicorn
     from starlette.applications import Starlette
-    from starlette.routing import WebSocketRoute
+    from starlette.routing import Route, WebSocketRoute
+
+    from .shell_sshd import SshEndpoint, start_sshd
 
     addr = os.environ.get("DET_ADVERTISE_ADDR", "127.0.0.1")
     port = free_port(addr)
     prefix = os.environ.get("DAUNTLESS_PROXY_PREFIX", "/")
     idle = float(os.environ.get("DAUNTLESS_IDLE_TIMEOUT") or 0)
-    server = _ShellServer(master, _secret("DAUNTLESS_SERVICE_TOKEN"), idle)
-    app = Starlette(routes=[WebSocketRoute(prefix + "pty", server.handle)])
+    token = _secret("DAUNTLESS_SERVICE_TOKEN")
+    server = _ShellServer(master, token, idle)
+    # issue 34: an sshd for IDEs and scp, reached through /ssh (dauntless.exec.shell_sshd)
+    sshd = start_sshd(os.environ.get("DAUNTLESS_SSH_PUBLIC_KEY"), dict(os.environ))
+    if sshd.error:
+        print(f"shell: no SSH access: {sshd.error}", flush=True)
+    ssh = SshEndpoint(sshd, token, server.opened, server.closed)
+    app = Starlette(
+        routes=[
+            WebSocketRoute(prefix + "pty", server.handle),
+            WebSocketRoute(prefix + "ssh", ssh.relay),
+            Route(prefix + "ssh_info", ssh.info),
+        ]
+    )
     config = uvicorn.Config(app, host=addr, port=port, log_level="warning", lifespan="off")
     uv = uvicorn.Server(config)
 
@@ -574,7 +597,10 @@ def run_shell(master: _Master) -> int:
             asyncio.ensure_future(server.watch_idle())
         await uv.serve()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        sshd.stop()
     return REPORT_FAILED_EXIT if unreported else 0
 
 

@@ -297,6 +297,8 @@ ROUTES: dict[tuple[str, str], Rule] = {
         P.UPDATE_NSC, "download its context", agent=True
     ),
     ("POST", f"{V1}/tasks/{{task_id}}/service"): Rule(on="admin", trial="route"),
+    # a shell's SSH key: UPDATE_NSC here, and the route gives it to the owner only
+    ("GET", f"{V1}/shells/{{task_id}}/ssh_key"): _path(P.UPDATE_NSC, "have its SSH key"),
     ("PROXY", "/proxy/{task_id}/"): _path(P.UPDATE_NSC, "open it"),
     # -- workspaces (reference §1.4)
     ("GET", f"{V1}/workspaces"): _list(P.VIEW_WORKSPACE),

@@ -160,6 +160,9 @@ async def forward_ws(ws: WebSocket, row: Any, base: str) -> None:
             origin=origin_of(base) if ws.headers.get("origin") else None,  # type: ignore[arg-type]
             max_size=None,
             open_timeout=10,
+            # no permessage-deflate to the service (agent's LAN): it cost CPU on both
+            # ends for an SSH tunnel's incompressible bytes (issue 34)
+            compression=None,
         )
     except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
         log.warning("proxy: task %s refused a WebSocket: %s", task_id, exc)

@@ -34,6 +34,7 @@ from .models.templates import apply_template
 from .rbac import Perm
 from .routes import _ctx, _read, _write
 from .routes_templates import template_for_use
+from .shell_ssh import META_KEY, NotOwner, new_key_pair, owner_key
 from .task_states import NotFound, TaskConflict
 
 router = APIRouter(prefix="/api/v1")
@@ -171,6 +172,9 @@ def _make_create(family: str, task_type: str):
             if exp_ids or trial_ids:
                 await _require_subjects(request, exp_ids, trial_ids, Perm.VIEW_EXPERIMENT_METADATA)
                 meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids}
+        if task_type == "SHELL":  # issue 34: its own key pair for its sshd
+            ssh = request.app.state.ctx.config.security.ssh
+            meta[META_KEY] = await run_in_threadpool(new_key_pair, ssh.key_type, ssh.rsa_key_size)
         answer = await run_in_threadpool(
             _write,
             request,
@@ -296,6 +300,17 @@ def _own_task_token(request: Request, task_id: str, what: str) -> None:
     _read(request, tasks.read_task, task_id)  # NotFound first: 404 beats 403 for an unknown id
     if who.kind == "trial" and who.task_id != task_id:
         raise forbidden(f"a task's session token may {what} only its own task, not {task_id}")
+
+
+@router.get("/shells/{task_id}/ssh_key", response_model=R.ShellKeyOut)
+def shell_ssh_key(task_id: str, request: Request) -> dict[str, Any]:
+    """A shell's SSH key pair (OpenSSH formats), for its owner only (403 for anyone
+    else, admins included; 404 for another kind of task); :mod:`.shell_ssh`."""
+    row = _read(request, tasks.read_task, task_id)
+    try:
+        return owner_key(row, principal(request))
+    except NotOwner as exc:
+        raise forbidden(str(exc)) from None
 
 
 class _Kill(BaseModel):

@@ -211,6 +211,7 @@ TASK_ROUTES = {("POST", "/api/v1/tasks/{task_id}/service")}
 TASK_OWNER_READS = {
     ("GET", "/api/v1/tasks/{task_id}/context"),
     ("GET", "/api/v1/experiments/{exp_id}/searcher_events"),
+    ("GET", "/api/v1/shells/{task_id}/ssh_key"),  # the owner only, not even an admin
 }
 """Reads only the owner (a task's, or an experiment's: a remote search runner's events),
 an admin, or the task's agent may make."""

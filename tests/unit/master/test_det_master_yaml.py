@@ -26,7 +26,7 @@ DETERMINED_MASTER = {
     "task_container_defaults": {"shm_size_bytes": 4294967296, "network_mode": "bridge"},
     "tensorboard_timeout": 300,
     "notebook_timeout": None,
-    "security": {"ssh": {"key_type": "ED25519"}, "authz": {"type": "basic"}},
+    "security": {"ssh": {"key_type": "ED25519", "rsa_key_size": 1024}, "authz": {"type": "basic"}},
     "telemetry": {"enabled": True, "otel_enabled": False},
     "enable_cors": False,
     "launch_error": True,
@@ -56,10 +56,10 @@ def test_every_top_level_field_is_placed():
     out, warnings = translate_master_config(raw)
     assert out["db_url"] == "postgresql+psycopg://u:p%20w@h:5432/d"
     assert out["log_level"] == "info" and "port" not in out
-    assert "ssh" not in out["security"]
+    assert out["security"]["ssh"] == {"key_type": "ED25519"}  # acted on (shells' keys)
     for key in IGNORED:
         assert any(f"field {key} is ignored" in w for w in warnings), key
-    assert any("security.ssh" in w for w in warnings)
+    assert any("security.ssh.rsa_key_size is ignored: key_type is ED25519" in w for w in warnings)
     assert any("log.color" in w for w in warnings)
     for bad, field in [
         ({"additional_resource_managers": [{"resource_manager": {}}]}, "additional_resource"),

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from dauntless.config._task import TaskConfig
 from dauntless.scheduler import Allocation, Request
 
+from .. import shell_ssh
 from ..auth import hash_token, new_token
 from ..context import MasterContext
 from ..db import AllocationRow, TaskRow, UserSessionRow
@@ -181,6 +182,8 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
         env["DAUNTLESS_IDLE_TIMEOUT"] = str(cfg.idle_timeout)
     if cfg.debug:
         env["DAUNTLESS_DEBUG"] = "1"
+    if row.type == "SHELL" and (key := shell_ssh.public_key(row.meta)):
+        env["DAUNTLESS_SSH_PUBLIC_KEY"] = key  # the one key its sshd lets in (issue 34)
     if row.type == "TENSORBOARD":
         env["DAUNTLESS_TENSORBOARD_LOGDIRS"] = ",".join(
             f"{k}:{v}" for k, v in sorted(row.meta.get("logdirs", {}).items())

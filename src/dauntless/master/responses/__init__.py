@@ -68,6 +68,7 @@ from .experiments import (
 )
 from .search import SearcherEventsOut, SearchSummaryOut
 from .tasks import (
+    ShellKeyOut,
     TaskBody,
     TaskCreated,
     TaskLogLineOut,
@@ -151,6 +152,7 @@ __all__ = [
     "Stored",
     "StoredCount",
     "StoredMany",
+    "ShellKeyOut",
     "TaskBody",
     "TaskCreated",
     "TaskLogLineOut",

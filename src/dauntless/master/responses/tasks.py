@@ -38,6 +38,15 @@ class TaskOut(_Open):
     end_time: float | None
 
 
+class ShellKeyOut(BaseModel):
+    """``GET /shells/{id}/ssh_key``: the shell's SSH key pair in OpenSSH's formats
+    (the private key unencrypted: keep it mode 0600)."""
+
+    id: str
+    private_key: str
+    public_key: str
+
+
 class TaskBody(BaseModel):
     task: TaskOut
 
