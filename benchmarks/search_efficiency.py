@@ -32,7 +32,7 @@ Usage::
         [--max-trials 64] [--max-length 640] [--divisor 4] [--mode standard]
         [--target 0.98]
     python benchmarks/search_efficiency.py --suite model [--seeds 10] [--no-ray]
-        [--no-digits]
+        [--no-digits | --only-digits] [--no-cost] [--gp] [--problems branin,hartmann6]
 """
 
 from __future__ import annotations
