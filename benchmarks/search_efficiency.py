@@ -32,7 +32,7 @@ Usage::
         [--max-trials 64] [--max-length 640] [--divisor 4] [--mode standard]
         [--target 0.98]
     python benchmarks/search_efficiency.py --suite model [--seeds 10] [--no-ray]
-        [--no-digits]
+        [--no-digits | --only-digits] [--no-cost] [--gp] [--problems branin,hartmann6]
 """
 
 from __future__ import annotations
@@ -277,6 +277,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-ray", action="store_true", help="model suite: skip Ray Tune")
     parser.add_argument("--no-digits", action="store_true", help="model suite: skip digits")
+    parser.add_argument(
+        "--no-cost", action="store_true", help="model suite: skip the proposal-cost timings"
+    )
+    parser.add_argument(
+        "--gp",
+        action="store_true",
+        help="model suite: also Dauntless gp on the synthetic problems (minutes of CPU)",
+    )
+    parser.add_argument(
+        "--problems",
+        default="branin,hartmann6",
+        help="model suite: synthetic problems to run (comma-separated; '' for none)",
+    )
     parser.add_argument(
         "--only-digits", action="store_true", help="model suite: digits only, no timing"
     )

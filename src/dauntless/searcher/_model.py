@@ -33,7 +33,7 @@ from ._asha import AdaptiveASHASearch, AsyncHalvingSearch
 from ._base import Searcher, TrialRecord
 from ._basic import initial_count
 from ._ops import Create, ExitedReason, Operation
-from ._optuna_model import OptunaModel, SpaceMap, import_optuna
+from ._optuna_model import OptunaModel, SpaceMap, import_optuna, sampler_defaults
 from ._rng import draw_trial_seed
 
 
@@ -43,14 +43,17 @@ class _ModelState:
     def __init__(self, sampler: str, options: dict[str, Any], objectives: list[SearchMetric]):
         import_optuna(sampler=sampler)  # refuse at create when Optuna is missing
         self.sampler = sampler
+        #: the config's sampler_options, as written
         self.options = options
+        #: what a new search's sampler is built with (the config's plus our defaults)
+        self.effective = sampler_defaults(sampler, options, len(objectives))
         self.objectives = objectives
         self.model: OptunaModel | None = None
         self.numbers: dict[str, int] = {}
         self.told: set[str] = set()
 
     def start(self, seed: int, space: SpaceMap) -> None:
-        self.model = OptunaModel(self.sampler, self.options, seed, self.objectives, space)
+        self.model = OptunaModel(self.sampler, self.effective, seed, self.objectives, space)
 
     def get(self) -> OptunaModel:
         if self.model is None:
@@ -78,8 +81,11 @@ class _ModelState:
                     f"the snapshot's sampler is {saved['sampler']!r}, the config's "
                     f"{self.sampler!r}; restore with the experiment's own config"
                 )
+            # A snapshot made before the options were recorded was built with the
+            # config's options alone: replay with those, so it continues exactly.
+            options = saved["options"] if "options" in saved else self.options
             self.model = OptunaModel(
-                self.sampler, self.options, int(saved["seed"]), self.objectives, space, saved["log"]
+                self.sampler, options, int(saved["seed"]), self.objectives, space, saved["log"]
             )
         self.numbers = {str(k): int(v) for k, v in state["numbers"].items()}
         self.told = set(state["told"])

@@ -376,6 +376,57 @@ def test_replay_refuses_a_diverging_optuna():
         restored.on_trial_closed(rid)
 
 
+def test_tpe_defaults_are_pinned_and_recorded_and_old_snapshots_replay_as_made():
+    # One objective: multivariate TPE with the constant liar, whatever Optuna's own
+    # defaults are; an option the config gives wins; several objectives: no multivariate.
+    single = make_searcher(CONFIGS["tpe"], 4)
+    Driver(single).apply(single.initial_operations())
+    assert single.snapshot()["method"]["model"]["options"] == {
+        "n_startup_trials": 3,
+        "multivariate": True,
+        "constant_liar": True,
+    }
+    multi = make_searcher(CONFIGS["tpe_multi"], 4)
+    Driver(multi).apply(multi.initial_operations())
+    assert multi.snapshot()["method"]["model"]["options"] == {
+        "n_startup_trials": 2,
+        "constant_liar": True,
+    }
+    given = cfg(
+        {
+            "name": "tpe",
+            "max_trials": 4,
+            "max_length": {"batches": 20},
+            "sampler_options": {"multivariate": False, "constant_liar": False},
+        }
+    )
+    own = make_searcher(given, 4)
+    Driver(own).apply(own.initial_operations())
+    assert own.snapshot()["method"]["model"]["options"] == {
+        "multivariate": False,
+        "constant_liar": False,
+    }
+    asha = make_searcher(CONFIGS["asha_tpe"], 4)
+    Driver(asha).apply(asha.initial_operations())
+    assert asha.snapshot()["method"]["sampler"]["model"]["options"]["multivariate"] is True
+
+    # A snapshot from before the options were recorded was built with the config's
+    # options alone; it is restored with exactly those (and says so when saved again).
+    original = Driver(make_searcher(CONFIGS["tpe"], 8))
+    original.apply(original.searcher.initial_operations())
+    old = json.loads(json.dumps(original.searcher.snapshot()))
+    del old["method"]["model"]["options"]
+    restored = Driver(restore_searcher(CONFIGS["tpe"], old))
+    restored.targets = dict(original.targets)
+    before = len(original.log)
+    for step in [(0, 0.3), (1, 0.1), (2, 0.2), (0, 0.5)]:
+        original.step(*step)
+        restored.step(*step)
+    assert len(original.log) > before + 2  # the steps made new proposals
+    assert restored.log == original.log[before:]
+    assert restored.searcher.snapshot()["method"]["model"]["options"] == {"n_startup_trials": 3}
+
+
 def test_pbt_rounds_truncate_clone_and_continue():
     config = cfg(
         {
