@@ -13,13 +13,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
+from . import det_shapes
 from .api_spec import INT32_MAX, BodyId
 from .auth import principal
 from .authz import Target, read_target, require, require_destination, visible
-from .db import ModelRow, ModelVersionRow
+from .db import ExperimentRow, ModelRow, ModelVersionRow
+from .det_dialect import speaks_determined
 from .errors import BadRequest, NotFound
 from .models import checkpoints, registered, registry
 from .rbac import Perm
@@ -39,7 +42,8 @@ VersionNum = Annotated[
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Determined's client names the fields in camelCase (checkpointUuid, workspaceName).
+    model_config = det_shapes.body_config()
 
 
 class PostModel(_Body):
@@ -180,14 +184,74 @@ def version_views(s: Session, model: ModelRow, rows: list[ModelVersionRow]) -> l
 
 def _one(request: Request, ident: str | int) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
-        return {"model": model_views(s, [registry.read_model(s, ident)])[0]}
+        view = model_views(s, [registry.read_model(s, ident)])[0]
+    if speaks_determined(request):
+        return JSONResponse({"model": det_shapes.model(view)})  # type: ignore[return-value]
+    return {"model": view}
 
 
 def _version(request: Request, ident: str | int, number: int) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
         model = registry.read_model(s, ident)
         v = registry.read_version(s, model, number)
-        return {"model_version": version_views(s, model, [v])[0]}
+        view = version_views(s, model, [v])[0]
+        if speaks_determined(request):
+            (det,) = det_versions(s, [view])
+            return JSONResponse({"modelVersion": det})  # type: ignore[return-value]
+    return {"model_version": view}
+
+
+def det_versions(s: Session, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Determined's ``ModelVersion`` of each version view, its checkpoint rendered with
+    its experiment's config (read in ``s``; None once the experiment is deleted)."""
+    exp_ids = {v["checkpoint"].get("experiment_id") for v in views}
+    configs = {
+        e.id: e.config
+        for e in s.query(ExperimentRow).filter(ExperimentRow.id.in_(exp_ids - {None, 0}))
+    }
+    return [
+        det_shapes.model_version(v, configs.get(v["checkpoint"].get("experiment_id")))
+        for v in views
+    ]
+
+
+def _det_param(request: Request, name: str, value: Any, many: bool = False) -> Any:
+    """A query parameter that Determined's client spells in camelCase (``sortBy``,
+    ``orderBy``, ``workspaceNames``...): its value when a request in Determined's
+    dialect gave it, else ``value`` (what FastAPI read under the snake_case name); with
+    ``many`` every value given, as a list."""
+    key = det_shapes.camel(name)
+    q = request.query_params
+    if not speaks_determined(request) or key not in q:
+        return value
+    return q.getlist(key) if many else q[key]
+
+
+_SORTS = frozenset(
+    {"unspecified", "name", "description", "creation_time", "last_updated_time"}
+    | {"num_versions", "workspace", "version"}
+)
+
+
+def _sort_key(raw: str) -> str:
+    """``SORT_BY_NAME`` / ``name`` -> ``name``.
+
+    Raises:
+        BadRequest: not a known sort key (naming ``sort_by``).
+    """
+    key = raw.upper().removeprefix("SORT_BY_").lower()
+    if key not in _SORTS:
+        raise BadRequest(
+            f"invalid request: sort_by: unknown key {raw!r}", [("sort_by", "a SORT_BY_ key")]
+        )
+    return key
+
+
+def _query_id(raw: str, name: str) -> int:
+    """An id given in the query string. Raises BadRequest naming ``name``."""
+    if raw.isdigit() and 0 < int(raw) <= INT32_MAX:
+        return int(raw)
+    raise BadRequest(f"invalid request: {name}: expected ids", [(name, "positive ids")])
 
 
 def _order(order_by: str) -> str:
@@ -219,9 +283,19 @@ def list_models(
     workspace_ids: list[BodyId] | None = Query(None, max_length=100),
 ) -> dict[str, Any]:
     """The models the caller may view, filtered (``name``/``description``: substrings,
-    any case; ``labels``: all of them), sorted and paged."""
-    key = sort_by.upper().removeprefix("SORT_BY_").lower()
-    key = "name" if key == "unspecified" else key
+    any case; ``labels``: all of them), sorted and paged. In Determined's dialect the
+    camelCase parameters (``sortBy``, ``workspaceNames``...) are read and the answer is
+    its ``GetModelsResponse``."""
+    det = speaks_determined(request)
+    sort_by = _det_param(request, "sort_by", sort_by)
+    order_by = _det_param(request, "order_by", order_by)
+    workspace_names = _det_param(request, "workspace_names", workspace_names, many=True)
+    if det and "workspaceIds" in request.query_params:
+        workspace_ids = [_query_id(x, "workspace_ids") for x in request.query_params.getlist("workspaceIds")]
+    if det and "userIds" in request.query_params:
+        user_ids = [_query_id(x, "user_ids") for x in request.query_params.getlist("userIds")]
+    key = _sort_key(sort_by)
+    key = "name" if key in ("unspecified", "version") else key
     with _ctx(request).db.read() as s:
         ws_ids = list(workspace_ids or [])
         if workspace_names:  # unknown names match nothing (-1 is no workspace's id)
@@ -243,6 +317,11 @@ def list_models(
             limit=limit,
         )
         views = model_views(s, rows)
+    if det:
+        from .routes_det_experiments import page
+
+        body = {"models": [det_shapes.model(v) for v in views]}
+        return JSONResponse(body | {"pagination": page(offset, len(views), total, limit)})  # type: ignore[return-value]
     return {"models": views, "pagination": pagination(offset, limit, len(views), total)}
 
 
@@ -382,14 +461,26 @@ def list_versions(
     offset: int = Query(0, ge=0, le=INT32_MAX),
     limit: int = Query(0, ge=0, le=10_000, description="0: every version"),
 ) -> dict[str, Any]:
-    """A model and its versions, sorted and paged."""
-    key = "creation_time" if "CREATION_TIME" in sort_by.upper() else "version"
+    """A model and its versions, sorted and paged (Determined's ``sortBy``/``orderBy``
+    and its ``GetModelVersionsResponse`` in its dialect)."""
+    sort_by = _det_param(request, "sort_by", sort_by)
+    order_by = _det_param(request, "order_by", order_by)
+    key = "creation_time" if _sort_key(sort_by) == "creation_time" else "version"
     with _ctx(request).db.read() as s:
         model = registry.read_model(s, model_name)
         rows = registry.list_versions(s, model, key, _order(order_by))
         page = rows[offset : offset + limit] if limit else rows[offset:]
         views = version_views(s, model, page)
         mview = model_views(s, [model])[0]
+        if speaks_determined(request):
+            from .routes_det_experiments import page as det_page
+
+            body = {
+                "model": det_shapes.model(mview),
+                "modelVersions": det_versions(s, views),
+                "pagination": det_page(offset, len(views), len(rows), limit),
+            }
+            return JSONResponse(body)  # type: ignore[return-value]
     return {
         "model": mview,
         "model_versions": views,
