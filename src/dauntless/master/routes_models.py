@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 from sqlalchemy.orm import Session
 
 from . import det_shapes
@@ -42,8 +42,16 @@ VersionNum = Annotated[
 
 
 class _Body(BaseModel):
-    # Determined's client names the fields in camelCase (checkpointUuid, workspaceName).
+    # Determined's client names the fields in camelCase (checkpointUuid, workspaceName)
+    # and sends null for each it leaves unset: null is taken as absent.
     model_config = det_shapes.body_config()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
 
 
 class PostModel(_Body):
@@ -291,7 +299,9 @@ def list_models(
     order_by = _det_param(request, "order_by", order_by)
     workspace_names = _det_param(request, "workspace_names", workspace_names, many=True)
     if det and "workspaceIds" in request.query_params:
-        workspace_ids = [_query_id(x, "workspace_ids") for x in request.query_params.getlist("workspaceIds")]
+        workspace_ids = [
+            _query_id(x, "workspace_ids") for x in request.query_params.getlist("workspaceIds")
+        ]
     if det and "userIds" in request.query_params:
         user_ids = [_query_id(x, "user_ids") for x in request.query_params.getlist("userIds")]
     key = _sort_key(sort_by)

@@ -319,8 +319,7 @@ def _load_built_model(
     model = build_model()
     if not isinstance(model, torch.nn.Module):
         raise ValueError(
-            f"{trial_name}.build_model() must return a torch.nn.Module, got "
-            f"{type(model).__name__}"
+            f"{trial_name}.build_model() must return a torch.nn.Module, got {type(model).__name__}"
         )
     if len(saved) != 1:
         raise ValueError(

@@ -187,7 +187,11 @@ def test_models_in_determined_shapes_and_camel_case(master):
     ).json()
     assert [m["name"] for m in page["models"]] == ["beta", "alpha"]
     assert page["pagination"] == {
-        "offset": 0, "limit": 0, "startIndex": 0, "endIndex": 2, "total": 2
+        "offset": 0,
+        "limit": 0,
+        "startIndex": 0,
+        "endIndex": 2,
+        "total": 2,
     }
     none = master.get("/api/v1/models", headers=DET, params={"workspaceNames": "nowhere"})
     assert none.json()["models"] == []
