@@ -398,12 +398,22 @@ while not exp.list_checkpoints() and time.time() < deadline:
 best = exp.top_checkpoint()
 path = best.download(os.path.join(os.getcwd(), "best-ckpt"))
 print("BEST", best.uuid, sorted(os.listdir(path)), flush=True)
+
+# A second checkpoint: Determined 0.38.1's `det trial download --latest` needs two (with
+# one it pops it and then reports that none is left).
+with det.core.init() as core:
+    with core.checkpoint.store_path({"steps_completed": 201}) as (out, uuid):
+        with open(os.path.join(out, "second.txt"), "w") as f:
+            f.write("second")
+print("SECOND", uuid, flush=True)
 """
 
 
 def test_sdk_inside_a_trial(det, tmp_path):
     """Trial code using ``from determined.experimental import client`` reads its own
-    experiment's best checkpoint (Determined's SDK through the compatibility package)."""
+    experiment's best checkpoint (Determined's SDK through the compatibility package),
+    reads its config with ``ruamel.yaml`` and stores a second checkpoint through
+    ``det.core``; ``det trial download --latest`` fetches that one."""
     context = tmp_path / "ctx"
     context.mkdir()
     example = REPO / "examples" / "core_api"
@@ -427,9 +437,19 @@ def test_sdk_inside_a_trial(det, tmp_path):
     found = re.search(r"BEST (\S+) (\[.*\])", text)
     assert found, text[-3000:]
     checkpoints = det.cluster.api(f"/experiments/{exp_id}/checkpoints")["checkpoints"]
-    best = min(checkpoints, key=lambda c: c["searcher_metric"])
+    best = min(
+        (c for c in checkpoints if c["searcher_metric"] is not None),
+        key=lambda c: c["searcher_metric"],
+    )
     assert found.group(1) == best["uuid"]
     assert "metadata.json" in found.group(2) and "weights.npy" in found.group(2)
+    # det trial download --latest: Determined 0.38.1's CLI lists the trial's checkpoints
+    # newest first and takes the last of the list, the one of train.py at batch 200.
+    second = re.search(r"SECOND (\S+)", text).group(1)
+    assert second in det.det("experiment", "list-checkpoints", str(exp_id))
+    out = det.det("trial", "download", str(trial["id"]), "--latest", "-o", str(tmp_path / "t"))
+    meta = json.loads((tmp_path / "t" / "metadata.json").read_text())
+    assert meta["steps_completed"] == 200 and (tmp_path / "t" / "weights.npy").exists(), out
 
 
 def test_agent_yaml_of_determined(det, tmp_path):
