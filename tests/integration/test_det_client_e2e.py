@@ -135,13 +135,18 @@ class DetClient:
         return proc.stdout
 
     def endpoints(self) -> dict[tuple[str, str], set[int]]:
-        """Each endpoint the client called (ids in paths as ``{id}``) -> statuses seen."""
+        """Each endpoint the client called (ids in paths as ``{id}``, model names as
+        ``{name}``) -> statuses seen."""
         seen: dict[tuple[str, str], set[int]] = {}
         if not self.record.exists():
             return seen
         for line in self.record.read_text().splitlines():
             row = json.loads(line)
-            path = re.sub(r"/(\d+|[0-9a-f]{8}-[0-9a-f-]{27})(?=/|$)", "/{id}", row["path"])
+            # ids: numbers, uuids, task ids (8 hex digits); a model's name or id
+            path = re.sub(
+                r"/(\d+|[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{8})(?=/|$)", "/{id}", row["path"]
+            )
+            path = re.sub(r"^(/api/v1/models)/[^/]+", r"\1/{name}", path)
             seen.setdefault((row["method"], path), set()).add(row["status"])
         return seen
 
@@ -350,16 +355,19 @@ def test_commands_notebooks_shells_tensorboards(det):
     (waits until Jupyter answers), ``notebook list``/``kill``; ``shell`` and
     ``tensorboard`` started detached, listed and killed."""
     det.det("user", "login", "admin", stdin=PASSWORD + "\n")
+    launched = re.compile(r"Launched \w+ \(id: (\w+),")
     out = det.det("cmd", "run", "sh", "-c", "echo det-cmd-$((6*7))", timeout=180)
     assert "det-cmd-42" in out, out
-    (cmd_id,) = det.det("cmd", "list", "-q").split()
-    assert "TERMINATED" in det.det("cmd", "list")
+    cmd_id = launched.search(out).group(1)
+    listed = det.det("cmd", "list")
+    assert cmd_id in listed and "TERMINATED" in listed, listed
     assert det.cluster.api(f"/tasks/{cmd_id}")["task"]["state"] == "COMPLETED"
 
     out = det.det("notebook", "start", "--no-browser", timeout=300)
     assert "Jupyter Notebook is running at:" in out, out
-    (nb_id,) = det.det("notebook", "list", "-q").split()
-    assert nb_id in out and "RUNNING" in det.det("notebook", "list")
+    nb_id = launched.search(out).group(1)
+    listed = det.det("notebook", "list")
+    assert nb_id in listed and "RUNNING" in listed, listed
     assert f"Killed notebook {nb_id}" in det.det("notebook", "kill", nb_id)
 
     exp_id, _ = _completed_checkpoint(det)

@@ -15,22 +15,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from sqlalchemy.orm import Session
 
 from . import det_shapes
+from . import routes_det_models as det_models
 from .api_spec import INT32_MAX, BodyId
 from .auth import principal
 from .authz import Target, read_target, require, require_destination, visible
-from .db import ExperimentRow, ModelRow, ModelVersionRow
 from .det_dialect import speaks_determined
 from .errors import BadRequest, NotFound
 from .models import checkpoints, registered, registry
 from .rbac import Perm
+from .registry_views import model_views, version_views
 from .responses import Empty
 from .responses import registry as R
-from .routes import _storage_url
+from .routes_det_experiments import page as det_page
 from .routes_workspaces import pagination
-from .schemas import checkpoint_view
 
 router = APIRouter(prefix="/api/v1")
 
@@ -118,78 +117,6 @@ def _parse(model: type[BaseModel], body: dict[str, Any], key: str) -> Any:
         ) from None
 
 
-def model_views(s: Session, rows: list[ModelRow]) -> list[dict[str, Any]]:
-    """The API form of models (version counts and creators read in ``s``)."""
-    counts = registry.version_counts(s, [m.id for m in rows])
-    users = registered.usernames(s, {m.user_id for m in rows})
-    return [
-        {
-            "id": m.id,
-            "name": m.name,
-            "description": m.description,
-            "metadata": m.meta or {},
-            "labels": m.labels or [],
-            "notes": m.notes,
-            "workspace_id": m.workspace_id,
-            "user_id": m.user_id,
-            "username": users.get(m.user_id) if m.user_id is not None else None,
-            "creation_time": m.creation_time,
-            "last_updated_time": m.last_updated_time,
-            "num_versions": counts.get(m.id, 0),
-            "archived": m.archived,
-        }
-        for m in rows
-    ]
-
-
-def version_checkpoint(s: Session, v: ModelVersionRow) -> dict[str, Any]:
-    """The checkpoint a version names: its row while its experiment lives, else the
-    copy the version keeps (state COMPLETED: its files stay while a version names it)."""
-    storage = {"checkpoint_storage": v.checkpoint.get("storage") or {}}
-    row = registered.checkpoint_row(s, v.checkpoint_uuid)
-    if row is not None:
-        return checkpoint_view(row, _storage_url(storage, row.uuid))
-    c = v.checkpoint
-    return {
-        "uuid": v.checkpoint_uuid,
-        "trial_id": c.get("trial_id", 0),
-        "experiment_id": c.get("experiment_id", 0),
-        "total_batches": c.get("total_batches", 0),
-        "state": "COMPLETED",
-        "resources": c.get("resources") or {},
-        "metadata": c.get("metadata") or {},
-        "report_time": c.get("report_time", 0.0),
-        "storage_path": _storage_url(storage, v.checkpoint_uuid),
-    }
-
-
-def version_views(s: Session, model: ModelRow, rows: list[ModelVersionRow]) -> list[dict]:
-    """The API form of a model's versions."""
-    mview = model_views(s, [model])[0]
-    users = registered.usernames(s, {v.user_id for v in rows})
-    return [
-        {
-            "id": v.id,
-            "version": v.version,
-            "model_version": v.version,
-            "model_id": model.id,
-            "model_name": model.name,
-            "model": mview,
-            "checkpoint": version_checkpoint(s, v),
-            "name": v.name,
-            "comment": v.comment,
-            "notes": v.notes,
-            "metadata": v.meta or {},
-            "labels": v.labels or [],
-            "user_id": v.user_id,
-            "username": users.get(v.user_id) if v.user_id is not None else None,
-            "creation_time": v.creation_time,
-            "last_updated_time": v.last_updated_time,
-        }
-        for v in rows
-    ]
-
-
 def _one(request: Request, ident: str | int) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
         view = model_views(s, [registry.read_model(s, ident)])[0]
@@ -204,62 +131,9 @@ def _version(request: Request, ident: str | int, number: int) -> dict[str, Any]:
         v = registry.read_version(s, model, number)
         view = version_views(s, model, [v])[0]
         if speaks_determined(request):
-            (det,) = det_versions(s, [view])
+            (det,) = det_models.det_versions(s, [view])
             return JSONResponse({"modelVersion": det})  # type: ignore[return-value]
     return {"model_version": view}
-
-
-def det_versions(s: Session, views: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Determined's ``ModelVersion`` of each version view, its checkpoint rendered with
-    its experiment's config (read in ``s``; None once the experiment is deleted)."""
-    exp_ids = {v["checkpoint"].get("experiment_id") for v in views}
-    configs = {
-        e.id: e.config
-        for e in s.query(ExperimentRow).filter(ExperimentRow.id.in_(exp_ids - {None, 0}))
-    }
-    return [
-        det_shapes.model_version(v, configs.get(v["checkpoint"].get("experiment_id")))
-        for v in views
-    ]
-
-
-def _det_param(request: Request, name: str, value: Any, many: bool = False) -> Any:
-    """A query parameter that Determined's client spells in camelCase (``sortBy``,
-    ``orderBy``, ``workspaceNames``...): its value when a request in Determined's
-    dialect gave it, else ``value`` (what FastAPI read under the snake_case name); with
-    ``many`` every value given, as a list."""
-    key = det_shapes.camel(name)
-    q = request.query_params
-    if not speaks_determined(request) or key not in q:
-        return value
-    return q.getlist(key) if many else q[key]
-
-
-_SORTS = frozenset(
-    {"unspecified", "name", "description", "creation_time", "last_updated_time"}
-    | {"num_versions", "workspace", "version"}
-)
-
-
-def _sort_key(raw: str) -> str:
-    """``SORT_BY_NAME`` / ``name`` -> ``name``.
-
-    Raises:
-        BadRequest: not a known sort key (naming ``sort_by``).
-    """
-    key = raw.upper().removeprefix("SORT_BY_").lower()
-    if key not in _SORTS:
-        raise BadRequest(
-            f"invalid request: sort_by: unknown key {raw!r}", [("sort_by", "a SORT_BY_ key")]
-        )
-    return key
-
-
-def _query_id(raw: str, name: str) -> int:
-    """An id given in the query string. Raises BadRequest naming ``name``."""
-    if raw.isdigit() and 0 < int(raw) <= INT32_MAX:
-        return int(raw)
-    raise BadRequest(f"invalid request: {name}: expected ids", [(name, "positive ids")])
 
 
 def _order(order_by: str) -> str:
@@ -295,17 +169,20 @@ def list_models(
     camelCase parameters (``sortBy``, ``workspaceNames``...) are read and the answer is
     its ``GetModelsResponse``."""
     det = speaks_determined(request)
-    sort_by = _det_param(request, "sort_by", sort_by)
-    order_by = _det_param(request, "order_by", order_by)
-    workspace_names = _det_param(request, "workspace_names", workspace_names, many=True)
+    sort_by = det_models.det_param(request, "sort_by", sort_by)
+    order_by = det_models.det_param(request, "order_by", order_by)
+    workspace_names = det_models.det_param(request, "workspace_names", workspace_names, many=True)
     if det and "workspaceIds" in request.query_params:
         workspace_ids = [
-            _query_id(x, "workspace_ids") for x in request.query_params.getlist("workspaceIds")
+            det_models.query_id(x, "workspace_ids")
+            for x in request.query_params.getlist("workspaceIds")
         ]
     if det and "userIds" in request.query_params:
-        user_ids = [_query_id(x, "user_ids") for x in request.query_params.getlist("userIds")]
-    key = _sort_key(sort_by)
-    key = "name" if key in ("unspecified", "version") else key
+        user_ids = [
+            det_models.query_id(x, "user_ids") for x in request.query_params.getlist("userIds")
+        ]
+    key = det_models.sort_key(sort_by, det_models.MODEL_SORTS)
+    key = "name" if key == "unspecified" else key
     with _ctx(request).db.read() as s:
         ws_ids = list(workspace_ids or [])
         if workspace_names:  # unknown names match nothing (-1 is no workspace's id)
@@ -328,10 +205,11 @@ def list_models(
         )
         views = model_views(s, rows)
     if det:
-        from .routes_det_experiments import page
-
-        body = {"models": [det_shapes.model(v) for v in views]}
-        return JSONResponse(body | {"pagination": page(offset, len(views), total, limit)})  # type: ignore[return-value]
+        body: dict[str, Any] = {
+            "models": [det_shapes.model(v) for v in views],
+            "pagination": det_page(offset, len(views), total, limit),
+        }
+        return JSONResponse(body)  # type: ignore[return-value]
     return {"models": views, "pagination": pagination(offset, limit, len(views), total)}
 
 
@@ -473,9 +351,13 @@ def list_versions(
 ) -> dict[str, Any]:
     """A model and its versions, sorted and paged (Determined's ``sortBy``/``orderBy``
     and its ``GetModelVersionsResponse`` in its dialect)."""
-    sort_by = _det_param(request, "sort_by", sort_by)
-    order_by = _det_param(request, "order_by", order_by)
-    key = "creation_time" if _sort_key(sort_by) == "creation_time" else "version"
+    sort_by = det_models.det_param(request, "sort_by", sort_by)
+    order_by = det_models.det_param(request, "order_by", order_by)
+    key = (
+        "creation_time"
+        if det_models.sort_key(sort_by, det_models.VERSION_SORTS) == "creation_time"
+        else "version"
+    )
     with _ctx(request).db.read() as s:
         model = registry.read_model(s, model_name)
         rows = registry.list_versions(s, model, key, _order(order_by))
@@ -483,11 +365,9 @@ def list_versions(
         views = version_views(s, model, page)
         mview = model_views(s, [model])[0]
         if speaks_determined(request):
-            from .routes_det_experiments import page as det_page
-
             body = {
                 "model": det_shapes.model(mview),
-                "modelVersions": det_versions(s, views),
+                "modelVersions": det_models.det_versions(s, views),
                 "pagination": det_page(offset, len(views), len(rows), limit),
             }
             return JSONResponse(body)  # type: ignore[return-value]

@@ -12,29 +12,27 @@ other types what the task covers (optional; shown as links on the WebUI's Tasks 
 Determined's client sends a JSON body instead (``LaunchCommandRequest`` and its
 siblings: ``config`` a mapping whose ``entrypoint`` is a command's, ``files`` the context
 directory as ``File`` objects, ``templateName``, ``workspaceId``, a TensorBoard's
-``experimentIds``/``trialIds``), read by :func:`_read_det_launch` into the same fields;
-a request in Determined's dialect (:mod:`dauntless.master.det_dialect`) is answered in
-its shapes (:func:`dauntless.master.det_shapes.ntsc`), its task lists too, and its task
-log stream as ``{"result": TaskLogsResponse}`` lines.
+``experimentIds``/``trialIds``), read into the same fields by
+:func:`dauntless.master.routes_det_tasks.read_launch`; a request in Determined's dialect
+(:mod:`dauntless.master.det_dialect`) is answered in its shapes
+(:mod:`dauntless.master.det_shapes_tasks`): launches, task lists and the task log stream
+(``{"result": TaskLogsResponse}`` lines).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-from collections import deque
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from dauntless.config import LimitError, load_json, load_yaml
 
-from . import authz, det_create, det_shapes
+from . import authz, det_shapes_tasks
 from . import responses as R
+from . import routes_det_tasks as det_tasks
 from .api_spec import INT32_MAX
 from .auth import forbidden, principal
 from .context import MasterContext
@@ -45,10 +43,7 @@ from .errors import MAX_CONTEXT_BYTES, BadRequest
 from .models import agents as agent_models
 from .models.jobs import TASK_PREFIX
 from .rbac import Perm
-from .task_states import TASK_TERMINAL, TaskState
 from .tasks import NotFound, TaskConflict, TaskService
-
-log = logging.getLogger("dauntless.master")
 
 router = APIRouter(prefix="/api/v1")
 
@@ -98,54 +93,6 @@ def _ids(value: Any, name: str) -> list[int]:
             f"invalid request: {name}: expected a list of positive ids", [(name, "list of ids")]
         )
     return list(value)
-
-
-_DET_LAUNCH_FIELDS = frozenset(
-    {"config", "files", "templateName", "template_name", "workspaceId", "preview", "data"}
-    | {"experimentIds", "trialIds"}
-)
-"""The fields of Determined's ``Launch{Command,Notebook,Shell,Tensorboard}Request``."""
-
-
-async def _read_det_launch(
-    request: Request, task_type: str
-) -> tuple[dict[str, Any], dict[str, Any] | None, bytes | None]:
-    """Determined's JSON launch body as the fields, config and context the multipart
-    form gives (:func:`_read_form`): list and id fields as the JSON text the form
-    carries, the ``files`` packed into a gzipped tar.
-
-    Raises:
-        BadRequest: an unknown field, ``preview`` (not served: the config is checked at
-            launch), ``data`` (Determined's client data of a shell: not used here), a
-            config that is not a mapping, or a malformed file (each naming the field).
-        TooLarge: the body is over :data:`dauntless.master.det_create.MAX_BODY_BYTES`.
-    """
-    body = await det_create.read_json_body(request, _DET_LAUNCH_FIELDS)
-    for name in ("preview", "data"):
-        if body.get(name):
-            raise BadRequest(
-                f"invalid request: {name}: not supported by this master",
-                [(name, "not supported")],
-            )
-    config = body.get("config")
-    if config is not None and not isinstance(config, dict):
-        raise BadRequest("invalid task config: expected a mapping", [("config", "a mapping")])
-    config = dict(config) if config else None
-    fields: dict[str, Any] = {
-        "template_name": body.get("templateName") or body.get("template_name"),
-        "workspace_id": None if not body.get("workspaceId") else str(body["workspaceId"]),
-    }
-    if task_type == "COMMAND" and config is not None and "entrypoint" in config:
-        fields["entrypoint"] = json.dumps(config.pop("entrypoint"))
-    for key, name in (("experimentIds", "experiment_ids"), ("trialIds", "trial_ids")):
-        if body.get(key) is not None:
-            fields[name] = json.dumps(body[key])
-    files = body.get("files")
-    context = None
-    if files:
-        context = await run_in_threadpool(det_create.pack_files, files, "files")
-        await run_in_threadpool(check_context_archive, context)  # 400 unsafe, 413 too large
-    return fields, config, context
 
 
 async def _read_form(request: Request) -> tuple[Any, dict[str, Any] | None, bytes | None]:
@@ -199,8 +146,9 @@ async def _require_subjects(
 def _make_create(family: str, task_type: str):
     async def create(request: Request, response: Response) -> dict[str, Any]:
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media in ("", "application/json"):  # Determined's Launch...Request
-            fields, config, context = await _read_det_launch(request, task_type)
+        if media == "application/json" or (not media and speaks_determined(request)):
+            # Determined's Launch...Request (its client sends no Content-Type)
+            fields, config, context = await det_tasks.read_launch(request, task_type)
         else:
             fields, config, context = await _read_form(request)
         who = principal(request)
@@ -234,7 +182,7 @@ def _make_create(family: str, task_type: str):
             if found is not None:
                 response.status_code = 200
                 if speaks_determined(request):
-                    return _det_launched(family, {"task": found, "warnings": []})
+                    return det_tasks.launched(family, {"task": found, "warnings": []})
                 return {"task": found, "warnings": [], "reused": True}
             meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids, "logdirs": logdirs}
         else:  # what a notebook, shell or command covers, where its launcher says
@@ -247,7 +195,7 @@ def _make_create(family: str, task_type: str):
             svc.create, task_type, owner, config, entrypoint, context, meta, workspace_id
         )
         if speaks_determined(request):
-            return _det_launched(family, answer)
+            return det_tasks.launched(family, answer)
         answer["reused"] = False
         return answer
 
@@ -263,17 +211,6 @@ def _make_create(family: str, task_type: str):
         + "."
     )
     return create
-
-
-def _det_launched(family: str, answer: dict[str, Any]) -> Any:
-    """Determined's ``Launch...Response`` of a created (or reused) task: the task under
-    its family's name, its config and ``warnings`` (Determined's launch-warning enum
-    cannot carry Dauntless's warnings: the master logs each, naming the task)."""
-    view = answer["task"]
-    for text in answer.get("warnings") or []:
-        log.warning("task %s: %s", view["id"], text)
-    item = det_shapes.ntsc(view, f"{TASK_PREFIX}{view['id']}")
-    return JSONResponse({family.removesuffix("s"): item, "config": view["config"], "warnings": []})
 
 
 def _with_template(request: Request, config: dict[str, Any] | None, name: Any) -> dict:
@@ -308,13 +245,6 @@ def _workspace_id(fields: dict[str, Any]) -> int:
     )
 
 
-def _query_int(raw: str, name: str) -> int:
-    """An id in the query string. Raises BadRequest naming ``name``."""
-    if raw.isdigit() and int(raw) <= INT32_MAX:
-        return int(raw)
-    raise BadRequest(f"invalid request: {name}: expected an id", [(name, "an id")])
-
-
 def _make_list(family: str, task_type: str):
     def list_family(
         request: Request,
@@ -328,12 +258,12 @@ def _make_list(family: str, task_type: str):
         # Determined's GetCommandsRequest and siblings: workspaceId, users, userIds.
         q = request.query_params
         if q.get("workspaceId"):
-            workspace_id = _query_int(q["workspaceId"], "workspaceId")
+            workspace_id = det_tasks.query_int(q["workspaceId"], "workspaceId")
         users = set(q.getlist("users"))
-        user_ids = {_query_int(x, "userIds") for x in q.getlist("userIds")}
+        user_ids = {det_tasks.query_int(x, "userIds") for x in q.getlist("userIds")}
         found = _tasks(request).list(task_type, None, scope, workspace_id, offset, limit)
         items = [
-            det_shapes.ntsc(t, f"{TASK_PREFIX}{t['id']}")
+            det_shapes_tasks.ntsc(t, f"{TASK_PREFIX}{t['id']}")
             for t in found["tasks"]
             if (not users or t["owner"] in users) and (not user_ids or t["user_id"] in user_ids)
         ]
@@ -391,7 +321,7 @@ def get_task(task_id: str, request: Request) -> dict[str, Any]:
     """One task, with Determined's ``Task`` fields beside (``taskId``, ``taskType``,
     ``allocations`` with ``isReady``; no name clashes)."""
     view = _tasks(request).get(task_id)
-    return {"task": view | det_shapes.generic_task(view)}
+    return {"task": view | det_shapes_tasks.generic_task(view)}
 
 
 def _own_task_token(request: Request, task_id: str, what: str) -> None:
@@ -441,63 +371,11 @@ def task_logs(
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> dict[str, Any]:
     """A task's log lines with ids above ``after_id``; poll with the last id to follow.
-    In Determined's dialect its ``TaskLogs`` stream (:func:`_det_task_logs`)."""
+    In Determined's dialect its ``TaskLogs`` stream
+    (:func:`dauntless.master.routes_det_tasks.task_logs`)."""
     if speaks_determined(request):
-        return _det_task_logs(request, task_id)  # type: ignore[return-value]
+        return det_tasks.task_logs(request, _tasks(request), task_id)  # type: ignore[return-value]
     return _tasks(request).logs(task_id, after_id, limit)
-
-
-LOG_POLL_SECONDS = 0.5
-"""How often a followed task log stream looks for new lines."""
-
-_LOG_PAGE = 1000
-
-
-def _det_task_logs(request: Request, task_id: str) -> StreamingResponse:
-    """Determined's ``GET /tasks/{id}/logs``: one ``{"result": TaskLogsResponse}`` JSON
-    object per line (grpc-gateway's server-streaming framing).
-
-    Query: ``limit`` (at most this many lines; with ``orderBy=ORDER_BY_DESC`` the last
-    ones, newest first), ``follow`` (stream until the task has ended and no line is
-    left).
-
-    Raises:
-        NotFound: no such task (before the stream starts).
-        BadRequest: ``limit`` not a count.
-    """
-    svc = _tasks(request)
-    svc.get(task_id)  # 404 before streaming
-    q = request.query_params
-    limit = _query_int(q["limit"], "limit") if q.get("limit") else 0
-    desc = q.get("orderBy") == "ORDER_BY_DESC"
-    follow = (q.get("follow") or "").lower() == "true"
-
-    async def lines() -> Any:
-        after, sent = 0, 0
-        kept: deque[dict[str, Any]] = deque(maxlen=limit or None)
-        while True:
-            page = await run_in_threadpool(svc.logs, task_id, after, _LOG_PAGE)
-            for line in page["logs"]:
-                after = line["id"]
-                if desc:
-                    kept.append(line)
-                    continue
-                if limit and sent >= limit:
-                    return
-                sent += 1
-                yield json.dumps({"result": det_shapes.task_log(line)}) + "\n"
-            if len(page["logs"]) == _LOG_PAGE:
-                continue
-            if desc:
-                for line in reversed(kept):
-                    yield json.dumps({"result": det_shapes.task_log(line)}) + "\n"
-                return
-            ended = TaskState(page["task_state"]) in TASK_TERMINAL
-            if not follow or ended or await request.is_disconnected():
-                return
-            await asyncio.sleep(LOG_POLL_SECONDS)
-
-    return StreamingResponse(lines(), media_type="application/json")
 
 
 @router.get("/tasks/{task_id}/context")
