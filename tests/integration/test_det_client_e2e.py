@@ -135,13 +135,18 @@ class DetClient:
         return proc.stdout
 
     def endpoints(self) -> dict[tuple[str, str], set[int]]:
-        """Each endpoint the client called (ids in paths as ``{id}``) -> statuses seen."""
+        """Each endpoint the client called (ids in paths as ``{id}``, model names as
+        ``{name}``) -> statuses seen."""
         seen: dict[tuple[str, str], set[int]] = {}
         if not self.record.exists():
             return seen
         for line in self.record.read_text().splitlines():
             row = json.loads(line)
-            path = re.sub(r"/(\d+|[0-9a-f]{8}-[0-9a-f-]{27})(?=/|$)", "/{id}", row["path"])
+            # ids: numbers, uuids, task ids (8 hex digits); a model's name or id
+            path = re.sub(
+                r"/(\d+|[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{8})(?=/|$)", "/{id}", row["path"]
+            )
+            path = re.sub(r"^(/api/v1/models)/[^/]+", r"\1/{name}", path)
             seen.setdefault((row["method"], path), set()).add(row["status"])
         return seen
 
@@ -287,6 +292,97 @@ def test_experiment_lifecycle(det, tmp_path):
     assert state in ("CANCELED", "STOPPING_CANCELED", "STOPPING_KILLED"), state
 
 
+def _completed_checkpoint(det: DetClient) -> tuple[int, str]:
+    """``(experiment id, uuid)`` of a COMPLETED checkpoint: one an earlier test's
+    experiment wrote, else of an experiment run here (so the test also runs alone)."""
+    for e in det.cluster.api("/experiments")["experiments"]:
+        if e["state"] != "COMPLETED":
+            continue
+        done = [
+            c
+            for c in det.cluster.api(f"/experiments/{e['id']}/checkpoints")["checkpoints"]
+            if c["state"] == "COMPLETED"
+        ]
+        if done:
+            return e["id"], done[0]["uuid"]
+    example = REPO / "examples" / "core_api"
+    det.det("user", "login", "admin", stdin=PASSWORD + "\n")
+    out = det.det("experiment", "create", str(example / "const.yaml"), str(example))
+    exp_id = int(re.search(r"Created experiment (\d+)", out).group(1))
+    assert det.cluster.wait_experiment(exp_id)["experiment"]["state"] == "COMPLETED"
+    checkpoints = det.cluster.api(f"/experiments/{exp_id}/checkpoints")["checkpoints"]
+    return exp_id, checkpoints[0]["uuid"]
+
+
+def test_model_registry(det):
+    """``det model create/register-version/list/describe/list-versions`` and the SDK's
+    ``create_model`` + ``register_version``, ``get_model``, ``list_versions``: the
+    versions are registered (read back through Dauntless's own API)."""
+    _, uuid = _completed_checkpoint(det)
+    det.det("user", "login", "admin", stdin=PASSWORD + "\n")
+    created = det.det("model", "create", "det-cli-model", "--description", "from det")
+    assert "det-cli-model" in created and "from det" in created, created
+    assert "det-cli-model" in det.det("model", "list")
+    registered = det.det("model", "register-version", "det-cli-model", uuid)
+    assert uuid in registered, registered
+    described = det.det("model", "describe", "det-cli-model")
+    assert "det-cli-model" in described and uuid in described, described
+    listed = json.loads(det.det("model", "list-versions", "det-cli-model", "--json"))
+    assert [v["checkpoint"]["uuid"] for v in listed["modelVersions"]] == [uuid], listed
+    out = det.sdk(
+        f"""
+        from determined.experimental import client
+        client.login(user="admin", password={PASSWORD!r})
+        model = client.create_model("det-sdk-model", description="from the SDK",
+                                    metadata={{"team": "a"}})
+        version = model.register_version({uuid!r})
+        print("version", version.model_version, version.checkpoint.uuid)
+        again = client.get_model("det-sdk-model")
+        print("model", again.name, again.description, again.metadata,
+              [v.model_version for v in again.list_versions()])
+        print("names", sorted(m.name for m in client.list_models()))
+        """
+    )
+    assert f"version 1 {uuid}" in out, out
+    assert "model det-sdk-model from the SDK {'team': 'a'} [1]" in out, out
+    assert "'det-cli-model', 'det-sdk-model'" in out, out
+    ours = det.cluster.api("/models/det-sdk-model/versions")["model_versions"]
+    assert [(v["version"], v["checkpoint"]["uuid"]) for v in ours] == [(1, uuid)], ours
+
+
+def test_commands_notebooks_shells_tensorboards(det):
+    """``det cmd run`` (its output streamed back), ``cmd list``; ``notebook start``
+    (waits until Jupyter answers), ``notebook list``/``kill``; ``shell`` and
+    ``tensorboard`` started detached, listed and killed."""
+    det.det("user", "login", "admin", stdin=PASSWORD + "\n")
+    launched = re.compile(r"Launched \w+ \(id: (\w+),")
+    out = det.det("cmd", "run", "sh", "-c", "echo det-cmd-$((6*7))", timeout=180)
+    assert "det-cmd-42" in out, out
+    cmd_id = launched.search(out).group(1)
+    listed = det.det("cmd", "list")
+    assert cmd_id in listed and "TERMINATED" in listed, listed
+    assert det.cluster.api(f"/tasks/{cmd_id}")["task"]["state"] == "COMPLETED"
+
+    out = det.det("notebook", "start", "--no-browser", timeout=300)
+    assert "Jupyter Notebook is running at:" in out, out
+    nb_id = launched.search(out).group(1)
+    listed = det.det("notebook", "list")
+    assert nb_id in listed and "RUNNING" in listed, listed
+    assert f"Killed notebook {nb_id}" in det.det("notebook", "kill", nb_id)
+
+    exp_id, _ = _completed_checkpoint(det)
+    shell_id = det.det("shell", "start", "-d").strip()
+    tb_id = det.det("tensorboard", "start", str(exp_id), "-d").strip()
+    assert shell_id in det.det("shell", "list") and tb_id in det.det("tensorboard", "list")
+    assert f"Killed shell {shell_id}" in det.det("shell", "kill", shell_id)
+    assert f"Killed tensorboard {tb_id}" in det.det("tensorboard", "kill", tb_id)
+    ended = {"COMPLETED", "CANCELED", "ERROR"}
+    for task_id in (nb_id, shell_id, tb_id):
+        assert det.cluster.wait_task(task_id, ended, timeout=60)["state"] in ended
+    tb = det.cluster.api(f"/tasks/{tb_id}")["task"]
+    assert tb["experiment_ids"] == [exp_id], tb
+
+
 READ_BEST = """
 import os, runpy, sys, time
 
@@ -298,6 +394,9 @@ except SystemExit as exc:
 
 import determined as det
 from determined.experimental import client
+from ruamel.yaml import YAML  # brought by Determined's package where trials run
+
+print("RUAMEL", YAML(typ="safe", pure=True).load(open("const.yaml"))["entrypoint"], flush=True)
 
 info = det.get_cluster_info()
 exp = client.get_experiment(info.trial.experiment_id)
@@ -307,12 +406,22 @@ while not exp.list_checkpoints() and time.time() < deadline:
 best = exp.top_checkpoint()
 path = best.download(os.path.join(os.getcwd(), "best-ckpt"))
 print("BEST", best.uuid, sorted(os.listdir(path)), flush=True)
+
+# A second checkpoint: Determined 0.38.1's `det trial download --latest` needs two (with
+# one it pops it and then reports that none is left).
+with det.core.init() as core:
+    with core.checkpoint.store_path({"steps_completed": 201}) as (out, uuid):
+        with open(os.path.join(out, "second.txt"), "w") as f:
+            f.write("second")
+print("SECOND", uuid, flush=True)
 """
 
 
 def test_sdk_inside_a_trial(det, tmp_path):
     """Trial code using ``from determined.experimental import client`` reads its own
-    experiment's best checkpoint (Determined's SDK through the compatibility package)."""
+    experiment's best checkpoint (Determined's SDK through the compatibility package),
+    reads its config with ``ruamel.yaml`` and stores a second checkpoint through
+    ``det.core``; ``det trial download --latest`` fetches that one."""
     context = tmp_path / "ctx"
     context.mkdir()
     example = REPO / "examples" / "core_api"
@@ -332,12 +441,23 @@ def test_sdk_inside_a_trial(det, tmp_path):
     (trial,) = body["trials"]
     lines = det.cluster.api(f"/trials/{trial['id']}/logs", limit=10000)["logs"]
     text = "".join(line["log"] for line in lines)
+    assert "RUAMEL python3 read_best.py" in text, text[-3000:]
     found = re.search(r"BEST (\S+) (\[.*\])", text)
     assert found, text[-3000:]
     checkpoints = det.cluster.api(f"/experiments/{exp_id}/checkpoints")["checkpoints"]
-    best = min(checkpoints, key=lambda c: c["searcher_metric"])
+    best = min(
+        (c for c in checkpoints if c["searcher_metric"] is not None),
+        key=lambda c: c["searcher_metric"],
+    )
     assert found.group(1) == best["uuid"]
     assert "metadata.json" in found.group(2) and "weights.npy" in found.group(2)
+    # det trial download --latest: Determined 0.38.1's CLI lists the trial's checkpoints
+    # newest first and takes the last of the list, the one of train.py at batch 200.
+    second = re.search(r"SECOND (\S+)", text).group(1)
+    assert second in det.det("experiment", "list-checkpoints", str(exp_id))
+    out = det.det("trial", "download", str(trial["id"]), "--latest", "-o", str(tmp_path / "t"))
+    meta = json.loads((tmp_path / "t" / "metadata.json").read_text())
+    assert meta["steps_completed"] == 200 and (tmp_path / "t" / "weights.npy").exists(), out
 
 
 def test_agent_yaml_of_determined(det, tmp_path):

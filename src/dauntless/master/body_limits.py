@@ -43,9 +43,13 @@ def _is_json(content_type: str) -> bool:
     )
 
 
-UNTYPED_OWN_READER = frozenset({("POST", "/api/v1/experiments")})
+UNTYPED_OWN_READER = frozenset(
+    {("POST", "/api/v1/experiments")}
+    | {("POST", f"/api/v1/{f}") for f in ("commands", "notebooks", "shells", "tensorboards")}
+)
 """Routes that read an untyped body themselves, with limits of their own (Determined's
-experiment create carries its context directory: :mod:`dauntless.master.det_create`)."""
+experiment and task launches carry their context directory:
+:mod:`dauntless.master.det_create`)."""
 
 
 def _untyped_json(scope: Scope) -> bool:

@@ -61,14 +61,14 @@ class CreateRequest:
     project_id: int | None
 
 
-async def read_create(request: Request) -> CreateRequest:
-    """Read and check Determined's create body.
+async def read_json_body(request: Request, known: frozenset[str]) -> dict[str, Any]:
+    """Read a JSON object body of at most :data:`MAX_BODY_BYTES` (a context directory's
+    files in base64 fit), with only the ``known`` fields.
 
     Raises:
         TooLarge: the body is over :data:`MAX_BODY_BYTES` (413).
-        BadRequest: not JSON within the parsing limits, a field of the wrong type, an
-            unknown field, a ``template`` (not supported: templates are not served), or
-            a file whose content is not base64 (each naming the field).
+        BadRequest: not a JSON object within the parsing limits, or an unknown field
+            (naming it).
     """
     chunks, total = [], 0
     async for chunk in request.stream():
@@ -86,11 +86,24 @@ async def read_create(request: Request) -> CreateRequest:
         raise BadRequest("invalid request body", exc.errors) from None
     if not isinstance(body, dict):
         raise BadRequest("invalid request body", [("body", "a JSON object")])
-    unknown = sorted(set(body) - _KNOWN)
+    unknown = sorted(set(body) - known)
     if unknown:
         raise BadRequest(
             f"invalid request: unknown field {unknown[0]}", [(k, "unknown field") for k in unknown]
         )
+    return body
+
+
+async def read_create(request: Request) -> CreateRequest:
+    """Read and check Determined's create body.
+
+    Raises:
+        TooLarge: the body is over :data:`MAX_BODY_BYTES` (413).
+        BadRequest: not JSON within the parsing limits, a field of the wrong type, an
+            unknown field, a ``template`` (not supported: templates are not served), or
+            a file whose content is not base64 (each naming the field).
+    """
+    body = await read_json_body(request, _KNOWN)
     if body.get("template"):
         raise BadRequest(
             "invalid request: template: config templates are not supported by this master",
@@ -100,7 +113,7 @@ async def read_create(request: Request) -> CreateRequest:
     if not isinstance(config, str):
         raise BadRequest("invalid request: config: YAML text required", [("config", "required")])
     files = body.get("modelDefinition")
-    context = None if not files else _pack(files)
+    context = None if not files else pack_files(files)
     return CreateRequest(
         config=config,
         context=context,
@@ -127,16 +140,20 @@ def _id(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def _pack(files: Any) -> bytes:
-    """The ``File`` list as a gzipped tar (regular files and directories only)."""
+def pack_files(files: Any, field: str = "modelDefinition") -> bytes:
+    """Determined's ``File`` list (the request's ``field``) as a gzipped tar (regular
+    files and directories only).
+
+    Raises:
+        BadRequest: not a list of files and directories with base64 content (naming
+            the entry).
+    """
     if not isinstance(files, list):
-        raise BadRequest(
-            "invalid request: modelDefinition: a list", [("modelDefinition", "a list")]
-        )
+        raise BadRequest(f"invalid request: {field}: a list", [(field, "a list")])
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as tar:
         for i, f in enumerate(files):
-            where = f"modelDefinition[{i}]"
+            where = f"{field}[{i}]"
             if not isinstance(f, dict) or not isinstance(f.get("path"), str):
                 raise BadRequest(f"invalid request: {where}: a File", [(where, "a File")])
             info = tarfile.TarInfo(f["path"])

@@ -355,3 +355,44 @@ def agent(view: dict[str, Any]) -> dict[str, Any]:
         "version": "",
         "slotStats": {"typeStats": {"TYPE_CPU": stats}, "brandStats": {}},
     }
+
+
+def model(view: dict[str, Any]) -> dict[str, Any]:
+    """Determined's ``Model`` from Dauntless's model view
+    (:func:`dauntless.master.registry_views.model_views`)."""
+    return {
+        "id": view["id"],
+        "name": view["name"],
+        "description": view.get("description") or "",
+        "metadata": view.get("metadata") or {},
+        "labels": list(view.get("labels") or []),
+        "notes": view.get("notes") or "",
+        "workspaceId": view.get("workspace_id"),
+        "userId": view.get("user_id") or 0,
+        "username": view.get("username") or "",
+        "creationTime": timestamp(view.get("creation_time")),
+        "lastUpdatedTime": timestamp(view.get("last_updated_time")),
+        "numVersions": view.get("num_versions") or 0,
+        "archived": bool(view.get("archived")),
+    }
+
+
+def model_version(view: dict[str, Any], experiment_config: dict[str, Any] | None) -> dict[str, Any]:
+    """Determined's ``ModelVersion`` from Dauntless's version view
+    (:func:`dauntless.master.registry_views.version_views`); ``experiment_config`` is the
+    config of the checkpoint's experiment (None once it is deleted)."""
+    return {
+        "id": view["id"],
+        "version": view["version"],
+        "model": model(view["model"]),
+        "checkpoint": checkpoint(view["checkpoint"], experiment_config),
+        "name": view.get("name") or "",
+        "comment": view.get("comment") or "",
+        "notes": view.get("notes") or "",
+        "metadata": view.get("metadata") or {},
+        "labels": list(view.get("labels") or []),
+        "userId": view.get("user_id") or 0,
+        "username": view.get("username") or "",
+        "creationTime": timestamp(view.get("creation_time")),
+        "lastUpdatedTime": timestamp(view.get("last_updated_time")),
+    }

@@ -22,8 +22,8 @@ from . import responses as R
 from .det_dialect import speaks_determined
 from .errors import Conflict, NotFound
 from .models import checkpoints, registered
+from .registry_views import version_checkpoint
 from .routes import StoreUnavailable, _checkpoint_views, _ctx, _get_experiment, _storage_dir
-from .routes_models import version_checkpoint
 
 router = APIRouter(prefix="/api/v1")
 

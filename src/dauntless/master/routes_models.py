@@ -13,21 +13,23 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy.orm import Session
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from . import det_shapes
+from . import routes_det_models as det_models
 from .api_spec import INT32_MAX, BodyId
 from .auth import principal
 from .authz import Target, read_target, require, require_destination, visible
-from .db import ModelRow, ModelVersionRow
+from .det_dialect import speaks_determined
 from .errors import BadRequest, NotFound
 from .models import checkpoints, registered, registry
 from .rbac import Perm
+from .registry_views import model_views, version_views
 from .responses import Empty
 from .responses import registry as R
-from .routes import _storage_url
+from .routes_det_experiments import page as det_page
 from .routes_workspaces import pagination
-from .schemas import checkpoint_view
 
 router = APIRouter(prefix="/api/v1")
 
@@ -39,7 +41,16 @@ VersionNum = Annotated[
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Determined's client names the fields in camelCase (checkpointUuid, workspaceName)
+    # and sends null for each it leaves unset: null is taken as absent.
+    model_config = det_shapes.body_config()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
 
 
 class PostModel(_Body):
@@ -106,88 +117,23 @@ def _parse(model: type[BaseModel], body: dict[str, Any], key: str) -> Any:
         ) from None
 
 
-def model_views(s: Session, rows: list[ModelRow]) -> list[dict[str, Any]]:
-    """The API form of models (version counts and creators read in ``s``)."""
-    counts = registry.version_counts(s, [m.id for m in rows])
-    users = registered.usernames(s, {m.user_id for m in rows})
-    return [
-        {
-            "id": m.id,
-            "name": m.name,
-            "description": m.description,
-            "metadata": m.meta or {},
-            "labels": m.labels or [],
-            "notes": m.notes,
-            "workspace_id": m.workspace_id,
-            "user_id": m.user_id,
-            "username": users.get(m.user_id) if m.user_id is not None else None,
-            "creation_time": m.creation_time,
-            "last_updated_time": m.last_updated_time,
-            "num_versions": counts.get(m.id, 0),
-            "archived": m.archived,
-        }
-        for m in rows
-    ]
-
-
-def version_checkpoint(s: Session, v: ModelVersionRow) -> dict[str, Any]:
-    """The checkpoint a version names: its row while its experiment lives, else the
-    copy the version keeps (state COMPLETED: its files stay while a version names it)."""
-    storage = {"checkpoint_storage": v.checkpoint.get("storage") or {}}
-    row = registered.checkpoint_row(s, v.checkpoint_uuid)
-    if row is not None:
-        return checkpoint_view(row, _storage_url(storage, row.uuid))
-    c = v.checkpoint
-    return {
-        "uuid": v.checkpoint_uuid,
-        "trial_id": c.get("trial_id", 0),
-        "experiment_id": c.get("experiment_id", 0),
-        "total_batches": c.get("total_batches", 0),
-        "state": "COMPLETED",
-        "resources": c.get("resources") or {},
-        "metadata": c.get("metadata") or {},
-        "report_time": c.get("report_time", 0.0),
-        "storage_path": _storage_url(storage, v.checkpoint_uuid),
-    }
-
-
-def version_views(s: Session, model: ModelRow, rows: list[ModelVersionRow]) -> list[dict]:
-    """The API form of a model's versions."""
-    mview = model_views(s, [model])[0]
-    users = registered.usernames(s, {v.user_id for v in rows})
-    return [
-        {
-            "id": v.id,
-            "version": v.version,
-            "model_version": v.version,
-            "model_id": model.id,
-            "model_name": model.name,
-            "model": mview,
-            "checkpoint": version_checkpoint(s, v),
-            "name": v.name,
-            "comment": v.comment,
-            "notes": v.notes,
-            "metadata": v.meta or {},
-            "labels": v.labels or [],
-            "user_id": v.user_id,
-            "username": users.get(v.user_id) if v.user_id is not None else None,
-            "creation_time": v.creation_time,
-            "last_updated_time": v.last_updated_time,
-        }
-        for v in rows
-    ]
-
-
 def _one(request: Request, ident: str | int) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
-        return {"model": model_views(s, [registry.read_model(s, ident)])[0]}
+        view = model_views(s, [registry.read_model(s, ident)])[0]
+    if speaks_determined(request):
+        return JSONResponse({"model": det_shapes.model(view)})  # type: ignore[return-value]
+    return {"model": view}
 
 
 def _version(request: Request, ident: str | int, number: int) -> dict[str, Any]:
     with _ctx(request).db.read() as s:
         model = registry.read_model(s, ident)
         v = registry.read_version(s, model, number)
-        return {"model_version": version_views(s, model, [v])[0]}
+        view = version_views(s, model, [v])[0]
+        if speaks_determined(request):
+            (det,) = det_models.det_versions(s, [view])
+            return JSONResponse({"modelVersion": det})  # type: ignore[return-value]
+    return {"model_version": view}
 
 
 def _order(order_by: str) -> str:
@@ -219,8 +165,23 @@ def list_models(
     workspace_ids: list[BodyId] | None = Query(None, max_length=100),
 ) -> dict[str, Any]:
     """The models the caller may view, filtered (``name``/``description``: substrings,
-    any case; ``labels``: all of them), sorted and paged."""
-    key = sort_by.upper().removeprefix("SORT_BY_").lower()
+    any case; ``labels``: all of them), sorted and paged. In Determined's dialect the
+    camelCase parameters (``sortBy``, ``workspaceNames``...) are read and the answer is
+    its ``GetModelsResponse``."""
+    det = speaks_determined(request)
+    sort_by = det_models.det_param(request, "sort_by", sort_by)
+    order_by = det_models.det_param(request, "order_by", order_by)
+    workspace_names = det_models.det_param(request, "workspace_names", workspace_names, many=True)
+    if det and "workspaceIds" in request.query_params:
+        workspace_ids = [
+            det_models.query_id(x, "workspace_ids")
+            for x in request.query_params.getlist("workspaceIds")
+        ]
+    if det and "userIds" in request.query_params:
+        user_ids = [
+            det_models.query_id(x, "user_ids") for x in request.query_params.getlist("userIds")
+        ]
+    key = det_models.sort_key(sort_by, det_models.MODEL_SORTS)
     key = "name" if key == "unspecified" else key
     with _ctx(request).db.read() as s:
         ws_ids = list(workspace_ids or [])
@@ -243,6 +204,12 @@ def list_models(
             limit=limit,
         )
         views = model_views(s, rows)
+    if det:
+        body: dict[str, Any] = {
+            "models": [det_shapes.model(v) for v in views],
+            "pagination": det_page(offset, len(views), total, limit),
+        }
+        return JSONResponse(body)  # type: ignore[return-value]
     return {"models": views, "pagination": pagination(offset, limit, len(views), total)}
 
 
@@ -382,14 +349,28 @@ def list_versions(
     offset: int = Query(0, ge=0, le=INT32_MAX),
     limit: int = Query(0, ge=0, le=10_000, description="0: every version"),
 ) -> dict[str, Any]:
-    """A model and its versions, sorted and paged."""
-    key = "creation_time" if "CREATION_TIME" in sort_by.upper() else "version"
+    """A model and its versions, sorted and paged (Determined's ``sortBy``/``orderBy``
+    and its ``GetModelVersionsResponse`` in its dialect)."""
+    sort_by = det_models.det_param(request, "sort_by", sort_by)
+    order_by = det_models.det_param(request, "order_by", order_by)
+    key = (
+        "creation_time"
+        if det_models.sort_key(sort_by, det_models.VERSION_SORTS) == "creation_time"
+        else "version"
+    )
     with _ctx(request).db.read() as s:
         model = registry.read_model(s, model_name)
         rows = registry.list_versions(s, model, key, _order(order_by))
         page = rows[offset : offset + limit] if limit else rows[offset:]
         views = version_views(s, model, page)
         mview = model_views(s, [model])[0]
+        if speaks_determined(request):
+            body = {
+                "model": det_shapes.model(mview),
+                "modelVersions": det_models.det_versions(s, views),
+                "pagination": det_page(offset, len(views), len(rows), limit),
+            }
+            return JSONResponse(body)  # type: ignore[return-value]
     return {
         "model": mview,
         "model_versions": views,

@@ -8,6 +8,15 @@ text, optional), ``context`` (a gzipped tar, optional, at most 95 MiB), and for 
 and ``trial_ids`` (JSON lists): for TensorBoards what they show (at least one), for the
 other types what the task covers (optional; shown as links on the WebUI's Tasks page);
 ``workspace_id`` (the task's workspace, default 1: Uncategorized; ``CREATE_NSC`` there).
+
+Determined's client sends a JSON body instead (``LaunchCommandRequest`` and its
+siblings: ``config`` a mapping whose ``entrypoint`` is a command's, ``files`` the context
+directory as ``File`` objects, ``templateName``, ``workspaceId``, a TensorBoard's
+``experimentIds``/``trialIds``), read into the same fields by
+:func:`dauntless.master.routes_det_tasks.read_launch`; a request in Determined's dialect
+(:mod:`dauntless.master.det_dialect`) is answered in its shapes
+(:mod:`dauntless.master.det_shapes_tasks`): launches, task lists and the task log stream
+(``{"result": TaskLogsResponse}`` lines).
 """
 
 from __future__ import annotations
@@ -21,15 +30,18 @@ from starlette.concurrency import run_in_threadpool
 
 from dauntless.config import LimitError, load_json, load_yaml
 
-from . import authz
+from . import authz, det_shapes_tasks
 from . import responses as R
+from . import routes_det_tasks as det_tasks
 from .api_spec import INT32_MAX
 from .auth import forbidden, principal
 from .context_archive import check_context_archive, read_upload
 from .db import UNCATEGORIZED_ID
+from .det_dialect import speaks_determined
 from .errors import MAX_CONTEXT_BYTES, BadRequest
 from .models import agents as agent_models
 from .models import task_services, tasks
+from .models.jobs import TASK_PREFIX
 from .models.templates import apply_template
 from .rbac import Perm
 from .routes import _ctx, _read, _write
@@ -132,7 +144,12 @@ async def _require_subjects(
 
 def _make_create(family: str, task_type: str):
     async def create(request: Request, response: Response) -> dict[str, Any]:
-        fields, config, context = await _read_form(request)
+        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media == "application/json" or (not media and speaks_determined(request)):
+            # Determined's Launch...Request (its client sends no Content-Type)
+            fields, config, context = await det_tasks.read_launch(request, task_type)
+        else:
+            fields, config, context = await _read_form(request)
         who = principal(request)
         owner = who.username or "determined"
         workspace_id = _workspace_id(fields)
@@ -164,6 +181,8 @@ def _make_create(family: str, task_type: str):
             )
             if found is not None:
                 response.status_code = 200
+                if speaks_determined(request):
+                    return det_tasks.launched(family, {"task": found, "warnings": []})
                 return {"task": found, "warnings": [], "reused": True}
             meta = {"experiment_ids": exp_ids, "trial_ids": trial_ids, "logdirs": logdirs}
         else:  # what a notebook, shell or command covers, where its launcher says
@@ -187,6 +206,8 @@ def _make_create(family: str, task_type: str):
             meta,
             workspace_id,
         )
+        if speaks_determined(request):
+            return det_tasks.launched(family, answer)
         answer["reused"] = False
         return answer
 
@@ -233,7 +254,7 @@ def _workspace_id(fields: dict[str, Any]) -> int:
     )
 
 
-def _make_list(task_type: str):
+def _make_list(family: str, task_type: str):
     def list_family(
         request: Request,
         workspace_id: int | None = Query(None, ge=0, le=INT32_MAX, description="only its"),
@@ -241,10 +262,31 @@ def _make_list(task_type: str):
         limit: int = Query(0, ge=0, le=10_000, description="0: every one"),
     ) -> dict[str, Any]:
         scope = authz.visible(request)
-        return _read(request, tasks.read_tasks, task_type, None, scope, workspace_id, offset, limit)
+        if not speaks_determined(request):
+            return _read(
+                request, tasks.read_tasks, task_type, None, scope, workspace_id, offset, limit
+            )
+        # Determined's GetCommandsRequest and siblings: workspaceId, users, userIds.
+        q = request.query_params
+        if q.get("workspaceId"):
+            workspace_id = det_tasks.query_int(q["workspaceId"], "workspaceId")
+        users = set(q.getlist("users"))
+        user_ids = {det_tasks.query_int(x, "userIds") for x in q.getlist("userIds")}
+        found = _read(
+            request, tasks.read_tasks, task_type, None, scope, workspace_id, offset, limit
+        )
+        items = [
+            det_shapes_tasks.ntsc(t, f"{TASK_PREFIX}{t['id']}")
+            for t in found["tasks"]
+            if (not users or t["owner"] in users) and (not user_ids or t["user_id"] in user_ids)
+        ]
+        return JSONResponse({family: items})  # type: ignore[return-value]
 
     list_family.__name__ = f"list_{task_type.lower()}s"
-    list_family.__doc__ = f"The {task_type.lower()} tasks the caller may view, oldest first."
+    list_family.__doc__ = (
+        f"The {task_type.lower()} tasks the caller may view, oldest first (Determined's "
+        "``users``/``userIds``/``workspaceId`` filters and shape in its dialect)."
+    )
     return list_family
 
 
@@ -267,7 +309,7 @@ for _family, _type in FAMILIES.items():
         ),
     )
     router.add_api_route(
-        f"/{_family}", _make_list(_type), methods=["GET"], response_model=R.TasksOut
+        f"/{_family}", _make_list(_family, _type), methods=["GET"], response_model=R.TasksOut
     )
 
 
@@ -289,8 +331,10 @@ def list_tasks(
 
 @router.get("/tasks/{task_id}", response_model=R.TaskBody)
 def get_task(task_id: str, request: Request) -> dict[str, Any]:
-    """One task."""
-    return {"task": _read(request, tasks.read_task_view, task_id)}
+    """One task, with Determined's ``Task`` fields beside (``taskId``, ``taskType``,
+    ``allocations`` with ``isReady``; no name clashes)."""
+    view = _read(request, tasks.read_task_view, task_id)
+    return {"task": view | det_shapes_tasks.generic_task(view)}
 
 
 def _own_task_token(request: Request, task_id: str, what: str) -> None:
@@ -350,7 +394,11 @@ def task_logs(
     after_id: int = Query(0, ge=0, le=2**63 - 1),
     limit: int = Query(1000, ge=1, le=10_000),
 ) -> dict[str, Any]:
-    """A task's log lines with ids above ``after_id``; poll with the last id to follow."""
+    """A task's log lines with ids above ``after_id``; poll with the last id to follow.
+    In Determined's dialect its ``TaskLogs`` stream
+    (:func:`dauntless.master.routes_det_tasks.task_logs`)."""
+    if speaks_determined(request):
+        return det_tasks.task_logs(request, task_id)  # type: ignore[return-value]
     return _read(request, tasks.read_task_logs, task_id, after_id, limit)
 
 

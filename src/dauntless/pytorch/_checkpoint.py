@@ -246,9 +246,16 @@ def load_trial_from_checkpoint_path(
         torch_load_kwargs: extra arguments for ``torch.load`` (default
             ``map_location`` is the context's device; see :func:`load_state`).
 
+    A checkpoint of Determined's pre-0.14 ``build_model`` API (no ``load_data.json``,
+    a trial class that builds its model in ``build_model()`` and wraps none) loads as
+    Determined loads it: ``build_model()`` is called, the single model's weights
+    (``model_state_dict``, or the first of ``models_state_dict``) are loaded, and the
+    bare ``torch.nn.Module`` is returned, not the trial.
+
     Returns:
         The trial; its context is a :class:`CheckpointLoadContext` (models in
         ``context.models``, ``context.get_initial_batch()`` the recorded batch count).
+        For a ``build_model`` checkpoint, the model.
 
     Raises:
         FileNotFoundError: if ``path`` holds no state file.
@@ -287,6 +294,9 @@ def load_trial_from_checkpoint_path(
     batches = read_checkpoint_facts(root, state, LOAD_DATA_FILE).batches_trained
     context._current_batch = context._initial_batch = batches or 0
     saved = model_states(state)
+    build_model = getattr(trial, "build_model", None)
+    if not (root / LOAD_DATA_FILE).is_file() and callable(build_model) and not context.models:
+        return _load_built_model(build_model, saved, trial_class.__name__)  # type: ignore[return-value]
     if len(saved) != len(context.models):
         raise ValueError(
             f"the checkpoint holds {len(saved)} models but {trial_class.__name__} wraps "
@@ -295,3 +305,25 @@ def load_trial_from_checkpoint_path(
     for model, sd in zip(context.models, saved, strict=True):
         load_model_weights(model, sd)
     return trial
+
+
+def _load_built_model(
+    build_model: Any, saved: list[dict[str, Any]], trial_name: str
+) -> torch.nn.Module:
+    """The model of a pre-0.14 ``build_model`` trial with its checkpoint's weights.
+
+    Raises:
+        ValueError: ``build_model()`` returned no ``torch.nn.Module``, or the checkpoint
+            holds more than one model (that API had one).
+    """
+    model = build_model()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(
+            f"{trial_name}.build_model() must return a torch.nn.Module, got {type(model).__name__}"
+        )
+    if len(saved) != 1:
+        raise ValueError(
+            f"{trial_name} builds one model (build_model) but the checkpoint holds {len(saved)}"
+        )
+    load_model_weights(model, saved[0])
+    return model

@@ -172,3 +172,72 @@ def test_shapes_of_agents_and_pools(master):
     assert det_shapes.state("STOPPING_CANCELED") == "STATE_STOPPING_CANCELED"
     assert det_shapes.state("NONSENSE") == "STATE_UNSPECIFIED"
     assert det_shapes.camel("default_compute_pool") == "defaultComputePool"
+
+
+def test_models_in_determined_shapes_and_camel_case(master):
+    for name in ("alpha", "beta"):
+        body = {"name": name, "description": f"{name} model", "workspaceName": "Uncategorized"}
+        r = master.post("/api/v1/models", content=json.dumps(body), headers=DET)
+        assert r.status_code == 200, r.text
+    model = r.json()["model"]
+    assert model["name"] == "beta" and model["workspaceId"] == 1 and model["numVersions"] == 0
+    assert model["creationTime"].endswith("Z") and model["username"] == "admin"
+    page = master.get(
+        "/api/v1/models", headers=DET, params={"sortBy": "SORT_BY_NAME", "orderBy": "ORDER_BY_DESC"}
+    ).json()
+    assert [m["name"] for m in page["models"]] == ["beta", "alpha"]
+    assert page["pagination"] == {
+        "offset": 0,
+        "limit": 0,
+        "startIndex": 0,
+        "endIndex": 2,
+        "total": 2,
+    }
+    none = master.get("/api/v1/models", headers=DET, params={"workspaceNames": "nowhere"})
+    assert none.json()["models"] == []
+    bad = master.get("/api/v1/models", headers=DET, params={"sortBy": "SORT_BY_COLOUR"})
+    assert bad.status_code == 400 and "sort_by" in bad.text
+    # Dauntless's own clients keep snake_case on the same paths.
+    ours = master.get("/api/v1/models/alpha").json()["model"]
+    assert ours["workspace_id"] == 1 and "workspaceId" not in ours
+    det = master.get("/api/v1/models/alpha", headers=DET).json()["model"]
+    assert det["description"] == "alpha model" and "workspace_id" not in det
+    versions = master.get("/api/v1/models/alpha/versions", headers=DET).json()
+    assert versions["modelVersions"] == [] and versions["model"]["name"] == "alpha"
+    # An unknown checkpoint is refused by the same route, camelCase or not.
+    for key in ("checkpointUuid", "checkpoint_uuid"):
+        r = master.post(
+            "/api/v1/models/alpha/versions", content=json.dumps({key: "nope"}), headers=DET
+        )
+        assert r.status_code == 404 and "nope" in r.text, r.text
+
+
+def test_task_launch_list_and_logs_in_determined_shapes(master):
+    files = _files({"run.sh": b"echo hi\n"})
+    body = {"config": {"entrypoint": ["sh", "run.sh"]}, "files": files, "workspaceId": 1}
+    r = master.post("/api/v1/commands", content=json.dumps(body), headers=DET)
+    assert r.status_code == 200, r.text
+    cmd = r.json()["command"]
+    assert cmd["state"] == "STATE_QUEUED" and cmd["jobId"] == f"task-{cmd['id']}"
+    assert cmd["username"] == "admin" and cmd["workspaceId"] == 1 and r.json()["warnings"] == []
+    ours = master.get(f"/api/v1/tasks/{cmd['id']}").json()["task"]
+    assert ours["entrypoint"] == ["sh", "run.sh"] and ours["state"] == "QUEUED"
+    assert ours["taskType"] == "TASK_TYPE_COMMAND" and ours["allocations"] == []
+    tar = master.get(f"/api/v1/tasks/{cmd['id']}/context").content
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        assert t.getnames() == ["run.sh"]
+    listed = master.get("/api/v1/commands", headers=DET, params={"users": "admin"}).json()
+    assert [c["id"] for c in listed["commands"]] == [cmd["id"]]
+    assert master.get("/api/v1/commands", headers=DET, params={"users": "x"}).json() == {
+        "commands": []
+    }
+    assert "tasks" in master.get("/api/v1/commands").json()  # Dauntless's shape
+    logs = master.get(f"/api/v1/tasks/{cmd['id']}/logs", headers=DET)
+    assert logs.status_code == 200 and logs.text == ""  # no line yet; not followed
+    nb = master.post("/api/v1/notebooks", content=json.dumps({"config": {}}), headers=DET)
+    assert nb.status_code == 200 and nb.json()["notebook"]["serviceAddress"], nb.text
+    for bad, field in (({"preview": True}, "preview"), ({"bogus": 1}, "bogus")):
+        r = master.post("/api/v1/commands", content=json.dumps(bad), headers=DET)
+        assert r.status_code == 400 and field in r.text, r.text
+    r = master.post("/api/v1/commands", content=json.dumps({"config": {}}), headers=DET)
+    assert r.status_code == 400 and "entrypoint" in r.text, r.text

@@ -234,3 +234,56 @@ def test_two_checkpoints_of_different_code_load_their_own_classes(tmp_path):
     assert second.context.models[0].weight.shape == (1, 3)
     assert type(first) is not type(again)  # fresh code each time, no stale module
     assert "model_def" not in sys.modules
+
+
+BUILD_MODEL_DEF = textwrap.dedent(
+    """
+    import torch
+    from determined import pytorch
+
+
+    class OldApiTrial(pytorch.PyTorchTrial):
+        # Determined 0.13's PyTorchTrial API: the model comes from build_model(), the
+        # trial wraps nothing, train_batch receives the model.
+        def __init__(self, context):
+            self.context = context
+
+        def build_model(self):
+            return torch.nn.Linear(2, 1, bias=False)
+
+        def optimizer(self, model):
+            return torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def build_training_data_loader(self):
+            raise NotImplementedError
+
+        build_validation_data_loader = build_training_data_loader
+
+        def train_batch(self, batch, model, epoch_idx, batch_idx):
+            raise NotImplementedError
+
+        def evaluate_batch(self, batch, model):
+            raise NotImplementedError
+    """
+)
+
+
+@pytest.mark.parametrize("key", ["model_state_dict", "models_state_dict"])
+def test_0_13_build_model_checkpoint_loads_the_bare_model(tmp_path, key):
+    # As Determined's loader does for a checkpoint without load_data.json whose trial
+    # has build_model(): the model is built, its weights loaded, and it is returned.
+    root = tmp_path / "0.13.13-old"
+    (root / "code").mkdir(parents=True)
+    (root / "code" / "model_def.py").write_text(BUILD_MODEL_DEF)
+    weights = {"weight": torch.tensor([[0.25, -2.0]])}
+    torch.save(
+        {key: weights if key == "model_state_dict" else [weights], "optimizer_state_dict": {}},
+        root / "state_dict.pth",
+    )
+    config = {**CONFIG, "entrypoint": "model_def:OldApiTrial"}
+    _metadata(root, "0.13.13", format="cloudpickle", experiment_config=config)
+    model = load_trial_from_checkpoint_path(root)
+    assert isinstance(model, torch.nn.Linear), type(model)
+    assert model.weight.detach().tolist() == [[0.25, -2.0]]
+    with torch.no_grad():
+        assert model(torch.tensor([[4.0, 1.0]])).item() == pytest.approx(-1.0)
