@@ -149,3 +149,40 @@ def test_import_is_lean_and_determined_names_resolve():
         env={"PYTHONPATH": shim, "PATH": "/usr/bin:/bin"},
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_the_loop_counts_only_the_trials_own_evaluation_method():
+    from dauntless.pytorch._trial import overrides
+    from dauntless.pytorch.deepspeed import DeepSpeedTrial
+
+    class Base(DeepSpeedTrial):
+        def __init__(self, context):  # type: ignore[no-untyped-def]
+            self.context = context
+
+        def build_training_data_loader(self):  # type: ignore[no-untyped-def]
+            return None
+
+        def build_validation_data_loader(self):  # type: ignore[no-untyped-def]
+            return None
+
+        def train_batch(self, dataloader_iter, epoch_idx, batch_idx):  # type: ignore[no-untyped-def]
+            return {}
+
+    class Full(Base):
+        def evaluate_full_dataset(self, data_loader):  # type: ignore[no-untyped-def]
+            return {"x": 1.0}
+
+    class ByBatch(Base):
+        def evaluate_batch(self, dataloader_iter, batch_idx):  # type: ignore[no-untyped-def]
+            return {"x": 1.0}
+
+    full, by_batch = Full(None), ByBatch(None)
+    assert (overrides(full, "evaluate_batch"), overrides(full, "evaluate_full_dataset")) == (
+        False,
+        True,
+    )
+    assert overrides(by_batch, "evaluate_batch") and not overrides(
+        by_batch, "evaluate_full_dataset"
+    )
+    with pytest.raises(NotImplementedError, match="must implement evaluate_batch"):
+        full.evaluate_batch(None, 0)
