@@ -1,6 +1,7 @@
 """Samples per second of each framework integration vs the same framework's own loop.
 
-For each framework (Lightning, Hugging Face Transformers, Keras 3 on torch), the same
+For each framework (Lightning, Hugging Face Transformers, Keras 3 on torch, DeepSpeed on
+its CPU accelerator), the same
 model, data, batch size and number of batches are trained in alternating rounds, in one
 process:
 
@@ -228,10 +229,94 @@ def keras_round(batches: int, integrated: bool, store: str) -> float:
     return timer.seconds
 
 
+# ---------------------------------------------------------------------- DeepSpeed
+
+
+def deepspeed_round(batches: int, integrated: bool, store: str) -> float:
+    """DeepSpeed (ZeRO stage 1, CPU accelerator): the engine's own loop (forward,
+    ``backward``, ``step`` per batch) against a ``DeepSpeedTrial`` doing the same under
+    ``dauntless.pytorch.deepspeed.Trainer`` (training metrics every 10 batches, one
+    validation batch and one checkpoint at the end). The span starts at the first batch
+    and ends when the loop (``fit``) returns."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    from dauntless.pytorch import Batch, DataLoader
+    from dauntless.pytorch.deepspeed import DeepSpeedTrial, Trainer, init
+
+    x, y = _data(batches * BATCH)
+    data = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+    config = {
+        "train_micro_batch_size_per_gpu": BATCH,
+        "zero_optimization": {"stage": 1},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+    }
+
+    def engine() -> Any:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES)
+        )
+        opt = torch.optim.Adam(net.parameters(), 1e-3)
+        return deepspeed.initialize(model=net, optimizer=opt, config=config)[0]
+
+    started: list[float] = []
+
+    def step(eng: Any, batch: Any) -> torch.Tensor:
+        if not started:
+            started.append(time.perf_counter())
+        loss = torch.nn.functional.cross_entropy(eng(batch[0]), batch[1])
+        eng.backward(loss)
+        eng.step()
+        return loss
+
+    if not integrated:
+        with init(hparams={"global_batch_size": BATCH}, exp_conf=_ds_conf(store)):
+            eng = engine()  # deepspeed.comm is up: the same set-up as the integration
+            for batch in torch.utils.data.DataLoader(data, batch_size=BATCH):
+                step(eng, batch)
+            return time.perf_counter() - started[0]
+
+    class Trial(DeepSpeedTrial):
+        def __init__(self, context: Any) -> None:
+            self.context = context
+            self.engine = context.wrap_model_engine(engine())
+
+        def build_training_data_loader(self) -> DataLoader:
+            return DataLoader(data, batch_size=BATCH)
+
+        def build_validation_data_loader(self) -> DataLoader:
+            return DataLoader(torch.utils.data.Subset(data, range(BATCH)), batch_size=BATCH)
+
+        def train_batch(self, it: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
+            return {"loss": step(self.engine, next(it))}
+
+        def evaluate_batch(self, it: Any, batch_idx: int) -> dict[str, Any]:
+            x, y = next(it)
+            return {"val_loss": torch.nn.functional.cross_entropy(self.engine(x), y)}
+
+    with init(hparams={"global_batch_size": BATCH}, exp_conf=_ds_conf(store)) as context:
+        Trainer(Trial(context), context).fit(
+            max_length=Batch(batches), reporting_period=Batch(10), checkpoint_policy="none"
+        )
+        return time.perf_counter() - started[0]
+
+
+def _ds_conf(store: str) -> dict[str, Any]:
+    return {
+        "checkpoint_storage": {"type": "shared_fs", "host_path": store},
+        "reproducibility": {"experiment_seed": 0},
+        "searcher": {"name": "single", "metric": "val_loss", "max_length": {"batches": 1}},
+        "hyperparameters": {"global_batch_size": BATCH},
+    }
+
+
 FRAMEWORKS: dict[str, Callable[[int, bool, str], float]] = {
     "lightning": lightning_round,
     "transformers": transformers_round,
     "keras": keras_round,
+    "deepspeed": deepspeed_round,
 }
 
 

@@ -224,6 +224,28 @@ class PreemptContext:
             return False
         return self._local_answer()
 
+    def ask_master_now(self) -> bool:
+        """This process's view of the signal, brought up to date: the reports queued
+        for the master are delivered first (so a decision they cause, such as ASHA
+        stopping the trial at a validation, is made), then the master is asked once
+        without waiting. No collective; sticky. A process that does not watch the
+        signal (a non-chief rank in ``WorkersAskChief`` mode) answers as
+        :meth:`signal_seen_here`.
+
+        Raises:
+            APIError, MasterUnreachableError: a queued report or the ask failed.
+        """
+        if self._raised.is_set():
+            return True
+        if not self._watches():
+            return False
+        flush = getattr(self._backend, "flush", None)
+        if callable(flush):
+            flush()
+        if self._backend.get_preemption_signal(self.allocation_id):
+            self._raised.set()
+        return self._raised.is_set()
+
     def acknowledge_preemption_signal(self) -> None:
         """Record that this process will stop for the preemption.
 

@@ -105,7 +105,19 @@ def run_trial(
             distributed=distributed,
             preempt_poll_seconds=preempt_poll_seconds,
         ) as core:
-            context = PyTorchTrialContext(trial_info, core=core)
+            # A DeepSpeedTrial's module imported dauntless.pytorch.deepspeed already;
+            # other trials do not import it (nor deepspeed).
+            ds = sys.modules.get("dauntless.pytorch.deepspeed")
+            controller_cls: type[_TrialController] = _TrialController
+            if ds is not None and issubclass(trial_cls, ds.DeepSpeedTrial):
+                from dauntless.pytorch.deepspeed._controller import _DeepSpeedController
+                from dauntless.pytorch.deepspeed._trainer import init_deepspeed_comm
+
+                init_deepspeed_comm()
+                context = ds.DeepSpeedTrialContext(trial_info, core=core)
+                controller_cls = _DeepSpeedController
+            else:
+                context = PyTorchTrialContext(trial_info, core=core)
             models = context.models
             try:
                 trial = trial_cls(context)
@@ -114,7 +126,7 @@ def run_trial(
                 if distributed.is_chief:
                     core.train.report_early_exit(EarlyExitReason.INVALID_HP)
                 return 0
-            result = _TrialController(trial, context, core, code_dir=os.getcwd()).run()
+            result = controller_cls(trial, context, core, code_dir=os.getcwd()).run()
     finally:
         destroy_process_group(distributed, started, models)
     logger.info("trial %d exits: %s", trial_info.trial_id, result.value)

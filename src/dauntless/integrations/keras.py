@@ -27,7 +27,12 @@ own API, so the TensorFlow and JAX backends work the same where they are install
   weights and the optimizer and continues after its epoch; one of another
   ``continue_id`` only warm-starts the weights (from epoch 0);
 - preemption is checked at each epoch's end: training stops (``model.stop_training``)
-  and the epoch is checkpointed, so no batch is trained twice.
+  and the epoch is checkpointed, so no batch is trained twice. After reporting a
+  validation the chief waits for the searcher's decision on it (the report is
+  delivered, then the master asked at once): a trial ASHA stops at a rung ends with
+  the epoch whose validation reached the rung, not an epoch later when the signal's
+  watcher would have heard of it. A pause still waits for the epoch's end, as in
+  Determined (a checkpoint resumes at an epoch boundary).
 
 It replaces Keras's progress bar (it is a ``ProgbarLogger``) with log lines; do not
 combine it with ``BackupAndRestore`` or ``ModelCheckpoint``.
@@ -230,6 +235,9 @@ class DeterminedCallback(keras.callbacks.ProgbarLogger):
         metrics.setdefault("epochs", float(self._epoch + 1))
         check_searcher_metric(self.core_context, metrics)
         self.core_context.train.report_validation_metrics(self.steps_completed, metrics)
+        # The searcher judges the trial on this report (ASHA at a rung): wait for its
+        # decision, so that this epoch's end sees a stop instead of the next one's.
+        self.core_context.preempt.ask_master_now()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         """Report the epoch, checkpoint when due, and check preemption."""

@@ -32,6 +32,11 @@ A ``lightning.pytorch.Callback`` that maps the ``Trainer``'s events to the Core 
 - preemption (pause, an ASHA stop, a kill of the experiment) is checked every
   ``preemption_check_period`` batches and after each validation: the callback
   checkpoints and sets ``trainer.should_stop``; ``fit`` returns and the script exits 0.
+  After reporting a validation the chief waits for the searcher's decision on it (the
+  report is delivered, then the master asked at once), so a trial ASHA stops at a rung
+  ends at that validation, not some batches later when the signal's watcher hears of
+  it. (In Determined 0.38's mode, ``searcher.max_time``, the rungs are judged at the
+  validations the script makes: validate at the rung lengths to stop exactly there.)
 
 A batch here is an optimizer step (``trainer.global_step``). Data-parallel runs use
 ``strategy="ddp"`` with the processes the platform's launcher started
@@ -234,6 +239,9 @@ class DeterminedCallback(pl.Callback):
         if self.core.distributed.is_chief:
             check_searcher_metric(self.core, metrics)
             self.core.train.report_validation_metrics(trainer.global_step, metrics)
+            # The searcher judges the trial on this report (ASHA at a rung): wait for
+            # its decision instead of training on until the watcher hears of a stop.
+            self.core.preempt.ask_master_now()
         self._save(trainer)
         self._check_preemption(trainer)
 

@@ -126,11 +126,7 @@ class _TrialController(_StateMixin):
             raise TypeError(f"context must be a PyTorchTrialContext, got {type(context).__name__}")
         if not isinstance(core, Context):
             raise TypeError(f"core must be a dauntless.core.Context, got {type(core).__name__}")
-        if not context.models or not context.optimizers:
-            raise ValueError(
-                "the trial must wrap at least one model (context.wrap_model) and one "
-                "optimizer (context.wrap_optimizer) in __init__"
-            )
+        self._check_wrapped(context)
         # Local training writes TensorBoard files only when the user made a writer.
         self._tensorboard_unavailable = local
         self._full_dataset = overrides(trial, "evaluate_full_dataset")
@@ -195,6 +191,15 @@ class _TrialController(_StateMixin):
         )
         self._progress_sent_at = -math.inf
         self._started_up = False
+
+    @staticmethod
+    def _check_wrapped(context: PyTorchTrialContext) -> None:
+        """Raise ValueError unless the trial wrapped what training needs."""
+        if not context.models or not context.optimizers:
+            raise ValueError(
+                "the trial must wrap at least one model (context.wrap_model) and one "
+                "optimizer (context.wrap_optimizer) in __init__"
+            )
 
     # ------------------------------------------------------------------ run
 
@@ -606,6 +611,11 @@ class _TrialController(_StateMixin):
         finally:
             for model in ctx.models:
                 model.train()
+        return self._finish_validation(metrics)
+
+    def _finish_validation(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Check, report and log a validation's reduced ``metrics``; returns them."""
+        ctx = self.context
         if not metrics:
             raise TypeError("validation must return a non-empty dict of metrics")
         metrics.setdefault("batches", self.batches_trained)

@@ -109,10 +109,9 @@ class _StateMixin:
                 saved_optimizers = int(sharded.get("optimizers", 0))
                 if same:
                     _check_counts("optimizers", saved_optimizers, len(ctx.optimizers))
-                load_sharded(
+                self._load_shards(
                     Path(path),
-                    ctx.models,
-                    ctx.optimizers,
+                    same=same,
                     with_optimizers=0 < saved_optimizers == len(ctx.optimizers),
                 )
                 state["_sharded_loaded"] = True
@@ -230,9 +229,31 @@ class _StateMixin:
             state["scaler_state_dict"] = ctx._scaler.state_dict()
         return state
 
+    _shard_format = "torch.distributed.checkpoint"
+    """The ``format`` a sharded checkpoint's metadata names."""
+
     def _sharded(self) -> bool:
         """Whether the trial's checkpoints are sharded (a model is wrapped by FSDP)."""
         return any(is_sharded(m) for m in self.context.models)
+
+    def _save_shards(self, path: Path) -> dict[str, int]:
+        """Write every rank's shards of the models and optimizers into checkpoint
+        directory ``path`` (a collective); returns the counts recorded in the state
+        (``{"models": n, "optimizers": m}``)."""
+        ctx = self.context
+        return save_sharded(path, ctx.models, ctx.optimizers)
+
+    def _load_shards(self, path: Path, *, same: bool, with_optimizers: bool) -> None:
+        """Load the shards :meth:`_save_shards` wrote in ``path`` (a collective).
+
+        Args:
+            path: the checkpoint directory.
+            same: whether the checkpoint is this trial's (an exact resume) rather than
+                another's (a warm start).
+            with_optimizers: whether the optimizers' state is loaded too.
+        """
+        ctx = self.context
+        load_sharded(path, ctx.models, ctx.optimizers, with_optimizers=with_optimizers)
 
     def _save_checkpoint(self) -> str:
         """Write a checkpoint (the chief) and return its uuid (on every rank)."""
@@ -284,14 +305,14 @@ class _StateMixin:
         metadata = {
             "steps_completed": self.batches_trained,
             "framework": f"torch-{torch.__version__}",
-            "format": "torch.distributed.checkpoint",
+            "format": self._shard_format,
             "dauntless_version": dauntless.__version__,
             "experiment_id": info.experiment_id,
             "trial_id": info.trial_id,
             "hparams": info.hparams,
         }
         with self.core.checkpoint.store_path(metadata, shard=True) as (path, uuid):
-            state["sharded"] = save_sharded(path, ctx.models, ctx.optimizers)
+            state["sharded"] = self._save_shards(path)
             if ctx.distributed.is_chief:
                 torch.save(state, path / STATE_FILE)
                 write_load_data(path, ctx, self.trial, self.is_trainer)

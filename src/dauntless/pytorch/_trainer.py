@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,33 @@ def init(
             ``aggregation_frequency``.
         TypeError: if ``hparams`` or ``exp_conf`` is not a dict.
     """
+    with _open_context(
+        lambda trial_info, core: PyTorchTrialContext(
+            trial_info,
+            core=core,
+            aggregation_frequency=aggregation_frequency,
+            enable_tensorboard_logging=enable_tensorboard_logging,
+        ),
+        hparams=hparams,
+        exp_conf=exp_conf,
+        distributed=distributed,
+    ) as context:
+        yield context
+
+
+@contextlib.contextmanager
+def _open_context(
+    make_context: Callable[[TrialInfo, Context], PyTorchTrialContext],
+    *,
+    hparams: Mapping[str, Any] | None,
+    exp_conf: Mapping[str, Any] | None,
+    distributed: DistributedContext | None,
+    after_process_group: Callable[[], None] | None = None,
+) -> Iterator[Any]:
+    """What :func:`init` does, with the trial context made by ``make_context(trial_info,
+    core)`` (a PyTorchTrialContext or a subclass); ``after_process_group`` runs once the
+    process layout is known, before the Core API context opens (DeepSpeed's
+    communication setup). Arguments and errors as :func:`init`'s."""
     info = ClusterInfo.from_env()
     cluster_trial = info.trial if info is not None and info.task_type == TASK_TYPE_TRIAL else None
     on_cluster = info is not None and cluster_trial is not None
@@ -122,6 +149,8 @@ def init(
         slots = parse_experiment_config(trial_info.config).resources.slots_per_trial
         if distributed is None:
             distributed, started = init_process_group_from_env(slots)
+        if after_process_group is not None:
+            after_process_group()
         seed_all(trial_info.trial_seed)
         core = Context.from_cluster_info(
             info, distributed=distributed, preempt_mode=PreemptMode.WorkersAskChief
@@ -143,6 +172,8 @@ def init(
         trial_info = TrialInfo(
             trial_id=0, experiment_id=0, trial_seed=seed, hparams=values, config=config
         )
+        if after_process_group is not None:
+            after_process_group()
         seed_all(seed)
         storage_config = config.get("checkpoint_storage")
         storage = storage_from(storage_config)
@@ -159,12 +190,7 @@ def init(
         )
     context: PyTorchTrialContext | None = None
     try:
-        context = PyTorchTrialContext(
-            trial_info,
-            core=core,
-            aggregation_frequency=aggregation_frequency,
-            enable_tensorboard_logging=enable_tensorboard_logging,
-        )
+        context = make_context(trial_info, core)
         context._local_training = not on_cluster
         yield context
     except dauntless.InvalidHP as exc:
@@ -200,11 +226,20 @@ class Trainer:
             made by :func:`init`.
     """
 
+    _trial_class: type = PyTorchTrial
+    _context_class: type = PyTorchTrialContext
+    _controller_class: type[_TrialController] = _TrialController
+    _init_name = "dauntless.pytorch.init()"
+
     def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
-        if not isinstance(trial, PyTorchTrial):
-            raise TypeError(f"trial must be a PyTorchTrial, got {type(trial).__name__}")
-        if not isinstance(context, PyTorchTrialContext) or context._core is None:
-            raise TypeError("context must be the PyTorchTrialContext of dauntless.pytorch.init()")
+        if not isinstance(trial, self._trial_class):
+            raise TypeError(
+                f"trial must be a {self._trial_class.__name__}, got {type(trial).__name__}"
+            )
+        if not isinstance(context, self._context_class) or context._core is None:
+            raise TypeError(
+                f"context must be the {self._context_class.__name__} of {self._init_name}"
+            )
         self.trial = trial
         self.context = context
 
@@ -297,7 +332,7 @@ class Trainer:
             max_length=max_length,
             test_mode=test_mode,
         )
-        controller = _TrialController(
+        controller = self._controller_class(
             self.trial,
             ctx,
             core,

@@ -165,5 +165,10 @@ def _first_array(batch: Any) -> torch.Tensor | np.ndarray | None:
 
 
 def overrides(trial: PyTorchTrial, name: str) -> bool:
-    """True if the trial's class overrides ``PyTorchTrial.<name>``."""
-    return getattr(type(trial), name) is not getattr(PyTorchTrial, name)
+    """True if the trial's class overrides ``PyTorchTrial.<name>`` (a base class's own
+    default marked ``_dauntless_default``, as DeepSpeedTrial's ``evaluate_batch``, does
+    not count)."""
+    method = getattr(type(trial), name)
+    return method is not getattr(PyTorchTrial, name) and not getattr(
+        method, "_dauntless_default", False
+    )

@@ -271,6 +271,24 @@ def test_a_failed_background_report_is_raised_by_the_next_call():
     backend.close()
 
 
+def test_asking_the_master_now_delivers_the_held_reports_first(server):
+    # A searcher decides on the reports it has (ASHA on a validation): the ask must come
+    # after them. The training reports are held for an hour, the watcher never started.
+    backend = MasterBackend(Session(server, sleep=lambda s: None), training_report_interval=3600)
+    backend.report_metrics(_report(1))
+    _wait_until(lambda: _training_steps(_Handler.seen) == [[1]])
+    backend.report_metrics(_report(2))
+    backend.report_metrics(_report(3))
+    _Handler.polls_released.set()  # the ask is answered at once: no signal
+    preempt = PreemptContext(backend, "1.1", poll_seconds=30)
+    assert preempt.ask_master_now() is False
+    paths = [path for path, _ in _Handler.seen]
+    assert _training_steps(_Handler.seen) == [[1], [2, 3]]
+    assert paths[-1] == "/api/v1/allocations/1.1/signals/preemption?timeout_seconds=0", paths
+    assert not any(t.name.startswith("preemption-") for t in threading.enumerate())
+    backend.close()
+
+
 def test_closing_ends_the_long_poll_at_once(server):
     backend = MasterBackend(Session(server))
     preempt = PreemptContext(backend, "1.1", poll_seconds=30)
