@@ -250,7 +250,8 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
             .execution_options(synchronize_session=False)
         )
     running_set = set(running)
-    start, kill = [], []
+    start: list[dict[str, Any]] = []
+    kill: list[str] = []
     # The agent's live parts only (issue 37: reading every part it ever ran made each
     # heartbeat cost more with every trial); a reported part not among them has ended
     # or is unknown, and is killed either way.
@@ -275,8 +276,8 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
         for alloc_id, part_state, _kill, started_at in brief
     ):
         kill = [a for a, part_state, k, _ in brief if part_state == "RUNNING" and k]
-        known = {a for a, *_ in brief}
-        kill += [a for a in running_set if a not in known]
+        live_ids = {a for a, *_ in brief}
+        kill += [a for a in running_set if a not in live_ids]
         return {"start": start, "kill": sorted(set(kill))}
     allocs = s.scalars(select(AllocationRow).where(*live)).all()
     by_id = {a.id: a for a in allocs}
