@@ -75,6 +75,10 @@ def make_state(mb: int) -> dict:
 
 
 def timed(fn) -> tuple[float, float]:
+    # Every measurement starts with no dirty pages: otherwise the one after an fsync-less
+    # write is throttled by the kernel's write-back of the one before (order effects of
+    # up to 2x on a loaded disk).
+    os.sync()
     w0, c0 = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - w0, time.process_time() - c0
