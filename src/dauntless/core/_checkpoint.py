@@ -117,8 +117,11 @@ class CheckpointContext:
         is in the store. With ``background=True`` the upload runs on a background
         thread and the block returns at once; at most one upload is in flight (the next
         checkpoint, :meth:`wait_for_uploads` and closing the context wait for it, and
-        raise its error). On a file system ``background`` changes nothing (the rename
-        that publishes a checkpoint is instant).
+        raise its error). On a file system ``background=True`` does the same with the
+        flush to disk (fsync) and the rename that publish the checkpoint: the block
+        returns once the files are written (as fast as ``torch.save`` alone) and the
+        checkpoint is reported ``UPLOADING``, then ``COMPLETED`` once it is durable and
+        in place.
 
         Args:
             metadata: JSON-ready data; must hold ``steps_completed`` (batches, int >= 0).
@@ -153,10 +156,52 @@ class CheckpointContext:
             with self._store_object(storage_id, meta, background) as path:
                 yield path, storage_id
             return
+        if background and isinstance(self.storage, FileSystemStorageManager):
+            with self._store_file_system_background(storage_id, meta) as path:
+                yield path, storage_id
+            return
         with self.storage.store_path(storage_id) as path:
             yield path, storage_id
             _write_metadata(path, meta)
         self._report(storage_id, meta)
+
+    @contextlib.contextmanager
+    def _store_file_system_background(
+        self, storage_id: str, meta: dict[str, Any]
+    ) -> Iterator[Path]:
+        """Write into a staging directory beside the final place; report ``UPLOADING``
+        and return, then flush (fsync), rename and report ``COMPLETED`` on the upload
+        thread, as an object store's upload is (issue 37: the flush cost the training
+        loop as much as the ``torch.save`` it followed)."""
+        storage = self.storage
+        assert isinstance(storage, FileSystemStorageManager)
+        staging = storage.open_staging(storage_id)
+        try:
+            try:
+                yield staging
+                _write_metadata(staging, meta)
+                resources = directory_resources(staging)
+            except (OSError, RuntimeError) as exc:
+                full = full_disk_error(exc, staging)
+                if full is None:
+                    raise
+                raise full from exc
+            self._report(storage_id, meta, resources, state="UPLOADING")
+        except BaseException:
+            storage.abandon(staging)
+            raise
+
+        def run() -> None:
+            try:
+                storage.publish(staging, storage_id)
+                self._report(storage_id, meta, resources)
+            except BaseException as exc:
+                self._upload_error = exc
+
+        self._upload_thread = threading.Thread(
+            target=run, name=f"checkpoint-publish-{storage_id[:8]}", daemon=True
+        )
+        self._upload_thread.start()
 
     @contextlib.contextmanager
     def _store_object(

@@ -233,25 +233,66 @@ class FileSystemStorageManager(StorageManager):
 
     @contextlib.contextmanager
     def store_path(self, storage_id: str) -> Iterator[Path]:
+        tmp = self.open_staging(storage_id)
+        try:
+            yield tmp
+        except BaseException as exc:
+            self.abandon(tmp)
+            full = full_disk_error(exc, tmp) if isinstance(exc, (OSError, RuntimeError)) else None
+            if full is None:
+                raise
+            raise full from exc
+        self.publish(tmp, storage_id)
+
+    def open_staging(self, storage_id: str) -> Path:
+        """Make the directory a new checkpoint is written into before it is published:
+        ``<base_path>/<uuid>.tmp-<random>/``, beside its final place (one file system,
+        so :meth:`publish` renames it and copies nothing).
+
+        :meth:`store_path` is this, the caller's writes, then :meth:`publish` (or
+        :meth:`abandon` on an error); the steps are apart so that a caller can publish
+        on another thread while its own goes on (``CheckpointContext.store_path`` with
+        ``background=True``).
+
+        Args:
+            storage_id: the new checkpoint's uuid.
+
+        Returns:
+            The staging directory (empty).
+
+        Raises:
+            ValueError: if ``storage_id`` is not a valid id.
+            FileExistsError: if a checkpoint with this id already exists.
+        """
         final = self._final(storage_id)
         if final.exists():
             raise FileExistsError(f"checkpoint {storage_id} already exists at {final}")
         self.base_path.mkdir(parents=True, exist_ok=True)
-        tmp = Path(_make_temp_dir(self.base_path, f"{storage_id}.tmp-"))
+        return Path(_make_temp_dir(self.base_path, f"{storage_id}.tmp-"))
+
+    def publish(self, tmp: Path, storage_id: str) -> None:
+        """Make the staging directory ``tmp`` (from :meth:`open_staging`) checkpoint
+        ``storage_id``: flush its files to disk (fsync), rename it into place (atomic)
+        and flush the rename. On an error ``tmp`` is removed.
+
+        Raises:
+            OSError: ``no space left on device at PATH`` when the disk is full; another
+                ``OSError`` of the flush or the rename.
+        """
         try:
-            yield tmp
             _fsync_tree(tmp)
-            os.rename(tmp, final)
-        except (OSError, RuntimeError) as exc:
-            _remove_tree(tmp)
-            full = full_disk_error(exc, tmp)
+            os.rename(tmp, self._final(storage_id))
+        except BaseException as exc:
+            self.abandon(tmp)
+            full = full_disk_error(exc, tmp) if isinstance(exc, (OSError, RuntimeError)) else None
             if full is None:
                 raise
             raise full from exc
-        except BaseException:
-            _remove_tree(tmp)
-            raise
         _fsync_dir(self.base_path)
+
+    def abandon(self, tmp: Path) -> None:
+        """Remove a staging directory that will not be published (best effort)."""
+        _remove_tree(tmp)
 
     @contextlib.contextmanager
     def restore_path(self, storage_id: str) -> Iterator[Path]:

@@ -164,3 +164,38 @@ def test_ids_out_of_range_wrong_methods_and_trial_internals(master):
     mine = client.get("/api/v1/allocations", headers=bearer(spec["env"]["DET_SESSION_TOKEN"]))
     assert [a["id"] for a in mine.json()["allocations"]] == [alloc]
     assert len(client.get("/api/v1/allocations").json()["allocations"]) == 1
+
+
+def _agent(client) -> dict:
+    (agent,) = [a for a in client.get("/api/v1/agents").json()["agents"] if a["id"] == "a1"]
+    return agent
+
+
+def test_heartbeat_without_a_running_part_ends_it_only_after_the_grace(master):
+    """Most heartbeats change nothing and write only the agent's beat (issue 37); one
+    that leaves out a part older than LOST_ALLOCATION_GRACE still ends it."""
+    from dauntless.master.models.agents import LOST_ALLOCATION_GRACE
+
+    client, ctx = master
+    t0 = ctx.clock()
+    ctx.clock = lambda: t0
+    spec = _start(client, ctx)
+    alloc, tid = spec["allocation_id"], spec["trial_id"]
+    hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": [alloc]}).json()
+    assert (hb["start"], hb["kill"]) == ([], [])
+    agent = _agent(client)
+    assert agent["last_heartbeat"] == t0 and agent["state"] == "ACTIVE"
+    # Within the grace the agent may simply not have started it yet: nothing happens.
+    ctx.clock = lambda: t0 + LOST_ALLOCATION_GRACE / 2
+    hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()
+    assert (hb["start"], hb["kill"]) == ([], [])
+    assert client.get(f"/api/v1/trials/{tid}").json()["trial"]["restarts"] == 0
+    assert _agent(client)["last_heartbeat"] == t0 + LOST_ALLOCATION_GRACE / 2
+    ctx.clock = lambda: t0 + LOST_ALLOCATION_GRACE + 1
+    hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()
+    assert (hb["start"], hb["kill"]) == ([], [])
+    trial = client.get(f"/api/v1/trials/{tid}").json()["trial"]
+    assert trial["restarts"] == 1 and trial["state"] == "ERROR"  # max_restarts: 0
+    # Reported again afterwards, the ended part is killed.
+    hb = client.post("/api/v1/agents/a1/heartbeat", json={"running": [alloc]}).json()
+    assert hb["kill"] == [alloc]

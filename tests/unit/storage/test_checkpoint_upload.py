@@ -77,3 +77,55 @@ def test_full_disk_says_no_space_left_at_path(tmp_path):
                 torch.save({"w": torch.zeros(1 << 20)}, path / "state.pth")  # 4 MiB
         assert "PytorchStreamWriter" not in str(info.value)
         assert list(disk.iterdir()) == []  # nothing half-written is left
+
+
+class _AllReports(LocalBackend):
+    """A LocalBackend that keeps every checkpoint report (UPLOADING ones too)."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.reports: list = []
+
+    def report_checkpoint(self, report) -> None:
+        self.reports.append(report)
+        super().report_checkpoint(report)
+
+
+def test_background_file_system_checkpoint_publishes_on_the_thread(tmp_path):
+    """shared_fs with background=True: the block returns once the files are written,
+    reported UPLOADING; the flush and rename run on the upload thread, then COMPLETED
+    (issue 37: the flush was half of a checkpoint's cost to the training loop)."""
+    backend = _AllReports([1])
+    storage = SharedFSStorageManager(str(tmp_path), "ckpts")
+    ctx = CheckpointContext(storage, backend, 1, "alloc")
+    state = {"w": torch.arange(4096, dtype=torch.float32)}
+    with ctx.store_path({"steps_completed": 3}, background=True) as (path, uuid):
+        assert path.parent == storage.base_path  # beside its final place: a rename, no copy
+        torch.save(state, path / "state.pth")
+    first = backend.reports[0]
+    assert (first.uuid, first.state) == (uuid, "UPLOADING")
+    assert set(first.resources) == {"metadata.json", "state.pth"}
+    ctx.wait_for_uploads()
+    assert [(c.uuid, c.state) for c in backend.reports] == [
+        (uuid, "UPLOADING"),
+        (uuid, "COMPLETED"),
+    ]
+    assert backend.reports[1].resources == storage.resources(uuid)
+    assert sorted(p.name for p in storage.base_path.iterdir()) == [uuid]  # no staging left
+    with ctx.restore_path(uuid) as path:
+        assert torch.equal(torch.load(path / "state.pth")["w"], state["w"])
+
+
+def test_failed_background_file_system_publish_is_raised_and_leaves_nothing(tmp_path):
+    backend = _AllReports([1])
+    storage = SharedFSStorageManager(str(tmp_path), "ckpts")
+    ctx = CheckpointContext(storage, backend, 1, "alloc")
+    with ctx.store_path({"steps_completed": 1}, background=True) as (path, uuid):
+        (path / "w.bin").write_bytes(b"x" * 1000)
+        # The checkpoint's name is taken before it is published: the rename must fail.
+        (storage.base_path / uuid / "other").mkdir(parents=True)
+    with pytest.raises(OSError):
+        ctx.wait_for_uploads()
+    assert [c.state for c in backend.reports] == ["UPLOADING"]
+    assert sorted(p.name for p in storage.base_path.iterdir()) == [uuid]  # the squatter only
+    ctx.wait_for_uploads()  # the error is raised once
