@@ -11,39 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from dauntless._nvml import Nvml
+
 log = logging.getLogger("dauntless.agent")
-
-
-class _Nvml:
-    """NVML handles, opened once; None of them where there is no driver or library."""
-
-    def __init__(self) -> None:
-        self.lib: Any = None
-        self.handles: list[tuple[str, Any]] = []
-        try:
-            import pynvml  # type: ignore[import-not-found]
-
-            pynvml.nvmlInit()
-        except Exception:  # no library, or no driver: not a GPU machine
-            return
-        self.lib = pynvml
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
-            self.handles.append((uuid.decode() if isinstance(uuid, bytes) else str(uuid), h))
-
-    def close(self) -> None:
-        if self.lib is not None:
-            try:
-                self.lib.nvmlShutdown()
-            except Exception:  # already shut down
-                pass
-            self.lib = None
 
 
 class SystemCollector:
@@ -64,7 +38,7 @@ class SystemCollector:
 
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
-        self.nvml = _Nvml()
+        self.nvml = Nvml()
         psutil.cpu_percent(None)  # the first call only starts the interval
 
     @property

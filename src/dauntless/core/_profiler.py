@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dauntless._nvml import Nvml
+
 logger = logging.getLogger("dauntless.core")
 
 # The same values as dauntless.config's (which the master reads); repeated here because
@@ -63,60 +65,6 @@ def max_rows_per_hour(agents: int = 1, gpus_per_agent: int = 0) -> int:
     return agents * groups * buckets
 
 
-class _Nvml:
-    """NVML handles of the given GPUs (all when none are named); empty without a
-    driver or the ``nvidia-ml-py`` package."""
-
-    def __init__(self, gpu_uuids: Sequence[str]) -> None:
-        self.lib: Any = None
-        self.handles: list[tuple[str, Any]] = []
-        try:
-            import pynvml  # type: ignore[import-not-found]
-
-            pynvml.nvmlInit()
-        except Exception:  # no package or no driver: not a GPU machine
-            return
-        self.lib = pynvml
-        wanted = set(gpu_uuids)
-        try:
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                raw = pynvml.nvmlDeviceGetUUID(h)
-                uuid = raw.decode() if isinstance(raw, bytes) else str(raw)
-                if not wanted or uuid in wanted:
-                    self.handles.append((uuid, h))
-        except pynvml.NVMLError as exc:
-            logger.warning("profiler: NVML could not list GPUs: %s", exc)
-
-    def read(self) -> dict[str, dict[str, float]]:
-        """``{gpu uuid: {gpu_util (%), gpu_free_memory (bytes), gpu_power (W)}}``."""
-        out: dict[str, dict[str, float]] = {}
-        nv = self.lib
-        for uuid, h in self.handles:
-            try:
-                mem = nv.nvmlDeviceGetMemoryInfo(h)
-                row = {
-                    "gpu_util": float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
-                    "gpu_free_memory": float(mem.free),
-                }
-            except nv.NVMLError:  # a GPU that fell off the bus: skip it this time
-                continue
-            try:
-                row["gpu_power"] = nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # mW -> W
-            except nv.NVMLError:  # not every GPU reports power
-                pass
-            out[uuid] = row
-        return out
-
-    def close(self) -> None:
-        if self.lib is not None:
-            try:
-                self.lib.nvmlShutdown()
-            except Exception:  # already shut down
-                pass
-            self.lib = None
-
-
 class SystemSampler:
     """One sample of the machine's state per :meth:`sample` call.
 
@@ -135,7 +83,7 @@ class SystemSampler:
 
         self._psutil = psutil
         self._clock = clock
-        self._nvml = _Nvml(gpu_uuids)
+        self._nvml = Nvml(gpu_uuids)
         psutil.cpu_percent(None)  # the first call only starts the interval
         self._last = (clock(), psutil.disk_io_counters(), psutil.net_io_counters())
 
