@@ -25,26 +25,17 @@ import sys
 import termios
 import threading
 import tty
-import urllib.parse
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.sync.client import connect
 
-from dauntless._tls import make_verify
 from dauntless.client import Session
 from dauntless.config import LimitError, load_json
 
 from . import shell_ssh
+from ._socket import connect_task_socket
 from ._tasks import add_start_options, build_config, create_task, register_common, wait_ready
 from ._util import exit_with_error, note, open_session, write_line
-
-
-def _ws_url(session: Session, task_id: str, query: dict[str, str]) -> str:
-    base = session.master_url.rstrip("/")
-    scheme = "wss" if base.startswith("https") else "ws"
-    rest = base.split("://", 1)[1]
-    return f"{scheme}://{rest}/proxy/{task_id}/pty?" + urllib.parse.urlencode(query)
 
 
 def run_session(session: Session, task_id: str, command: list[str] | None) -> int:
@@ -61,22 +52,8 @@ def run_session(session: Session, task_id: str, command: list[str] | None) -> in
     query["term"] = os.environ.get("TERM", "xterm")
     if command:
         query["cmd"] = json.dumps(command)
-    session.get_json("/me")  # sign in (or refresh the token) before the WebSocket
-    url = _ws_url(session, task_id, query)
-    verify = make_verify(session.cert_file)
-    ssl_ctx = verify if url.startswith("wss") and not isinstance(verify, bool) else None
-    if url.startswith("wss") and verify is True:
-        import ssl
-
-        ssl_ctx = ssl.create_default_context()
     try:
-        ws = connect(
-            url,
-            additional_headers={"Authorization": f"Bearer {session.token}"},
-            ssl=ssl_ctx,
-            max_size=None,
-            open_timeout=30,
-        )
+        ws = connect_task_socket(session, task_id, "pty", query)
     except InvalidStatus as exc:
         try:
             detail = load_json(exc.response.body or b"{}", "answer").get("detail") or ""

@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -194,27 +193,11 @@ def relay(session: Session, task_id: str) -> int:
     either side closed, 255 (ssh's own code for a failed connection) when the master
     refused, with the reason on stderr."""
     from websockets.exceptions import ConnectionClosed, InvalidStatus
-    from websockets.sync.client import connect
 
-    session.get_json("/me")  # sign in (or refresh the token) before the WebSocket
-    base = session.master_url.rstrip("/")
-    scheme = "wss" if base.startswith("https") else "ws"
-    url = f"{scheme}://{base.split('://', 1)[1]}/proxy/{urllib.parse.quote(task_id)}/ssh"
-    verify = make_verify(session.cert_file)
-    ssl_ctx: Any = None
-    if scheme == "wss":
-        import ssl
+    from ._socket import connect_task_socket
 
-        ssl_ctx = verify if not isinstance(verify, bool) else ssl.create_default_context()
     try:
-        ws = connect(
-            url,
-            additional_headers={"Authorization": f"Bearer {session.token}"},
-            ssl=ssl_ctx,
-            max_size=None,
-            open_timeout=30,
-            compression=None,
-        )
+        ws = connect_task_socket(session, task_id, "ssh", compression=None)
     except InvalidStatus as exc:
         body = (exc.response.body or b"").decode("utf-8", "replace")[:300]
         print(
