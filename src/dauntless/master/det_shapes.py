@@ -39,8 +39,9 @@ def master_info(
     """Determined's ``GetMasterResponse`` (``GET /info``, ``GET /api/v1/master``).
 
     Args:
-        version: this master's version (Dauntless's own; Determined's CLI only warns
-            when it differs from the client's).
+        version: the version to report (to Determined's client, the Determined
+            release whose API is served: its CLI warns at every command when the
+            master's version differs from its own).
         cluster_id: the cluster's id (stable across restarts).
         cluster_name: ``cluster_name`` of the master config.
         master_id: this master process's id (new at each start, as Determined's).

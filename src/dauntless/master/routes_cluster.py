@@ -59,20 +59,27 @@ def get_master(request: Request) -> dict[str, Any]:
 
 
 def master_info(request: Request) -> dict[str, Any]:
-    """The body of ``GET /api/v1/master`` and Determined's ``GET /info``."""
+    """The body of ``GET /api/v1/master`` and Determined's ``GET /info``: ``version`` is
+    Dauntless's, or to Determined's client the Determined release whose API this
+    master serves (:data:`det_shapes.DETERMINED_API_VERSION`); ``dauntless_version``
+    is always Dauntless's."""
     ctx = _ctx(request)
     sso = getattr(request.app.state, "sso", None)
     providers = [sso.provider_info()] if sso is not None else []
     cluster_id = _read(request, agents.cluster_id)
     ours = {
         "version": dauntless.__version__,
+        "dauntless_version": dauntless.__version__,
         "cluster_name": ctx.config.cluster_name,
         "cluster_id": cluster_id,
         "sso_providers": providers,
         "cluster_message": request.app.state.cluster_message.current(time.time()),
     }
+    # Determined's CLI warns at every command when the master's version differs from
+    # its own: to it, this master is the Determined release whose API it serves.
+    det_version = det_shapes.DETERMINED_API_VERSION
     return ours | det_shapes.master_info(
-        version=dauntless.__version__,
+        version=det_version if speaks_determined(request) else dauntless.__version__,
         cluster_id=cluster_id or "",
         cluster_name=ctx.config.cluster_name or "",
         master_id=MASTER_ID,

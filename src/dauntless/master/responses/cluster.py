@@ -13,6 +13,8 @@ from ._base import _Open
 
 class MasterInfo(_Open):
     version: str
+    #: Dauntless's own version (``version`` is the Determined release to its client).
+    dauntless_version: str | None = None
     cluster_name: str | None = None
     cluster_id: str | None = None
     sso_providers: list[dict[str, Any]] = []
