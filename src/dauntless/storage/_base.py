@@ -302,9 +302,23 @@ class FileSystemStorageManager(StorageManager):
         yield final
 
     def delete(self, storage_id: str) -> bool:
-        final = self._final(storage_id)
+        """Delete the checkpoint, and any staging directory of it that a writer which
+        died before publishing left behind (``<uuid>.tmp-<random>``: a trial killed
+        during a background flush; its row is an orphan UPLOADING one that GC deletes).
+
+        Returns:
+            Whether anything was there to delete.
+        """
+        final = self._final(storage_id)  # also checks storage_id: no glob characters
+        stale = [
+            p
+            for p in self.base_path.glob(f"{storage_id}.tmp-*")
+            if not p.name.startswith(f"{storage_id}.tmp-deleting-")
+        ]
+        for path in stale:
+            _remove_tree(path)
         if not final.exists():
-            return False
+            return bool(stale)
         # Rename first so that a crash half-way through never leaves a partial checkpoint
         # under its real name.
         doomed = self.base_path / f"{storage_id}.tmp-deleting-{uuidlib.uuid4().hex}"

@@ -129,3 +129,17 @@ def test_failed_background_file_system_publish_is_raised_and_leaves_nothing(tmp_
     assert [c.state for c in backend.reports] == ["UPLOADING"]
     assert sorted(p.name for p in storage.base_path.iterdir()) == [uuid]  # the squatter only
     ctx.wait_for_uploads()  # the error is raised once
+
+
+def test_deleting_a_checkpoint_removes_what_a_dead_writer_left_staged(tmp_path):
+    """A trial killed during a background flush leaves ``<uuid>.tmp-*`` and an orphan
+    UPLOADING row; GC's delete of that row removes the staged files too."""
+    storage = SharedFSStorageManager(str(tmp_path), "ckpts")
+    uuid = str(uuidlib.uuid4())
+    staged = storage.open_staging(uuid)
+    (staged / "state.pth").write_bytes(b"x" * 100)
+    other = str(uuidlib.uuid4())
+    kept = storage.open_staging(other)  # another checkpoint's: untouched
+    assert storage.delete(uuid) is True
+    assert sorted(p.name for p in storage.base_path.iterdir()) == [kept.name]
+    assert storage.delete(uuid) is False, "nothing left to delete"
