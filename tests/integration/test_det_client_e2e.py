@@ -271,8 +271,15 @@ def test_experiment_lifecycle(det, tmp_path):
     trial_id = int(re.search(r"trial (\d+) STATE_COMPLETED", trials).group(1))
     assert "metadata.json" in trials and "metrics 10" in trials, trials
     logs = det.det("trial", "logs", str(trial_id))
-    assert logs.strip(), logs
-    assert det.det("trial", "logs", "--tail", "3", str(trial_id)).strip()
+    stored = [ln["log"] for ln in det.cluster.api(f"/trials/{trial_id}/logs", limit=1000)["logs"]]
+
+    def printed(out: str) -> list[str]:  # the CLI's own closing line left out
+        return [ln for ln in out.splitlines() if not ln.startswith("Trial log stream ended")]
+
+    # One printed line per stored line (its CLI prints messages with end="").
+    assert printed(logs) == stored, (logs, stored)
+    tail = det.det("trial", "logs", "--tail", "3", str(trial_id))
+    assert printed(tail) == stored[-3:], (tail, stored)
     det.det("trial", "describe", str(trial_id))
     lc = det.det("experiment", "list-checkpoints", str(exp_id))
     uuid = re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", lc).group(0)

@@ -19,6 +19,14 @@ DETERMINED_API_VERSION = "0.38.1"
 """The Determined release whose client these shapes are checked against."""
 
 
+def log_message(text: str | None) -> str:
+    """A stored log line as Determined's ``message``: ending in a newline, as its log
+    shipper keeps it (its CLI prints messages with ``end=""``, so lines without one
+    would run together)."""
+    text = text or ""
+    return text if text.endswith("\n") else text + "\n"
+
+
 def timestamp(seconds: float | None) -> str | None:
     """protobuf ``Timestamp`` JSON: RFC 3339 UTC text of seconds since the epoch
     (None stays None)."""

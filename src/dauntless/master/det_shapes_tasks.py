@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .det_shapes import timestamp
+from .det_shapes import log_message, timestamp
 
 _TASK_STATES = {
     "QUEUED": "STATE_QUEUED",
@@ -98,8 +98,8 @@ def generic_task(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def task_log(line: dict[str, Any]) -> dict[str, Any]:
-    """Determined's ``TaskLogsResponse`` of one task log line (the view of
-    :meth:`dauntless.master.tasks.TaskService.logs`)."""
+    """Determined's ``TaskLogsResponse`` of one task log line (a line of
+    :func:`dauntless.master.models.tasks.read_task_logs`)."""
     return {
         "id": str(line["id"]),
         "taskId": line["task_id"],
@@ -110,7 +110,7 @@ def task_log(line: dict[str, Any]) -> dict[str, Any]:
         "timestamp": timestamp(line.get("timestamp")),
         "level": "LOG_LEVEL_ERROR" if line.get("stdtype") == "stderr" else "LOG_LEVEL_INFO",
         "log": line.get("log") or "",
-        "message": line.get("log") or "",
+        "message": log_message(line.get("log")),
         "source": "",
         "stdtype": line.get("stdtype") or "stdout",
     }

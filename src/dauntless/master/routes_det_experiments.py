@@ -208,7 +208,7 @@ def _log_line(row: Any) -> dict[str, Any]:
         "id": str(row.id),
         "trialId": row.trial_id,
         "timestamp": det_shapes.timestamp(row.timestamp),
-        "message": row.log,
+        "message": det_shapes.log_message(row.log),
         "level": "LOG_LEVEL_ERROR" if row.stdtype == "stderr" else "LOG_LEVEL_INFO",
         "agentId": None,
         "containerId": row.allocation_id,

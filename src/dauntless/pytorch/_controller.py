@@ -508,8 +508,10 @@ class _TrialController(_StateMixin):
             if w.for_training if training else w.for_validation:
                 w.reducer.reset()
 
-    def _epochs(self) -> float:
-        return round(self.batches_trained / self._epoch_len, 6)
+    def _epochs(self) -> int:
+        """Epochs completed so far (a whole number, as Determined's ``epochs`` metric:
+        its trial state's ``epochs_trained``)."""
+        return self.batches_trained // self._epoch_len
 
     def _should_stop(self) -> bool:
         """Whether to checkpoint and stop now; a collective with several ranks (every
