@@ -17,6 +17,7 @@ master and writes checkpoints (which hold every rank's RNG state and pending met
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import math
@@ -240,9 +241,16 @@ class _TrialController(_StateMixin):
             logger.info("invalid hyperparameters at batch %d: %s", self.batches_trained, exc)
             if started:
                 self._flush_and_checkpoint()
+                self.core.checkpoint.wait_for_uploads()
             if self.context.distributed.is_chief:
                 self.core.train.report_early_exit(EarlyExitReason.INVALID_HP)
             return RunResult.INVALID_HP
+        except BaseException:
+            # A crash of the trial's code: checkpoints whose files are already written
+            # are still published (flushed, renamed, reported) before it propagates.
+            with contextlib.suppress(Exception):
+                self.core.checkpoint.wait_for_uploads()
+            raise
         finally:
             if self._started_up:
                 self._call("on_trial_shutdown")

@@ -143,7 +143,9 @@ def test_preempt_then_resume_through_the_master_routes(tmp_path, monkeypatch, ca
     assert {"metadata.json", "state-dict.pth", "load_data.json"} <= set(files)
     assert "code/harness_toy_trial.py" in files
     posts = [r for r in master.requests if r[1] == "/api/v1/checkpoints"]
-    assert len(posts) == 2, "the 503 answer should have been retried once"
+    # The report at write time (UPLOADING; its 503 answer retried once), then the one
+    # after the background flush and rename (COMPLETED).
+    assert [p[2]["state"] for p in posts] == ["UPLOADING", "UPLOADING", "COMPLETED"], posts
     assert master.backend.completed_operations == []
     assert f"checkpoint {ckpt.uuid} saved at batch {stopped}" in caplog.text
 
