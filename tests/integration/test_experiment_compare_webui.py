@@ -6,19 +6,14 @@ chromium draws the pages."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import httpx
 import pytest
 import yaml
+from chromium import launch_chromium, require_chromium
 
 from dauntless.master.testing import model_def_tarball, serve
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
 
 def _create(url: str, headers: dict, name: str, lr: float, optimizer: str) -> int:
@@ -56,13 +51,7 @@ def _report(url: str, headers: dict, exp_id: int, losses: list[float]) -> None:
 
 
 def test_search_columns_and_compare_three_experiments(tmp_path, deadline):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None or not (DIST / "index.html").is_file():
-        pytest.skip("needs Debian's chromium and the built WebUI (bash scripts/build-webui.sh)")
+    require_chromium()
     with serve(str(tmp_path / "master"), run_loop=False) as live:
         url = live.url
         token = httpx.post(f"{url}/api/v1/auth/login", json={"username": "admin", "password": ""})
@@ -74,8 +63,7 @@ def test_search_columns_and_compare_three_experiments(tmp_path, deadline):
             ids.append(exp_id)
         outlier = _create(url, headers, "outlier", 5.0, "sgd")  # filtered out below
 
-        pw = sync_playwright().start()
-        browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+        pw, browser = launch_chromium()
         errors: list[str] = []
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 1400})

@@ -7,30 +7,20 @@ reports are played through the API, and Debian's chromium draws the pages."""
 
 from __future__ import annotations
 
-import shutil
 import uuid as uuidlib
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from chromium import launch_chromium, require_chromium
 
 from dauntless.master.testing import model_def_tarball, serve
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
 
 def test_register_a_checkpoint_and_edit_the_model(tmp_path, deadline):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None or not (DIST / "index.html").is_file():
-        pytest.skip("needs Debian's chromium and the built WebUI (bash scripts/build-webui.sh)")
+    require_chromium()
     storage = tmp_path / "ckpts"
     with serve(str(tmp_path / "master"), run_loop=False) as live:
         url = live.url
@@ -69,8 +59,7 @@ def test_register_a_checkpoint_and_edit_the_model(tmp_path, deadline):
         r = api.post(f"/runs/{trial_id}/metadata", json={"metadata": {"dataset": "v2"}})
         assert r.json()["metadata"] == {"dataset": "v2"}, r.text
 
-        pw = sync_playwright().start()
-        browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+        pw, browser = launch_chromium()
         errors: list[str] = []
         wait = deadline(30) * 1000
         try:

@@ -7,19 +7,14 @@ draws the pages (signed in as the built-in ``determined`` user, who owns what it
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import httpx
 import pytest
 import yaml
+from chromium import launch_chromium, require_chromium
 
 from dauntless.master.testing import model_def_tarball, serve, wait_for
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 CONFIG = {
     "name": "plain",
     "entrypoint": "python3 train.py",
@@ -33,13 +28,7 @@ NOTES = (
 
 
 def test_edit_notes_name_and_labels(tmp_path, deadline):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None or not (DIST / "index.html").is_file():
-        pytest.skip("needs Debian's chromium and the built WebUI (bash scripts/build-webui.sh)")
+    require_chromium()
     with serve(str(tmp_path / "master"), run_loop=False) as live:
         url = live.url
         token = httpx.post(
@@ -64,8 +53,7 @@ def test_edit_notes_name_and_labels(tmp_path, deadline):
         assert proj.status_code == 201, proj.text
         project = proj.json()["project"]["id"]
 
-        pw = sync_playwright().start()
-        browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+        pw, browser = launch_chromium()
         errors: list[str] = []
         wait = deadline(30) * 1000
         try:

@@ -9,17 +9,13 @@ test_profiler_routes.py), not by waiting an hour."""
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
-from pathlib import Path
 
 import pytest
 import yaml
+from chromium import launch_chromium, require_chromium
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 
 # A data loader that takes 20 ms a batch: the timings must show it.
 SCRIPT = textwrap.dedent(
@@ -121,15 +117,8 @@ def _rows(c, trial_id: int) -> list[dict]:
 
 
 def _webui_draws_the_charts(c, trial_id: int, deadline) -> None:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None or not (DIST / "index.html").is_file():
-        pytest.skip("needs Debian's chromium and the built WebUI (bash scripts/build-webui.sh)")
-    pw = sync_playwright().start()
-    browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+    require_chromium()
+    pw, browser = launch_chromium()
     errors: list[str] = []
     try:
         # Signed in as the built-in ``determined`` user (no password on a new cluster),
@@ -208,15 +197,8 @@ def test_task_memory_above_its_request_is_flagged(cluster_factory, tmp_path, dea
 
 
 def _webui_flags_the_task(c, task_id: str, deadline) -> None:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None or not (DIST / "index.html").is_file():
-        pytest.skip("needs Debian's chromium and the built WebUI (bash scripts/build-webui.sh)")
-    pw = sync_playwright().start()
-    browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+    require_chromium()
+    pw, browser = launch_chromium()
     errors: list[str] = []
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 900})

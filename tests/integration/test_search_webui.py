@@ -5,19 +5,14 @@ the page."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import httpx
 import pytest
 import yaml
+from chromium import launch_chromium, require_chromium
 
 from dauntless.master.testing import model_def_tarball, serve
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 X = {"x": {"type": "double", "minval": 0, "maxval": 1}}
 
 
@@ -58,13 +53,7 @@ def _complete(url: str, headers: dict, trial_id: int, length: int, metrics: dict
 
 
 def test_pareto_front_and_lineage_are_drawn(tmp_path, deadline):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None or not (DIST / "index.html").is_file():
-        pytest.skip("needs Debian's chromium and the built WebUI (bash scripts/build-webui.sh)")
+    require_chromium()
     with serve(str(tmp_path / "master"), run_loop=False) as live:
         url = live.url
         token = httpx.post(f"{url}/api/v1/auth/login", json={"username": "admin", "password": ""})
@@ -108,8 +97,7 @@ def test_pareto_front_and_lineage_are_drawn(tmp_path, deadline):
             _complete(url, headers, t["id"], 3, {"loss": loss, "acc": 0.0})
         parent = _trials(url, headers, pbt)[0]["id"]
 
-        pw = sync_playwright().start()
-        browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+        pw, browser = launch_chromium()
         errors: list[str] = []
         try:
             page = browser.new_page(viewport={"width": 1200, "height": 1600})

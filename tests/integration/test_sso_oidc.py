@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from chromium import launch_chromium
 from oidc_provider import ProviderUnavailable, start
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
 SHOTS = REPO / "screenshots"
 ACCOUNTS = {
     "alice": {"email": "alice@example.test", "name": "Alice Liddell", "groups": ["ml", "ops"]},
@@ -32,27 +31,6 @@ ACCOUNTS = {
     "carol": {"email": "carol@example.test", "groups": []},
     "dave": {"email": "dave@example.test", "groups": ["interns"]},
 }
-
-
-def _browser():
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    if not (DIST / "index.html").is_file():
-        pytest.skip("the WebUI is not built (bash scripts/build-webui.sh; needs npm)")
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(
-            executable_path=exe, args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
-    except Error as exc:
-        pw.stop()
-        pytest.skip(f"chromium did not start: {str(exc).splitlines()[0]}")
-    return pw, browser
 
 
 def _idp_sign_in(page, login: str) -> None:
@@ -192,7 +170,7 @@ def _roles(c, deadline) -> str:
 
 
 def _webui_then_cli(c, idp, deadline) -> None:
-    pw, browser = _browser()
+    pw, browser = launch_chromium()
     try:
         # The WebUI: sign out of the silent `determined` session, then the provider's button.
         ctx = browser.new_context()

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chromium import launch_chromium
 
 from .conftest import Cluster
-from .test_webui import SHOTS, _browser
+from .test_webui import SHOTS
 
 pytestmark = pytest.mark.integration
 
@@ -84,9 +85,9 @@ def cluster(module_cluster_factory, tmp_path_factory) -> Cluster:
 @pytest.fixture(scope="module")
 def browser():
     pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the test extra)")
-    pw, chromium = _browser()
-    yield chromium
-    chromium.close()
+    pw, browser = launch_chromium()
+    yield browser
+    browser.close()
     pw.stop()
 
 

@@ -19,20 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from chromium import launch_chromium
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "screenshots"
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 BASE = """
 entrypoint: model_def:DigitsTrial
@@ -87,26 +78,6 @@ scheduling_unit: 50
 )
 
 
-def _browser():
-    """(playwright, browser) or a skip naming what is missing."""
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    if not (DIST / "index.html").is_file():
-        pytest.skip("the WebUI is not built (bash scripts/build-webui.sh; needs npm)")
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-    except Error as exc:
-        pw.stop()
-        pytest.skip(f"chromium did not start: {str(exc).splitlines()[0]}")
-    return pw, browser
-
-
 def _create(cluster, tmp_path: Path, name: str, config: str) -> int:
     path = tmp_path / f"{name}.yaml"
     path.write_text(config)
@@ -158,7 +129,7 @@ def cluster(cluster_factory, tmp_path):
 
 
 def test_webui_pages_live_updates_and_actions(cluster, tmp_path, deadline):
-    pw, browser = _browser()
+    pw, browser = launch_chromium()
     SHOTS.mkdir(exist_ok=True)
     errors: list[str] = []
     try:
@@ -327,7 +298,7 @@ def test_webui_sign_in(cluster_factory, tmp_path):
     reaches the experiments; Sign out returns to the form."""
     c = cluster_factory(f"sqlite:///{tmp_path}/master.db")
     c.start_master()
-    pw, browser = _browser()
+    pw, browser = launch_chromium()
     SHOTS.mkdir(exist_ok=True)
     page_errors: list[str] = []
     try:
@@ -407,7 +378,7 @@ def test_learning_curves_with_single_points_render(tmp_path, deadline):
     uplot = REPO / "webui" / "node_modules" / "uplot" / "dist" / "uPlot.esm.js"
     if not uplot.is_file():
         pytest.skip("webui/node_modules is not installed (bash scripts/build-webui.sh)")
-    pw, browser = _browser()
+    pw, browser = launch_chromium()
     # The UI's modules unbundled, with uPlot where they import it from (the layout that
     # scripts/build-webui.sh bundles), so that the page can import charts.js alone.
     root = tmp_path / "ui"

@@ -18,13 +18,13 @@ or when the UI was not built (no npm).
 from __future__ import annotations
 
 import io
-import shutil
 import tarfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from chromium import launch_chromium, require_chromium
 from sqlalchemy import select
 
 from dauntless.master.db import Database, UserRow
@@ -35,8 +35,6 @@ from .conftest import deadline_seconds
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "screenshots" / "webui-scale"
-DIST = REPO / "src" / "dauntless" / "master" / "webui_dist"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 DESKTOP = {"width": 1440, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
@@ -83,15 +81,7 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(module_cluster_factory, tmp_path_factory):
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[test]')")
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    if not (DIST / "index.html").is_file():
-        pytest.skip("the WebUI is not built (bash scripts/build-webui.sh; needs npm)")
+    require_chromium()
     tmp = tmp_path_factory.mktemp("webui-scale")
     db_url = f"sqlite:///{tmp}/master.db"
     cluster = module_cluster_factory(db_url)
@@ -133,12 +123,7 @@ def env(module_cluster_factory, tmp_path_factory):
     with db.read() as s:
         assert s.scalar(select(UserRow.id).where(UserRow.username == "determined")) is not None
     db.dispose()
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
-    except Error as exc:
-        pw.stop()
-        pytest.skip(f"chromium did not start: {str(exc).splitlines()[0]}")
+    pw, browser = launch_chromium()
     print(f"\nscreenshots: {SHOTS}")
     e = Env(cluster, browser, ids)
     yield e
