@@ -203,7 +203,7 @@ def create_app(
     ctx = MasterContext(db, config)
     ctx.port = config.port
     if config.observability.enable_prometheus:
-        ctx.prom = MasterMetrics(db.engine)
+        ctx.prom = MasterMetrics(db.engine, db)
     assign = config.security.authz.workspace_creator_assign_role
     if assign.enabled and assign.role_id not in ROLES:
         raise ValueError(
@@ -315,6 +315,9 @@ def create_app(
     app.add_middleware(ClusterMessageHeader, cache=app.state.cluster_message)
     if ctx.prom is not None:  # outermost: times what every other layer adds (issue 34)
         app.add_middleware(RequestMetrics, metrics=ctx.prom)
+    # Issue 34: /prom/det-state-metrics, /debug/prom/metrics first: a scrape then matches
+    # its route at once rather than after the ~100 others (their paths share no prefix).
+    app.include_router(prom_router)
     # Issue 30 first: /users/assignments and /experiments/{id}/move before the
     # /users/{user_id} and /experiments/{exp_id}/{action} routes that would match them.
     app.include_router(rbac_router)
@@ -354,7 +357,6 @@ def create_app(
     app.include_router(master_router)  # issue 34: master logs and config
     app.include_router(operations_router)  # issue 34: cluster message, log retention
     app.include_router(usage_router)  # issue 34: historical usage
-    app.include_router(prom_router)  # issue 34: /prom/det-state-metrics, /debug/prom/metrics
     app.include_router(webui_router)  # last: its catch-all serves the UI's pages
     declare_errors(app)
     return app

@@ -65,6 +65,7 @@ from .auth_access import require_own_trial as require_own_trial
 from .auth_access import route_rule as route_rule
 from .auth_agents import AgentCredentials
 from .auth_csrf import check_csrf
+from .auth_memory import RememberedUsers
 from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
 from .auth_secrets import (
     hash_password,
@@ -114,6 +115,8 @@ class AuthService:
     :data:`TRIAL_TOKEN_REREAD_SECONDS` pass (changes the ORM does not see). A trivial
     trial makes about 6 requests (issue 19).
 
+    A user's token is remembered likewise (:class:`~.auth_memory.RememberedUsers`).
+
     Args:
         db: the master database (migrated before :meth:`bootstrap`).
         config: the master config (``security``).
@@ -145,6 +148,7 @@ class AuthService:
         self._revocation_lock = threading.Lock()
         # token digest -> (principal, allocation group id, its version, monotonic time)
         self._trial_tokens: dict[str, tuple[Principal, str, Version, float]] = {}
+        self._users = RememberedUsers(db, lambda: self.clock())
 
     @property
     def token_lifespan(self) -> float:
@@ -256,7 +260,7 @@ class AuthService:
             ):
                 return who
             self._trial_tokens.pop(digest, None)
-        return None
+        return self._users.get(digest, self.revocations)
 
     @staticmethod
     def _token(request: Request) -> str:
@@ -297,6 +301,8 @@ class AuthService:
         digest = hash_token(self._token(request))
         versions = self._allocation_versions
         changes_before = versions.total() if versions is not None else None
+        # Read before the rows: a change committed during the read voids what is kept.
+        stamp = self._users.stamp(self.revocations)
         with self.db.read() as s:
             row = s.execute(
                 select(UserSessionRow, UserRow)
@@ -312,7 +318,7 @@ class AuthService:
                     raise unauthorized(f"the {what} has expired; sign in again")
                 if not user.active:
                     raise unauthorized(f"user {user.username} is deactivated")
-                return Principal(
+                who = Principal(
                     kind="user",
                     user_id=user.id,
                     username=user.username,
@@ -321,6 +327,8 @@ class AuthService:
                     token_kind=session.token_type,
                     expires_at=session.expires_at,
                 )
+                self._users.remember(digest, who, stamp)
+                return who
             part = s.execute(
                 select(AllocationRow, TrialRow.experiment_id)
                 .join(TrialRow, TrialRow.id == AllocationRow.trial_id)
@@ -470,12 +478,17 @@ async def authenticate(request: Request) -> Principal | None:
     # what needs the database (users, a first trial request, a checkpoint's owner)
     # goes to a worker thread: one thread hop per request fewer (issue 19).
     who = service.identify_without_db(request)
-    if who is None or "uuid" in request.path_params:
+    if who is None or "uuid" in request.path_params or _rule_reads_db(who, rule):
         return await run_in_threadpool(_identify_and_authorize, service, rule, request)
     request.state.principal = who
     check_csrf(request, request.method)
     service.authorize(who, rule, request)
     return who
+
+
+def _rule_reads_db(who: Principal, rule: Rule) -> bool:
+    """Whether checking ``rule`` for ``who`` may read the database (a user's grants)."""
+    return who.kind == "user" and not (who.admin or rule.on in ("any", "body", "list"))
 
 
 def _identify_and_authorize(service: AuthService, rule: Rule, request: Request) -> Principal:

@@ -9,9 +9,9 @@ Two documents in Prometheus's text format, both built with the official
   (``det_http_request_duration_seconds{method, handler, code}``), metric ingest
   (``det_metric_reports_total{group}``, ``det_metric_report_ack_seconds``), scheduling
   passes (``det_scheduler_pass_seconds``), database statements
-  (``det_db_query_duration_seconds{operation}``), and, read at scrape time, the queue
-  depth per pool (``det_scheduler_queue_depth``) and the fold backlog
-  (``det_metric_fold_backlog``).
+  (``det_db_query_duration_seconds{operation}``), and, current at each scrape
+  (:class:`ScrapeCache`), the queue depth per pool (``det_scheduler_queue_depth``) and
+  the fold backlog (``det_metric_fold_backlog``).
 * ``/prom/det-state-metrics`` (Determined's path and label-mapping gauges, value 1:
   ``det_container_id_allocation_id``, ``det_allocation_id_task_id_task_actor``,
   ``det_job_id_experiment_id``, ``det_experiment_id_label``, ``det_gpu_uuid_container_id``)
@@ -26,9 +26,10 @@ as ``/**``, as Determined collapses them), status codes, SQL verbs, pool names.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -41,9 +42,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, inspect
 
+from .db import MetricFoldPendingRow
+from .models import observe
 from .models.observe import StateSnapshot
+
+if TYPE_CHECKING:
+    from .db import Database
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The media type of Prometheus's text format 0.0.4 (what ``generate_latest`` writes)."""
@@ -69,11 +75,112 @@ class _Families:
         return iter(self._families)
 
 
+STATE_MAX_AGE = 30.0
+"""Seconds :class:`ScrapeCache` serves a state page at most without reading the
+database again: the bound on how late a change shows that no session of this master
+made (another process writing the database, plain-text SQL, a foreign key cascade).
+Every other change shows at the next scrape."""
+
+
+class ScrapeCache:
+    """What the two Prometheus pages read from the database, kept between scrapes.
+
+    A scrape every few seconds of an idle cluster read the same rows each time: 7 SQL
+    statements and a worker thread for ``/prom/det-state-metrics``, 4 for
+    ``/debug/prom/metrics`` (issue 34; ``benchmarks/master_idle_cpu.py``). Here:
+
+    * the rendered state page and the queue depth per pool are kept with the
+      :meth:`~dauntless.master.db.changes.ChangeFlag.version` of a change flag over the
+      attributes they read (:data:`dauntless.master.models.observe.STATE_COLUMNS`; ORM
+      changes and bulk statements of this master's sessions), read *before* the rows,
+      and served while that version is unchanged and they are younger than
+      :data:`STATE_MAX_AGE` seconds (the flag publishes after a commit, so a change
+      committed during a read advances the version past the one kept);
+    * the fold backlog (a count of ``metric_folds_pending`` rows) is kept only when it
+      was 0: rows are added only by this master's sessions, whose inserts a second flag
+      sees, and removed by the fold (a worker process too), so a 0 read before the flag
+      last moved is still 0. A non-zero backlog is counted at every scrape.
+
+    Thread-safe: routes read it on the event loop and refresh it in worker threads.
+
+    Args:
+        db: the master database.
+        clock: monotonic seconds (tests may pass their own).
+        max_age: see :data:`STATE_MAX_AGE` (seconds, > 0).
+
+    Raises:
+        ValueError: ``max_age`` <= 0.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Callable[[], float] = time.monotonic,
+        max_age: float = STATE_MAX_AGE,
+    ) -> None:
+        if not max_age > 0:
+            raise ValueError(f"max_age must be > 0 seconds, got {max_age!r}")
+        self.db = db
+        self.clock = clock
+        self.max_age = max_age
+        ignore: dict[type, frozenset[str]] = {
+            model: frozenset(inspect(model).attrs.keys()) - read
+            for model, read in observe.STATE_COLUMNS.items()
+        }
+        self.state_changes = db.change_flag(tuple(ignore), ignore, bulk=True)
+        self.fold_changes = db.change_flag((MetricFoldPendingRow,), bulk=True)
+        self._lock = threading.Lock()
+        # (flag version before the read, clock at the read, page, queue depth)
+        self._state: tuple[int, float, bytes, dict[str, int]] | None = None
+        # flag version before a count that found no pending report
+        self._no_folds_since: int | None = None
+
+    def state(self) -> tuple[bytes, dict[str, int]] | None:
+        """The kept state page and queue depth while still current, else None
+        (then :meth:`read_state`). No database access."""
+        with self._lock:
+            kept = self._state
+        if kept is None:
+            return None
+        version, read_at, page, queued = kept
+        if version != self.state_changes.version() or self.clock() - read_at >= self.max_age:
+            return None
+        return page, queued
+
+    def read_state(self) -> tuple[bytes, dict[str, int]]:
+        """Read and render the state page and the queue depth, and keep them (one read
+        session; blocking: call it from a worker thread)."""
+        version, read_at = self.state_changes.version(), self.clock()
+        with self.db.read() as s:
+            snap = observe.state_snapshot(s)
+            queued = observe.queue_depth(s)
+        page = render_state(snap)
+        with self._lock:
+            self._state = (version, read_at, page, queued)
+        return page, queued
+
+    def fold_backlog(self) -> int | None:
+        """0 when the last count found no pending report and none was added since,
+        else None (then :meth:`read_fold_backlog`). No database access."""
+        since = self._no_folds_since
+        return 0 if since is not None and since == self.fold_changes.version() else None
+
+    def read_fold_backlog(self) -> int:
+        """Count the pending reports (blocking: call it from a worker thread)."""
+        version = self.fold_changes.version()
+        with self.db.read() as s:
+            folds = observe.fold_backlog(s)
+        self._no_folds_since = version if folds == 0 else None
+        return folds
+
+
 class MasterMetrics:
     """The master process's measurements and its registry.
 
     Args:
         engine: the master's SQLAlchemy engine, whose statements are timed (None: none).
+        db: the master database, whose state the pages read through a
+            :class:`ScrapeCache` (``self.cache``; None: no pages, only measurements).
 
     The instruments are plain attributes for the code that measures:
     ``requests`` (a histogram labelled ``method``, ``handler``, ``code``; seconds from
@@ -82,7 +189,8 @@ class MasterMetrics:
     ``scheduler_pass`` (seconds of one :func:`dauntless.master.loop.schedule_pass`).
     """
 
-    def __init__(self, engine: Engine | None = None) -> None:
+    def __init__(self, engine: Engine | None = None, db: Database | None = None) -> None:
+        self.cache = ScrapeCache(db) if db is not None else None
         reg = self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=reg)
         PlatformCollector(registry=reg)

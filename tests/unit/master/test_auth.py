@@ -13,7 +13,7 @@ import time
 import pytest
 from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from dauntless._auth import CLUSTER_SECRET_HEADER, COOKIE_NAME
 from dauntless.config import MasterConfig
@@ -807,3 +807,34 @@ def test_the_empty_password_is_verified_once_per_hash():
     assert auth_secrets.verify_password(empty, "x") is False
     assert {empty, other, None} <= set(auth_secrets._empty_verified)
     assert "s3cret" not in repr(auth_secrets._empty_verified)
+
+
+def test_remembered_user_tokens_follow_every_change_at_once(world):
+    """A user's token, once read, is remembered (no SQL on its next requests); a change
+    to the user or its tokens, or the token's expiry, counts at the very next request."""
+    w = world
+    c = w.client
+    statements: list[str] = []
+    event.listen(
+        w.app.state.ctx.db.engine,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, *a: statements.append(statement),
+    )
+    r = c.patch(f"/api/v1/users/{w.alice_id}", headers=bearer(w.admin), json={"admin": True})
+    assert r.status_code == 200
+    alice = login(c, "alice", "alice-pw")
+    assert c.get("/prom/det-http-sd-config", headers=bearer(alice)).status_code == 200
+    statements.clear()
+    assert c.get("/prom/det-http-sd-config", headers=bearer(alice)).status_code == 200
+    assert not any("user_sessions" in x for x in statements)  # remembered: not read again
+    r = c.patch(f"/api/v1/users/{w.alice_id}", headers=bearer(w.admin), json={"admin": False})
+    assert r.status_code == 200
+    assert c.get("/prom/det-http-sd-config", headers=bearer(alice)).status_code == 403
+    assert c.get("/api/v1/me", headers=bearer(alice)).status_code == 200
+    auth = w.app.state.auth
+    clock = auth.clock
+    auth.clock = lambda: clock() + 10 * 365 * 86400.0  # past every token's expiry
+    try:
+        assert c.get("/api/v1/me", headers=bearer(alice)).status_code == 401
+    finally:
+        auth.clock = clock

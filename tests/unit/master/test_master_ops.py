@@ -11,13 +11,14 @@ import pytest
 import yaml
 from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from dauntless.config import MasterConfig
 from dauntless.master import auth_secrets
 from dauntless.master.app import create_app
-from dauntless.master.db import TaskLogRow
+from dauntless.master.db import Database, TaskLogRow
 from dauntless.master.models.operations import delete_expired_logs
+from dauntless.master.prom import ScrapeCache
 from dauntless.master.testing import Cluster, bearer, login, serve
 
 
@@ -273,6 +274,79 @@ searcher: {name: random, metric: loss, max_trials: 2, max_concurrent_trials: 2,
     assert any(
         x.startswith('det_container_id_allocation_id{allocation_id="') and alloc in x for x in lines
     )
+
+
+def test_prometheus_pages_show_each_change_at_the_next_scrape(tmp_path) -> None:
+    """The pages keep what they read between scrapes (ScrapeCache) and read again after
+    any change they show: agents, allocations, trials, queue; a heartbeat is none."""
+    with serve(str(tmp_path)) as m, Cluster(m.url, m.app) as c:
+        cache = m.app.state.ctx.prom.cache
+        statements: list[str] = []
+        event.listen(
+            m.app.state.ctx.db.engine,
+            "before_cursor_execute",
+            lambda conn, cursor, statement, *a: statements.append(statement),
+        )
+
+        def scrape() -> set[str]:
+            state = c.admin.get("/prom/det-state-metrics")
+            master = c.admin.get("/debug/prom/metrics")
+            assert state.status_code == master.status_code == 200, (state.text, master.text)
+            return set(state.text.splitlines()) | set(master.text.splitlines())
+
+        slots = '{agent_id="agent-0",resource_pool="default",slot_type="cpu"}'
+        c.register_agent(slots=2)
+        lines = scrape()
+        assert f"det_slots_used{slots} 0.0" in lines and f"det_slots{slots} 2.0" in lines
+        assert "det_metric_fold_backlog 0.0" in lines
+        statements.clear()
+        state = c.admin.get("/prom/det-state-metrics").text
+        assert set(state.splitlines()) <= lines  # nothing changed: kept
+        assert "det_metric_fold_backlog 0.0" in c.admin.get("/debug/prom/metrics").text
+        # No read of the state, the fold backlog or the token (the control loop and the
+        # fold read on their own meanwhile: only the pages' statements count).
+        marks = ("GROUP BY experiments.state", "count(*) AS count_1 \nFROM metric_folds_pending")
+        assert not [x for x in statements if any(k in x for k in (*marks, "user_sessions"))]
+
+        exp = c.create_experiment(SINGLE.format(name="seen", extra=""))
+        lines = scrape()
+        assert 'det_trials{state="ACTIVE"} 1.0' in lines, lines
+        ((trial_id, alloc),) = c.start_trials(1)
+        lines = scrape()
+        assert f"det_slots_used{slots} 1.0" in lines
+        assert (
+            f'det_job_id_experiment_id{{experiment_id="{exp}",job_id="experiment-{exp}"}} 1.0'
+            in lines
+        )
+        c.heartbeat()  # sets last_heartbeat only (a bulk UPDATE): the pages stay kept
+        assert cache.state() is not None
+        c.report(trial_id, "training", 5, {"loss": 1.0})  # a pending fold: counted again
+        assert cache.fold_backlog() is None
+        c.complete(trial_id, 10, 0.5)
+        c.exited(alloc, 0)
+        c.wait_state(exp, "COMPLETED")
+        lines = scrape()
+        assert f"det_slots_used{slots} 0.0" in lines
+        assert 'det_trials{state="COMPLETED"} 1.0' in lines
+        assert not any(x.startswith("det_container_id_allocation_id{") for x in lines)
+
+
+def test_scrape_cache_reads_again_after_its_max_age(tmp_path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    db.migrate()
+    now = [0.0]
+    cache = ScrapeCache(db, clock=lambda: now[0], max_age=30.0)
+    assert cache.state() is None and cache.fold_backlog() is None
+    page, queued = cache.read_state()
+    assert cache.state() == (page, queued) and queued == {}
+    assert cache.read_fold_backlog() == 0 and cache.fold_backlog() == 0
+    now[0] = 29.9
+    assert cache.state() is not None
+    now[0] = 30.0  # a change no session of this master made shows within max_age
+    assert cache.state() is None
+    with pytest.raises(ValueError, match="max_age"):
+        ScrapeCache(db, max_age=0)
+    db.dispose()
 
 
 def test_usage_reports_sum_the_allocations_recorded_durations(tmp_path, db_url) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Integer, String, create_engine, update
+from sqlalchemy import Integer, String, create_engine, delete, insert, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from dauntless.master.db.changes import ChangeFlag, RowVersions
@@ -194,3 +194,32 @@ def test_total_counts_every_published_bump(sessions):
         s.add_all([Part(id=1, group="a"), Part(id=2, group="b")])
         s.commit()
     assert versions.total() == before + 1  # one commit, one bump
+
+
+def test_change_flag_with_bulk_counts_bulk_statements_unless_they_set_ignored_columns(
+    sessions,
+):
+    flag = ChangeFlag(sessions, (Part,), ignore={Part: frozenset({"flag"})}, bulk=True)
+    plain = ChangeFlag(sessions, (Part,), ignore={Part: frozenset({"flag"})})
+    with sessions() as s:
+        s.execute(insert(Part), [{"id": 1, "group": "a"}, {"id": 2, "group": "b"}])
+        s.commit()
+    assert flag.version() == 1 and plain.version() == 0  # bulk: seen only with bulk=True
+    with sessions() as s:  # a bulk UPDATE of an ignored column only (a heartbeat)
+        s.execute(update(Part).where(Part.id == 1).values(flag=5))
+        s.commit()
+    assert flag.version() == 1
+    with sessions() as s:  # one that sets a watched column too
+        s.execute(update(Part).where(Part.id == 1).values(flag=6, group="c"))
+        s.commit()
+    assert flag.version() == 2
+    with sessions() as s:  # through the table, not the class: the same
+        s.execute(delete(Part.__table__).where(Part.__table__.c.id == 2))
+        s.commit()
+    assert flag.version() == 3
+    with sessions() as s:  # rolled back, or of another class: nothing
+        s.execute(delete(Part))
+        s.rollback()
+        s.execute(delete(Other))
+        s.commit()
+    assert flag.version() == 3 and plain.version() == 0

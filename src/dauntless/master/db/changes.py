@@ -8,7 +8,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from sqlalchemy import event, inspect
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Mapper, ORMExecuteState, Session, sessionmaker
 
 # A version: (epoch, count). The epoch changes when the table of counts is cleared, so a
 # version read before a clear never equals one read after it.
@@ -125,11 +125,20 @@ class ChangeFlag:
     ``{"state": lambda v: v == "TERMINATED"}`` an allocation going from ASSIGNED to
     RUNNING does not count, one that ends does.
 
+    With ``bulk`` the flag also sees the bulk statements run through a session
+    (``s.execute(insert/update/delete(Model or its table) ...)``, SQLAlchemy's
+    ``do_orm_execute`` event): an ``INSERT`` or ``DELETE`` of a watched class's table
+    counts, an ``UPDATE`` unless every column it sets is ignored (an agent's heartbeat,
+    which sets ``last_heartbeat`` only); ``coarse`` does not apply to them (their old
+    values are not known). Plain-text SQL, foreign key cascades and other processes
+    still go unseen.
+
     Args:
         sessions: the session factory whose sessions to watch.
         models: the mapped classes whose rows count.
         ignore: per class, attribute names whose changes do not count.
         coarse: per class, attribute name -> key function of its values (see above).
+        bulk: also count bulk statements (see above).
     """
 
     def __init__(
@@ -138,10 +147,20 @@ class ChangeFlag:
         models: tuple[type, ...],
         ignore: dict[type, frozenset[str]] | None = None,
         coarse: dict[type, dict[str, Callable[[Any], Hashable]]] | None = None,
+        bulk: bool = False,
     ) -> None:
         self._models = models
         self._ignore = ignore or {}
         self._coarse = coarse or {}
+        # Table -> column names whose bulk updates do not count.
+        self._tables: dict[Any, frozenset[str]] = {}
+        for m in models if bulk else ():
+            mapper: Mapper[Any] = inspect(m)
+            self._tables[mapper.local_table] = frozenset(
+                mapper.column_attrs[k].columns[0].name
+                for k in self._ignore.get(m, frozenset())
+                if k in mapper.column_attrs
+            )
         self._info_key = f"dauntless.change_flag.{id(self)}"
         self._set = threading.Event()
         self._set.set()  # nothing seen yet: the first user does the work
@@ -150,6 +169,8 @@ class ChangeFlag:
         event.listen(sessions, "after_flush", self._after_flush)
         event.listen(sessions, "after_commit", self._after_commit)
         event.listen(sessions, "after_rollback", self._after_rollback)
+        if bulk:
+            event.listen(sessions, "do_orm_execute", self._bulk)
 
     def take(self) -> bool:
         """Whether the flag was set (and clear it)."""
@@ -213,6 +234,21 @@ class ChangeFlag:
             if isinstance(obj, self._models) and self._changed(obj):
                 session.info[self._info_key] = True
                 return
+
+    def _bulk(self, state: ORMExecuteState) -> None:
+        if not (state.is_insert or state.is_update or state.is_delete):
+            return
+        ignored = self._tables.get(getattr(state.statement, "table", None))
+        if ignored is None:
+            return
+        if state.is_update and ignored:
+            # The columns an UPDATE sets: its values() (SQLAlchemy keeps them in
+            # ``_values``, no public accessor); unknown ones count.
+            values = getattr(state.statement, "_values", None) or {}
+            names = {getattr(c, "name", c) for c in values}
+            if names and names <= ignored:
+                return
+        state.session.info[self._info_key] = True
 
     def _after_commit(self, session: Session) -> None:
         if session.info.pop(self._info_key, None):

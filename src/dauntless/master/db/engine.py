@@ -238,10 +238,11 @@ class Database:
         models: tuple[type, ...],
         ignore: dict[type, frozenset[str]] | None = None,
         coarse: dict[type, dict[str, Callable[[Any], Hashable]]] | None = None,
+        bulk: bool = False,
     ) -> ChangeFlag:
         """A flag set when this database's write sessions commit changes to ``models``
         (see :class:`~dauntless.master.db.changes.ChangeFlag`)."""
-        return ChangeFlag(self._sessions, models, ignore, coarse)
+        return ChangeFlag(self._sessions, models, ignore, coarse, bulk)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -1,11 +1,12 @@
 """Reads for the cluster's Prometheus state metrics (issue 34 scope 1): what
 ``/prom/det-state-metrics`` reports, as plain rows, one read session per scrape.
 
-The cost of a scrape is a fixed number of queries (agents, live allocations, live
+The cost of a read is a fixed number of queries (agents, live allocations, live
 tasks, experiments and trials by state; the queue and the fold backlog for the
-master's own page, four at most) whatever the cluster's size; the rows returned are those of live things only (agents, allocations not
-TERMINATED, experiments not terminal), so the answer stays as large as the cluster is
-busy, not as its history.
+master's own page) whatever the cluster's size; the rows returned are those of live
+things only (agents, allocations not TERMINATED, experiments not terminal), so the
+answer stays as large as the cluster is busy, not as its history. The pages keep what
+they read until those rows change (:class:`dauntless.master.prom.ScrapeCache`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,19 @@ from ..db import (
 )
 
 _TERMINAL_EXPERIMENT = ("COMPLETED", "CANCELED", "ERROR", "DELETED")
+
+STATE_COLUMNS: dict[type, frozenset[str]] = {
+    AgentRow: frozenset({"id", "resource_pool", "state", "slots"}),
+    AllocationRow: frozenset(
+        {"id", "group_id", "agent_id", "slot_ids", "trial_id", "task_id", "state"}
+    ),
+    ExperimentRow: frozenset({"id", "state", "config"}),
+    TrialRow: frozenset({"id", "experiment_id", "state"}),
+    TaskRow: frozenset({"id", "type", "state", "config"}),
+}
+"""The attributes :func:`state_snapshot` and :func:`queue_depth` read, per class: a
+change of any other (an agent's ``last_heartbeat``, a trial's progress) leaves both
+answers as they were. Keep it in step with the two functions."""
 
 
 @dataclass
@@ -123,10 +137,9 @@ def state_snapshot(s: Session) -> StateSnapshot:
     return snap
 
 
-def backlog(s: Session) -> tuple[dict[str, int], int]:
-    """What waits: per resource pool, the trials and tasks waiting for slots (ACTIVE
-    trials of ACTIVE experiments without a live allocation, QUEUED tasks), and the
-    metric reports acknowledged but not yet folded into summaries. Four queries at most.
+def queue_depth(s: Session) -> dict[str, int]:
+    """Per resource pool, the trials and tasks waiting for slots (ACTIVE trials of
+    ACTIVE experiments without a live allocation, QUEUED tasks). Three queries at most.
 
     Args:
         s: a read session.
@@ -158,8 +171,16 @@ def backlog(s: Session) -> tuple[dict[str, int], int]:
     for (config,) in s.execute(select(TaskRow.config).where(TaskRow.state == "QUEUED")):
         pool = _pool_of(config or {})
         queued[pool] = queued.get(pool, 0) + 1
-    folds = int(s.scalar(select(func.count()).select_from(MetricFoldPendingRow)) or 0)
-    return queued, folds
+    return queued
+
+
+def fold_backlog(s: Session) -> int:
+    """The metric reports acknowledged but not yet folded into summaries (one query).
+
+    Args:
+        s: a read session.
+    """
+    return int(s.scalar(select(func.count()).select_from(MetricFoldPendingRow)) or 0)
 
 
 def sd_targets(s: Session) -> list[dict[str, Any]]:
