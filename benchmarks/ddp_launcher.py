@@ -26,7 +26,11 @@ step, each end behind a barrier, so start-up, warm-up, the trial's final validat
 checkpoint are not timed. Printed: samples/s per way (median), each way's ratio to
 torchrun per round with its mean and 95% interval (Student's t over the rounds), and the
 CPU seconds of all the processes of each way (``RUSAGE_CHILDREN``) beside the wall
-seconds. Target: trial / torchrun >= 0.98.
+seconds. Beside it, less moved by the load of a shared machine, each way's CPU time
+per sample in the timed span (process CPU of every rank, summed), as the ratio
+torchrun / way per round with its interval: it shows work the harness adds per batch,
+not time a rank spends waiting at a collective (which costs no CPU). Target: trial /
+torchrun >= 0.98.
 
 Usage::
 
@@ -71,14 +75,17 @@ loader = DataLoader(data, batch_size=batch, sampler=DistributedSampler(data, shu
 for i, (x, y) in enumerate(loader):
     if i == warmup:
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
 dist.barrier()
-elapsed = time.perf_counter() - t0
+elapsed, cpu = time.perf_counter() - t0, torch.tensor([time.process_time() - c0])
+dist.all_reduce(cpu)
 if rank == 0:
-    print(f"SAMPLES_PER_S {steps * batch * world / elapsed:.1f} threads {torch.get_num_threads()}")
+    print(f"SAMPLES_PER_S {steps * batch * world / elapsed:.1f} "
+          f"CPU_US_PER_SAMPLE {cpu.item() / (steps * batch * world) * 1e6:.2f} "
+          f"threads {torch.get_num_threads()}")
 dist.destroy_process_group()
 """
 
@@ -128,7 +135,7 @@ class Bench(det_torch.PyTorchTrial):
     def train_batch(self, b, epoch_idx, batch_idx):
         if batch_idx == warmup:
             dist.barrier()
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
         x, y = b
         loss = torch.nn.functional.cross_entropy(self.model(x), y)
         self.context.backward(loss)
@@ -136,8 +143,11 @@ class Bench(det_torch.PyTorchTrial):
         if batch_idx == warmup + steps - 1:
             dist.barrier()
             elapsed = time.perf_counter() - self.t0
+            cpu = torch.tensor([time.process_time() - self.c0])
+            dist.all_reduce(cpu)
             if rank == 0:
                 print(f"SAMPLES_PER_S {steps * batch * world / elapsed:.1f} "
+                      f"CPU_US_PER_SAMPLE {cpu.item() / (steps * batch * world) * 1e6:.2f} "
                       f"threads {torch.get_num_threads()}", flush=True)
         return {"loss": loss}
 
@@ -182,9 +192,9 @@ def clean_env() -> dict[str, str]:
     }
 
 
-def run_way(way: str, tmp: Path, args: list[str], ranks: int) -> tuple[float, float, float]:
+def run_way(way: str, tmp: Path, args: list[str], ranks: int) -> tuple[float, float, float, float]:
     """Run one way (its script is in ``tmp``); returns ``(samples/s, wall s, CPU s of
-    all processes)``.
+    all processes, CPU microseconds per sample of the ranks in the timed span)``.
 
     Raises:
         RuntimeError: the run failed or printed no figure.
@@ -214,7 +224,10 @@ def run_way(way: str, tmp: Path, args: list[str], ranks: int) -> tuple[float, fl
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     for line in proc.stdout.splitlines():
         if "SAMPLES_PER_S" in line:
-            return float(line.split("SAMPLES_PER_S")[1].split()[0]), wall, cpu
+            words = line.split()
+            rate = float(words[words.index("SAMPLES_PER_S") + 1])
+            per_sample = float(words[words.index("CPU_US_PER_SAMPLE") + 1])
+            return rate, wall, cpu, per_sample
     raise RuntimeError(f"{way} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
 
 
@@ -240,8 +253,9 @@ def main() -> int:
         (Path(tmp) / "ddp.py").write_text(DDP_PY)
         (Path(tmp) / "trial.py").write_text(TRIAL_PY)
         args = [str(a.steps), str(a.width), str(a.batch), str(a.warmup)]
-        figures: dict[str, list[tuple[float, float, float]]] = {w: [] for w in ways}
+        figures: dict[str, list[tuple[float, float, float, float]]] = {w: [] for w in ways}
         ratios: dict[str, list[float]] = {w: [] for w in ways[1:]}
+        cpu_ratios: dict[str, list[float]] = {w: [] for w in ways[1:]}
         for r in range(a.rounds):
             order = ways[r % len(ways) :] + ways[: r % len(ways)]
             got = {way: run_way(way, Path(tmp), args, a.ranks) for way in order}
@@ -249,6 +263,7 @@ def main() -> int:
                 figures[way].append(fig)
             for way in ways[1:]:
                 ratios[way].append(got[way][0] / got["torchrun"][0])
+                cpu_ratios[way].append(got["torchrun"][3] / got[way][3])
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{w} {got[w][0]:.0f}" for w in ways)
@@ -261,13 +276,19 @@ def main() -> int:
         print(
             f"  {way:<28} {statistics.median(f[0] for f in figs):8.0f} samples/s (median); "
             f"per run {statistics.median(f[1] for f in figs):.2f} s wall, "
-            f"{statistics.median(f[2] for f in figs):.2f} s CPU"
+            f"{statistics.median(f[2] for f in figs):.2f} s CPU; timed span "
+            f"{statistics.median(f[3] for f in figs):.1f} CPU us/sample"
         )
     for way in ways[1:]:
         mean, lo, hi = interval95(ratios[way])
         print(
             f"  {way} / torchrun: {mean:.3f} (95% interval {lo:.3f}-{hi:.3f}, "
             f"{a.rounds} rounds; target >= 0.98 for the trial)"
+        )
+        mean, lo, hi = interval95(cpu_ratios[way])
+        print(
+            f"  {way}: torchrun's CPU per sample / its own: {mean:.3f} "
+            f"(95% interval {lo:.3f}-{hi:.3f})"
         )
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
     return 0
