@@ -1,25 +1,36 @@
-"""Data-parallel training speed under our launcher against ``torchrun`` (issue 37 scope 3).
+"""Data-parallel training speed of our launcher and of a PyTorchTrial against ``torchrun``
+(issue 37 scope 3).
 
-The same hand-written DDP script (gloo on CPU: an MLP on synthetic data, the same model,
-data and batch on every run) is started three ways on this machine, ``--ranks`` local
-ranks each:
+The same model (an MLP), data (a synthetic dataset; rank r trains its shard, in order,
+through a DataLoader), optimizer and per-rank batch, with gloo on CPU, ``--ranks`` local
+ranks, run three ways:
 
-- ``torchrun``: ``python -m torch.distributed.run --standalone --nproc_per_node N``
-  (the baseline; it gives each rank ``OMP_NUM_THREADS=1`` when the environment sets
-  none);
-- ``dauntless``: ``python -m dauntless.launch.torch_distributed -- python script.py``
-  with the environment an agent gives an N-slot task on one node (``DET_WORLD_SIZE``,
-  ``DET_SLOT_IDS``; no master, so the launcher picks its own rendezvous port), the
-  environment without ``OMP_NUM_THREADS`` as for torchrun;
+- ``torchrun``: a hand-written DDP script under
+  ``python -m torch.distributed.run --standalone --nproc_per_node N`` (the baseline; it
+  gives each rank ``OMP_NUM_THREADS=1`` when the environment sets none);
+- ``dauntless``: the same script under ``python -m dauntless.launch.torch_distributed --
+  python script.py`` with the environment an agent gives an N-slot task on one node
+  (``DET_WORLD_SIZE``, ``DET_SLOT_IDS``; no master, so the launcher picks its own
+  rendezvous port), the environment without ``OMP_NUM_THREADS`` as for torchrun;
+- ``dauntless trial``: the same model and data as a ``PyTorchTrial`` trained by the
+  Trainer API under our launcher (``context.wrap_model`` wraps it in DDP; the harness's
+  own loop, metrics reduced across ranks every reporting period; local training, so no
+  master): what a 2-slot trial adds to hand-written DDP;
 - with ``--before``, also ``dauntless, threads = cores`` (the launcher before issue 37,
-  which set nothing: each rank's PyTorch took every core): the same with
+  which set nothing: each rank's PyTorch took every core): the hand-written script with
   ``OMP_NUM_THREADS`` = the CPU count (slow on a small machine: that is the point).
 
 Each round runs every way once (the order rotating between rounds); rank 0 prints the
-samples per second of the timed steps (after warm-up steps). Printed: samples/s per way
-(median), the ratio dauntless / torchrun per round with its mean and 95% interval
-(Student's t over the rounds), and the CPU seconds of all the processes of each way
-(``RUSAGE_CHILDREN``) beside the wall seconds. Target: ratio >= 0.98.
+samples per second of the timed steps: from step ``--warmup`` to the end of the last
+step, each end behind a barrier, so start-up, warm-up, the trial's final validation and
+checkpoint are not timed. Printed: samples/s per way (median), each way's ratio to
+torchrun per round with its mean and 95% interval (Student's t over the rounds), and the
+CPU seconds of all the processes of each way (``RUSAGE_CHILDREN``) beside the wall
+seconds. Beside it, less moved by the load of a shared machine, each way's CPU time
+per sample in the timed span (process CPU of every rank, summed), as the ratio
+torchrun / way per round with its interval: it shows work the harness adds per batch,
+not time a rank spends waiting at a collective (which costs no CPU). Target: trial /
+torchrun >= 0.98.
 
 Usage::
 
@@ -44,6 +55,8 @@ import os, sys, time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 steps, width, batch, warmup = (int(x) for x in sys.argv[1:5])
 dist.init_process_group("gloo")
@@ -55,21 +68,102 @@ model = DDP(torch.nn.Sequential(
     torch.nn.Linear(width, 10),
 ))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-g = torch.Generator().manual_seed(rank)
-x = torch.randn(batch, width, generator=g)
-y = torch.randint(0, 10, (batch,), generator=g)
-for i in range(warmup + steps):
+g = torch.Generator().manual_seed(0)
+n = batch * world * (warmup + steps)
+data = TensorDataset(torch.randn(n, width, generator=g), torch.randint(0, 10, (n,), generator=g))
+loader = DataLoader(data, batch_size=batch, sampler=DistributedSampler(data, shuffle=False))
+for i, (x, y) in enumerate(loader):
     if i == warmup:
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
 dist.barrier()
-elapsed = time.perf_counter() - t0
+elapsed, cpu = time.perf_counter() - t0, torch.tensor([time.process_time() - c0])
+dist.all_reduce(cpu)
 if rank == 0:
-    print(f"SAMPLES_PER_S {steps * batch * world / elapsed:.1f} threads {torch.get_num_threads()}")
+    print(f"SAMPLES_PER_S {steps * batch * world / elapsed:.1f} "
+          f"CPU_US_PER_SAMPLE {cpu.item() / (steps * batch * world) * 1e6:.2f} "
+          f"threads {torch.get_num_threads()}")
 dist.destroy_process_group()
+"""
+
+# The same model, data (rank r's shard of the same dataset, in order) and optimizer as
+# DDP_PY, as a PyTorchTrial trained by the Trainer API (the harness's loop: batch moved
+# to the device, metrics kept as tensors and reduced across ranks every reporting
+# period, boundary and preemption checks); DDP wrapping by ``context.wrap_model``. The
+# timed span is the same: from batch ``warmup`` to the end of the last batch, each end
+# behind a barrier. The final validation and checkpoint come after it.
+TRIAL_PY = """\
+import logging, sys, time
+import torch
+import torch.distributed as dist
+from torch.utils.data import TensorDataset
+from dauntless import core, pytorch as det_torch
+
+steps, width, batch, warmup = (int(x) for x in sys.argv[1:5])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+logging.basicConfig(level=logging.WARNING)
+
+
+class Bench(det_torch.PyTorchTrial):
+    def __init__(self, context):
+        self.context = context
+        torch.manual_seed(0)
+        self.model = context.wrap_model(torch.nn.Sequential(
+            torch.nn.Linear(width, width), torch.nn.ReLU(),
+            torch.nn.Linear(width, width), torch.nn.ReLU(),
+            torch.nn.Linear(width, 10),
+        ))
+        self.opt = context.wrap_optimizer(torch.optim.SGD(self.model.parameters(), lr=0.01))
+        g = torch.Generator().manual_seed(0)
+        n = batch * world * (warmup + steps)
+        self.data = TensorDataset(
+            torch.randn(n, width, generator=g), torch.randint(0, 10, (n,), generator=g)
+        )
+
+    def build_training_data_loader(self):
+        return det_torch.DataLoader(self.data, batch_size=batch)
+
+    def build_validation_data_loader(self):
+        return det_torch.DataLoader(TensorDataset(self.data.tensors[0][:batch * world],
+                                                  self.data.tensors[1][:batch * world]),
+                                    batch_size=batch)
+
+    def train_batch(self, b, epoch_idx, batch_idx):
+        if batch_idx == warmup:
+            dist.barrier()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+        x, y = b
+        loss = torch.nn.functional.cross_entropy(self.model(x), y)
+        self.context.backward(loss)
+        self.context.step_optimizer(self.opt)
+        if batch_idx == warmup + steps - 1:
+            dist.barrier()
+            elapsed = time.perf_counter() - self.t0
+            cpu = torch.tensor([time.process_time() - self.c0])
+            dist.all_reduce(cpu)
+            if rank == 0:
+                print(f"SAMPLES_PER_S {steps * batch * world / elapsed:.1f} "
+                      f"CPU_US_PER_SAMPLE {cpu.item() / (steps * batch * world) * 1e6:.2f} "
+                      f"threads {torch.get_num_threads()}", flush=True)
+        return {"loss": loss}
+
+    def evaluate_batch(self, b):
+        x, y = b
+        return {"validation_loss": torch.nn.functional.cross_entropy(self.model(x), y)}
+
+
+conf = {
+    "hyperparameters": {"global_batch_size": batch * world},
+    "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 1}},
+    "checkpoint_storage": {"type": "directory", "container_path": sys.argv[5]},
+    "reproducibility": {"experiment_seed": 0},
+}
+with det_torch.init(exp_conf=conf, distributed=core.DistributedContext.from_torch_distributed()) as ctx:
+    det_torch.Trainer(Bench(ctx), ctx).fit(max_length=det_torch.Batch(warmup + steps))
 """
 
 # Student's t, two-sided 95%, by degrees of freedom (1..30); normal beyond.
@@ -98,13 +192,17 @@ def clean_env() -> dict[str, str]:
     }
 
 
-def run_way(way: str, script: Path, args: list[str], ranks: int) -> tuple[float, float, float]:
-    """Run the script one way; returns ``(samples/s, wall s, CPU s of all processes)``.
+def run_way(way: str, tmp: Path, args: list[str], ranks: int) -> tuple[float, float, float, float]:
+    """Run one way (its script is in ``tmp``); returns ``(samples/s, wall s, CPU s of
+    all processes, CPU microseconds per sample of the ranks in the timed span)``.
 
     Raises:
         RuntimeError: the run failed or printed no figure.
     """
     env = clean_env()
+    script = tmp / ("trial.py" if way == TRIAL_WAY else "ddp.py")
+    if way == TRIAL_WAY:
+        args = [*args, str(tmp / "checkpoints")]
     if way == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += [f"--nproc_per_node={ranks}", str(script), *args]
@@ -126,11 +224,15 @@ def run_way(way: str, script: Path, args: list[str], ranks: int) -> tuple[float,
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     for line in proc.stdout.splitlines():
         if "SAMPLES_PER_S" in line:
-            return float(line.split("SAMPLES_PER_S")[1].split()[0]), wall, cpu
+            words = line.split()
+            rate = float(words[words.index("SAMPLES_PER_S") + 1])
+            per_sample = float(words[words.index("CPU_US_PER_SAMPLE") + 1])
+            return rate, wall, cpu, per_sample
     raise RuntimeError(f"{way} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
 
 
-WAYS = ("torchrun", "dauntless", "dauntless, threads = cores")
+TRIAL_WAY = "dauntless trial"
+WAYS = ("torchrun", "dauntless", TRIAL_WAY, "dauntless, threads = cores")
 
 
 def main() -> int:
@@ -143,26 +245,30 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=64, help="per-rank batch size")
     p.add_argument("--before", action="store_true", help="also the launcher before issue 37")
     a = p.parse_args()
-    ways = WAYS if a.before else WAYS[:2]
+    ways = WAYS if a.before else WAYS[:3]
     if a.rounds < 1 or a.ranks < 2 or a.steps < 1:
         p.error("need --rounds >= 1, --ranks >= 2, --steps >= 1")
     print(f"load average: {open('/proc/loadavg').read().strip()} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory(prefix="ddp-bench-") as tmp:
-        script = Path(tmp) / "ddp.py"
-        script.write_text(DDP_PY)
+        (Path(tmp) / "ddp.py").write_text(DDP_PY)
+        (Path(tmp) / "trial.py").write_text(TRIAL_PY)
         args = [str(a.steps), str(a.width), str(a.batch), str(a.warmup)]
-        figures: dict[str, list[tuple[float, float, float]]] = {w: [] for w in ways}
-        ratios: list[float] = []
+        figures: dict[str, list[tuple[float, float, float, float]]] = {w: [] for w in ways}
+        ratios: dict[str, list[float]] = {w: [] for w in ways[1:]}
+        cpu_ratios: dict[str, list[float]] = {w: [] for w in ways[1:]}
         for r in range(a.rounds):
             order = ways[r % len(ways) :] + ways[: r % len(ways)]
-            got = {way: run_way(way, script, args, a.ranks) for way in order}
+            got = {way: run_way(way, Path(tmp), args, a.ranks) for way in order}
             for way, fig in got.items():
                 figures[way].append(fig)
-            ratios.append(got["dauntless"][0] / got["torchrun"][0])
+            for way in ways[1:]:
+                ratios[way].append(got[way][0] / got["torchrun"][0])
+                cpu_ratios[way].append(got["torchrun"][3] / got[way][3])
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{w} {got[w][0]:.0f}" for w in ways)
-                + f" samples/s; dauntless / torchrun {ratios[-1]:.3f}"
+                + " samples/s; / torchrun: "
+                + ", ".join(f"{w} {ratios[w][-1]:.3f}" for w in ways[1:])
             )
     print(f"\n{a.ranks} ranks, MLP width {a.width}, batch {a.batch} per rank, {a.steps} steps")
     for way in ways:
@@ -170,16 +276,20 @@ def main() -> int:
         print(
             f"  {way:<28} {statistics.median(f[0] for f in figs):8.0f} samples/s (median); "
             f"per run {statistics.median(f[1] for f in figs):.2f} s wall, "
-            f"{statistics.median(f[2] for f in figs):.2f} s CPU"
+            f"{statistics.median(f[2] for f in figs):.2f} s CPU; timed span "
+            f"{statistics.median(f[3] for f in figs):.1f} CPU us/sample"
         )
-    mean, lo, hi = interval95(ratios)
-    print(
-        f"  dauntless / torchrun: {mean:.3f} (95% interval {lo:.3f}-{hi:.3f}, "
-        f"{a.rounds} rounds; target >= 0.98)"
-    )
-    if a.before:
-        old = [figures[WAYS[2]][i][0] / figures["torchrun"][i][0] for i in range(a.rounds)]
-        print(f"  before issue 37 (threads = cores) / torchrun: {statistics.fmean(old):.3f}")
+    for way in ways[1:]:
+        mean, lo, hi = interval95(ratios[way])
+        print(
+            f"  {way} / torchrun: {mean:.3f} (95% interval {lo:.3f}-{hi:.3f}, "
+            f"{a.rounds} rounds; target >= 0.98 for the trial)"
+        )
+        mean, lo, hi = interval95(cpu_ratios[way])
+        print(
+            f"  {way}: torchrun's CPU per sample / its own: {mean:.3f} "
+            f"(95% interval {lo:.3f}-{hi:.3f})"
+        )
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
     return 0
 

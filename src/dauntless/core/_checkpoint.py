@@ -20,6 +20,7 @@ from dauntless.storage import (
     FileSystemStorageManager,
     ObjectStorageManager,
     StorageManager,
+    StreamingUpload,
     check_storage_id,
     directory_resources,
     full_disk_error,
@@ -111,11 +112,13 @@ class CheckpointContext:
         conflict) and the chief publishes and reports.
 
         With an object store (``s3``, ``gcs``, ``azure``) the files are written to a
-        local staging directory and uploaded when the block ends; the checkpoint is
-        reported as ``UPLOADING`` before the first byte goes up (so that checkpoint GC
-        knows of the objects if the process dies) and as ``COMPLETED`` once every file
-        is in the store. With ``background=True`` the upload runs on a background
-        thread and the block returns at once; at most one upload is in flight (the next
+        local staging directory and each is uploaded, on a thread, as soon as it is
+        closed (:class:`~dauntless.storage.StreamingUpload`; what is left when the block
+        ends, ``metadata.json`` last); the checkpoint is reported as ``UPLOADING``
+        before the first byte goes up (so that checkpoint GC knows of the objects if the
+        process dies) and as ``COMPLETED`` once every file is in the store. If the block
+        raises, what was sent is deleted. Without ``background`` the block's end waits
+        for the upload. With ``background=True`` the block returns at once; at most one upload is in flight (the next
         checkpoint, :meth:`wait_for_uploads` and closing the context wait for it, and
         raise its error). On a file system ``background=True`` does the same with the
         flush to disk (fsync) and the rename that publish the checkpoint: the block
@@ -207,48 +210,51 @@ class CheckpointContext:
     def _store_object(
         self, storage_id: str, meta: dict[str, Any], background: bool
     ) -> Iterator[Path]:
+        """Write into a local staging directory whose files a :class:`StreamingUpload`
+        sends up as each is closed (issue 37); ``UPLOADING`` is reported from its thread
+        before the first byte goes up, ``COMPLETED`` once ``metadata.json`` (last) is in
+        the store. Without ``background`` the block's end waits for that."""
         storage = self.storage
         assert isinstance(storage, ObjectStorageManager)
         staging = Path(tempfile.mkdtemp(prefix=f"dauntless-{storage_id}-", dir=storage.staging_dir))
-        try:
-            try:
-                yield staging
-                _write_metadata(staging, meta)
-            except (OSError, RuntimeError) as exc:
-                full = full_disk_error(exc, staging)
-                if full is None:
-                    raise
-                raise full from exc
-            self._report(storage_id, meta, directory_resources(staging), state="UPLOADING")
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        if not background:
-            try:
-                self._upload(storage, staging, storage_id, meta)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-            return
+        upload = StreamingUpload(
+            storage,
+            staging,
+            storage_id,
+            before_first_put=lambda: self._report(storage_id, meta, {}, state="UPLOADING"),
+        )
 
         def run() -> None:
             try:
-                self._upload(storage, staging, storage_id, meta)
+                resources = upload.run()
+                if resources is not None:
+                    self._report(storage_id, meta, resources)
+                    logger.info("checkpoint %s uploaded to %s", storage_id, storage.url(storage_id))
             except BaseException as exc:
-                self._upload_error = exc
+                if not upload.aborted:  # the writer's own error is the one raised
+                    self._upload_error = exc
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
 
-        self._upload_thread = threading.Thread(
+        thread = threading.Thread(
             target=run, name=f"checkpoint-upload-{storage_id[:8]}", daemon=True
         )
-        self._upload_thread.start()
-
-    def _upload(
-        self, storage: ObjectStorageManager, src: Path, storage_id: str, meta: dict[str, Any]
-    ) -> None:
-        resources = storage.upload_checkpoint(src, storage_id)
-        self._report(storage_id, meta, resources)
-        logger.info("checkpoint %s uploaded to %s", storage_id, storage.url(storage_id))
+        thread.start()
+        self._upload_thread = thread
+        try:
+            yield staging
+            _write_metadata(staging, meta)
+        except BaseException as exc:
+            upload.abort()  # its thread deletes what it sent and the staging directory
+            full = (
+                full_disk_error(exc, staging) if isinstance(exc, (OSError, RuntimeError)) else None
+            )
+            if full is None:
+                raise
+            raise full from exc
+        upload.finish()
+        if not background:
+            self.wait_for_uploads()
 
     def wait_for_uploads(self) -> None:
         """Wait until the background upload in flight (if any) is in the store and

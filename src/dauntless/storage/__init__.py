@@ -19,6 +19,7 @@ from ._object import (
     S3StorageManager,
     StoreError,
 )
+from ._stream import StreamingUpload
 
 __all__ = [
     "AzureStorageManager",
@@ -26,6 +27,7 @@ __all__ = [
     "ObjectStorageManager",
     "S3StorageManager",
     "StoreError",
+    "StreamingUpload",
     "full_disk_error",
     "DirectoryStorageManager",
     "FileSystemStorageManager",

@@ -3,10 +3,11 @@
 Layout: the files of checkpoint ``<uuid>`` are the objects ``<prefix>/<uuid>/<relative
 path>``; TensorBoard files and other non-checkpoint data live under other keys of the same
 prefix (see :meth:`StorageManager.upload_prefix`). A checkpoint is written to a local
-staging directory first and uploaded when complete, ``metadata.json`` last; an upload
-that fails removes the objects it wrote. One that dies with its process leaves objects
-that the master knows of: the harness reports the checkpoint as ``UPLOADING`` before it
-uploads (docs/protocol.md, "Checkpoint layout"), and checkpoint GC deletes those.
+staging directory first and uploaded file by file (``CheckpointContext`` sends each file
+as it is closed: ``_stream.py``), ``metadata.json`` last; an upload that fails removes
+the objects it wrote. One that dies with its process leaves objects that the master
+knows of: the harness reports the checkpoint as ``UPLOADING`` before the first byte goes
+up (docs/protocol.md, "Checkpoint layout"), and checkpoint GC deletes those.
 
 Each store talks through its vendor's client (``boto3``, ``google-cloud-storage``,
 ``azure-storage-blob``), an optional extra of the package; the clients' own retry

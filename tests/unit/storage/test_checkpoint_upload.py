@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 import uuid as uuidlib
 
 import pytest
@@ -143,3 +144,99 @@ def test_deleting_a_checkpoint_removes_what_a_dead_writer_left_staged(tmp_path):
     assert storage.delete(uuid) is True
     assert sorted(p.name for p in storage.base_path.iterdir()) == [kept.name]
     assert storage.delete(uuid) is False, "nothing left to delete"
+
+
+def _wait_for(check, what: str, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_each_file_goes_up_when_closed_and_the_end_reconciles(s3_server):
+    """Issue 37: a file closed inside the block is in the store before the block ends
+    (UPLOADING reported first); a file written again after its upload, one removed and
+    one renamed are what the directory holds at the end; metadata.json goes up last."""
+    cfg = s3_server.storage(prefix="stream")
+    backend = _AllReports([1])
+    ctx = CheckpointContext(_s3(s3_server, cfg), backend, 1, "alloc")
+    with ctx.store_path({"steps_completed": 5}, background=True) as (path, uuid):
+        (path / "first.bin").write_bytes(b"a" * 5000)
+        key = f"stream/{uuid}/first.bin"
+        _wait_for(lambda: key in list_keys(s3_server, cfg), "first.bin in the store")
+        assert [(c.uuid, c.state, c.resources) for c in backend.reports] == [
+            (uuid, "UPLOADING", {})
+        ]
+        assert f"stream/{uuid}/metadata.json" not in list_keys(s3_server, cfg)
+        (path / "gone.bin").write_bytes(b"g" * 10)
+        (path / "old-name.bin").write_bytes(b"r" * 20)
+        _wait_for(
+            lambda: (
+                {f"stream/{uuid}/gone.bin", f"stream/{uuid}/old-name.bin"}
+                <= set(list_keys(s3_server, cfg))
+            ),
+            "gone.bin and old-name.bin in the store",
+        )
+        (path / "first.bin").write_bytes(b"b" * 7000)  # written again after its upload
+        (path / "gone.bin").unlink()
+        (path / "old-name.bin").rename(path / "new-name.bin")
+        (path / "sub").mkdir()
+        (path / "sub" / "inner.bin").write_bytes(b"i" * 30)
+    ctx.wait_for_uploads()
+    assert [c.state for c in backend.reports] == ["UPLOADING", "COMPLETED"]
+    files = {"first.bin": 7000, "new-name.bin": 20, "sub/inner.bin": 30}
+    done = backend.reports[1].resources
+    assert {k: v for k, v in done.items() if k != "metadata.json"} == files
+    assert list_keys(s3_server, cfg) == sorted(
+        f"stream/{uuid}/{name}" for name in [*files, "metadata.json"]
+    )
+    with ctx.restore_path(uuid) as back:
+        assert (back / "first.bin").read_bytes() == b"b" * 7000
+        assert (back / "sub" / "inner.bin").read_bytes() == b"i" * 30
+
+
+def test_a_failed_block_leaves_nothing_of_what_was_streamed(s3_server):
+    cfg = s3_server.storage(prefix="failed")
+    backend = _AllReports([1])
+    ctx = CheckpointContext(_s3(s3_server, cfg), backend, 1, "alloc")
+    with pytest.raises(ZeroDivisionError):
+        with ctx.store_path({"steps_completed": 1}, background=True) as (path, uuid):
+            (path / "part.bin").write_bytes(b"p" * 3000)
+            _wait_for(lambda: list_keys(s3_server, cfg), "part.bin in the store")
+            1 / 0  # noqa: B018
+    ctx.wait_for_uploads()  # the writer's error was raised; the upload raises none
+    assert list_keys(s3_server, cfg) == []
+    assert [c.state for c in backend.reports] == ["UPLOADING"]  # GC collects the orphan
+    assert backend.checkpoints == []
+
+
+def test_synchronous_store_waits_for_the_upload(s3_server):
+    cfg = s3_server.storage()
+    backend = LocalBackend([1])
+    ctx = CheckpointContext(_s3(s3_server, cfg), backend, 1, "alloc")
+    with ctx.store_path({"steps_completed": 2}) as (path, uuid):
+        (path / "w.bin").write_bytes(b"w" * 100)
+    (report,) = backend.checkpoints
+    assert (report.uuid, report.resources["w.bin"]) == (uuid, 100)
+    assert not ctx.upload_in_flight
+
+
+def test_without_inotify_every_file_goes_up_at_the_end(s3_server, monkeypatch):
+    """Where inotify cannot be used (not Linux, inotify_simple missing) nothing goes up
+    before the block ends, and all of it after."""
+    from dauntless.storage import _stream
+
+    monkeypatch.setattr(_stream, "_open_inotify", lambda: None)
+    cfg = s3_server.storage()
+    backend = LocalBackend([1])
+    ctx = CheckpointContext(_s3(s3_server, cfg), backend, 1, "alloc")
+    with ctx.store_path({"steps_completed": 3}, background=True) as (path, uuid):
+        (path / "a.bin").write_bytes(b"a" * 100)
+        time.sleep(0.5)
+        assert list_keys(s3_server, cfg) == []
+    ctx.wait_for_uploads()
+    assert list_keys(s3_server, cfg) == [f"{uuid}/a.bin", f"{uuid}/metadata.json"]
+    assert backend.checkpoints[0].resources["a.bin"] == 100
