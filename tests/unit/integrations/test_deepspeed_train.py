@@ -125,6 +125,18 @@ except Exception as exc:  # DeepSpeed's accelerator probe failed
     _CANNOT_RUN = f"{type(exc).__name__}: {exc}"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_group_left():
+    """DeepSpeed's init_distributed leaves a one-rank gloo group (and deepspeed.comm's
+    backend) up in this process: end both, so later tests in the session start without."""
+    yield
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    import deepspeed.comm.comm as ds_comm
+
+    ds_comm.cdb = None
+
+
 @pytest.fixture(autouse=True)
 def _runnable():
     if _CANNOT_RUN is not None:
