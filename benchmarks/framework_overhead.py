@@ -22,8 +22,9 @@ background sender, whose cost ``harness_overhead.py`` measures).
 Baseline and integration rounds are interleaved (A B, then B A, ...), and each round's
 span is timed on two clocks: wall time and the process's CPU time (all its threads, the
 integration's background threads included). CPU time per sample is what the integration
-adds to the loop's own work; unlike wall time it does not grow when other processes take
-the machine's cores, so on a loaded machine its interval is the narrower one.
+adds to the loop's own work and does not count time spent waiting for a core; it still
+moves with the machine's load (torch's threads spin while they wait, caches are shared),
+so at load 20 on 2 cores its interval was no narrower than wall time's (0.3-1.1 wide).
 
 Printed per framework and clock (wall, CPU): samples/s of each side (median over rounds),
 the ratio integration/baseline per round (baseline seconds / integration seconds), its
