@@ -20,10 +20,17 @@ pip_install() {
 echo "Installing Dauntless and its dependencies into .venv (log: $log) ..."
 # The CPU build of PyTorch that these machines carry; pinned exactly for CI and tests.
 pip_install "torch==2.13.0"
+# DeepSpeed (the deepspeed and test extras) is a source distribution whose setup.py imports
+# torch, so it is built against the torch above without build isolation (no C++ op is
+# compiled: DS_BUILD_OPS is unset), before the extras would try it in an isolated build.
+case ",${extras}," in
+  *,test,*|*,deepspeed,*)
+    pip_install setuptools wheel
+    pip_install --no-build-isolation -c scripts/constraints-frameworks.txt "deepspeed>=0.14,<1"
+    ;;
+esac
 # The framework versions the integrations were tested with (README: framework table).
 pip_install -e ".[${extras}]" -c scripts/constraints-frameworks.txt
-# DeepSpeed (the deepspeed extra) builds at install time against the torch above:
-#   .venv/bin/pip install --no-build-isolation 'deepspeed>=0.14,<1'
 if [ "$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])')" != "2.13.0" ]; then
   echo "an extra replaced torch 2.13.0; see $log" >&2
   exit 1

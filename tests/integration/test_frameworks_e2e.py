@@ -314,3 +314,128 @@ def test_deepspeed_trial_zero2_on_two_slots(cluster, tmp_path):
         line["log"] for line in cluster.api(f"/trials/{trial['id']}/logs", limit=10000)["logs"]
     )
     assert "[rank=1]" in logs
+    # The 2-rank ZeRO-2 checkpoint warm-starts a trial on 1 slot: DeepSpeed loads the
+    # module weights only (load_module_only; its optimizer partitions are for 2 ranks).
+    # After 10 more batches the validation loss is near the 2-slot run's last (0.94 at
+    # batch 40) and far below a fresh model's after 20 batches (1.9).
+    (tmp_path / "warm").mkdir()
+    warm = _create(
+        cluster,
+        tmp_path / "warm",
+        "deepspeed",
+        "const.yaml",
+        hyperparameters={"zero_stage": 2, "micro_batch_size": 8},
+        searcher={
+            "name": "single",
+            "metric": "validation_loss",
+            "smaller_is_better": True,
+            "max_length": {"batches": 10},
+            "source_checkpoint_uuid": trial["latest_checkpoint"],
+        },
+        min_validation_period={"batches": 10},
+    )
+    (warm_trial,) = _completed(cluster, warm)["trials"]
+    validation = cluster.api(f"/trials/{warm_trial['id']}/metrics", group="validation")["metrics"]
+    assert [m["total_batches"] for m in validation] == [10]
+    assert validation[0]["values"]["validation_loss"] < 1.2, validation
+
+
+DEEPSPEED_LONG = {
+    "hyperparameters": {"zero_stage": 2, "micro_batch_size": 16},
+    "searcher": {
+        "name": "single",
+        "metric": "validation_loss",
+        "smaller_is_better": True,
+        "max_length": {"batches": 400},
+    },
+    "scheduling_unit": 10,
+    # The same seed in every experiment: the same initial weights and data order.
+    "reproducibility": {"experiment_seed": 7},
+    "min_validation_period": {"batches": 100},
+    "min_checkpoint_period": {"batches": 100},
+}
+"""The DeepSpeed example on one slot, ZeRO stage 2: 400 batches of 16 digits, a
+validation and a checkpoint every 100, training metrics every 10 batches, a fixed seed."""
+
+needs_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="the deepspeed extra is not installed (pip install --no-build-isolation "
+    "'dauntless[deepspeed]')",
+)
+
+
+def _deepspeed_weights(cluster, trial: dict) -> tuple[dict[str, torch.Tensor], int]:
+    """The module weights of the trial's latest checkpoint (DeepSpeed's own model states
+    file of engine 0: ZeRO stages 1 and 2 keep whole parameters there) and its batches."""
+    ckpt = _checkpoint(cluster, trial)
+    state = torch.load(
+        Path(ckpt["storage_path"]) / "model0" / "mp_rank_00_model_states.pt",
+        map_location="cpu",
+        weights_only=False,
+    )
+    return state["module"], ckpt["total_batches"]
+
+
+@pytest.fixture(scope="module")
+def deepspeed_baseline(cluster, tmp_path_factory):
+    """The uninterrupted 400-batch DeepSpeed run: its trial."""
+    tmp = tmp_path_factory.mktemp("deepspeed-base")
+    exp_id = _create(cluster, tmp, "deepspeed", "const.yaml", **DEEPSPEED_LONG)
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["total_batches"] == 400
+    return trial
+
+
+@needs_deepspeed
+def test_deepspeed_pause_activate_resumes_exactly(cluster, deepspeed_baseline, tmp_path):
+    """Paused after its first training report, the DeepSpeedTrial checkpoints (DeepSpeed's
+    ZeRO-2 files) and exits; activated, it resumes from that checkpoint with no batch
+    redone (the training metrics' batch counts run on without a repeat) and ends with
+    the weights of the uninterrupted run."""
+    exp_id = _create(cluster, tmp_path, "deepspeed", "const.yaml", **DEEPSPEED_LONG)
+    _wait_batches(cluster, exp_id, 10)
+    cluster.det("experiment", "pause", str(exp_id))
+    deadline = time.time() + cluster.deadline(60)
+    while cluster.api(f"/experiments/{exp_id}")["experiment"]["state"] != "PAUSED":
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.1)
+    while True:  # the trial checkpoints and exits
+        (trial,) = cluster.api(f"/experiments/{exp_id}")["trials"]
+        if trial["latest_checkpoint"] and not any(
+            s["allocation_id"] for a in cluster.api("/agents")["agents"] for s in a["slots"]
+        ):
+            break
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.1)
+    paused_at = _checkpoint(cluster, trial)["total_batches"]
+    assert 10 <= paused_at < 400, "the pause came after the run ended: make it longer"
+    cluster.det("experiment", "activate", str(exp_id))
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 0
+    training = cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
+    batches = [m["total_batches"] for m in training]
+    assert batches == sorted(set(batches)) and batches[-1] == 400, batches
+    weights, step = _deepspeed_weights(cluster, trial)
+    assert step == 400
+    _identical(weights, _deepspeed_weights(cluster, deepspeed_baseline)[0])
+
+
+@needs_deepspeed
+def test_deepspeed_agent_sigkill_resumes_from_latest_checkpoint(
+    cluster, deepspeed_baseline, tmp_path
+):
+    """SIGKILL of the agent after the first checkpoint (batch 100): the trial restarts on a
+    new agent from that checkpoint and ends with the uninterrupted run's weights."""
+    exp_id = _create(cluster, tmp_path, "deepspeed", "const.yaml", **DEEPSPEED_LONG)
+    deadline = time.time() + cluster.deadline(120)
+    while not cluster.api(f"/experiments/{exp_id}")["trials"][0]["latest_checkpoint"]:
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.05)
+    cluster.stop(cluster.agents["fw-agent-0"], sig=signal.SIGKILL)
+    cluster.start_agent("fw-agent-2", slots=2)
+    cluster.agents["fw-agent-0"] = cluster.agents["fw-agent-2"]
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 1
+    weights, step = _deepspeed_weights(cluster, trial)
+    assert step == 400
+    _identical(weights, _deepspeed_weights(cluster, deepspeed_baseline)[0])

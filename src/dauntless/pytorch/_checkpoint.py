@@ -165,11 +165,19 @@ def trial_class_spec(cls: type) -> str:
 
 
 def write_load_data(
-    path: Path, context: PyTorchTrialContext, trial: PyTorchTrial, is_trainer: bool
+    path: Path,
+    context: PyTorchTrialContext,
+    trial: PyTorchTrial,
+    is_trainer: bool,
+    trial_type: str = "PyTorchTrial",
 ) -> None:
-    """Write ``load_data.json``: what :func:`load_trial_from_checkpoint_path` needs."""
+    """Write ``load_data.json``: what :func:`load_trial_from_checkpoint_path` needs.
+
+    ``trial_type`` names the trial API that wrote the checkpoint, as Determined's
+    harness does: ``"PyTorchTrial"``, or ``"DeepSpeedTrial"`` for a DeepSpeed trial's
+    sharded checkpoint (which :func:`load_trial_from_checkpoint_path` refuses)."""
     data = {
-        "trial_type": "PyTorchTrial",
+        "trial_type": trial_type,
         "experiment_config": context.get_experiment_config(),
         "hparams": context.get_hparams(),
         "trial_cls_spec": trial_class_spec(type(trial)),
@@ -259,8 +267,9 @@ def load_trial_from_checkpoint_path(
 
     Raises:
         FileNotFoundError: if ``path`` holds no state file.
-        ValueError: if no trial class is given and the checkpoint names none, or the
-            checkpoint holds a different number of models than the trial wraps.
+        ValueError: if no trial class is given and the checkpoint names none, the
+            checkpoint holds a different number of models than the trial wraps, or it
+            is a DeepSpeedTrial's (``trial_type`` in ``load_data.json``).
         TypeError: if ``trial_class`` is not a PyTorchTrial subclass.
     """
     from dauntless._import_path import import_from_path
@@ -268,6 +277,12 @@ def load_trial_from_checkpoint_path(
     from ._ckpt_facts import read_checkpoint_facts
 
     root = Path(path)
+    if _trial_type(root / LOAD_DATA_FILE) == "DeepSpeedTrial":
+        raise ValueError(
+            f"{root} is a DeepSpeedTrial checkpoint (its engines' weights are DeepSpeed "
+            "checkpoints tagged model0, model1, ...): load them with the engine's "
+            "load_checkpoint, or DeepSpeed's zero_to_fp32 for a plain state dict"
+        )
     state_file = find_state_file(root)
     facts = read_checkpoint_facts(root, load_data_file=LOAD_DATA_FILE)
     code = root / CODE_DIR
@@ -305,6 +320,16 @@ def load_trial_from_checkpoint_path(
     for model, sd in zip(context.models, saved, strict=True):
         load_model_weights(model, sd)
     return trial
+
+
+def _trial_type(load_data: Path) -> str | None:
+    """``trial_type`` of a ``load_data.json`` (None without the file or the field)."""
+    try:
+        data = json.loads(load_data.read_text())
+    except (OSError, ValueError):
+        return None
+    value = data.get("trial_type") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def _load_built_model(

@@ -231,6 +231,8 @@ class _StateMixin:
 
     _shard_format = "torch.distributed.checkpoint"
     """The ``format`` a sharded checkpoint's metadata names."""
+    _trial_type = "PyTorchTrial"
+    """``load_data.json``'s ``trial_type``: the trial API that wrote the checkpoint."""
 
     def _sharded(self) -> bool:
         """Whether the trial's checkpoints are sharded (a model is wrapped by FSDP)."""
@@ -282,7 +284,7 @@ class _StateMixin:
         # (one at a time); the run waits for it before it ends (_controller.run).
         with self.core.checkpoint.store_path(metadata, background=True) as (path, uuid):
             torch.save(state, path / STATE_FILE)
-            write_load_data(path, ctx, self.trial, self.is_trainer)
+            write_load_data(path, ctx, self.trial, self.is_trainer, self._trial_type)
             if self._code is not None and self._code.files:
                 self._code.copy_to(path / CODE_DIR)
             for callback in self.callbacks.values():
@@ -315,7 +317,7 @@ class _StateMixin:
             state["sharded"] = self._save_shards(path)
             if ctx.distributed.is_chief:
                 torch.save(state, path / STATE_FILE)
-                write_load_data(path, ctx, self.trial, self.is_trainer)
+                write_load_data(path, ctx, self.trial, self.is_trainer, self._trial_type)
                 if self._code is not None and self._code.files:
                     self._code.copy_to(path / CODE_DIR)
                 for callback in self.callbacks.values():

@@ -11,8 +11,10 @@ GPU machine."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ deepspeed = pytest.importorskip(
 )
 
 from dauntless.core import LocalBackend  # noqa: E402
-from dauntless.pytorch import Batch, DataLoader  # noqa: E402
+from dauntless.pytorch import Batch, DataLoader, load_trial_from_checkpoint_path  # noqa: E402
 from dauntless.pytorch.deepspeed import (  # noqa: E402
     DeepSpeedTrial,
     DeepSpeedTrialContext,
@@ -123,6 +125,18 @@ except Exception as exc:  # DeepSpeed's accelerator probe failed
     _CANNOT_RUN = f"{type(exc).__name__}: {exc}"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_process_group_left():
+    """DeepSpeed's init_distributed leaves a one-rank gloo group (and deepspeed.comm's
+    backend) up in this process: end both, so later tests in the session start without."""
+    yield
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    import deepspeed.comm.comm as ds_comm
+
+    ds_comm.cdb = None
+
+
 @pytest.fixture(autouse=True)
 def _runnable():
     if _CANNOT_RUN is not None:
@@ -139,6 +153,13 @@ def test_pause_and_resume_matches_an_uninterrupted_run(tmp_path, stage):
     assert ckpt.metadata["format"] == "deepspeed"
     assert any(name.startswith("model0/") for name in ckpt.resources), ckpt.resources
     assert "state-dict.pth" in ckpt.resources
+    load_data = Path(storage, ckpt.uuid, "load_data.json")
+    assert json.loads(load_data.read_text())["trial_type"] == "DeepSpeedTrial"
+    with pytest.raises(ValueError, match="DeepSpeedTrial checkpoint"):
+        load_trial_from_checkpoint_path(load_data.parent, trial_class=TinyTrial)
+    if stage == 1:  # a checkpoint of an earlier release, whose load_data named PyTorchTrial
+        data = json.loads(load_data.read_text())
+        load_data.write_text(json.dumps({**data, "trial_type": "PyTorchTrial"}))
     result, resumed, second = _fit(storage, 8, checkpoint=ckpt.uuid, zero_stage=stage)
     assert result.value == "completed"
     assert resumed.calls == [4, 5, 6, 7]  # no batch trained twice
@@ -158,3 +179,36 @@ def test_gradient_accumulation_calls_train_batch_per_micro_batch(tmp_path):
     assert trial.calls == [0, 0, 1, 1, 2, 2]
     assert trial.engine.global_steps == 3  # one optimizer step per batch
     assert [r.steps_completed for r in backend.metrics("validation")] == [3]
+
+
+def test_first_use_compiles_no_op(tmp_path):
+    """A fresh process that trains on the CPU accelerator leaves DeepSpeed's JIT extension
+    directory without the shared-memory collective op (whose build takes minutes)."""
+    import subprocess
+    import sys
+
+    extensions = tmp_path / "torch_extensions"
+    script = (
+        "import sys; sys.path.insert(0, {here!r})\n"
+        "import test_deepspeed_train as t\n"
+        "result, _, _ = t._fit({storage!r}, 2, zero_stage=2)\n"
+        "import deepspeed\n"
+        "print(result.value, deepspeed.ops.__compatible_ops__['deepspeed_shm_comm'])\n"
+    ).format(here=str(Path(__file__).parent), storage=str(tmp_path / "ckpt"))
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "DS_ACCELERATOR": "cpu"}
+    env.pop("DAUNTLESS_DEEPSPEED_SHM_COMM", None)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["completed", "False"], out.stdout
+    assert not (extensions / "deepspeed_shm_comm").exists()
+
+
+def test_shm_comm_build_is_left_to_deepspeed_when_asked(monkeypatch):
+    from dauntless.pytorch.deepspeed._trainer import SHM_COMM_ENV, _skip_shm_comm_build
+
+    monkeypatch.setenv(SHM_COMM_ENV, "1")
+    assert _skip_shm_comm_build(deepspeed) is False

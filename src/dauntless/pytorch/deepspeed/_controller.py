@@ -71,6 +71,7 @@ class _DeepSpeedController(_TrialController):
     """
 
     _shard_format = "deepspeed"
+    _trial_type = "DeepSpeedTrial"
 
     def __init__(self, trial: Any, context: Any, core: Any, *args: Any, **kwargs: Any) -> None:
         if not isinstance(trial, DeepSpeedTrial):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import Iterator, Mapping
@@ -15,6 +16,8 @@ from dauntless.core import DistributedContext
 from ._context import DeepSpeedTrialContext
 from ._controller import _DeepSpeedController
 from ._trial import DeepSpeedTrial
+
+logger = logging.getLogger("dauntless.pytorch.deepspeed")
 
 _LOCAL_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -66,8 +69,56 @@ def init_deepspeed_comm() -> list[str]:
         os.environ["LOCAL_RANK"] = "0"
         added.append("LOCAL_RANK")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    _skip_shm_comm_build(deepspeed)
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
     return added
+
+
+SHM_COMM_ENV = "DAUNTLESS_DEEPSPEED_SHM_COMM"
+"""Set to ``1`` to let DeepSpeed build its shared-memory collective op on the CPU
+accelerator (see :func:`_skip_shm_comm_build`)."""
+
+_SHM_COMM_OP = "deepspeed_shm_comm"
+
+
+def _skip_shm_comm_build(deepspeed: Any) -> bool:
+    """Keep DeepSpeed from compiling its shared-memory collective op on first use.
+
+    On its CPU accelerator, DeepSpeed's ``TorchBackend`` (every ``init_distributed``
+    over gloo) builds the C++ op ``deepspeed_shm_comm`` with torch's JIT extension
+    builder unless the op was compiled at install time (``DS_BUILD_SHM_COMM=1``): about
+    6 minutes of two cores the first time on each machine (and in each fresh
+    ``TORCH_EXTENSIONS_DIR``). The op serves only ``inference_all_reduce`` (DeepSpeed's
+    tensor-parallel inference), which falls back to ``torch.distributed.all_reduce``
+    without it; training's collectives never use it. So, on the CPU accelerator and
+    unless the op is installed or ``DAUNTLESS_DEEPSPEED_SHM_COMM=1``, the op is marked
+    unavailable in DeepSpeed's table of compatible ops (``deepspeed.ops.
+    __compatible_ops__``, the table ``TorchBackend`` consults before building it).
+
+    Args:
+        deepspeed: the imported ``deepspeed`` module.
+
+    Returns:
+        Whether the op was marked unavailable.
+    """
+    if os.environ.get(SHM_COMM_ENV, "") == "1":
+        return False
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import installed_ops
+
+    if get_accelerator().device_name() != "cpu" or installed_ops.get(_SHM_COMM_OP, False):
+        return False
+    compatible = deepspeed.ops.__compatible_ops__
+    if compatible.get(_SHM_COMM_OP, False):
+        compatible[_SHM_COMM_OP] = False
+        logger.info(
+            "DeepSpeed's shared-memory collective op (%s) is not built: training on the "
+            "CPU accelerator does not use it (set %s=1 to build it)",
+            _SHM_COMM_OP,
+            SHM_COMM_ENV,
+        )
+        return True
+    return False
 
 
 @contextlib.contextmanager
