@@ -25,3 +25,13 @@ def test_release_free_heap_returns_freed_pages_of_the_heap():
         assert loop.release_free_heap() is True
     finally:
         libc.free(blocks[-1])
+
+
+def test_limit_heap_arenas_refuses_a_count_below_one():
+    with pytest.raises(ValueError, match="arenas must be >= 1, got 0"):
+        loop.limit_heap_arenas(0)
+
+
+@pytest.mark.skipif(loop._MALLOC_TRIM is None, reason="not glibc")
+def test_limit_heap_arenas_is_accepted_by_glibc():
+    assert loop.limit_heap_arenas(8) is True
