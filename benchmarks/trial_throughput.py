@@ -321,6 +321,7 @@ def run_search(
     # polls through the API would add master CPU to the figures measured.
     db = sqlite3.connect(f"file:{cluster.tmp / 'master.db'}?mode=ro", uri=True, timeout=30)
     samples: list[tuple[int, float]] = [(0, m0)]
+    rss_at: dict[int, float] = {}  # the master's RSS (MB) when a thousand trials completed
     try:
         while True:
             count = db.execute(
@@ -331,6 +332,7 @@ def run_search(
                 "SELECT state FROM experiments WHERE id = ?", (exp_id,)
             ).fetchone()
             samples.append((int(count), tree_cpu_seconds(cluster.master.pid)))
+            rss_at.setdefault(int(count) // 1000 * 1000, _rss_mb(cluster.master.pid))
             if state in ("COMPLETED", "ERROR", "CANCELED"):
                 break
             time.sleep(0.1)
@@ -347,16 +349,24 @@ def run_search(
         spy.wait(60)
     trials = cluster.get(f"/experiments/{exp_id}/trials")["trials"]
     states = [t["state"] for t in trials]
-    if state != "COMPLETED" or states.count("COMPLETED") != n:
-        failed = [t for t in trials if t["state"] != "COMPLETED"][:1]
-        for t in failed:  # the first failure's log says why
-            lines = cluster.get(f"/trials/{t['id']}/logs").get("logs", [])
-            print("".join(str(x.get("log", x)) for x in lines[-30:]), file=sys.stderr)
+    if state not in ("COMPLETED", "ERROR") or states.count("COMPLETED") == 0:
         raise RuntimeError(
             f"experiment {exp_id} ended {state}: {len(states)} trials, "
             f"{states.count('COMPLETED')} completed; see {cluster.tmp}"
         )
+    if states.count("COMPLETED") != n:
+        # A long run's figures are still worth printing; the failures are said first.
+        failed = [t for t in trials if t["state"] != "COMPLETED"]
+        for t in failed[:1]:  # the first failure's log and exit say why
+            lines = cluster.get(f"/trials/{t['id']}/logs").get("logs", [])
+            print("".join(str(x.get("log", x)) for x in lines[-30:]), file=sys.stderr)
+        print(
+            f"WARNING: experiment {exp_id} ended {state}: {len(failed)} of {n} trials did "
+            f"not complete (the figures below include them)",
+            file=sys.stderr,
+        )
     w = max(1, min(1000, n // 4))
+    done = states.count("COMPLETED")  # the last window ends at the last completed trial
     return {
         "wall": wall,
         "master_cpu": m1 - m0,
@@ -365,7 +375,9 @@ def run_search(
         "gaps": slot_gaps(cluster, trials) if n <= 300 else [],
         "window": w,
         "first_cpu": window_cpu(samples, 0, w),
-        "last_cpu": window_cpu(samples, n - w, n),
+        "last_cpu": window_cpu(samples, done - w, done),
+        "done": done,
+        "rss_at": {k: v for k, v in sorted(rss_at.items()) if k > 0},
         "rss": (rss0, rss1),
     }
 
@@ -573,7 +585,8 @@ def main() -> None:
                 if first is not None and last is not None:
                     print(
                         f"  master CPU per trial, trials 1-{w}: {first * 1000:.1f} ms; "
-                        f"trials {n - w + 1}-{n}: {last * 1000:.1f} ms; last / first "
+                        f"trials {res['done'] - w + 1}-{res['done']}: {last * 1000:.1f} ms; "
+                        f"last / first "
                         f"{last / first:.2f} (target <= 1.10)"
                     )
                 rss0, rss1 = res["rss"]
@@ -581,6 +594,11 @@ def main() -> None:
                     f"  master RSS               {rss0:.0f} MB before, {rss1:.0f} MB at the end "
                     "(target <= 150 MB)"
                 )
+                if res["rss_at"]:
+                    print(
+                        "  master RSS when the count of completed trials reached "
+                        + ", ".join(f"{k:,}: {v:.0f} MB" for k, v in res["rss_at"].items())
+                    )
                 for k, v in sorted(agent.items()):
                     if v > 0:
                         print(f"  {k + ' CPU per trial':<40} {v / n * 1000:.1f} ms")

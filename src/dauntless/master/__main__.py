@@ -18,7 +18,7 @@ from dauntless.config import (
     translate_master_config,
 )
 
-from . import serving
+from . import loop, serving
 from .app import create_app
 
 
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.log_level.lower() != "debug":
         # httpx logs every request at INFO: a line per proxied notebook/TensorBoard request.
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    loop.limit_heap_arenas()  # before the server's threads start (issue 37)
     app = create_app(config, freeze_heap=True, fold_worker=True)
     tls = config.security.tls
     # With security.tls the master serves HTTPS only (clients verify it: --cert-file),

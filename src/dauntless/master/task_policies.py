@@ -126,6 +126,12 @@ def enforce_preemption_timeouts(s: Session, ctx: ConfigSource, now: float) -> No
                 part.kill_requested = True
 
 
+MATCHER_ALLOCATIONS = 4_096
+"""Allocations whose trial, agent and experiment the log policy matcher keeps."""
+MATCHER_EXPERIMENTS = 1_024
+"""Experiments whose compiled log policies the matcher keeps."""
+
+
 class LogPolicyMatcher:
     """Applies log policies to task log lines as the master stores them.
 
@@ -135,6 +141,8 @@ class LogPolicyMatcher:
 
     def __init__(self, ctx: ConfigSource) -> None:
         self._ctx = ctx
+        # Both cleared when full (issue 37: nothing per finished trial stays in the
+        # master's memory); an entry dropped is read again from the database.
         self._alloc: dict[str, tuple[int, str, int]] = {}  # id -> trial, agent, experiment
         self._policies: dict[int, list[CompiledPolicy]] = {}
 
@@ -146,6 +154,8 @@ class LogPolicyMatcher:
             trial = s.get(TrialRow, trial_id) if trial_id is not None else None
             if alloc is None or trial is None:
                 return None
+            if len(self._alloc) >= MATCHER_ALLOCATIONS:
+                self._alloc.clear()
             hit = self._alloc[alloc_id] = (trial.id, alloc.agent_id, trial.experiment_id)
         return hit
 
@@ -154,6 +164,8 @@ class LogPolicyMatcher:
         if policies is None:
             exp = s.get(ExperimentRow, exp_id)
             policies = compile_log_policies(self._ctx.experiment_config(exp)) if exp else []
+            if len(self._policies) >= MATCHER_EXPERIMENTS:
+                self._policies.clear()
             self._policies[exp_id] = policies
         return policies
 

@@ -230,3 +230,33 @@ def test_asha_progress_counts_over_its_brackets_trials(master):
     ctx.write(metrics.report_progress, trials[0]["id"], 0.6)
     exp = client.get(f"/api/v1/experiments/{exp_id}").json()["experiment"]
     assert exp["progress"] == pytest.approx(0.6 / 3)
+
+
+def test_log_policy_matcher_keeps_a_bounded_memory_and_still_matches(master, monkeypatch):
+    # Issue 37: nothing per finished trial stays in the master's memory; with a bound of
+    # one allocation, the second allocation's lines clear the first's entry, and the
+    # first's next line is matched after reading its allocation again.
+    from dauntless.master import task_policies
+
+    monkeypatch.setattr(task_policies, "MATCHER_ALLOCATIONS", 1)
+    client, ctx = master
+    policy = (
+        "log_policies:\n  - {name: bad data, pattern: 'corrupt record', action: cancel_retries}\n"
+    )
+    first, second = _create(client, policy), _create(client, policy)
+    loop.schedule_pass(ctx)
+    allocs = [
+        spec["allocation_id"]
+        for agent in ("a1", "a2")
+        for spec in client.post(f"/api/v1/agents/{agent}/heartbeat", json={"running": []}).json()[
+            "start"
+        ]
+    ]
+    assert len(allocs) == 2
+    _log(client, allocs[0], "starting", 1)
+    _log(client, allocs[1], "ValueError: corrupt record 3", 1)
+    _log(client, allocs[0], "ValueError: corrupt record 9", 2)
+    assert len(ctx.log_policies._alloc) == 1
+    for exp_id in (first, second):
+        trial = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"][0]
+        assert trial["log_policy_matches"] == ["bad data"], exp_id

@@ -228,10 +228,17 @@ class Database:
                 session.rollback()
                 raise
 
-    def row_versions(self, model: type, key: Callable[[Any], Hashable]) -> RowVersions:
-        """Change counters of ``model``'s rows by ``key``, bumped when this database's
-        write sessions commit (see :class:`~dauntless.master.db.changes.RowVersions`)."""
-        return RowVersions(self._sessions, model, key)
+    def row_versions(
+        self, model: type, key: Callable[[Any], Hashable], max_keys: int = 10_000
+    ) -> RowVersions:
+        """Change counters of ``model``'s rows by ``key`` (at most ``max_keys`` keys kept),
+        bumped when this database's write sessions commit (see
+        :class:`~dauntless.master.db.changes.RowVersions`).
+
+        Raises:
+            ValueError: ``max_keys`` < 1.
+        """
+        return RowVersions(self._sessions, model, key, max_keys)
 
     def change_flag(
         self,
