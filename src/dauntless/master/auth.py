@@ -98,9 +98,8 @@ TRIAL_TOKEN_REREAD_SECONDS = 5.0
 :class:`AuthService`)."""
 
 MAX_REMEMBERED_TRIAL_TOKENS = 4_096
-"""Trial tokens remembered at most; past that the memory is cleared (issue 37: the
-tokens of live allocations are the ones presented often, and a cluster runs fewer than
-this at once; 10,000 kept every trial of a 10,000-trial search in memory)."""
+"""Trial tokens remembered at most; past that the memory is cleared (the tokens of live
+allocations are the ones presented often; 10,000 kept a whole large search in memory)."""
 
 BUILTIN_USERS = (("admin", True), ("determined", False))
 """The users every cluster starts with: (username, admin)."""
