@@ -211,10 +211,10 @@ GP_TRIALS_WARNING = 300
 (``searcher.name: gp``, or ASHA's ``sampler: gp``) is warned about at create. Fitting the
 process costs the cube of the observations (a Cholesky factorisation of their n x n
 kernel matrix, repeated while its kernel parameters are fitted): on the issue 35
-benchmark one proposal took 4.3 CPU seconds at 1,000 observations, about 0.1 s at 300,
-and a master restart replays every proposal of the search (the searcher's exact-restart
-guarantee), about the sum of them: roughly 10 CPU seconds at 300 trials, 20 CPU minutes
-at 1,000. ``tpe``, ``cmaes`` and ``nsgaii`` stay near 10 ms a proposal at 1,000
+benchmark one proposal took 4.3 CPU seconds at 1,000 observations and 0.6 at 300, and a
+master restart replays every proposal of the search (the searcher's exact-restart
+guarantee), about the sum of them (n * cost(n) / 4 for a cubic cost): roughly a CPU
+minute at 300 trials, 20 CPU minutes at 1,000. ``tpe``, ``cmaes`` and ``nsgaii`` stay near 10 ms a proposal at 1,000
 (``benchmarks/search_efficiency.py --suite model``)."""
 
 
