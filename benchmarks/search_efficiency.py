@@ -32,7 +32,12 @@ Usage::
         [--max-trials 64] [--max-length 640] [--divisor 4] [--mode standard]
         [--target 0.98]
     python benchmarks/search_efficiency.py --suite model [--seeds 10] [--no-ray]
-        [--no-digits | --only-digits] [--no-cost] [--gp] [--problems branin,hartmann6]
+        [--no-digits | --only-digits] [--no-cost] [--no-asha] [--gp]
+        [--problems branin,hartmann6] [--tpe-options '{"n_startup_trials": 5}']
+    python benchmarks/search_efficiency.py --suite pbt [--seeds 10] [--no-ray]
+
+``--suite pbt`` compares Dauntless's ``pbt`` with Ray Tune's PopulationBasedTraining on
+a learning-rate schedule problem: see ``benchmarks/_search_pbt.py``.
 """
 
 from __future__ import annotations
@@ -273,9 +278,17 @@ def main(argv: list[str] | None = None) -> None:
         "--target", type=float, default=0.98, help="target validation accuracy (0..1)"
     )
     parser.add_argument(
-        "--suite", default="asha", choices=["asha", "model"], help="which comparison to run"
+        "--suite", default="asha", choices=["asha", "model", "pbt"], help="which comparison to run"
     )
-    parser.add_argument("--no-ray", action="store_true", help="model suite: skip Ray Tune")
+    parser.add_argument("--no-ray", action="store_true", help="model and pbt suites: skip Ray Tune")
+    parser.add_argument(
+        "--ray-priority",
+        type=int,
+        default=0,
+        choices=range(21),
+        metavar="0..20",
+        help="start Ray's node at this niceness decrement (root; see _search_model._start_ray)",
+    )
     parser.add_argument("--no-digits", action="store_true", help="model suite: skip digits")
     parser.add_argument(
         "--no-cost", action="store_true", help="model suite: skip the proposal-cost timings"
@@ -291,9 +304,23 @@ def main(argv: list[str] | None = None) -> None:
         help="model suite: synthetic problems to run (comma-separated; '' for none)",
     )
     parser.add_argument(
+        "--no-asha", action="store_true", help="model suite: skip ASHA and ASHA+TPE"
+    )
+    parser.add_argument(
+        "--tpe-options",
+        default="",
+        help="model suite: tpe's sampler_options as JSON (also given to Optuna and Ray)",
+    )
+    parser.add_argument(
         "--only-digits", action="store_true", help="model suite: digits only, no timing"
     )
     args = parser.parse_args(argv)
+    if args.suite == "pbt":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import _search_pbt
+
+        _search_pbt.run(args)
+        return
     if args.suite == "model":
         torch.set_num_threads(1)
         sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -206,8 +206,38 @@ def config_refusals(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return [(r.path, r.reason) for r in FIELD_RULES if r.kind == "refused" and _given(r, raw)]
 
 
+GP_TRIALS_WARNING = 300
+"""Above this ``searcher.max_trials`` a search whose sampler is Optuna's Gaussian process
+(``searcher.name: gp``, or ASHA's ``sampler: gp``) is warned about at create. Fitting the
+process costs the cube of the observations (a Cholesky factorisation of their n x n
+kernel matrix, repeated while its kernel parameters are fitted): on the issue 35
+benchmark one proposal took 4.3 CPU seconds at 1,000 observations and 0.6 at 300, and a
+master restart replays every proposal of the search (the searcher's exact-restart
+guarantee), about the sum of them (n * cost(n) / 4 for a cubic cost): roughly a CPU
+minute at 300 trials, 20 CPU minutes at 1,000. ``tpe``, ``cmaes`` and ``nsgaii`` stay near 10 ms a proposal at 1,000
+(``benchmarks/search_efficiency.py --suite model``)."""
+
+
+def _gp_warning(raw: dict[str, Any]) -> str | None:
+    searcher = raw.get("searcher") if isinstance(raw, dict) else None
+    if not isinstance(searcher, dict):
+        return None
+    if searcher.get("name") != "gp" and searcher.get("sampler") != "gp":
+        return None
+    trials = searcher.get("max_trials")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials <= GP_TRIALS_WARNING:
+        return None
+    return (
+        f"searcher.max_trials: {trials} trials with the gp sampler: each proposal costs "
+        f"the cube of the observations so far (about 4 CPU seconds at 1,000) and a master "
+        f"restart replays every proposal; above {GP_TRIALS_WARNING} trials prefer tpe or "
+        "cmaes, or split the search"
+    )
+
+
 def config_warnings(raw: dict[str, Any]) -> list[str]:
-    """Warnings for the deprecated or ignored fields a raw config gives.
+    """Warnings for the deprecated or ignored fields a raw config gives, and for a
+    Gaussian-process search larger than :data:`GP_TRIALS_WARNING` trials.
 
     Args:
         raw: the config as the user wrote it.
@@ -217,6 +247,9 @@ def config_warnings(raw: dict[str, Any]) -> list[str]:
         entrypoint (deprecated in 0.38, still run).
     """
     out = [f"{r.path}: {r.reason}" for r in FIELD_RULES if r.kind == "warned" and _given(r, raw)]
+    gp = _gp_warning(raw)
+    if gp is not None:
+        out.append(gp)
     entry = raw.get("entrypoint") if isinstance(raw, dict) else None
     if isinstance(entry, str) and ":" in entry and " " not in entry.strip():
         out.append(
