@@ -35,6 +35,11 @@ below, else "undecided"); then the CPU seconds of the whole run beside its wall 
 Usage::
 
     python benchmarks/framework_overhead.py [--rounds 11] [--batches 200] [--only NAME]
+        [--threads 1]
+
+Both sides train with the same number of torch threads (``--threads``, default 1, as
+``torchrun`` sets per rank): with two threads on a shared 2-core machine one side's
+threads spin while waiting for a core, and single rounds swung 0.2-3.9x at load 3.
 """
 
 from __future__ import annotations
@@ -372,13 +377,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--only", choices=sorted(FRAMEWORKS))
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for both sides (default 1, as torchrun sets per rank)",
+    )
     opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
     names = [opts.only] if opts.only else list(FRAMEWORKS)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     samples = opts.batches * BATCH
     print(
         f"load average {os.getloadavg()}; {opts.rounds} rounds of {opts.batches} batches of "
-        f"{BATCH}; target ratio >= {TARGET}"
+        f"{BATCH}; {opts.threads} torch thread(s); target ratio >= {TARGET}"
     )
     for name in names:
         run = FRAMEWORKS[name]
