@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 import yaml
+from chromium import launch_chromium
 
 from .conftest import REPO
 
@@ -94,8 +95,6 @@ def test_master_logs_config_and_cluster_message_through_the_cli(cluster_factory,
 def test_webui_banner_and_usage_card(cluster_factory, tmp_path, deadline):
     """The cluster message shows as a banner for every user; the cluster page's usage card
     shows slot-hours to an admin and says why to a user without the permission."""
-    from .test_webui import _browser
-
     c = cluster_factory(f"sqlite:///{tmp_path}/master.db")
     c.start_master()
     r = httpx.put(
@@ -105,7 +104,7 @@ def test_webui_banner_and_usage_card(cluster_factory, tmp_path, deadline):
         timeout=30,
     )
     r.raise_for_status()
-    pw, browser = _browser()
+    pw, browser = launch_chromium()
     errors: list[str] = []
     try:
         ctx = browser.new_context(viewport={"width": 1200, "height": 900})

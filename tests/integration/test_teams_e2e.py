@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from chromium import launch_chromium
 
-from .test_webui import SHOTS, _browser
+from .test_webui import SHOTS
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +111,7 @@ def test_three_users_two_workspaces(cluster_factory, tmp_path: Path) -> None:
     listed = det("-u", "wes", "e", "list", "--json").stdout
     assert json.loads(listed)["experiments"] == []  # nothing of A
 
-    pw, browser = _browser()
+    pw, browser = launch_chromium()
     SHOTS.mkdir(exist_ok=True)
     errors: list[str] = []
     try:
