@@ -21,8 +21,8 @@
 - resume: the constructor downloads the trial's latest checkpoint into
   ``<args.output_dir>/dauntless-<uuid>/`` and sets ``args.resume_from_checkpoint`` to the
   ``checkpoint-<step>`` inside (never to a save already in ``output_dir``: that may be
-  another run's); Hugging Face's
-  resume then skips the batches already trained (the data order is restored);
+  another run's); Hugging Face's resume then skips the batches already trained (the
+  data order is restored);
 - preemption (pause, an ASHA stop) is checked at each ``on_log``: training stops after a
   save; at the last epoch's end a save (and, unless preempted, an evaluation) is forced
   when the step has none yet;
