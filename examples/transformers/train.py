@@ -107,7 +107,9 @@ def main() -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed = core.DistributedContext.from_torch_distributed() if world > 1 else None
     train, val = datasets(int(hparams["seed"]))
-    out = os.path.join(tempfile.gettempdir(), f"hf-{info.trial.trial_id if info else 'local'}")
+    # The Trainer's own saves: one directory per run (every rank of it writes there).
+    run = info.allocation_id if info is not None else "local"
+    out = os.path.join(tempfile.gettempdir(), f"hf-{run}")
     args = transformers.TrainingArguments(
         output_dir=out,
         max_steps=max_steps,
@@ -127,6 +129,9 @@ def main() -> None:
     )
     with core.init(distributed=distributed) as core_context:
         det_callback = DetCallback(core_context, args)
+        # The Trainer seeds only when it is built: seed the model's random weights too, so
+        # that two runs of the same hyperparameters start alike.
+        transformers.set_seed(int(hparams["seed"]))
         trainer = transformers.Trainer(
             model=model(int(hparams["hidden_size"])),
             args=args,

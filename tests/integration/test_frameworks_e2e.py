@@ -10,6 +10,10 @@ hyperparameters and resources. What is checked, per framework:
   weights equal those of an uninterrupted run (the examples are deterministic on CPU);
 - SIGKILL of the agent: the trial restarts from its latest checkpoint;
 - ASHA stops trials early; a 2-slot data-parallel run (gloo) completes.
+
+Keras has no 2-slot test: Keras 3's torch backend has no data-parallel training (its
+``keras.distribution`` is JAX and TensorFlow only); the callback warns about
+``slots_per_trial`` above 1 (tests/unit/integrations/test_keras.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -77,6 +82,50 @@ def _identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), f"parameter {k} differs"
+
+
+def _pause_once_started(cluster, exp_id: int) -> dict:
+    """Pause the experiment (the CLI) as soon as its trial holds a slot, before its first
+    checkpoint, and wait until the trial has checkpointed and exited; its trial.
+
+    Pausing this early leaves the whole run as margin: the trial stops at its first
+    preemption check (an epoch's end, a log step), wherever the pause lands."""
+    deadline = time.time() + cluster.deadline(120)
+    while not any(s["allocation_id"] for a in cluster.api("/agents")["agents"] for s in a["slots"]):
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.05)
+    cluster.det("experiment", "pause", str(exp_id))
+    deadline = time.time() + cluster.deadline(60)
+    while cluster.api(f"/experiments/{exp_id}")["experiment"]["state"] != "PAUSED":
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.1)
+    while True:  # the trial checkpoints and exits
+        (trial,) = cluster.api(f"/experiments/{exp_id}")["trials"]
+        if trial["latest_checkpoint"] and not any(
+            s["allocation_id"] for a in cluster.api("/agents")["agents"] for s in a["slots"]
+        ):
+            return trial
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.1)
+
+
+def _kill_agent_after_first_checkpoint(cluster, exp_id: int, new_agent: str) -> None:
+    """SIGKILL the agent once the trial has a checkpoint; start ``new_agent`` (2 slots)."""
+    deadline = time.time() + cluster.deadline(120)
+    while not cluster.api(f"/experiments/{exp_id}")["trials"][0]["latest_checkpoint"]:
+        assert time.time() < deadline, cluster.dump_logs(exp_id)
+        time.sleep(0.05)
+    cluster.stop(cluster.agents["fw-agent-0"], sig=signal.SIGKILL)
+    cluster.start_agent(new_agent, slots=2)
+    cluster.agents["fw-agent-0"] = cluster.agents[new_agent]
+
+
+def _training_batches_run_on(cluster, trial: dict, last: int) -> None:
+    """The trial's training reports never repeat a batch count (no batch redone) and end
+    at ``last``."""
+    training = cluster.api(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
+    batches = [m["total_batches"] for m in training]
+    assert batches == sorted(set(batches)) and batches[-1] == last, batches
 
 
 # ---------------------------------------------------------------------- Lightning
@@ -215,21 +264,40 @@ def test_lightning_ddp_on_two_slots(cluster, tmp_path):
 # ---------------------------------------------------------------------- Transformers
 
 
-@pytest.mark.skipif(
+needs_transformers = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None,
     reason="the transformers extra is not installed",
 )
-def test_transformers_single_slot_and_ddp_on_two_slots(cluster, tmp_path):
+
+
+@pytest.fixture(scope="module")
+def transformers_baseline(cluster, tmp_path_factory):
+    """The example's uninterrupted 60-batch run on one slot: its trial."""
+    tmp = tmp_path_factory.mktemp("transformers-base")
+    exp_id = _create(cluster, tmp, "transformers", "const.yaml")
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    return trial
+
+
+def _transformers_weights(cluster, trial: dict) -> tuple[dict[str, torch.Tensor], int]:
+    """The model weights of the trial's latest checkpoint (Hugging Face's
+    ``checkpoint-<step>/model.safetensors``) and its batches."""
+    from safetensors.torch import load_file
+
+    ckpt = _checkpoint(cluster, trial)
+    step = ckpt["total_batches"]
+    path = Path(ckpt["storage_path"]) / f"checkpoint-{step}" / "model.safetensors"
+    return load_file(str(path)), step
+
+
+@needs_transformers
+def test_transformers_single_slot_and_ddp_on_two_slots(cluster, transformers_baseline, tmp_path):
     """The example on 1 slot and on 2 (gloo DDP through the platform's launcher): the
     Trainer's metrics reach the master under Hugging Face's names, and each save is a
     platform checkpoint holding ``checkpoint-<step>``."""
-    one = _create(cluster, tmp_path, "transformers", "const.yaml")
-    (tmp_path / "two").mkdir()
-    two = _create(
-        cluster, tmp_path / "two", "transformers", "const.yaml", resources={"slots_per_trial": 2}
-    )
-    for exp_id, ranks in ((one, 1), (two, 2)):
-        (trial,) = _completed(cluster, exp_id)["trials"]
+    two = _create(cluster, tmp_path, "transformers", "const.yaml", resources={"slots_per_trial": 2})
+    (two_trial,) = _completed(cluster, two)["trials"]
+    for trial, ranks in ((transformers_baseline, 1), (two_trial, 2)):
         assert trial["total_batches"] == 60
         validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
         assert [m["total_batches"] for m in validation] == [20, 40, 60]
@@ -241,6 +309,64 @@ def test_transformers_single_slot_and_ddp_on_two_slots(cluster, tmp_path):
         assert "checkpoint-60/trainer_state.json" in ckpt["resources"]
         if ranks == 2:
             assert "checkpoint-60/rng_state_1.pth" in ckpt["resources"]
+    described = cluster.det(
+        "trial", "describe", str(transformers_baseline["id"]), "--metrics"
+    ).stdout
+    assert "eval_loss" in described
+
+
+@needs_transformers
+def test_transformers_pause_activate_resumes_exactly(cluster, transformers_baseline, tmp_path):
+    """Paused, the Trainer saves at its next log step and exits; activated, Hugging Face's
+    resume (model, optimizer, scheduler, RNG states, the data order with the trained
+    batches skipped) ends with the uninterrupted run's weights: dropout draws from the
+    restored RNG, so CPU training is deterministic here."""
+    exp_id = _create(cluster, tmp_path, "transformers", "const.yaml")
+    trial = _pause_once_started(cluster, exp_id)
+    paused_at = _checkpoint(cluster, trial)["total_batches"]
+    assert 10 <= paused_at < 60, "the pause came after the run ended"
+    cluster.det("experiment", "activate", str(exp_id))
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 0
+    _training_batches_run_on(cluster, trial, 60)
+    weights, step = _transformers_weights(cluster, trial)
+    assert step == 60
+    _identical(weights, _transformers_weights(cluster, transformers_baseline)[0])
+
+
+@needs_transformers
+def test_transformers_agent_sigkill_resumes_from_latest_checkpoint(
+    cluster, transformers_baseline, tmp_path
+):
+    """SIGKILL of the agent after the first save (batch 20): the trial restarts on a new
+    agent from its latest checkpoint and ends with the uninterrupted run's weights.
+
+    The agents let an orphaned trial run on for 10 s, so the killed run often finishes
+    its last save (batch 60) before the master restarts the trial: the restart then
+    resumes from the last step, where Hugging Face trains one step more than
+    ``max_steps``, and the callback must not report or upload it (61 here once)."""
+    exp_id = _create(cluster, tmp_path, "transformers", "const.yaml")
+    _kill_agent_after_first_checkpoint(cluster, exp_id, "fw-agent-3")
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 1
+    weights, step = _transformers_weights(cluster, trial)
+    assert step == 60
+    _identical(weights, _transformers_weights(cluster, transformers_baseline)[0])
+
+
+@needs_transformers
+def test_transformers_asha_stops_trials_early(cluster, tmp_path):
+    """The example's adaptive.yaml (ASHA over lr, 64 batches, a rung at 16): a trial ASHA
+    stops ends at the log or evaluation step after the decision, before 64; the best
+    trains to 64."""
+    exp_id = _create(cluster, tmp_path, "transformers", "adaptive.yaml")
+    body = _completed(cluster, exp_id)
+    lengths = sorted(t["total_batches"] for t in body["trials"])
+    assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
+    assert 16 <= lengths[0] < 64 and lengths[-1] == 64, lengths
+    for trial in body["trials"]:
+        validation = cluster.api(f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+        assert validation[0]["total_batches"] == 16 and "eval_loss" in validation[0]["values"]
 
 
 # ---------------------------------------------------------------------- Keras
@@ -266,6 +392,84 @@ def test_keras_asha_stops_trials_early(cluster, tmp_path):
     assert {"model_checkpoint.weights.h5", "optimizer.npz"} <= set(
         _checkpoint(cluster, trial)["resources"]
     )
+
+
+KERAS_LONG = {"epochs": 12}
+"""The Keras example for 12 epochs of 45 batches, a checkpoint after each."""
+
+needs_keras = pytest.mark.skipif(
+    importlib.util.find_spec("keras") is None, reason="the keras extra is not installed"
+)
+
+
+def _keras_state(cluster, trial: dict) -> tuple[dict[str, np.ndarray], int]:
+    """Every array of the trial's latest checkpoint, the model's weights (Keras's
+    ``.weights.h5``) and the optimizer's variables (``optimizer.npz``), by name; its
+    batches."""
+    import h5py
+
+    ckpt = _checkpoint(cluster, trial)
+    root = Path(ckpt["storage_path"])
+    arrays: dict[str, np.ndarray] = {}
+    with h5py.File(root / "model_checkpoint.weights.h5", "r") as f:
+        f.visititems(
+            lambda name, obj: (
+                arrays.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
+    with np.load(root / "optimizer.npz") as stored:
+        arrays.update({f"optimizer/{k}": stored[k] for k in stored.files})
+    return arrays, ckpt["total_batches"]
+
+
+def _keras_identical(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys() and len(a) > 2, sorted(a)
+    for k in a:
+        assert np.array_equal(a[k], b[k]), f"{k} differs"
+
+
+@pytest.fixture(scope="module")
+def keras_baseline(cluster, tmp_path_factory):
+    """The Keras example's uninterrupted 12-epoch run: its trial."""
+    tmp = tmp_path_factory.mktemp("keras-base")
+    exp_id = _create(cluster, tmp, "keras", "const.yaml", hyperparameters=KERAS_LONG)
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["total_batches"] == 12 * 45
+    return trial
+
+
+@needs_keras
+def test_keras_pause_activate_resumes_exactly(cluster, keras_baseline, tmp_path):
+    """Paused, the callback checkpoints at the epoch's end (weights, optimizer, epoch)
+    and stops; activated, it continues after that epoch with no batch redone and ends
+    with the uninterrupted run's weights and optimizer state (the example feeds the
+    epochs in a fixed order, so CPU training is deterministic)."""
+    exp_id = _create(cluster, tmp_path, "keras", "const.yaml", hyperparameters=KERAS_LONG)
+    trial = _pause_once_started(cluster, exp_id)
+    paused_at = _checkpoint(cluster, trial)["total_batches"]
+    assert paused_at % 45 == 0 and 45 <= paused_at < 12 * 45, paused_at
+    cluster.det("experiment", "activate", str(exp_id))
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 0
+    _training_batches_run_on(cluster, trial, 12 * 45)
+    state, step = _keras_state(cluster, trial)
+    assert step == 12 * 45
+    _keras_identical(state, _keras_state(cluster, keras_baseline)[0])
+
+
+@needs_keras
+def test_keras_agent_sigkill_resumes_from_latest_checkpoint(cluster, keras_baseline, tmp_path):
+    """SIGKILL of the agent after the first epoch's checkpoint: the trial restarts on a
+    new agent from its latest checkpoint and ends with the uninterrupted run's state (the
+    orphaned run may finish its epochs within the agents' 10 s grace; the restart then
+    continues after its last epoch, with nothing left to train)."""
+    exp_id = _create(cluster, tmp_path, "keras", "const.yaml", hyperparameters=KERAS_LONG)
+    _kill_agent_after_first_checkpoint(cluster, exp_id, "fw-agent-4")
+    (trial,) = _completed(cluster, exp_id)["trials"]
+    assert trial["restarts"] == 1
+    state, step = _keras_state(cluster, trial)
+    assert step == 12 * 45
+    _keras_identical(state, _keras_state(cluster, keras_baseline)[0])
 
 
 # ---------------------------------------------------------------------- DeepSpeed
@@ -439,3 +643,32 @@ def test_deepspeed_agent_sigkill_resumes_from_latest_checkpoint(
     weights, step = _deepspeed_weights(cluster, trial)
     assert step == 400
     _identical(weights, _deepspeed_weights(cluster, deepspeed_baseline)[0])
+
+
+@needs_deepspeed
+def test_deepspeed_asha_stops_trials_early(cluster, tmp_path):
+    """The example's adaptive.yaml (ASHA over lr, hidden size and ZeRO stage 1-3) cut to
+    64 batches (a rung at 16): the DeepSpeedTrial trains to each rung the searcher hands
+    out, so every trial ends at a rung, and ASHA stops at least one at the first."""
+    exp_id = _create(
+        cluster,
+        tmp_path,
+        "deepspeed",
+        "adaptive.yaml",
+        searcher={
+            "name": "adaptive_asha",
+            "metric": "validation_loss",
+            "smaller_is_better": True,
+            "max_trials": 4,
+            "max_time": 64,
+            "time_metric": "batches",
+            "divisor": 4,
+            "max_rungs": 2,
+            "mode": "aggressive",
+            "max_concurrent_trials": 2,
+        },
+    )
+    body = _completed(cluster, exp_id)
+    lengths = sorted(t["total_batches"] for t in body["trials"])
+    assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
+    assert set(lengths) <= {16, 64} and lengths[0] == 16 and lengths[-1] == 64, lengths

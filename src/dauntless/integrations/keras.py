@@ -34,6 +34,11 @@ own API, so the TensorFlow and JAX backends work the same where they are install
   watcher would have heard of it. A pause still waits for the epoch's end, as in
   Determined (a checkpoint resumes at an epoch boundary).
 
+Data-parallel training over several slots is not available on the torch backend: Keras
+3's ``keras.distribution`` is implemented for JAX and TensorFlow only. With
+``resources.slots_per_trial`` above 1 on the torch backend the callback warns (naming
+the field) and the script trains in its one process.
+
 It replaces Keras's progress bar (it is a ``ProgbarLogger``) with log lines; do not
 combine it with ``BackupAndRestore`` or ``ModelCheckpoint``.
 """
@@ -114,6 +119,14 @@ class DeterminedCallback(keras.callbacks.ProgbarLogger):
         self._preempted = False
         self._window: list[dict[str, float]] = []
         self._progress = Progress(core_context)
+        slots = (core_context.trial.config.get("resources") or {}).get("slots_per_trial", 1)
+        if isinstance(slots, int) and slots > 1 and keras.backend.backend() == "torch":
+            logger.warning(
+                "resources.slots_per_trial is %d, but Keras's torch backend has no "
+                "data-parallel training (keras.distribution supports JAX and TensorFlow "
+                "only): this process trains alone; set resources.slots_per_trial: 1",
+                slots,
+            )
 
     # ------------------------------------------------------------------ saving
 

@@ -19,11 +19,17 @@
   scheduler, trainer state and every rank's RNG state), with ``user_data`` as
   ``checkpoint-<step>/my_data.json``;
 - resume: the constructor downloads the trial's latest checkpoint into
-  ``args.output_dir`` and sets ``args.resume_from_checkpoint`` to it; Hugging Face's
-  resume then skips the batches already trained (the data order is restored);
+  ``<args.output_dir>/dauntless-<uuid>/`` and sets ``args.resume_from_checkpoint`` to the
+  ``checkpoint-<step>`` inside (never to a save already in ``output_dir``: that may be
+  another run's); Hugging Face's resume then skips the batches already trained (the
+  data order is restored);
 - preemption (pause, an ASHA stop) is checked at each ``on_log``: training stops after a
   save; at the last epoch's end a save (and, unless preempted, an evaluation) is forced
   when the step has none yet;
+- a resume from a checkpoint of the last step (the trial saved its end, then lost its
+  agent before it exited): Hugging Face's loop trains one more step before it checks
+  ``max_steps``; that step is neither reported nor uploaded, so the trial ends with
+  the checkpoint and metrics of its last step;
 - the searcher: the trial's length is the script's (``--max_steps`` or
   ``--num_train_epochs``); the constructor refuses a config whose ``searcher.max_length``
   or ASHA ``max_time`` disagrees with it (ValueError naming both).
@@ -109,6 +115,7 @@ class DetCallback(TrainerCallback):
         self._last_saved: int | None = None
         self._last_evaluated: int | None = None
         self._preempted = False
+        self._resumed_at_end = False
         self._progress = Progress(core_context)
         self._load_latest(args)
 
@@ -150,7 +157,9 @@ class DetCallback(TrainerCallback):
         if getattr(args, "overwrite_output_dir", False):
             logger.warning("not resuming from checkpoint %s: overwrite_output_dir is set", latest)
             return
-        out = Path(args.output_dir or "trainer_output")
+        # A directory of its own: output_dir may hold saves of another run with the same
+        # name (a reused path), which must not be mistaken for this checkpoint's.
+        out = Path(args.output_dir or "trainer_output") / f"dauntless-{latest}"
         self.core_context.checkpoint.download(
             latest, out, download_mode=core.DownloadMode.LocalWorkersShareDownload
         )
@@ -167,6 +176,20 @@ class DetCallback(TrainerCallback):
         args.resume_from_checkpoint = str(out / f"checkpoint-{max(steps)}")
         logger.info("resuming from %s (checkpoint %s)", args.resume_from_checkpoint, latest)
 
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """Notice a resume from a checkpoint of the last step (see the module's notes)."""
+        if state.max_steps and 0 < state.max_steps <= state.global_step:
+            self._resumed_at_end = True
+            logger.info(
+                "the checkpoint is of the last step (%d of %d): Hugging Face trains one more "
+                "step before it stops; that step is not reported or checkpointed",
+                state.global_step,
+                state.max_steps,
+            )
+            self._progress.report(1.0)
+
     # ------------------------------------------------------------------ metrics
 
     def on_log(
@@ -178,6 +201,8 @@ class DetCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         """Report the logged metrics, then check for preemption (every rank calls)."""
+        if self._resumed_at_end:
+            return
         if logs and self.core_context.distributed.is_chief:
             train, val = self._split(logs)
             step = state.global_step
@@ -236,6 +261,8 @@ class DetCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Upload ``checkpoint-<global_step>`` to the platform (every rank calls)."""
+        if self._resumed_at_end:
+            return
         step = state.global_step
         source = Path(args.output_dir or "trainer_output") / f"checkpoint-{step}"
         dist = self.core_context.distributed
@@ -260,6 +287,8 @@ class DetCallback(TrainerCallback):
     ) -> None:
         """At the last epoch's end (or after a preemption): make sure the final step is
         saved, and evaluated unless preempted."""
+        if self._resumed_at_end:
+            return
         last_epoch = state.epoch is not None and state.epoch >= args.num_train_epochs
         done = (
             self._preempted

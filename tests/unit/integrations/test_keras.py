@@ -129,3 +129,27 @@ def test_checkpoint_files_load_into_a_fresh_model(make_context, tmp_path):
     )
     fresh.load_weights(path / "model_checkpoint.weights.h5")
     _equal(fresh, model)
+
+
+def test_several_slots_on_the_torch_backend_are_warned_about(tmp_path, caplog):
+    """Keras's torch backend cannot train data-parallel: ``resources.slots_per_trial``
+    above 1 is named in a warning; 1 slot warns nothing."""
+    from dauntless import core
+    from dauntless.storage import DirectoryStorageManager
+
+    for slots, warned in ((2, True), (1, False)):
+        trial = core.TrialInfo(
+            trial_id=1,
+            experiment_id=1,
+            trial_seed=0,
+            hparams={},
+            config={"searcher": SEARCHER, "resources": {"slots_per_trial": slots}},
+        )
+        ctx = core.Context(
+            trial, backend=core.LocalBackend([1]), storage=DirectoryStorageManager(str(tmp_path))
+        )
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="dauntless.integrations.keras"):
+            DeterminedCallback(ctx, checkpoint=None, continue_id=1)
+        ctx.close()
+        assert ("resources.slots_per_trial is 2" in caplog.text) is warned, caplog.text

@@ -93,7 +93,10 @@ def test_metrics_checkpoints_preemption_and_exact_resume(make_context, tmp_path)
 
     ctx3, backend3 = make_context(SEARCHER, latest=backend2.checkpoints[-1].uuid)
     resumed, cb = _train(ctx3, tmp_path / "resumed")
-    assert cb.args.resume_from_checkpoint == str(tmp_path / "resumed" / "checkpoint-2")
+    uuid = backend2.checkpoints[-1].uuid
+    assert cb.args.resume_from_checkpoint == str(
+        tmp_path / "resumed" / f"dauntless-{uuid}" / "checkpoint-2"
+    )
     assert [c.steps_completed for c in backend3.checkpoints] == [4, 6]
     a, b = full.model.state_dict(), resumed.model.state_dict()
     for k in a:
@@ -102,6 +105,37 @@ def test_metrics_checkpoints_preemption_and_exact_resume(make_context, tmp_path)
         (tmp_path / "ckpts" / backend3.checkpoints[-1].uuid / "metadata.json").read_text()
     )
     assert meta["steps_completed"] == 6 and meta["trial_id"] == 1
+
+
+def test_resume_from_the_last_step_reports_and_uploads_nothing(make_context, tmp_path):
+    """A trial that saved its last step (6; 5 batches an epoch, so mid-epoch) and lost its
+    agent before exiting resumes from that checkpoint: Hugging Face trains a 7th step
+    before it checks max_steps, and the callback neither reports nor uploads it."""
+    ctx, backend = make_context(SEARCHER)
+    _train(ctx, tmp_path / "full")
+    ctx2, backend2 = make_context(SEARCHER, latest=backend.checkpoints[-1].uuid)
+    trainer, cb = _train(ctx2, tmp_path / "again")
+    assert trainer.state.global_step == 7  # Hugging Face's extra step
+    uuid = backend.checkpoints[-1].uuid
+    assert cb.args.resume_from_checkpoint == str(
+        tmp_path / "again" / f"dauntless-{uuid}" / "checkpoint-6"
+    )
+    assert backend2.checkpoints == []
+    assert backend2.metrics("training") == [] and backend2.metrics("validation") == []
+
+
+def test_resume_ignores_saves_of_another_run_in_output_dir(make_context, tmp_path):
+    """``output_dir`` already holds a later save of another run (a reused path): the
+    resume still starts from the trial's own checkpoint (step 2) and trains on to 6."""
+    ctx, backend = make_context(SEARCHER)
+    _train(ctx, tmp_path / "other")  # leaves checkpoint-2, -4, -6 in "other"
+    ctx2, backend2 = make_context(SEARCHER)
+    backend2.request_preemption()
+    _train(ctx2, tmp_path / "preempted")
+    ctx3, backend3 = make_context(SEARCHER, latest=backend2.checkpoints[-1].uuid)
+    trainer, _ = _train(ctx3, tmp_path / "other")
+    assert [c.steps_completed for c in backend3.checkpoints] == [4, 6]
+    assert [r.steps_completed for r in backend3.metrics("validation")] == [4, 6]
 
 
 def test_filter_metrics_keeps_the_searcher_metric(make_context, tmp_path):
