@@ -94,16 +94,28 @@ class ClusterMessageHeader:
         await self.app(scope, receive, send_with)
 
 
+LATEST_TIME = 253_402_300_799.0
+"""The last second of year 9999 (seconds since the epoch): the latest start or end time a
+cluster message may have (later ones cannot be written as RFC 3339 times)."""
+
+
+def _bounded(name: str, t: float | None) -> float | None:
+    """``t`` (seconds since the epoch) if finite and within 0..LATEST_TIME; else 400."""
+    if t is not None and not (0.0 <= t <= LATEST_TIME):
+        raise HTTPException(400, f"{name}: expected a time between 1970 and 9999, got {t!r}")
+    return t
+
+
 def _time(name: str, value: str | float | None) -> float | None:
     if value is None or isinstance(value, float | int):
-        return None if value is None else float(value)
+        return None if value is None else _bounded(name, float(value))
     try:
         parsed = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise HTTPException(400, f"{name}: {value!r} is not an RFC 3339 time") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=_dt.timezone.utc)
-    return parsed.timestamp()
+    return _bounded(name, parsed.timestamp())
 
 
 class SetClusterMessage(BaseModel):
@@ -136,7 +148,7 @@ def put_cluster_message(body: SetClusterMessage, request: Request) -> dict[str, 
             seconds = float(parse_duration(body.duration))
         except ValueError as exc:
             raise HTTPException(400, f"duration: {exc}") from None
-        end = (start if start is not None else now) + seconds
+        end = _bounded("duration", (start if start is not None else now) + seconds)
     user_id = principal(request).user_id
 
     def put(s: Any, ctx: Any) -> dict[str, Any] | None:
