@@ -94,6 +94,12 @@ def _pause_once_started(cluster, exp_id: int) -> dict:
     while not any(s["allocation_id"] for a in cluster.api("/agents")["agents"] for s in a["slots"]):
         assert time.time() < deadline, cluster.dump_logs(exp_id)
         time.sleep(0.05)
+    return _pause_until_checkpointed(cluster, exp_id)
+
+
+def _pause_until_checkpointed(cluster, exp_id: int) -> dict:
+    """Pause the experiment (the CLI) and wait until its trial has checkpointed and
+    exited (no slot holds an allocation); its trial."""
     cluster.det("experiment", "pause", str(exp_id))
     deadline = time.time() + cluster.deadline(60)
     while cluster.api(f"/experiments/{exp_id}")["experiment"]["state"] != "PAUSED":
@@ -171,19 +177,7 @@ def test_lightning_reports_metrics_and_checkpoints(cluster, lightning_baseline):
 def test_lightning_pause_activate_resumes_exactly(cluster, lightning_baseline, tmp_path):
     exp_id = _create(cluster, tmp_path, "lightning", "const.yaml", hyperparameters=LIGHTNING_LONG)
     _wait_batches(cluster, exp_id, 50)
-    cluster.det("experiment", "pause", str(exp_id))
-    deadline = time.time() + cluster.deadline(60)
-    while cluster.api(f"/experiments/{exp_id}")["experiment"]["state"] != "PAUSED":
-        assert time.time() < deadline, cluster.dump_logs(exp_id)
-        time.sleep(0.1)
-    while True:  # the trial checkpoints and exits
-        (trial,) = cluster.api(f"/experiments/{exp_id}")["trials"]
-        if trial["latest_checkpoint"] and not any(
-            s["allocation_id"] for a in cluster.api("/agents")["agents"] for s in a["slots"]
-        ):
-            break
-        assert time.time() < deadline, cluster.dump_logs(exp_id)
-        time.sleep(0.1)
+    trial = _pause_until_checkpointed(cluster, exp_id)
     paused_at = _checkpoint(cluster, trial)["total_batches"]
     assert 50 <= paused_at < 600, "the pause came after the run ended: make it longer"
     cluster.det("experiment", "activate", str(exp_id))
@@ -598,19 +592,7 @@ def test_deepspeed_pause_activate_resumes_exactly(cluster, deepspeed_baseline, t
     the weights of the uninterrupted run."""
     exp_id = _create(cluster, tmp_path, "deepspeed", "const.yaml", **DEEPSPEED_LONG)
     _wait_batches(cluster, exp_id, 10)
-    cluster.det("experiment", "pause", str(exp_id))
-    deadline = time.time() + cluster.deadline(60)
-    while cluster.api(f"/experiments/{exp_id}")["experiment"]["state"] != "PAUSED":
-        assert time.time() < deadline, cluster.dump_logs(exp_id)
-        time.sleep(0.1)
-    while True:  # the trial checkpoints and exits
-        (trial,) = cluster.api(f"/experiments/{exp_id}")["trials"]
-        if trial["latest_checkpoint"] and not any(
-            s["allocation_id"] for a in cluster.api("/agents")["agents"] for s in a["slots"]
-        ):
-            break
-        assert time.time() < deadline, cluster.dump_logs(exp_id)
-        time.sleep(0.1)
+    trial = _pause_until_checkpointed(cluster, exp_id)
     paused_at = _checkpoint(cluster, trial)["total_batches"]
     assert 10 <= paused_at < 400, "the pause came after the run ended: make it longer"
     cluster.det("experiment", "activate", str(exp_id))
