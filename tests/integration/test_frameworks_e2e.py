@@ -126,6 +126,34 @@ def _kill_agent_after_first_checkpoint(cluster, exp_id: int, new_agent: str) -> 
     cluster.agents["fw-agent-0"] = cluster.agents[new_agent]
 
 
+def _asha_lengths(cluster, tmp: Path, example: str, metric: str) -> list[int]:
+    """Run ``examples/<example>/adaptive.yaml`` as an aggressive ASHA of 4 trials over
+    64 batches with rungs at 16 and 64 (2 at a time); the trials' lengths in batches,
+    sorted, once every trial has COMPLETED."""
+    exp_id = _create(
+        cluster,
+        tmp,
+        example,
+        "adaptive.yaml",
+        searcher={
+            "name": "adaptive_asha",
+            "metric": metric,
+            "smaller_is_better": True,
+            "max_trials": 4,
+            "max_time": 64,
+            "time_metric": "batches",
+            "divisor": 4,
+            "max_rungs": 2,
+            "mode": "aggressive",
+            "max_concurrent_trials": 2,
+        },
+    )
+    body = _completed(cluster, exp_id)
+    lengths = sorted(t["total_batches"] for t in body["trials"])
+    assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
+    return lengths
+
+
 def _training_batches_run_on(cluster, trial: dict, last: int) -> None:
     """The trial's training reports never repeat a batch count (no batch redone) and end
     at ``last``."""
@@ -208,27 +236,7 @@ def test_lightning_agent_sigkill_resumes_from_latest_checkpoint(
 
 
 def test_lightning_asha_stops_trials_early(cluster, tmp_path):
-    exp_id = _create(
-        cluster,
-        tmp_path,
-        "lightning",
-        "adaptive.yaml",
-        searcher={
-            "name": "adaptive_asha",
-            "metric": "val_loss",
-            "smaller_is_better": True,
-            "max_trials": 4,
-            "max_time": 64,
-            "time_metric": "batches",
-            "divisor": 4,
-            "max_rungs": 2,
-            "mode": "aggressive",
-            "max_concurrent_trials": 2,
-        },
-    )
-    body = _completed(cluster, exp_id)
-    lengths = sorted(t["total_batches"] for t in body["trials"])
-    assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
+    lengths = _asha_lengths(cluster, tmp_path, "lightning", "val_loss")
     # The example validates at the rungs (every 64 / 4 = 16 batches) and the callback waits for
     # ASHA's decision on each validation: every trial ends at a rung, the first (16
     # batches) or the top (64), and at least one was stopped at the first.
@@ -632,25 +640,5 @@ def test_deepspeed_asha_stops_trials_early(cluster, tmp_path):
     """The example's adaptive.yaml (ASHA over lr, hidden size and ZeRO stage 1-3) cut to
     64 batches (a rung at 16): the DeepSpeedTrial trains to each rung the searcher hands
     out, so every trial ends at a rung, and ASHA stops at least one at the first."""
-    exp_id = _create(
-        cluster,
-        tmp_path,
-        "deepspeed",
-        "adaptive.yaml",
-        searcher={
-            "name": "adaptive_asha",
-            "metric": "validation_loss",
-            "smaller_is_better": True,
-            "max_trials": 4,
-            "max_time": 64,
-            "time_metric": "batches",
-            "divisor": 4,
-            "max_rungs": 2,
-            "mode": "aggressive",
-            "max_concurrent_trials": 2,
-        },
-    )
-    body = _completed(cluster, exp_id)
-    lengths = sorted(t["total_batches"] for t in body["trials"])
-    assert len(lengths) == 4 and all(t["state"] == "COMPLETED" for t in body["trials"])
+    lengths = _asha_lengths(cluster, tmp_path, "deepspeed", "validation_loss")
     assert set(lengths) <= {16, 64} and lengths[0] == 16 and lengths[-1] == 64, lengths
