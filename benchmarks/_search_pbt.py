@@ -20,12 +20,19 @@ else multiply by 1.2 or 0.8: Dauntless's ``perturb_factor`` 0.2, Ray's
 Dauntless's rounds do. The baseline is the same 8 first-population learning rates kept
 constant for the whole training (PBT without exploit and explore).
 
-Each Ray trial reports the steps its lineage trained (restored from the checkpoint it
-exploits); the row's ``ray_steps`` is the best trial's. Ray stops a trial after
-``ROUNDS`` of its own training iterations, and on Ray 2.60 the best lineage had trained
-more than the ``ROUNDS * STEPS`` every Dauntless member gets (170 instead of 100 on
-seeds 1 and 2), so Ray's figure comes with a larger budget; stopping Ray's trials at
-the lineage's budget instead deadlocks its synchronous PBT.
+Two budgets, both printed. In all: each searcher's whole population runs ``steps_all``
+/ ``ray_steps_all`` training steps (Ray's counted from every trial's reported results,
+one per iteration of ``STEPS``); on Ray 2.60 both ran 800 on every seed (8 trials of
+``ROUNDS`` iterations), so ``pbt`` against ``ray_pbt`` is a comparison at equal total
+training. Per lineage: each Ray trial reports the steps its lineage trained (restored
+from the checkpoint it exploits; the row's ``ray_steps`` is the best trial's), and Ray's
+best lineage trained 130 to 170 steps where every Dauntless lineage trains ``ROUNDS *
+STEPS`` = 100 (a Ray clone counts its own iterations, not its parent's; why it can copy
+a parent further along than itself under ``synch=True`` was not traced). Stopping Ray's
+trials at the lineage's budget deadlocks its synchronous PBT, so the equal-lineage
+figure is read afterwards: ``ray_pbt_equal`` is the best progress any Ray trial reported
+with its lineage at most ``ROUNDS * STEPS`` steps trained (progress never falls along a
+lineage, so this is the best lineage's progress at Dauntless's per-lineage budget).
 
 Dauntless is driven here event by event (:func:`run_ours`) rather than through
 ``simulate``, whose objective sees a clone's hyperparameters but not its parent's state.
@@ -64,11 +71,12 @@ def train(a: float, lr: float, steps: int) -> float:
     return a
 
 
-def run_ours(seed: int) -> tuple[float, list[float]]:
+def run_ours(seed: int) -> tuple[float, list[float], int]:
     """Dauntless ``pbt`` on the objective, one trial at a time.
 
     Returns:
-        The best final progress (0..1) and the first population's learning rates.
+        The best final progress (0..1), the first population's learning rates and the
+        training steps all members ran in all.
     """
     config = parse_experiment_config(
         {
@@ -91,6 +99,7 @@ def run_ours(seed: int) -> tuple[float, list[float]]:
     closing: deque[str] = deque()
     first: list[float] = []
     finals: list[float] = []
+    total = 0
     done = False
 
     def apply(ops: list[Any]) -> None:
@@ -124,11 +133,12 @@ def run_ours(seed: int) -> tuple[float, list[float]]:
         del targets[rid]
         s = state[rid]
         s["a"] = train(s["a"], s["lr"], length - s["trained"])
+        total += length - s["trained"]
         s["trained"] = length
         apply(searcher.on_validation_completed(rid, s["a"], length))
     if not done:
         raise RuntimeError("Dauntless pbt stopped without Shutdown")
-    return max(finals), first
+    return max(finals), first, total
 
 
 def constant(lrs: list[float]) -> float:
@@ -136,13 +146,16 @@ def constant(lrs: list[float]) -> float:
     return max(train(0.0, lr, ROUNDS * STEPS) for lr in lrs)
 
 
-def run_ray(seed: int) -> tuple[float, int]:
+def run_ray(seed: int) -> tuple[float, int, float, int]:
     """Ray Tune's ``PopulationBasedTraining`` on the objective (one training iteration
     is one round of ``STEPS`` steps; checkpoints hold the progress).
 
     Returns:
-        The best final progress (0..1) and the steps its lineage trained (the budget is
-        ``ROUNDS * STEPS``).
+        The best final progress (0..1), the steps its lineage trained (the budget is
+        ``ROUNDS * STEPS``), the best progress reported by a lineage that had
+        trained at most ``ROUNDS * STEPS`` steps (the equal-budget figure), and the
+        training steps all trials ran in all (each reported result is one ``step`` of
+        ``STEPS``).
     """
     import random
 
@@ -206,8 +219,15 @@ def run_ray(seed: int) -> tuple[float, int]:
                 ),
             )
             results = tuner.fit()
-    best = max(results, key=lambda r: float(r.metrics["progress"]))
-    return float(best.metrics["progress"]), int(best.metrics["steps"])
+            best = max(results, key=lambda r: float(r.metrics["progress"]))
+            equal = max(
+                float(row.progress)
+                for r in results
+                for row in r.metrics_dataframe.itertuples()
+                if int(row.steps) <= ROUNDS * STEPS
+            )
+            total = STEPS * sum(len(r.metrics_dataframe) for r in results)
+    return float(best.metrics["progress"]), int(best.metrics["steps"]), equal, total
 
 
 def run(args: argparse.Namespace) -> None:
@@ -220,12 +240,13 @@ def run(args: argparse.Namespace) -> None:
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         t0, c0 = time.perf_counter(), time.process_time()
-        ours, lrs = run_ours(seed)
-        row = {"pbt": ours, "constant": constant(lrs)}
+        ours, lrs, total = run_ours(seed)
+        row = {"pbt": ours, "constant": constant(lrs), "steps_all": total}
         ours_s = (time.perf_counter() - t0, time.process_time() - c0)
         if ray_ok:
             t0 = time.perf_counter()
-            row["ray_pbt"], row["ray_steps"] = run_ray(seed)
+            ray_out = run_ray(seed)
+            row["ray_pbt"], row["ray_steps"], row["ray_pbt_equal"], row["ray_steps_all"] = ray_out
             row["ray_wall_s"] = time.perf_counter() - t0
         print(
             f"seed {seed}: best progress {row} (Dauntless {ours_s[0] * 1000:.0f} ms wall, "
@@ -233,12 +254,21 @@ def run(args: argparse.Namespace) -> None:
             flush=True,
         )
         rows.append(row)
-    for key in ("pbt", "constant", "ray_pbt"):
+    for key in ("pbt", "constant", "ray_pbt", "ray_pbt_equal"):
         if key in rows[0]:
             print(f"  best progress, {key}: median {_interval_text([r[key] for r in rows])}")
     if "ray_pbt" in rows[0]:
+        steps = [r["ray_steps"] for r in rows]
         ratio = [r["pbt"] / r["ray_pbt"] for r in rows]
-        print(f"  Dauntless pbt / Ray PBT best progress: {_interval_text(ratio)}")
+        print(
+            f"  Dauntless pbt / Ray PBT best progress, Ray's best lineage trained "
+            f"{min(steps)}-{max(steps)} steps, ours {ROUNDS * STEPS}: {_interval_text(ratio)}"
+        )
+        equal = [r["pbt"] / r["ray_pbt_equal"] for r in rows]
+        print(
+            f"  Dauntless pbt / Ray PBT at an equal budget ({ROUNDS * STEPS} steps per "
+            f"lineage): {_interval_text(equal)}"
+        )
     print(
         f"wall {time.perf_counter() - start_wall:.1f} s, CPU "
         f"{time.process_time() - start_cpu:.1f} s (this process; Ray's workers not "

@@ -15,7 +15,15 @@ the vector of those metrics, and the master passes the whole validation dict.
 decision and draw each new trial's hyperparameters from the sampler instead of at random
 (Falkner et al., "BOHB", ICML 2018, in Optuna's form): each rung result is an intermediate
 value at step = the rung's length, a trial stopped below the top rung is PRUNED, one that
-finished the top rung COMPLETE, one that failed FAIL.
+finished the top rung COMPLETE, one that failed FAIL. Optuna's TPE then ranks trials by
+the rung they reached first and their value there second (its ``_split_trials``), so
+its "good" group is the trials ASHA carried furthest. BOHB's own rule (section 4: fit
+only on the results of the largest rung length that has enough of them, here Optuna's
+``n_startup_trials``) was tried on the issue 35 benchmark and was no better: over 40
+seeds (100-139, not the 10 it reports on) it beat this feeding on 15 seeds and lost on
+12 (Branin), won 15 and lost 23 (Hartmann-6), median ASHA+TPE batches / ASHA's whole
+search 1.05 against 0.88 and 0.93 against 0.90 on seeds 110-139; so the sampler keeps
+learning every rung result in one study.
 
 State: the sampler's seed (drawn from the experiment RNG when the search starts) and the
 ordered log of every ask, report and tell (:class:`~._optuna_model.OptunaModel`), so a
