@@ -27,6 +27,7 @@ pytest.importorskip(
 from dauntless.core import DistributedContext  # noqa: E402
 from dauntless.pytorch.deepspeed._universal import (  # noqa: E402
     TEMP_PREFIX,
+    ConversionError,
     Layout,
     needs_conversion,
     saved_layout,
@@ -139,4 +140,15 @@ def test_a_failed_conversion_names_why_and_leaves_nothing(tmp_path, monkeypatch)
     message = str(info.value)
     assert "could not be restored (a test)" in message
     assert "ds_to_universal could not convert" in message and str(tag) in message
+    assert list((tmp_path / "scratch").iterdir()) == []
+    # SGD's momentum is not carried by DeepSpeed's conversion (Adam's state only): refused
+    # naming the state, before ds_to_universal runs.
+    momentum = {0: {"momentum_buffer": torch.zeros(3)}}
+    torch.save(
+        {"optimizer_state_dict": {"base_optimizer_state": {"state": momentum}}},
+        tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+    )
+    with pytest.raises(ConversionError, match=r"Adam-like optimizers only .*momentum_buffer"):
+        with universal_copies(tag.parent, ["model0"], DistributedContext(), reason="a test"):
+            pass
     assert list((tmp_path / "scratch").iterdir()) == []

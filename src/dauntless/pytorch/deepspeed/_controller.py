@@ -20,13 +20,13 @@ them (reference "DeepSpeed (det.pytorch.deepspeed)"):
   from another trial's checkpoint (a warm start, as a PyTorchTrial's loads its
   optimizers) and also onto another number of slots: ZeRO partitions written by
   another number of ranks go through DeepSpeed's universal checkpoint
-  (:mod:`._universal`). Another trial's checkpoint of another ZeRO family (none,
-  stages 1-2, stage 3) loads only the modules' weights (``load_module_only``).
+  (:mod:`._universal`; Adam-like optimizers only). Another trial's checkpoint loads
+  only the modules' weights (``load_module_only``) where its ZeRO family (none, stages
+  1-2, stage 3) differs or the conversion fails (a warning names why).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 from collections.abc import Iterator
@@ -43,6 +43,7 @@ from dauntless.pytorch._reducer import batch_row, mean_of_batches, reduce_custom
 from ._context import DeepSpeedTrialContext
 from ._trial import DeepSpeedTrial
 from ._universal import (
+    ConversionError,
     engine_layout,
     loading_universal,
     needs_conversion,
@@ -271,8 +272,15 @@ class _DeepSpeedController(_TrialController):
         """Load each engine's DeepSpeed checkpoint (tag ``model<i>``) from ``path``: its
         weights, optimizer, LR scheduler and step counters, through a universal checkpoint
         where the ZeRO partitions were written by another number of ranks (see
-        :mod:`._universal`). Another trial's checkpoint of another ZeRO family (none,
-        stages 1-2, stage 3) loads the modules' weights only. A collective."""
+        :mod:`._universal`). Another trial's checkpoint loads the modules' weights only
+        where its ZeRO family (none, stages 1-2, stage 3) differs or the conversion fails
+        (logged). A collective.
+
+        Raises:
+            ValueError: if the checkpoint lacks an engine's tag.
+            ConversionError: if this trial's own checkpoint needed a conversion that
+                failed (the message names why).
+        """
         engines: list[Any] = list(self.context.models)
         plans: list[tuple[str, bool, bool]] = []  # (tag, module only, through universal)
         reasons: list[str] = []
@@ -301,25 +309,39 @@ class _DeepSpeedController(_TrialController):
                 )
             plans.append((tag, module_only, convert))
         tags = [tag for tag, _, convert in plans if convert]
-        converted: Any = (
-            universal_copies(path, tags, self.context.distributed, reason="; ".join(reasons))
-            if tags
-            else contextlib.nullcontext(None)
-        )
-        with converted as root:
-            for i, (engine, (tag, module_only, convert)) in enumerate(
-                zip(engines, plans, strict=True)
-            ):
-                source = root if convert else path
-                with loading_universal(engine, convert):
-                    loaded, _client_state = engine.load_checkpoint(
-                        str(source), tag=tag, load_module_only=module_only
-                    )
-                if loaded is None:
-                    raise ValueError(
-                        f"the checkpoint at {path} holds no loadable DeepSpeed checkpoint "
-                        f"tagged {tag!r} for engine {i}"
-                    )
+        if not tags:
+            self._load_engines(path, path, plans)
+            return
+        try:
+            with universal_copies(
+                path, tags, self.context.distributed, reason="; ".join(reasons)
+            ) as root:
+                self._load_engines(path, root, plans)
+        except ConversionError as exc:
+            if same:
+                raise
+            # A warm start still gets the weights, as before conversions existed.
+            logger.warning("%s: loading the modules' weights only", exc)
+            weights_only = [(tag, only or convert, False) for tag, only, convert in plans]
+            self._load_engines(path, path, weights_only)
+
+    def _load_engines(
+        self, path: Path, universal_root: Path, plans: list[tuple[str, bool, bool]]
+    ) -> None:
+        """Load each engine as planned: ``(tag, module only, from the universal copy in
+        universal_root)``."""
+        engines: list[Any] = list(self.context.models)
+        for i, (engine, (tag, module_only, convert)) in enumerate(zip(engines, plans, strict=True)):
+            source = universal_root if convert else path
+            with loading_universal(engine, convert):
+                loaded, _client_state = engine.load_checkpoint(
+                    str(source), tag=tag, load_module_only=module_only
+                )
+            if loaded is None:
+                raise ValueError(
+                    f"the checkpoint at {path} holds no loadable DeepSpeed checkpoint "
+                    f"tagged {tag!r} for engine {i}"
+                )
 
 
 __all__ = ["CHECKPOINT_TAG", "_DeepSpeedController"]

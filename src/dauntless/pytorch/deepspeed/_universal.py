@@ -106,6 +106,42 @@ def needs_conversion(saved: Layout, engine: Layout) -> bool:
     )
 
 
+class ConversionError(RuntimeError):
+    """A DeepSpeed checkpoint could not be converted to a universal checkpoint (raised by
+    :func:`universal_copies` on every rank before any rank loads)."""
+
+
+_ADAM_STATE = frozenset({"exp_avg", "exp_avg_sq"})
+
+
+def check_convertible(tag_dir: Path) -> None:
+    """Refuse an optimizer state ``ds_to_universal`` cannot carry: DeepSpeed 0.19's
+    conversion extracts Adam's ``exp_avg`` and ``exp_avg_sq`` (and ``step``) of each
+    ZeRO partition and nothing else, so an optimizer with other state (SGD's
+    ``momentum_buffer``, AMSGrad's ``max_exp_avg_sq``) would fail or lose it.
+
+    Reads the first rank's optimizer partition.
+
+    Raises:
+        RuntimeError: naming the optimizer state's keys, if they are not Adam's.
+    """
+    import torch
+
+    first = sorted(p for p in tag_dir.iterdir() if _OPTIM_FILE.match(p.name))[0]
+    saved = torch.load(first, map_location="cpu", weights_only=False)["optimizer_state_dict"]
+    # Stages 1-2 keep the torch optimizer's state under base_optimizer_state, stage 3
+    # under optimizer_state_dict.
+    inner = saved.get("base_optimizer_state") or saved.get("optimizer_state_dict") or {}
+    states = inner.get("state") or {}
+    entries = states.values() if isinstance(states, dict) else states
+    keys = set().union(*(set(e) for e in entries)) - {"step"} if entries else set()
+    if keys != _ADAM_STATE:
+        raise RuntimeError(
+            "DeepSpeed's universal checkpoint carries the optimizer state of Adam-like "
+            f"optimizers only (exp_avg, exp_avg_sq); this checkpoint's is {sorted(keys)}"
+        )
+
+
 def convert_to_universal(tag_dir: Path, output_dir: Path) -> float:
     """Convert one tag's DeepSpeed checkpoint into a universal checkpoint with DeepSpeed's
     ``ds_to_universal`` (in this process: one worker for extraction and merging).
@@ -119,8 +155,9 @@ def convert_to_universal(tag_dir: Path, output_dir: Path) -> float:
         The seconds the conversion took.
 
     Raises:
-        RuntimeError: if ``ds_to_universal`` fails; the message names the exception and
-            ends with the last lines it printed.
+        RuntimeError: if the optimizer state is not Adam's (:func:`check_convertible`)
+            or ``ds_to_universal`` fails; the message names the exception and ends with
+            the last lines it printed.
     """
     from deepspeed.checkpoint import ds_to_universal
 
@@ -138,6 +175,7 @@ def convert_to_universal(tag_dir: Path, output_dir: Path) -> float:
     printed = io.StringIO()
     start = time.monotonic()
     try:
+        check_convertible(tag_dir)
         with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
             ds_to_universal.main(args)
     except Exception as exc:  # ds_to_universal checks with assert, too
@@ -191,8 +229,8 @@ def universal_copies(
         The root directory of the universal copies.
 
     Raises:
-        RuntimeError: on every rank, if a machine's conversion failed (naming why) or its
-            temporary directory lacks the space.
+        ConversionError: on every rank, if a machine's conversion failed (naming why) or
+            its temporary directory lacks the space.
     """
     root: Path | None = None
     error: str | None = None
@@ -216,7 +254,7 @@ def universal_copies(
     errors = [e for e in distributed.allgather(error) if e is not None]
     try:
         if errors:
-            raise RuntimeError(
+            raise ConversionError(
                 f"the DeepSpeed checkpoint {checkpoint.name} could not be restored ({reason}): "
                 f"{errors[0]}"
             )
@@ -242,7 +280,9 @@ def loading_universal(engine: Any, universal: bool) -> Iterator[None]:
 
 __all__ = [
     "TEMP_PREFIX",
+    "ConversionError",
     "Layout",
+    "check_convertible",
     "convert_to_universal",
     "engine_layout",
     "loading_universal",
