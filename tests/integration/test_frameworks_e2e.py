@@ -520,10 +520,13 @@ def test_deepspeed_trial_zero2_on_two_slots(cluster, tmp_path):
         line["log"] for line in cluster.api(f"/trials/{trial['id']}/logs", limit=10000)["logs"]
     )
     assert "[rank=1]" in logs
-    # The 2-rank ZeRO-2 checkpoint warm-starts a trial on 1 slot: DeepSpeed loads the
-    # module weights only (load_module_only; its optimizer partitions are for 2 ranks).
-    # After 10 more batches the validation loss is near the 2-slot run's last (0.94 at
-    # batch 40) and far below a fresh model's after 20 batches (1.9).
+    # The 2-rank ZeRO-2 checkpoint warm-starts a trial on 1 slot: its optimizer
+    # partitions are for 2 ranks, and DeepSpeed's universal checkpoint carries Adam's
+    # state only (the example trains with SGD and momentum), so the trial says why and
+    # loads the module weights (an Adam checkpoint's optimizer state comes along:
+    # tests/unit/integrations/test_deepspeed_universal.py). After 10 more batches the
+    # validation loss is near the 2-slot run's last (0.94 at batch 40) and far below a
+    # fresh model's after 20 batches (1.9).
     (tmp_path / "warm").mkdir()
     warm = _create(
         cluster,
@@ -544,6 +547,11 @@ def test_deepspeed_trial_zero2_on_two_slots(cluster, tmp_path):
     validation = cluster.api(f"/trials/{warm_trial['id']}/metrics", group="validation")["metrics"]
     assert [m["total_batches"] for m in validation] == [10]
     assert validation[0]["values"]["validation_loss"] < 1.2, validation
+    logs = "\n".join(
+        line["log"] for line in cluster.api(f"/trials/{warm_trial['id']}/logs", limit=10000)["logs"]
+    )
+    assert "Adam-like optimizers only" in logs and "momentum_buffer" in logs, logs[-3000:]
+    assert "loading the modules' weights only" in logs, logs[-3000:]
 
 
 DEEPSPEED_LONG = {

@@ -15,8 +15,14 @@ them (reference "DeepSpeed (det.pytorch.deepspeed)"):
 - checkpoints are sharded: every rank calls each engine's ``save_checkpoint`` into the
   one checkpoint directory (tag ``model<i>``; ZeRO stages 1-3 write their partitions),
   the chief adds ``state-dict.pth`` with the loop's state (counters, RNG states,
-  pending metrics, callbacks). Resuming calls ``load_checkpoint`` with the same tags;
-  another trial's checkpoint loads only the modules' weights (``load_module_only``).
+  pending metrics, callbacks). Restoring calls ``load_checkpoint`` with the same tags
+  and loads the modules' weights and the optimizers' and LR schedulers' state, also
+  from another trial's checkpoint (a warm start, as a PyTorchTrial's loads its
+  optimizers) and also onto another number of slots: ZeRO partitions written by
+  another number of ranks go through DeepSpeed's universal checkpoint
+  (:mod:`._universal`; Adam-like optimizers only). Another trial's checkpoint loads
+  only the modules' weights (``load_module_only``) where its ZeRO family (none, stages
+  1-2, stage 3) differs or the conversion fails (a warning names why).
 """
 
 from __future__ import annotations
@@ -36,6 +42,14 @@ from dauntless.pytorch._reducer import batch_row, mean_of_batches, reduce_custom
 
 from ._context import DeepSpeedTrialContext
 from ._trial import DeepSpeedTrial
+from ._universal import (
+    ConversionError,
+    engine_layout,
+    loading_universal,
+    needs_conversion,
+    saved_layout,
+    universal_copies,
+)
 
 logger = logging.getLogger("dauntless.pytorch.deepspeed")
 
@@ -255,17 +269,78 @@ class _DeepSpeedController(_TrialController):
         return {"models": len(self.context.models), "optimizers": 0}
 
     def _load_shards(self, path: Path, *, same: bool, with_optimizers: bool) -> None:
+        """Load each engine's DeepSpeed checkpoint (tag ``model<i>``) from ``path``: its
+        weights, optimizer, LR scheduler and step counters, through a universal checkpoint
+        where the ZeRO partitions were written by another number of ranks (see
+        :mod:`._universal`). Another trial's checkpoint loads the modules' weights only
+        where its ZeRO family (none, stages 1-2, stage 3) differs or the conversion fails
+        (logged). A collective.
+
+        Raises:
+            ValueError: if the checkpoint lacks an engine's tag.
+            ConversionError: if this trial's own checkpoint needed a conversion that
+                failed (the message names why).
+        """
         engines: list[Any] = list(self.context.models)
+        plans: list[tuple[str, bool, bool]] = []  # (tag, module only, through universal)
+        reasons: list[str] = []
         for i, engine in enumerate(engines):
             tag = CHECKPOINT_TAG.format(i)
-            loaded, _client_state = engine.load_checkpoint(
-                str(path), tag=tag, load_module_only=not same
-            )
-            if loaded is None:
+            if not (path / tag).is_dir():
                 raise ValueError(
                     f"the checkpoint at {path} holds no DeepSpeed checkpoint tagged {tag!r} "
                     f"for engine {i}: it was not written by a DeepSpeedTrial with as many "
                     "engines"
+                )
+            saved, mine = saved_layout(path / tag), engine_layout(engine)
+            module_only = not same and saved.family != mine.family
+            if module_only:
+                logger.info(
+                    "engine %d: the checkpoint was saved %s and this engine runs %s: "
+                    "loading the module's weights only",
+                    i,
+                    saved.describe(),
+                    mine.describe(),
+                )
+            convert = not module_only and needs_conversion(saved, mine)
+            if convert:
+                reasons.append(
+                    f"{tag} was saved {saved.describe()}, this trial runs {mine.describe()}"
+                )
+            plans.append((tag, module_only, convert))
+        tags = [tag for tag, _, convert in plans if convert]
+        if not tags:
+            self._load_engines(path, path, plans)
+            return
+        try:
+            with universal_copies(
+                path, tags, self.context.distributed, reason="; ".join(reasons)
+            ) as root:
+                self._load_engines(path, root, plans)
+        except ConversionError as exc:
+            if same:
+                raise
+            # A warm start still gets the weights, as before conversions existed.
+            logger.warning("%s: loading the modules' weights only", exc)
+            weights_only = [(tag, only or convert, False) for tag, only, convert in plans]
+            self._load_engines(path, path, weights_only)
+
+    def _load_engines(
+        self, path: Path, universal_root: Path, plans: list[tuple[str, bool, bool]]
+    ) -> None:
+        """Load each engine as planned: ``(tag, module only, from the universal copy in
+        universal_root)``."""
+        engines: list[Any] = list(self.context.models)
+        for i, (engine, (tag, module_only, convert)) in enumerate(zip(engines, plans, strict=True)):
+            source = universal_root if convert else path
+            with loading_universal(engine, convert):
+                loaded, _client_state = engine.load_checkpoint(
+                    str(source), tag=tag, load_module_only=module_only
+                )
+            if loaded is None:
+                raise ValueError(
+                    f"the checkpoint at {path} holds no loadable DeepSpeed checkpoint "
+                    f"tagged {tag!r} for engine {i}"
                 )
 
 
