@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -195,3 +196,29 @@ def test_gradient_aggregation_syncs_once_per_step_and_full_dataset_runs_on_the_c
     # evaluate_full_dataset ran on the chief only; both ranks got its metrics.
     assert chief["evaluated"] == [0, 0] and worker["evaluated"] == []
     _assert_metrics_close(chief["validation"], one["validation"])
+
+
+def test_a_plain_model_is_not_sharded_without_importing_fsdp_and_an_fsdp_one_is(tmp_path):
+    # wrap_model asks is_sharded for every model of a multi-slot trial; importing FSDP
+    # for the answer cost each rank 0.6-0.7 CPU-s at start-up. A fresh interpreter
+    # shows whether it is imported.
+    script = tmp_path / "sharded.py"
+    script.write_text(
+        "import sys, torch, torch.distributed as dist\n"
+        "from dauntless.pytorch._sharded import is_sharded\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 4))\n"
+        "print(is_sharded(model), 'torch.distributed.fsdp' in sys.modules)\n"
+        "dist.init_process_group('gloo', init_method=sys.argv[1], rank=0, world_size=1)\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "fully_shard(model[0])\n"
+        "print(is_sharded(model), is_sharded(torch.nn.Linear(2, 2)))\n"
+        "dist.destroy_process_group()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), f"tcp://127.0.0.1:{_free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "True", "False"]
