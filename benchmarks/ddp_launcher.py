@@ -16,6 +16,11 @@ ranks, run three ways:
   Trainer API under our launcher (``context.wrap_model`` wraps it in DDP; the harness's
   own loop, metrics reduced across ranks every reporting period; local training, so no
   master): what a 2-slot trial adds to hand-written DDP;
+- with ``--trial-baseline SRC``, also ``dauntless trial, baseline``: the same trial with
+  ``PYTHONPATH=SRC`` (the ``src`` directory of another checkout, e.g. ``git archive
+  main src | tar -x -C /tmp/base``), so a change to the harness is measured against
+  the code before it in the same rounds; printed as trial / baseline per round with
+  its interval, on the wall and CPU clocks;
 - with ``--before``, also ``dauntless, threads = cores`` (the launcher before issue 37,
   which set nothing: each rank's PyTorch took every core): the hand-written script with
   ``OMP_NUM_THREADS`` = the CPU count (slow on a small machine: that is the point).
@@ -35,7 +40,7 @@ torchrun >= 0.98.
 Usage::
 
     python benchmarks/ddp_launcher.py [--rounds 6] [--ranks 2] [--steps 60] [--width 512]
-        [--before]
+        [--before] [--trial-baseline SRC]
 """
 
 from __future__ import annotations
@@ -192,17 +197,23 @@ def clean_env() -> dict[str, str]:
     }
 
 
-def run_way(way: str, tmp: Path, args: list[str], ranks: int) -> tuple[float, float, float, float]:
-    """Run one way (its script is in ``tmp``); returns ``(samples/s, wall s, CPU s of
+def run_way(
+    way: str, tmp: Path, args: list[str], ranks: int, baseline: str | None = None
+) -> tuple[float, float, float, float]:
+    """Run one way (its script is in ``tmp``; ``baseline``: the baseline trial's
+    PYTHONPATH); returns ``(samples/s, wall s, CPU s of
     all processes, CPU microseconds per sample of the ranks in the timed span)``.
 
     Raises:
         RuntimeError: the run failed or printed no figure.
     """
     env = clean_env()
-    script = tmp / ("trial.py" if way == TRIAL_WAY else "ddp.py")
-    if way == TRIAL_WAY:
+    trial = way in (TRIAL_WAY, BASELINE_WAY)
+    script = tmp / ("trial.py" if trial else "ddp.py")
+    if trial:
         args = [*args, str(tmp / "checkpoints")]
+    if way == BASELINE_WAY:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [baseline, env.get("PYTHONPATH")]))
     if way == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += [f"--nproc_per_node={ranks}", str(script), *args]
@@ -232,6 +243,7 @@ def run_way(way: str, tmp: Path, args: list[str], ranks: int) -> tuple[float, fl
 
 
 TRIAL_WAY = "dauntless trial"
+BASELINE_WAY = "dauntless trial, baseline"
 WAYS = ("torchrun", "dauntless", TRIAL_WAY, "dauntless, threads = cores")
 
 
@@ -244,8 +256,18 @@ def main() -> int:
     p.add_argument("--width", type=int, default=512, help="MLP width")
     p.add_argument("--batch", type=int, default=64, help="per-rank batch size")
     p.add_argument("--before", action="store_true", help="also the launcher before issue 37")
+    p.add_argument(
+        "--trial-baseline",
+        metavar="SRC",
+        help="also the trial with PYTHONPATH=SRC (another checkout's src), paired per round",
+    )
     a = p.parse_args()
     ways = WAYS if a.before else WAYS[:3]
+    if a.trial_baseline:
+        if not (Path(a.trial_baseline) / "dauntless" / "__init__.py").is_file():
+            p.error(f"--trial-baseline {a.trial_baseline}: no dauntless package there")
+        ways = (*ways, BASELINE_WAY)
+        a.trial_baseline = str(Path(a.trial_baseline).resolve())
     if a.rounds < 1 or a.ranks < 2 or a.steps < 1:
         p.error("need --rounds >= 1, --ranks >= 2, --steps >= 1")
     print(f"load average: {open('/proc/loadavg').read().strip()} ({os.cpu_count()} CPUs)")
@@ -258,7 +280,7 @@ def main() -> int:
         cpu_ratios: dict[str, list[float]] = {w: [] for w in ways[1:]}
         for r in range(a.rounds):
             order = ways[r % len(ways) :] + ways[: r % len(ways)]
-            got = {way: run_way(way, Path(tmp), args, a.ranks) for way in order}
+            got = {way: run_way(way, Path(tmp), args, a.ranks, a.trial_baseline) for way in order}
             for way, fig in got.items():
                 figures[way].append(fig)
             for way in ways[1:]:
@@ -290,6 +312,15 @@ def main() -> int:
             f"  {way}: torchrun's CPU per sample / its own: {mean:.3f} "
             f"(95% interval {lo:.3f}-{hi:.3f})"
         )
+    if a.trial_baseline:
+        rounds = list(zip(figures[TRIAL_WAY], figures[BASELINE_WAY], strict=True))
+        for label, pick in (("samples/s", 0), ("CPU per sample, baseline / trial", 3)):
+            xs = [t[pick] / b[pick] if pick == 0 else b[pick] / t[pick] for t, b in rounds]
+            mean, lo, hi = interval95(xs)
+            print(
+                f"  trial / baseline trial, {label}: {mean:.3f} (95% interval {lo:.3f}-{hi:.3f}; "
+                "above 1: this checkout is faster)"
+            )
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
     return 0
 

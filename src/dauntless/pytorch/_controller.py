@@ -4,15 +4,21 @@ Protocol: docs/protocol.md ("Trial harness", "Checkpoint layout"); loop semantic
 Determined's PyTorchTrial controller as described in reference §3.8: after every batch
 the boundaries are checked in the order report -> validate -> checkpoint, then the stop
 flags (preemption signal, ``set_stop_requested``), so a pause takes effect after the
-batch in progress. Saving and restoring state lives in :class:`_StateMixin`
+batch in progress (with several ranks, between boundaries, after the next one: below).
+Saving and restoring state lives in :class:`_StateMixin`
 (``_resume.py``).
 
 With several processes (``context.distributed.size`` > 1, one per slot) every rank runs
 this loop in lockstep, over its own shard of each batch: the chief (rank 0) asks the
 searcher and broadcasts each operation; the stop decision is one collective per batch
-(any rank's ``set_stop_requested``, or the preemption signal the chief watches);
-training and validation metrics are reduced across ranks; only the chief reports to the
-master and writes checkpoints (which hold every rank's RNG state and pending metrics).
+(any rank's ``set_stop_requested``, or the preemption signal the chief watches).
+Between boundaries that collective is asynchronous: the vote started after batch k is
+read after batch k + 1, so it overlaps a training step, and a stop takes effect one
+batch later, on every rank at the same batch; at a reporting, validation or checkpoint
+boundary and at an operation's end it is decided at once (a stop there reuses that
+boundary's checkpoint). Training and validation metrics are reduced across ranks; only
+the chief reports to the master and writes checkpoints (which hold every rank's RNG
+state and pending metrics).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from ._code import CodeSnapshot
 from ._context import PyTorchTrialContext
 from ._data import DataLoader, repeat_torch_loader
 from ._device import mover
-from ._distributed import any_rank
+from ._distributed import AnyRankVote, any_rank
 from ._evaluate import evaluate_batches, reduce_outputs, validation_loader
 from ._reducer import (
     average_across_ranks,
@@ -182,6 +188,8 @@ class _TrialController(_StateMixin):
         self._train_iter: Iterator[Any] | None = None
         self._val_loader: Any = None
         self._stop_seen = False
+        # The asynchronous stop vote between boundaries (several ranks only).
+        self._stop_vote = AnyRankVote(context.distributed)
         self._warned_cap = False
         self._best_before: float | None = None
         self._move = mover(context.device)
@@ -227,6 +235,9 @@ class _TrialController(_StateMixin):
                     break
             dist = self.context.distributed
             if dist.size > 1:
+                # A capped operation ends without the stop check that settles the vote.
+                if self._stop_vote.finish():
+                    self._stopping()
                 # The chief may have stopped while waiting for the searcher.
                 self._stop_seen = bool(dist.broadcast(self._stop_seen))
             self._flush_and_checkpoint()
@@ -470,7 +481,8 @@ class _TrialController(_StateMixin):
         # As Determined's PyTorchTrial: the batches since the last boundary are reported
         # (and on_training_workload_end fires) at every boundary: the reporting period,
         # a validation, a checkpoint, the operation's end.
-        if at_validation or at_checkpoint or b % p.reporting_period == 0:
+        at_boundary = at_validation or at_checkpoint or b % p.reporting_period == 0
+        if at_boundary:
             self._report_training(target)
         if at_validation:
             last = self._last_validation
@@ -479,7 +491,11 @@ class _TrialController(_StateMixin):
         if at_checkpoint:
             self._checkpoint_if_stale()
         # At the operation's end the stop check waits until the operation is completed.
-        return at_end or not self._should_stop()
+        if at_end:
+            return True
+        if at_boundary or self.context.distributed.size == 1:
+            return not self._should_stop()
+        return not self._should_stop_next_batch()
 
     def _report_training(self, target: int) -> None:
         reducers = [w for w in self.context._reducers if w.for_training]
@@ -523,20 +539,47 @@ class _TrialController(_StateMixin):
 
     def _should_stop(self) -> bool:
         """Whether to checkpoint and stop now; a collective with several ranks (every
-        rank gets True if any rank requested a stop or the chief saw the signal)."""
+        rank gets True if any rank requested a stop or the chief saw the signal, in
+        the vote still in flight or now)."""
         dist = self.context.distributed
         if dist.size == 1:
             stop = self.context._stop_requested or self.core.preempt.should_preempt()
         else:
-            mine = self.context._stop_requested or (
-                dist.is_chief and self.core.preempt.signal_seen_here()
-            )
-            stop = any_rank(mine, dist)
-            if stop:
-                self.core.preempt.acknowledge_preemption_signal()
+            # Every rank gets the same answer from the vote, so all skip the second
+            # collective or none does.
+            stop = self._stop_vote.finish() or any_rank(self._my_stop_flag(), dist)
         if stop:
-            self._stop_seen = True
+            self._stopping()
         return stop
+
+    def _should_stop_next_batch(self) -> bool:
+        """The per-batch stop check between boundaries (several ranks): read the vote
+        started after the previous batch, then start this batch's. True, on every rank
+        alike, means stop now: a stop asked for during batch k stops after batch k + 1
+        at the latest (at once if k ends at a boundary).
+
+        Determined checks preemption and stop requests at boundaries only
+        (``scheduling_unit``, 100 batches by default); the one-batch delay keeps a check
+        after every batch without a wait for the other ranks in each step."""
+        vote = self._stop_vote
+        if vote.finish():
+            self._stopping()
+            return True
+        vote.start(self._my_stop_flag())
+        return False
+
+    def _my_stop_flag(self) -> bool:
+        """This rank's own stop reasons, no collective: its ``set_stop_requested``, or
+        on the chief the preemption signal."""
+        return self.context._stop_requested or (
+            self.context.distributed.is_chief and self.core.preempt.signal_seen_here()
+        )
+
+    def _stopping(self) -> None:
+        """Record a stop the ranks agreed on (the preemption signal is acknowledged)."""
+        if self.context.distributed.size > 1:
+            self.core.preempt.acknowledge_preemption_signal()
+        self._stop_seen = True
 
     def _chief_should_stop(self) -> bool:
         """The chief's own stop decision, without a collective (searcher waits)."""

@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -178,3 +179,67 @@ def any_rank(flag: bool, distributed: DistributedContext) -> bool:
     t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+class AnyRankVote:
+    """:func:`any_rank` with its wait put off: :meth:`start` launches the collective
+    (``all_reduce(async_op=True)``) and returns at once; :meth:`finish`, called later,
+    waits for it and gives every rank the same answer. The harness starts one after a
+    batch and finishes it after the next, so the reduction overlaps a training step
+    instead of adding its latency to it.
+
+    At most one vote is in flight. Every rank must call ``start`` and ``finish`` at the
+    same points: collectives are matched across ranks in the order they are issued
+    (other collectives may be issued while a vote is in flight).
+
+    Args:
+        distributed: the process layout; with one process no collective is made.
+    """
+
+    def __init__(self, distributed: DistributedContext) -> None:
+        self._dist = distributed
+        self._work: Any = None
+        self._buf: torch.Tensor | None = None
+        self._flag: bool | None = None  # the vote in flight with one process
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a vote was started and not finished yet."""
+        return self._work is not None or self._flag is not None
+
+    def start(self, flag: bool) -> None:
+        """Launch the vote on this rank's ``flag`` (returns before the other ranks voted).
+
+        Raises:
+            RuntimeError: if a vote is already in flight (finish it first).
+        """
+        if self.in_flight:
+            raise RuntimeError("internal error: a stop vote is already in flight")
+        if self._dist.size == 1:
+            self._flag = bool(flag)
+            return
+        import torch.distributed as dist
+
+        buf = self._buf
+        if buf is None:
+            device = (
+                torch.device("cuda", torch.cuda.current_device())
+                if dist.get_backend() == "nccl"
+                else torch.device("cpu")
+            )
+            buf = self._buf = torch.zeros(1, dtype=torch.int32, device=device)
+        buf.fill_(1 if flag else 0)
+        self._work = dist.all_reduce(buf, op=dist.ReduceOp.MAX, async_op=True)
+
+    def finish(self) -> bool:
+        """Wait for the vote in flight and return its answer: True on every rank if any
+        rank's flag was True. False when no vote is in flight."""
+        if self._flag is not None:
+            flag, self._flag = self._flag, None
+            return flag
+        work, self._work = self._work, None
+        if work is None:
+            return False
+        work.wait()
+        assert self._buf is not None
+        return bool(self._buf.item())

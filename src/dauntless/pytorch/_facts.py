@@ -181,7 +181,11 @@ class _TrialFacts:
     def set_stop_requested(self, stop_requested: bool) -> None:
         """Ask the harness to checkpoint and stop after the batch in progress.
 
-        The trial then exits as if preempted and resumes when rescheduled.
+        The trial then exits as if preempted and resumes when rescheduled. With several
+        ranks, asked on any rank, every rank stops after the same batch: the batch in
+        progress when it ends a reporting, validation or checkpoint period or the
+        searcher operation, else the one after it (the per-batch vote between those
+        boundaries is read one batch later, so it does not hold up training).
 
         Raises:
             TypeError: if ``stop_requested`` is not a bool.

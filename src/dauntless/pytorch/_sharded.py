@@ -14,6 +14,7 @@ included: the state dicts are those of ``torch.distributed.checkpoint.state_dict
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,18 @@ SHARDED_DIR = "sharded"
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (or a submodule) is wrapped by FSDP (FSDP2 or FSDP1)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
-    except ImportError:  # a torch build without torch.distributed
+    """Whether ``model`` (or a submodule) is wrapped by FSDP (FSDP2 or FSDP1).
+
+    Without ``torch.distributed.fsdp`` imported no module can be an FSDP one (wrapping
+    imports that package), so the answer is False without importing it: the import
+    pulls in DTensor and sympy, 0.6-0.7 CPU-s in each rank of every multi-slot trial
+    (``wrap_model`` asks), and checkpoints ask too.
+    """
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    if fsdp is None:
         return False
-    return any(isinstance(m, (FSDPModule, FullyShardedDataParallel)) for m in model.modules())
+    kinds = (fsdp.FSDPModule, fsdp.FullyShardedDataParallel)
+    return any(isinstance(m, kinds) for m in model.modules())
 
 
 def _owner(optimizer: torch.optim.Optimizer, models: Sequence[torch.nn.Module]) -> torch.nn.Module:

@@ -141,6 +141,7 @@ def _train(distributed: DistributedContext, out: Path, options: dict[str, Any]) 
         ],
         "validation": [(r.steps_completed, r.metrics) for r in backend.metrics("validation")],
         "checkpoints": [c.uuid for c in backend.checkpoints],
+        "checkpoint_batches": [c.steps_completed for c in backend.checkpoints],
         "completed": list(backend.completed_operations),
         "evaluated": list(DistToy.evaluated),
         "params": {k: v.clone() for k, v in unwrap(trial.model).state_dict().items()},
@@ -154,6 +155,7 @@ def join_from_env(rank: int, size: int, port: int, out: str, options: dict[str, 
     the layout and one ``any_rank`` answer, train a DDP model one step and end the group
     with the model still referenced (as the trial holds it)."""
     from dauntless.pytorch._distributed import (
+        AnyRankVote,
         any_rank,
         destroy_process_group,
         init_process_group_from_env,
@@ -178,6 +180,14 @@ def join_from_env(rank: int, size: int, port: int, out: str, options: dict[str, 
             "backend": dist.get_backend(),
             "any": [any_rank(rank == size - 1, distributed), any_rank(False, distributed)],
         }
+        # The asynchronous vote: the last rank alone votes True in the second; every
+        # rank reads the same answers, with another collective issued while one is open.
+        vote, answers = AnyRankVote(distributed), []
+        for i in range(3):
+            vote.start(rank == size - 1 and i == 1)
+            any_rank(False, distributed)
+            answers.append(vote.finish())
+        seen["votes"] = [*answers, vote.finish(), vote.in_flight]
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
         model(torch.full((3, 4), float(rank))).sum().backward()
         seen["grad_averaged"] = model.module.weight.grad[0].tolist()
