@@ -19,6 +19,7 @@ from dauntless.master.db import (
     head_revision,
     schema_at_head,
 )
+from dauntless.master.db.engine import SQLITE_SOFT_HEAP_BYTES
 from dauntless.master.states import IllegalTransition, check_transition, is_terminal
 
 
@@ -33,6 +34,8 @@ def test_migrations_match_models(tmp_path):
     db.migrate()  # idempotent
     with db.engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        # SQLite's page caches are bounded in the master's process (issue 37)
+        assert conn.execute(text("PRAGMA soft_heap_limit")).scalar() == SQLITE_SOFT_HEAP_BYTES
 
 
 def test_newer_schema_is_refused(tmp_path):

@@ -88,10 +88,19 @@ def dumps_json(value: Any) -> str:
         return json.dumps(value)
 
 
+SQLITE_SOFT_HEAP_BYTES = 4 * 2**20
+"""SQLite's soft heap limit in this process (``PRAGMA soft_heap_limit``, bytes): above
+it SQLite frees cached pages before it allocates more. Without it each pooled connection
+keeps a page cache of up to 2 MB, filled as the database grows: 1.3 MB of SQLite memory
+in a fresh master, 7.7 MB after 850 trials (issue 37; ``sqlite3_status64`` from inside
+the master). Pages dropped are read again from the operating system's cache."""
+
+
 def make_engine(url: str) -> Engine:
     """Create an engine for ``url``.
 
-    SQLite connections get WAL journaling, foreign keys and a 30 s busy timeout; a bare
+    SQLite connections get WAL journaling, foreign keys, a 30 s busy timeout and the
+    process-wide :data:`SQLITE_SOFT_HEAP_BYTES`; a bare
     ``postgresql://`` URL is routed to the psycopg 3 driver. ``JSON`` columns are parsed
     with :func:`loads_json` (and written by SQLAlchemy's default, Python's encoder).
     """
@@ -111,6 +120,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute(f"PRAGMA soft_heap_limit={SQLITE_SOFT_HEAP_BYTES}")
             cur.close()
 
         return engine
