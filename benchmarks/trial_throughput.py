@@ -16,6 +16,8 @@ its searcher operation as completed, and exits. Printed per N:
   benchmark reads the count of completed trials from the SQLite file itself (read-only,
   no master CPU) every 0.1 s with the master's CPU at that moment;
 - the master's resident memory (RSS) before the search and at its end;
+- the master's requests per trial by route and SQL statements per trial by verb, with
+  the wall time they took, from its ``/debug/prom/metrics`` read before and after;
 
 - seconds from ``POST /experiments`` to the experiment's COMPLETED (wall: its
   ``end_time``; the benchmark polls the state only 4 times a second, so that its polls
@@ -251,6 +253,40 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def master_counts(cluster: Cluster) -> dict[str, tuple[float, float]]:
+    """The master's requests by ``METHOD handler`` and SQL statements by ``SQL verb``:
+    ``{key: (count, seconds)}`` from its ``/debug/prom/metrics`` (one request); ``{}``
+    when Prometheus metrics are off or the page cannot be read."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = httpx.get(cluster.url + "/debug/prom/metrics", headers=cluster.headers, timeout=30)
+    if r.status_code != 200:
+        return {}
+    out: dict[str, tuple[float, float]] = {}
+    names = {
+        "det_http_request_duration_seconds": ("method", "handler"),
+        "det_db_query_duration_seconds": ("operation",),
+    }
+    for family in text_string_to_metric_families(r.text):
+        labels = names.get(family.name)
+        if labels is None:
+            continue
+        for sample in family.samples:
+            suffix = sample.name[len(family.name) :]
+            if suffix not in ("_count", "_sum"):
+                continue
+            key = ("SQL " if family.name.startswith("det_db") else "") + " ".join(
+                sample.labels[k] for k in labels
+            )
+            count, seconds = out.get(key, (0.0, 0.0))
+            if suffix == "_count":
+                count += sample.value
+            else:
+                seconds += sample.value
+            out[key] = (count, seconds)
+    return out
+
+
 def _agents_cpu(cluster: Cluster) -> dict[str, float]:
     out: dict[str, float] = {}
     for agent in cluster.agents:
@@ -304,6 +340,7 @@ def run_search(
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1.0)  # py-spy attaches
+    counts0 = master_counts(cluster)
     rss0 = _rss_mb(cluster.master.pid)
     m0 = tree_cpu_seconds(cluster.master.pid)  # with its metric fold worker
     a0 = _agents_cpu(cluster)
@@ -344,6 +381,7 @@ def run_search(
     m1 = tree_cpu_seconds(cluster.master.pid)
     a1 = _agents_cpu(cluster)
     rss1 = _rss_mb(cluster.master.pid)
+    counts1 = master_counts(cluster)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(60)
@@ -379,6 +417,10 @@ def run_search(
         "done": done,
         "rss_at": {k: v for k, v in sorted(rss_at.items()) if k > 0},
         "rss": (rss0, rss1),
+        "counts": {
+            k: (c - counts0.get(k, (0.0, 0.0))[0], t - counts0.get(k, (0.0, 0.0))[1])
+            for k, (c, t) in counts1.items()
+        },
     }
 
 
@@ -599,6 +641,17 @@ def main() -> None:
                         "  master RSS when the count of completed trials reached "
                         + ", ".join(f"{k:,}: {v:.0f} MB" for k, v in res["rss_at"].items())
                     )
+                counts = {k: v for k, v in res["counts"].items() if v[0] > 0}
+                if counts:
+                    reqs = sum(c for k, (c, _) in counts.items() if not k.startswith("SQL "))
+                    sqls = sum(c for k, (c, _) in counts.items() if k.startswith("SQL "))
+                    print(
+                        f"  master requests per trial {reqs / n:.1f}, SQL statements per "
+                        f"trial {sqls / n:.1f} (by route / verb: count per trial, ms per "
+                        "trial of its wall time)"
+                    )
+                    for k, (c, t) in sorted(counts.items(), key=lambda kv: -kv[1][0])[:14]:
+                        print(f"    {k:<58} {c / n:6.2f}  {t / n * 1000:6.2f} ms")
                 for k, v in sorted(agent.items()):
                     if v > 0:
                         print(f"  {k + ' CPU per trial':<40} {v / n * 1000:.1f} ms")

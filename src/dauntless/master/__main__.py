@@ -19,7 +19,8 @@ from dauntless.config import (
 )
 
 from . import loop, serving
-from .app import create_app
+from .app import create_app, default_db_url
+from .db import migrate_in_child
 
 
 def parse_args(argv: list[str] | None = None) -> MasterConfig:
@@ -183,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         # httpx logs every request at INFO: a line per proxied notebook/TensorBoard request.
         logging.getLogger("httpx").setLevel(logging.WARNING)
     loop.limit_heap_arenas()  # before the server's threads start (issue 37)
+    # Alembic runs in a child, so that it stays out of this long-lived process (issue 37:
+    # ~12 MB resident); the start-up's own migrate then finds the schema current. On
+    # failure the start-up migrates in-process and reports the error as it always did.
+    migrate_in_child(default_db_url(config))
     app = create_app(config, freeze_heap=True, fold_worker=True)
     tls = config.security.tls
     # With security.tls the master serves HTTPS only (clients verify it: --cert-file),

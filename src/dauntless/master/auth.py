@@ -97,9 +97,9 @@ TRIAL_TOKEN_REREAD_SECONDS = 5.0
 """Seconds a remembered trial token is trusted without a database read (see
 :class:`AuthService`)."""
 
-MAX_REMEMBERED_TRIAL_TOKENS = 4_096
-"""Trial tokens remembered at most; past that the memory is cleared (the tokens of live
-allocations are the ones presented often; 10,000 kept a whole large search in memory)."""
+MAX_REMEMBERED_TRIAL_TOKENS = 2_048
+"""Trial tokens remembered at most; past that the memory is cleared (live allocations'
+tokens are the ones presented often; issue 37: 10,000 kept a large search in memory)."""
 
 BUILTIN_USERS = (("admin", True), ("determined", False))
 """The users every cluster starts with: (username, admin)."""

@@ -81,10 +81,12 @@ class BoundedDict(OrderedDict[K, V]):
 
 #: Entries of each per-allocation cache of the context (ids to trials and agents), and
 #: allocation groups whose change counts are kept. Only live allocations are looked up
-#: often, and a cluster runs fewer than this at once; issue 37: at 16,384 the caches
-#: held every trial of a 10,000-trial search (about 2.4 KB of the master's memory per
-#: finished trial with the other per-trial caches). A dropped entry is read again.
-ALLOCATION_CACHE_ITEMS = 4_096
+#: often, and a cluster runs fewer than this at once (the 1,000-agent heartbeat
+#: benchmark included); issue 37: at 16,384 the caches held every trial of a
+#: 10,000-trial search (about 2.4 KB of the master's memory per finished trial with the
+#: other per-trial caches), and at 4,096 they still held about 10 MB once full. A
+#: dropped entry is read again.
+ALLOCATION_CACHE_ITEMS = 2_048
 #: Parsed configs of experiments kept (a parse is a few ms; active ones stay in).
 CONFIG_CACHE_ITEMS = 1_024
 

@@ -19,10 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from .task_states import NotFound
 
 if TYPE_CHECKING:
@@ -51,6 +47,12 @@ def new_key_pair(key_type: str = "ED25519", rsa_key_size: int | None = None) -> 
     Raises:
         ValueError: an unknown key type.
     """
+    # Imported at the first shell, not with the master: ``cryptography`` costs about
+    # 7.5 MB of resident memory that a master running no shells never needs (issue 37).
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key: Any
     if key_type == "ED25519":
         key = Ed25519PrivateKey.generate()

@@ -126,8 +126,9 @@ def enforce_preemption_timeouts(s: Session, ctx: ConfigSource, now: float) -> No
                 part.kill_requested = True
 
 
-MATCHER_ALLOCATIONS = 4_096
-"""Allocations whose trial, agent and experiment the log policy matcher keeps."""
+MATCHER_ALLOCATIONS = 2_048
+"""Allocations whose trial, agent and experiment the log policy matcher keeps (live ones
+are looked up; issue 37: the master's memory per finished trial)."""
 MATCHER_EXPERIMENTS = 1_024
 """Experiments whose compiled log policies the matcher keeps."""
 

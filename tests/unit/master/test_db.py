@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
-from dauntless.master.db import Base, Database, SchemaError, current_revision, head_revision
+from dauntless.master.db import (
+    Base,
+    Database,
+    SchemaError,
+    current_revision,
+    head_from_files,
+    head_revision,
+    schema_at_head,
+)
+from dauntless.master.db.engine import SQLITE_SOFT_HEAP_BYTES
 from dauntless.master.states import IllegalTransition, check_transition, is_terminal
 
 
@@ -22,6 +34,8 @@ def test_migrations_match_models(tmp_path):
     db.migrate()  # idempotent
     with db.engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        # SQLite's page caches are bounded in the master's process (issue 37)
+        assert conn.execute(text("PRAGMA soft_heap_limit")).scalar() == SQLITE_SOFT_HEAP_BYTES
 
 
 def test_newer_schema_is_refused(tmp_path):
@@ -31,6 +45,79 @@ def test_newer_schema_is_refused(tmp_path):
         conn.execute(text("UPDATE alembic_version SET version_num = '9999_future'"))
     with pytest.raises(SchemaError, match="newer version"):
         db.migrate()
+
+
+def test_head_from_files_is_alembics_head():
+    assert head_from_files() == head_revision()
+
+
+def test_head_from_files_gives_up_on_what_it_cannot_read(tmp_path):
+    (tmp_path / "a.py").write_text('revision: str = "a"\ndown_revision: str | None = None\n')
+    (tmp_path / "b.py").write_text('revision = "b"\ndown_revision = "a"\n')
+    assert head_from_files(tmp_path) == "b"
+    (tmp_path / "c.py").write_text('revision = "c"\ndown_revision = "a"\n')
+    assert head_from_files(tmp_path) is None  # two heads: Alembic decides
+    (tmp_path / "c.py").write_text('revision = "c"\ndown_revision = compute()\n')
+    assert head_from_files(tmp_path) is None  # not a literal
+
+
+def test_schema_at_head(tmp_path):
+    db = Database(f"sqlite:///{tmp_path}/m.db")
+    assert not schema_at_head(db.engine)  # no alembic_version table yet
+    db.migrate()
+    assert schema_at_head(db.engine)
+    with db.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0001'"))
+    assert not schema_at_head(db.engine)
+
+
+# The master's start: migrate in a forked child, then the start-up's own migrate finds the
+# schema current without importing Alembic; a child that fails leaves the error to the
+# in-process migrate, as before.
+_MASTER_START = """
+import sys
+from sqlalchemy import text
+from dauntless.master.db import Database, migrate_in_child
+url = sys.argv[1]
+newer = sys.argv[2] == "newer"
+if newer:
+    db = Database(url)
+    db.migrate()
+    with db.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_future'"))
+    db.engine.dispose()
+    del sys.modules["alembic"]
+    for name in [m for m in sys.modules if m.startswith(("alembic.", "mako"))]:
+        del sys.modules[name]
+print("child", migrate_in_child(url))
+try:
+    Database(url).migrate()
+except Exception as exc:
+    print("error", type(exc).__name__)
+print("alembic", "alembic" in sys.modules)
+"""
+
+
+def test_migrate_in_child_keeps_alembic_out(tmp_path):
+    url = f"sqlite:///{tmp_path}/m.db"
+    out = subprocess.run(
+        [sys.executable, "-c", _MASTER_START, url, "fresh"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.split("\n")[:2] == ["child True", "alembic False"], out.stderr
+    assert current_revision(Database(url).engine) == head_revision()
+
+
+def test_migrate_in_child_leaves_errors_to_the_parent(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", _MASTER_START, f"sqlite:///{tmp_path}/m.db", "newer"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.split("\n")[:2] == ["child False", "error SchemaError"], out.stderr
 
 
 def test_write_rolls_back_on_error(tmp_path):

@@ -1,6 +1,16 @@
 """The master's database: ORM models, engine, sessions and migrations."""
 
-from .engine import Database, SchemaError, check_schema, current_revision, head_revision, upgrade
+from .engine import (
+    Database,
+    SchemaError,
+    check_schema,
+    current_revision,
+    head_from_files,
+    head_revision,
+    migrate_in_child,
+    schema_at_head,
+    upgrade,
+)
 from .integrations import TemplateRow, WebhookEventRow, WebhookRow, WebhookTriggerRow
 from .models import (
     ACCESS_TOKEN,
@@ -85,6 +95,9 @@ __all__ = [
     "UserSessionRow",
     "check_schema",
     "current_revision",
+    "head_from_files",
     "head_revision",
+    "migrate_in_child",
+    "schema_at_head",
     "upgrade",
 ]
