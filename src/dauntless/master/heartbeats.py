@@ -10,7 +10,7 @@ that answer per agent with the change counts it was computed under
 (:class:`~dauntless.master.db.changes.RowVersions` of the agent's row and of the
 allocation parts placed on it), and gives it back on the event loop while those counts,
 the listed parts and :data:`ANSWER_MAX_AGE` allow; any other beat takes the full path
-(:func:`dauntless.master.models.agents.heartbeat`, a write transaction).
+(:func:`dauntless.master.models.agents.beat`, a write transaction).
 
 **Liveness.** A beat answered from memory records its time here only; the control loop
 writes the times of the beats seen since its last pass into ``agents.last_heartbeat``

@@ -224,23 +224,15 @@ def runs_work_of(
         )
 
 
-def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str]) -> dict[str, Any]:
-    """Record an agent's heartbeat; hand it new tasks and kill orders.
-
-    Raises:
-        NotFound: the agent is not registered (it must register again).
-    """
-    return beat(s, ctx, agent_id, running, ctx.clock())[0]
-
-
 def beat(
     s: Session, ctx: MasterContext, agent_id: str, running: list[str], now: float
 ) -> tuple[dict[str, Any], frozenset[str] | None]:
-    """:func:`heartbeat` at ``now`` (epoch s), and whether the beat was quiet: the agent
-    was ACTIVE, and every live part placed on it was RUNNING and listed in ``running``,
-    so the beat wrote only its time, and the same beat later gets the same answer
-    until the agent's row or parts change (:class:`dauntless.master.heartbeats.Heartbeats`
-    then answers it from memory).
+    """Record an agent's heartbeat at ``now`` (epoch s) listing the parts it runs
+    (``running``); hand it new tasks and kill orders. And whether the beat was quiet:
+    the agent was ACTIVE, and every live part placed on it was RUNNING and listed in
+    ``running``, so the beat wrote only its time, and the same beat later gets the same
+    answer until the agent's row or parts change
+    (:class:`dauntless.master.heartbeats.Heartbeats` then answers it from memory).
 
     Returns:
         The answer, and for a quiet beat the ids of its live parts that are trials'
