@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 import dauntless
@@ -200,7 +201,9 @@ def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
 
 
 @heartbeat_router.post("/agents/{agent_id}/heartbeat", response_model=R.HeartbeatOut)
-async def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[str, Any]:
+async def agent_heartbeat(
+    agent_id: str, body: Heartbeat, request: Request
+) -> dict[str, Any] | JSONResponse:
     """Liveness plus work: returns tasks to start and allocations to kill.
 
     Task exits the heartbeat carries are recorded first, each as ``POST
@@ -223,7 +226,10 @@ async def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> d
         sampled = [x.allocation_id for x in body.resources]
         kept = ctx.heartbeats.answer(agent_id, body.running, sampled, ctx.clock())
         if kept is not None:
-            return {**kept, "agent_timeout": ctx.config.agent_timeout}
+            # Built as HeartbeatOut would be (its only shapes: no spec to start, ids to
+            # kill), without the response model's validation of every answer.
+            answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}
+            return JSONResponse(answer)
     return await run_in_threadpool(_heartbeat, request, reporter, agent_id, body)
 
 
