@@ -43,6 +43,7 @@ from .routes_audit import router as audit_router
 from .routes_auth import router as auth_router
 from .routes_charts import router as charts_router
 from .routes_checkpoints import router as checkpoints_router
+from .routes_cluster import heartbeat_router as cluster_heartbeat_router
 from .routes_cluster import info_router
 from .routes_cluster import router as cluster_router
 from .routes_compat import router as compat_router
@@ -318,6 +319,9 @@ def create_app(
     # Issue 34: /prom/det-state-metrics, /debug/prom/metrics first: a scrape then matches
     # its route at once rather than after the ~100 others (their paths share no prefix).
     app.include_router(prom_router)
+    # Issue 37: agents' heartbeats (200 a second from 1,000 agents) likewise; no route
+    # before it matched POST /api/v1/agents/{id}/heartbeat, so none is shadowed.
+    app.include_router(cluster_heartbeat_router)
     # Issue 30 first: /users/assignments and /experiments/{id}/move before the
     # /users/{user_id} and /experiments/{exp_id}/{action} routes that would match them.
     app.include_router(rbac_router)

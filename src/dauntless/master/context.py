@@ -42,6 +42,7 @@ from .db import (
     TrialRow,
 )
 from .group_commit import GroupCommit
+from .heartbeats import Heartbeats
 from .task_policies import LogPolicyMatcher
 from .webhooks import Webhooks
 
@@ -191,6 +192,9 @@ class MasterContext:
         #: (:func:`dauntless.master.models.task_runs.kill_idle_tensorboards`; memory
         #: only, a restart counts as activity).
         self.task_activity: dict[str, float] = {}
+        #: Agents' liveness in memory and the answers of quiet heartbeats (issue 37,
+        #: dauntless.master.heartbeats).
+        self.heartbeats = Heartbeats(db)
         #: Webhook triggers and their event queue (dauntless.master.webhooks).
         self.webhooks = Webhooks(db, config, lambda: self.clock())
 

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 import dauntless
@@ -40,6 +41,9 @@ from .states import IllegalTransition
 log = logging.getLogger("dauntless.master")
 
 router = APIRouter(prefix="/api/v1")
+heartbeat_router = APIRouter(prefix="/api/v1")
+"""The agents' heartbeat alone: the app matches it before its other routes (issue 37:
+matching it after ~100 others was a sixth of a beat answered from memory)."""
 info_router = APIRouter()
 """Determined's ``GET /info``, outside ``/api/v1`` (before the WebUI's catch-all)."""
 
@@ -104,10 +108,12 @@ def list_agents(request: Request) -> dict[str, Any]:
     to its client)."""
     if speaks_determined(request):
         return det_views.agents_list(request)  # type: ignore[return-value]
-    with _ctx(request).db.read() as s:
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
         used = agents.slot_holders(s)
         rows = agents.all_agents(s)
-        return {"agents": [agent_view(a, used.get(a.id, {})) for a in rows]}
+        beat = ctx.heartbeats.latest
+        return {"agents": [agent_view(a, used.get(a.id, {}), beat(a.id)) for a in rows]}
 
 
 @router.post("/agents", response_model=R.AgentRegistered)
@@ -187,19 +193,28 @@ def list_resource_pools(request: Request) -> dict[str, Any]:
 
 
 def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
-    with _ctx(request).db.read() as s:
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
         agent = agents.read_agent(s, agent_id)
         used = agents.slot_holders(s, agent_id).get(agent_id, {})
-        return {"agent": agent_view(agent, used)}
+        return {"agent": agent_view(agent, used, ctx.heartbeats.latest(agent_id))}
 
 
-@router.post("/agents/{agent_id}/heartbeat", response_model=R.HeartbeatOut)
-def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[str, Any]:
+@heartbeat_router.post("/agents/{agent_id}/heartbeat", response_model=R.HeartbeatOut)
+async def agent_heartbeat(
+    agent_id: str, body: Heartbeat, request: Request
+) -> dict[str, Any] | JSONResponse:
     """Liveness plus work: returns tasks to start and allocations to kill.
 
     Task exits the heartbeat carries are recorded first, each as ``POST
     /allocations/{id}/exited`` would (an unknown allocation is skipped, as that route's
     404 is by the agent), so the work their slots freed is in this answer (issue 19).
+
+    A beat that lists the same parts as the agent's last quiet one, while nothing
+    changed for the agent since, and carries no exit and no resource sample the master
+    would store, is answered on the event loop from memory (issue 37,
+    :mod:`dauntless.master.heartbeats`); every other beat is a write transaction on a
+    worker thread.
     """
     ctx = _ctx(request)
     reporter = _reporter(request)
@@ -207,6 +222,22 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
         raise forbidden(
             f"agent {reporter[0]} may heartbeat only for itself, not for agent {agent_id}"
         )
+    if not body.exited:
+        sampled = [x.allocation_id for x in body.resources]
+        kept = ctx.heartbeats.answer(agent_id, body.running, sampled, ctx.clock())
+        if kept is not None:
+            # Built as HeartbeatOut would be (its only shapes: no spec to start, ids to
+            # kill), without the response model's validation of every answer.
+            answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}
+            return JSONResponse(answer)
+    return await run_in_threadpool(_heartbeat, request, reporter, agent_id, body)
+
+
+def _heartbeat(
+    request: Request, reporter: tuple[str, str | None] | None, agent_id: str, body: Heartbeat
+) -> dict[str, Any]:
+    """The full path of :func:`agent_heartbeat` (on a worker thread)."""
+    ctx = _ctx(request)
     for ex in body.exited:
         if reporter is not None:
             try:
@@ -227,10 +258,16 @@ def agent_heartbeat(agent_id: str, body: Heartbeat, request: Request) -> dict[st
     if body.resources:  # issue 34: the agent's samples of its tasks' process trees
         samples = body.resources
         ctx.write(lambda s, c: task_resources.record_samples(s, c.clock(), agent_id, samples))
-    return {
-        **ctx.write(agents.heartbeat, agent_id, body.running),
-        "agent_timeout": ctx.config.agent_timeout,
-    }
+    beats = ctx.heartbeats
+    stamp = beats.stamp(agent_id)  # before the transaction: a commit meanwhile shows
+    now = ctx.clock()
+    answer, trials = ctx.write(agents.beat, agent_id, body.running, now)
+    beats.beat(agent_id, now)
+    if trials is not None:  # a quiet beat: the same one gets the same answer
+        beats.keep(agent_id, stamp, body.running, answer, now, trials)
+    else:
+        beats.forget(agent_id)
+    return {**answer, "agent_timeout": ctx.config.agent_timeout}
 
 
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)

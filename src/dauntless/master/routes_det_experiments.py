@@ -189,10 +189,14 @@ def checkpoints_of(
 
 def agents_list(request: Request) -> JSONResponse:
     """Determined's ``GetAgentsResponse``."""
-    with _ctx(request).db.read() as s:
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
         used = agents.slot_holders(s)
         rows = agents.all_agents(s)
-        items = [det_shapes.agent(agent_view(a, used.get(a.id, {}))) for a in rows]
+        beats = ctx.heartbeats
+        items = [
+            det_shapes.agent(agent_view(a, used.get(a.id, {}), beats.latest(a.id))) for a in rows
+        ]
     return JSONResponse({"agents": items, "pagination": page(0, len(items), len(items), 0)})
 
 

@@ -308,8 +308,10 @@ def checkpoint_view(c: CheckpointRow, storage_dir: str | None) -> dict[str, Any]
     }
 
 
-def agent_view(a: AgentRow, used: dict[str, str]) -> dict[str, Any]:
-    """The JSON of an agent; ``used`` maps slot id to the allocation holding it."""
+def agent_view(a: AgentRow, used: dict[str, str], beat: float | None = None) -> dict[str, Any]:
+    """The JSON of an agent; ``used`` maps slot id to the allocation holding it, ``beat``
+    is its last heartbeat in the master's memory (epoch s; None: none), shown when later
+    than the row's (:class:`dauntless.master.heartbeats.Heartbeats`)."""
     return {
         "id": a.id,
         "resource_pool": a.resource_pool,
@@ -318,7 +320,7 @@ def agent_view(a: AgentRow, used: dict[str, str]) -> dict[str, Any]:
         "enabled": a.enabled,
         "draining": a.draining,
         "registered_at": a.registered_at,
-        "last_heartbeat": a.last_heartbeat,
+        "last_heartbeat": a.last_heartbeat if beat is None else max(beat, a.last_heartbeat),
         "runtime": a.runtime or {"name": "process", "containers": False, "mount_namespace": False},
         "slots": [
             {

@@ -224,13 +224,24 @@ def runs_work_of(
         )
 
 
-def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str]) -> dict[str, Any]:
-    """Record an agent's heartbeat; hand it new tasks and kill orders.
+def beat(
+    s: Session, ctx: MasterContext, agent_id: str, running: list[str], now: float
+) -> tuple[dict[str, Any], frozenset[str] | None]:
+    """Record an agent's heartbeat at ``now`` (epoch s) listing the parts it runs
+    (``running``); hand it new tasks and kill orders. And whether the beat was quiet:
+    the agent was ACTIVE, and every live part placed on it was RUNNING and listed in
+    ``running``, so the beat wrote only its time, and the same beat later gets the same
+    answer until the agent's row or parts change
+    (:class:`dauntless.master.heartbeats.Heartbeats` then answers it from memory).
+
+    Returns:
+        The answer, and for a quiet beat the ids of its live parts that are trials'
+        runs (whose resource samples :func:`.task_resources.record_samples` does not
+        store); None for a beat that was not quiet.
 
     Raises:
         NotFound: the agent is not registered (it must register again).
     """
-    now = ctx.clock()
     # The state alone, not the row: decoding an agent's slots (JSON) on every beat was
     # a quarter of a heartbeat's cost (issue 37). The beat itself is one UPDATE of one
     # column, which no change flag watches (see context._PLACEMENT_IGNORES).
@@ -263,6 +274,7 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
             AllocationRow.state,
             AllocationRow.kill_requested,
             AllocationRow.started_at,
+            AllocationRow.task_id,
         ).where(*live)
     ).all()
     if not any(
@@ -273,12 +285,18 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
             and started_at is not None
             and now - started_at > LOST_ALLOCATION_GRACE
         )
-        for alloc_id, part_state, _kill, started_at in brief
+        for alloc_id, part_state, _kill, started_at, _task in brief
     ):
-        kill = [a for a, part_state, k, _ in brief if part_state == "RUNNING" and k]
+        kill = [a for a, part_state, k, *_ in brief if part_state == "RUNNING" and k]
         live_ids = {a for a, *_ in brief}
         kill += [a for a in running_set if a not in live_ids]
-        return {"start": start, "kill": sorted(set(kill))}
+        # A RUNNING part it does not list (yet, within the grace) ends at a later beat.
+        quiet = state == "ACTIVE" and all(
+            part_state == "RUNNING" and alloc_id in running_set
+            for alloc_id, part_state, *_ in brief
+        )
+        trials = frozenset(a for a, *_, task_id in brief if task_id is None)
+        return {"start": start, "kill": sorted(set(kill))}, trials if quiet else None
     allocs = s.scalars(select(AllocationRow).where(*live)).all()
     by_id = {a.id: a for a in allocs}
     for alloc in allocs:
@@ -303,7 +321,7 @@ def heartbeat(s: Session, ctx: MasterContext, agent_id: str, running: list[str])
         known = by_id.get(alloc_id)
         if known is None or known.state == "TERMINATED":  # ended by this heartbeat
             kill.append(alloc_id)
-    return {"start": start, "kill": sorted(set(kill))}
+    return {"start": start, "kill": sorted(set(kill))}, None
 
 
 def refresh_heartbeats(s: Session, now: float) -> None:
@@ -322,12 +340,15 @@ def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
         AgentRow.state == "ACTIVE",
         AgentRow.last_heartbeat < now - ctx.config.agent_timeout,
     )
+    ctx.heartbeats.flush(s)  # the beats answered from memory since the last pass
     for agent in s.scalars(stale).all():
-        if now - agent.last_heartbeat > ctx.config.agent_timeout:
+        # One that beat after the flush is alive, its time not in the row yet.
+        last = ctx.heartbeats.last_heartbeat(agent.id, agent.last_heartbeat)
+        if now - last > ctx.config.agent_timeout:
             log.warning(
                 "agent %s missed heartbeats for %.0f s: lost",
                 agent.id,
-                now - agent.last_heartbeat,
+                now - last,
             )
             agent.state = "LOST"
             for alloc in s.scalars(

@@ -1,0 +1,178 @@
+"""Agents' liveness in the master's memory, and the answers of heartbeats that change
+nothing (issue 37: 1,000 agents heartbeating every 5 s cost the master half a core when
+every beat was a write transaction on a worker thread).
+
+Most heartbeats carry no exit (nor a resource sample the master stores: those of
+trials' runs are dropped) and list the same allocation parts as the agent's last one,
+and nothing changed for that agent in between: the master's answer is then the same as
+last time (no part to start, the same kill orders). :class:`Heartbeats` keeps
+that answer per agent with the change counts it was computed under
+(:class:`~dauntless.master.db.changes.RowVersions` of the agent's row and of the
+allocation parts placed on it), and gives it back on the event loop while those counts,
+the listed parts and :data:`ANSWER_MAX_AGE` allow; any other beat takes the full path
+(:func:`dauntless.master.models.agents.beat`, a write transaction).
+
+**Liveness.** A beat answered from memory records its time here only; the control loop
+writes the times of the beats seen since its last pass into ``agents.last_heartbeat``
+in one statement (:meth:`Heartbeats.flush`) at the start of each maintenance pass,
+before it reaps lost agents, and the reaper also spares an agent whose last beat in
+memory is fresh (one that beat between the flush and the reap). Agent views show the
+later of the row's time and the one in memory.
+
+**Master restarts.** Beats answered in the last second before a crash may never reach
+the database. That does not make a live agent look lost after a restart: at start the
+master gives every ACTIVE agent a fresh deadline of ``agent_timeout`` from then
+(:func:`dauntless.master.models.agents.refresh_heartbeats`), whatever its row said, so
+a live agent that keeps beating is never reaped, and a dead one is reaped
+``agent_timeout`` after the restart, as before this module. Answers held in memory are
+not needed after a restart either: the first beat of each agent takes the full path.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, update
+from sqlalchemy.orm import Session
+
+from .db import AgentRow, AllocationRow, Database
+from .db.changes import Version
+
+ANSWER_MAX_AGE = 60.0
+"""Seconds a remembered answer is given back at most before the full path runs again:
+the bound for changes the ORM does not report (bulk statements, other processes)."""
+
+MAX_AGENT_KEYS = 16_384
+"""Agents whose change counts are kept before the counts are cleared (every agent's
+next beat then takes the full path once)."""
+
+Stamp = tuple[Version, Version]
+"""(version of the agent's row, version of the allocation parts placed on it)."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    stamp: Stamp
+    running: frozenset[str]
+    answer: dict[str, Any]
+    at: float  # seconds since the epoch (the master's clock) of the full path's beat
+    trials: frozenset[str]  # its live parts that are trials' runs
+
+
+class Heartbeats:
+    """Liveness and remembered heartbeat answers of one master's agents (see the module).
+
+    Thread-safe: the event loop answers beats, worker threads run the full path and the
+    control loop flushes and reaps.
+
+    Args:
+        db: the master database (whose write sessions bump the change counts).
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._agent_versions = db.row_versions(AgentRow, lambda row: row.id, MAX_AGENT_KEYS)
+        self._part_versions = db.row_versions(
+            AllocationRow, lambda row: row.agent_id, MAX_AGENT_KEYS
+        )
+        self._lock = threading.Lock()
+        self._latest: dict[str, float] = {}  # agent id -> its last beat (epoch s)
+        self._pending: dict[str, float] = {}  # beats not yet in the database
+        self._answers: dict[str, _Answer] = {}
+
+    def stamp(self, agent_id: str) -> Stamp:
+        """The change counts of ``agent_id``'s row and parts; read it *before* the full
+        path's transaction, so that a commit in between is not missed."""
+        return self._agent_versions.version(agent_id), self._part_versions.version(agent_id)
+
+    def answer(
+        self, agent_id: str, running: list[str], sampled: list[str], now: float
+    ) -> dict[str, Any] | None:
+        """The remembered answer (``{"start": [], "kill": [...]}``) to a beat of
+        ``agent_id`` at ``now`` (epoch s) listing ``running``, carrying no exit and
+        resource samples of the parts ``sampled`` only, when the full path would give
+        the same one and write nothing but the beat's time; the beat is then recorded
+        in memory (see :meth:`flush`). None when the full path must run (nothing is
+        recorded then).
+
+        It is given back while the agent's row and the parts placed on it are unchanged
+        since the full path computed it, ``running`` lists the same parts, every part
+        in ``sampled`` is a trial's run placed on the agent (the full path does not
+        store those samples: a trial's profiler measures it), and it is at most
+        :data:`ANSWER_MAX_AGE` seconds old."""
+        kept = self._answers.get(agent_id)
+        if (
+            kept is None
+            or not 0 <= now - kept.at <= ANSWER_MAX_AGE
+            or kept.stamp != self.stamp(agent_id)
+            or kept.running != frozenset(running)
+            or not kept.trials.issuperset(sampled)
+        ):
+            return None
+        self.beat(agent_id, now, pending=True)
+        return kept.answer
+
+    def keep(
+        self,
+        agent_id: str,
+        stamp: Stamp,
+        running: list[str],
+        answer: dict[str, Any],
+        now: float,
+        trials: frozenset[str],
+    ) -> None:
+        """Remember ``answer``, which the full path gave at ``now`` to a beat listing
+        ``running`` under ``stamp`` (:meth:`stamp`, read before its transaction), and
+        which changed nothing but the beat's time (the caller's judgement; see
+        :func:`dauntless.master.models.agents.beat`, which also gives ``trials``, the
+        agent's live parts that are trials' runs)."""
+        with self._lock:
+            self._answers[agent_id] = _Answer(stamp, frozenset(running), answer, now, trials)
+
+    def forget(self, agent_id: str) -> None:
+        """Drop ``agent_id``'s remembered answer (its next beat takes the full path)."""
+        with self._lock:
+            self._answers.pop(agent_id, None)
+
+    def beat(self, agent_id: str, now: float, pending: bool = False) -> None:
+        """Record a beat of ``agent_id`` at ``now`` (epoch s) in memory; with
+        ``pending`` it is not in the database yet (:meth:`flush` writes it)."""
+        with self._lock:
+            if now >= self._latest.get(agent_id, now):
+                self._latest[agent_id] = now
+            if pending:
+                self._pending[agent_id] = max(now, self._pending.get(agent_id, now))
+
+    def latest(self, agent_id: str) -> float | None:
+        """The time (epoch s) of ``agent_id``'s last beat seen by this master since it
+        started; None for none."""
+        return self._latest.get(agent_id)
+
+    def last_heartbeat(self, agent_id: str, stored: float) -> float:
+        """The later of ``stored`` (the row's ``last_heartbeat``) and the last beat in
+        memory: what views of the agent show."""
+        seen = self._latest.get(agent_id)
+        return stored if seen is None or seen < stored else seen
+
+    def flush(self, s: Session) -> int:
+        """Write the beats recorded since the last flush into ``agents.last_heartbeat``,
+        in one statement in the caller's write session ``s`` (a row's time only moves
+        forward). A bulk statement through the session's connection: it sets no change
+        flag (a beat changes nothing a placement or a page reads).
+
+        Returns:
+            How many agents' beats were written.
+        """
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if not pending:
+            return 0
+        table = AgentRow.__table__
+        stmt = (
+            update(table)
+            .where(table.c.id == bindparam("agent"), table.c.last_heartbeat < bindparam("beat"))
+            .values(last_heartbeat=bindparam("beat"))
+        )
+        s.connection().execute(stmt, [{"agent": a, "beat": t} for a, t in pending.items()])
+        return len(pending)

@@ -1,0 +1,189 @@
+"""Heartbeats that change nothing are answered from memory, their times written by the
+loop in one statement (issue 37); every change still reaches the agent at its next beat,
+lost agents are still reaped, and a restarted master does not lose live agents."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from dauntless.config import MasterConfig
+from dauntless.master import loop
+from dauntless.master.app import create_app
+from dauntless.master.db import AgentRow, AllocationRow
+from dauntless.master.heartbeats import ANSWER_MAX_AGE
+from dauntless.master.testing import model_def_tarball, register_agent, sign_in
+
+CONFIG = """
+name: beats
+entrypoint: model_def:Trial
+hyperparameters: {global_batch_size: 8}
+searcher: {name: single, metric: loss, max_length: {batches: 30}}
+max_restarts: 0
+"""
+
+
+def _app(tmp_path, db_url):
+    config = MasterConfig(data_dir=str(tmp_path), port=18080, db_url=db_url, agent_timeout=30)
+    return create_app(config, run_loop=False)
+
+
+@pytest.fixture()
+def master(tmp_path, db_url):
+    """(client signed in as admin, context, agent a1's headers, a beat function)."""
+    app = _app(tmp_path, db_url)
+    with TestClient(app) as client:
+        sign_in(client)
+        a1 = register_agent(client, app, {"id": "a1", "slots": [{"id": "cpu0"}]})
+        ctx = app.state.ctx
+        t0 = ctx.clock()
+        ctx.clock = lambda: t0
+
+        def beat(running: list[str], at: float) -> dict:
+            ctx.clock = lambda: at
+            r = client.post("/api/v1/agents/a1/heartbeat", json={"running": running}, headers=a1)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        yield client, ctx, a1, beat, t0
+
+
+def _stored_beat(ctx) -> float:
+    with ctx.db.read() as s:
+        return s.scalar(select(AgentRow.last_heartbeat).where(AgentRow.id == "a1"))
+
+
+def _state(client) -> str:
+    (agent,) = [a for a in client.get("/api/v1/agents").json()["agents"] if a["id"] == "a1"]
+    return str(agent["state"])
+
+
+def _start_trial(client, ctx, beat, at: float) -> str:
+    files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+    r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
+    assert r.status_code == 201, r.text
+    assert loop.schedule_pass(ctx, maintenance=False) == 1
+    (spec,) = beat([], at)["start"]
+    return str(spec["allocation_id"])
+
+
+def test_quiet_beats_are_kept_in_memory_until_the_loop_writes_them(master):
+    client, ctx, _, beat, t0 = master
+    alloc = _start_trial(client, ctx, beat, t0)
+    assert beat([alloc], t0 + 1) == {"start": [], "kill": [], "agent_timeout": 30.0}
+    assert _stored_beat(ctx) == t0 + 1  # the full path wrote it
+    # The same beat again: answered from memory, the row not written...
+    assert beat([alloc], t0 + 6) == {"start": [], "kill": [], "agent_timeout": 30.0}
+    assert _stored_beat(ctx) == t0 + 1
+    # ...but the agent's views show it, and the loop's maintenance writes it.
+    (agent,) = client.get("/api/v1/agents").json()["agents"]
+    assert agent["last_heartbeat"] == t0 + 6
+    r = client.post("/api/v1/agents/a1/enable")  # answers with the agent
+    assert r.json()["agent"]["last_heartbeat"] == t0 + 6
+    ctx.clock = lambda: t0 + 7
+    loop.schedule_pass(ctx, maintenance=True)
+    assert _stored_beat(ctx) == t0 + 6
+
+
+def test_every_change_reaches_the_agent_at_its_next_beat(master):
+    client, ctx, _, beat, t0 = master
+    alloc = _start_trial(client, ctx, beat, t0)
+    assert beat([alloc], t0 + 1)["kill"] == []
+    assert beat([alloc], t0 + 2)["kill"] == []  # from memory
+    # A part it does not run any more, an unknown one: the full path, which kills it.
+    assert beat([alloc, "stray"], t0 + 3)["kill"] == ["stray"]
+    assert beat([alloc, "stray"], t0 + 4)["kill"] == ["stray"]  # the same answer, kept
+    # The experiment killed: the kill order comes at the next beat, not the kept answer.
+    exp_id = client.get("/api/v1/experiments").json()["experiments"][0]["id"]
+    assert client.post(f"/api/v1/experiments/{exp_id}/kill").status_code == 200
+    assert beat([alloc], t0 + 5)["kill"] == [alloc]
+    # Its exit, carried by a beat, is recorded before the answer.
+    r = client.post(
+        "/api/v1/agents/a1/heartbeat",
+        json={"running": [], "exited": [{"allocation_id": alloc, "exit_code": -9}]},
+        headers=master[2],
+    )
+    assert r.status_code == 200 and r.json()["kill"] == []
+    with ctx.db.read() as s:
+        assert s.get_one(AllocationRow, alloc).state == "TERMINATED"
+
+
+def test_new_work_reaches_a_kept_agent_and_another_agent_is_refused(master):
+    client, ctx, a1, beat, t0 = master
+    assert beat([], t0 + 1) == {"start": [], "kill": [], "agent_timeout": 30.0}
+    assert beat([], t0 + 2)["start"] == []  # from memory
+    files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+    r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
+    assert r.status_code == 201, r.text
+    assert loop.schedule_pass(ctx, maintenance=False) == 1
+    assert len(beat([], t0 + 3)["start"]) == 1
+    # Another agent's credential may not beat for a1, kept answer or not.
+    app = client.app
+    a2 = register_agent(client, app, {"id": "a2", "slots": [{"id": "cpu0"}]})
+    r = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=a2)
+    assert r.status_code == 403 and "only for itself" in r.text
+
+
+def test_an_agent_beating_from_memory_is_not_lost_and_a_silent_one_is(master):
+    client, ctx, _, beat, t0 = master
+    beat([], t0)
+    for k in range(1, 9):  # every 5 s for 40 s, past the 30 s agent_timeout
+        assert beat([], t0 + 5 * k)["start"] == []
+        loop.schedule_pass(ctx, maintenance=True)
+        assert _state(client) == "ACTIVE"
+    assert _stored_beat(ctx) == t0 + 40
+    # Beaten from memory after the flush of the same second: still not lost.
+    beat([], t0 + 45)
+    ctx.clock = lambda: t0 + 45 + 29
+    loop.schedule_pass(ctx, maintenance=True)
+    assert _state(client) == "ACTIVE"
+    # Silent for longer than agent_timeout: lost; its next beat takes the full path.
+    ctx.clock = lambda: t0 + 45 + 31
+    loop.schedule_pass(ctx, maintenance=True)
+    assert _state(client) == "LOST"
+    beat([], t0 + 80)
+    assert _state(client) == "ACTIVE"
+
+
+def test_a_kept_answer_is_recomputed_after_its_maximum_age(master):
+    client, ctx, _, beat, t0 = master
+    beat([], t0)
+    beat([], t0 + 1)
+    assert _stored_beat(ctx) == t0  # from memory
+    beat([], t0 + ANSWER_MAX_AGE + 1)
+    assert _stored_beat(ctx) == t0 + ANSWER_MAX_AGE + 1  # the full path again
+
+
+def test_a_restarted_master_gives_agents_a_fresh_deadline(tmp_path, db_url):
+    """Beats answered from memory and not yet written are lost with the master; the
+    restarted master still counts the agent's timeout from its own start."""
+    app = _app(tmp_path, db_url)
+    with TestClient(app) as client:
+        sign_in(client)
+        a1 = register_agent(client, app, {"id": "a1", "slots": [{"id": "cpu0"}]})
+        ctx = app.state.ctx
+        t0 = ctx.clock()
+        for k in range(3):
+            ctx.clock = lambda k=k: t0 - 300 + 5 * k
+            r = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=a1)
+            assert r.status_code == 200
+        with ctx.db.read() as s:  # the last two only in memory, lost with this master
+            assert s.get_one(AgentRow, "a1").last_heartbeat == t0 - 300
+    restarted = time.time()
+    app = _app(tmp_path, db_url)
+    with TestClient(app) as client:
+        ctx = app.state.ctx
+        with ctx.db.read() as s:
+            started = s.get_one(AgentRow, "a1").last_heartbeat
+        assert started >= restarted  # the start's fresh deadline
+        ctx.clock = lambda: started + 29
+        loop.schedule_pass(ctx, maintenance=True)
+        with ctx.db.read() as s:
+            assert s.get_one(AgentRow, "a1").state == "ACTIVE"
+        ctx.clock = lambda: started + 31
+        loop.schedule_pass(ctx, maintenance=True)
+        with ctx.db.read() as s:
+            assert s.get_one(AgentRow, "a1").state == "LOST"
