@@ -94,6 +94,8 @@ class DeterminedCallback(pl.Callback):
     """Report a Lightning ``Trainer``'s metrics and checkpoints to the platform.
 
     Every rank must build it (with the same arguments) and pass it to its ``Trainer``.
+    The per-batch hooks it does not use (:data:`SKIPPED_HOOKS`) are None on the instance,
+    so Lightning does not dispatch them; a subclass that overrides one keeps it.
 
     Args:
         core_context: the Core API context of this process (``core.init()``).
@@ -394,4 +396,4 @@ def _fraction(trainer: pl.Trainer) -> float:
     return 0.0
 
 
-__all__ = ["CHECKPOINT_FILE", "DetLogger", "DeterminedCallback"]
+__all__ = ["CHECKPOINT_FILE", "SKIPPED_HOOKS", "DetLogger", "DeterminedCallback"]
