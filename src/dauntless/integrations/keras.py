@@ -117,7 +117,6 @@ class DeterminedCallback(keras.callbacks.ProgbarLogger):
         self._epoch = 0
         self._checkpointed_at: int | None = None
         self._preempted = False
-        self._window: list[dict[str, float]] = []
         self._progress = Progress(core_context)
         slots = (core_context.trial.config.get("resources") or {}).get("slots_per_trial", 1)
         if isinstance(slots, int) and slots > 1 and keras.backend.backend() == "torch":
@@ -223,10 +222,10 @@ class DeterminedCallback(keras.callbacks.ProgbarLogger):
         self.steps_completed += 1
         if self.report_period == "epoch":
             return
-        self._window.append(float_metrics(logs or {}))
+        # Only the reporting batch's logs are reported (Keras's are running means over
+        # the epoch), so only that batch converts them.
         if self.steps_completed % int(self.report_period) == 0:
-            self._report_training(self._window[-1])
-            self._window = []
+            self._report_training(float_metrics(logs or {}))
 
     def _report_training(self, metrics: dict[str, float]) -> None:
         if not self.core_context.distributed.is_chief:

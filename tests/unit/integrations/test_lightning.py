@@ -10,7 +10,7 @@ import torch
 pl = pytest.importorskip("lightning.pytorch", reason="the lightning extra is not installed")
 stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed")
 
-from dauntless.integrations.lightning import DeterminedCallback, DetLogger  # noqa: E402
+from dauntless.integrations.lightning import SKIPPED_HOOKS, DeterminedCallback, DetLogger  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),  # Lightning's set-up advice
@@ -122,3 +122,57 @@ def test_det_logger_reports_training_metrics(make_context):
     trainer.fit(Module(), _loaders()[0])
     reports = backend.metrics("training")
     assert reports and all("train_loss" in r.metrics for r in reports)
+
+
+class _Recording(Module):
+    """The test module, remembering each training step's loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.losses: list[float] = []
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.losses.append(loss.item())
+        return loss
+
+
+class _BackwardCounting(DeterminedCallback):
+    """A subclass that uses one of the hooks the callback itself skips."""
+
+    backward_calls = 0
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        self.backward_calls += 1
+
+
+def test_unused_batch_hooks_are_skipped_and_the_loss_is_the_mean(make_context, tmp_path):
+    ctx, backend = make_context()
+    pl.seed_everything(0, verbose=False)
+    model = _Recording()
+    cb = _BackwardCounting(ctx, train_metrics_report_period=4)
+    profiler = pl.profilers.SimpleProfiler()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=8,
+        callbacks=[cb],
+        profiler=profiler,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, _loaders()[0])
+    called = {
+        name.split(".")[-1] for name in profiler.recorded_durations if "_BackwardCounting" in name
+    }
+    # Lightning dispatched the hooks the callback uses (and the subclass's override) ...
+    assert {"on_train_batch_end", "on_before_backward", "on_train_end"} <= called
+    assert cb.backward_calls == 8
+    # ... and none of the per-batch hooks it leaves unused.
+    assert not called & (set(SKIPPED_HOOKS) - {"on_before_backward"})
+    reports = backend.metrics("training")
+    assert [r.steps_completed for r in reports] == [4, 8]
+    for report, losses in zip(reports, (model.losses[:4], model.losses[4:]), strict=True):
+        assert report.metrics["loss"] == pytest.approx(sum(losses) / 4, rel=1e-6)
