@@ -809,6 +809,21 @@ def test_the_empty_password_is_verified_once_per_hash():
     assert "s3cret" not in repr(auth_secrets._empty_verified)
 
 
+def test_the_empty_password_is_hashed_once_per_process():
+    """Every master started in one process gives its built-in users (empty password)
+    the same hash, made once; any other password gets a fresh salt each time."""
+    from dauntless.master import auth_secrets
+
+    first, second = auth_secrets.hash_password(""), auth_secrets.hash_password("")
+    assert first == second and first.startswith(auth_secrets.PREHASHED)
+    assert auth_secrets.verify_password(first, "") is True
+    assert auth_secrets.verify_password(first, "", is_hashed=True) is True
+    assert auth_secrets.verify_password(first, "x") is False
+    a, b = auth_secrets.hash_password("s3cret"), auth_secrets.hash_password("s3cret")
+    assert a != b  # salted apart
+    assert auth_secrets.verify_password(a, "s3cret") and auth_secrets.verify_password(b, "s3cret")
+
+
 def test_remembered_user_tokens_follow_every_change_at_once(world):
     """A user's token, once read, is remembered (no SQL on its next requests); a change
     to the user or its tokens, or the token's expiry, counts at the very next request."""
