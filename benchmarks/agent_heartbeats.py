@@ -230,13 +230,7 @@ def hand_out(
     handed, deadline = 0, time.monotonic() + timeout
     while handed < trials and time.monotonic() < deadline:
         for a, token in tokens.items():
-            r = client.post(
-                f"/agents/{a}/heartbeat",
-                json={"running": running[a]},
-                headers={AGENT_TOKEN_HEADER: token},
-            )
-            r.raise_for_status()
-            new = [spec["allocation_id"] for spec in r.json().get("start", [])]
+            new = [spec["allocation_id"] for spec in _beat(client, a, token, running[a])]
             running[a] += new
             handed += len(new)
     return running
@@ -251,12 +245,20 @@ def settle(client: httpx.Client, tokens: dict[str, str], running: dict[str, list
     interval`` (1 in 12 at 5 s) takes the full path again; a window shorter than that
     age sees few of them."""
     for a, token in tokens.items():
-        r = client.post(
-            f"/agents/{a}/heartbeat",
-            json={"running": running[a]},
-            headers={AGENT_TOKEN_HEADER: token},
-        )
-        r.raise_for_status()
+        _beat(client, a, token, running[a])
+
+
+def _beat(client: httpx.Client, agent: str, token: str, running: list[str]) -> list[dict]:
+    """One heartbeat of ``agent`` listing ``running`` (allocation ids); the specs of the
+    allocations the master hands it to start. Raises httpx.HTTPStatusError on an error
+    answer."""
+    r = client.post(
+        f"/agents/{agent}/heartbeat",
+        json={"running": running},
+        headers={AGENT_TOKEN_HEADER: token},
+    )
+    r.raise_for_status()
+    return r.json().get("start", [])
 
 
 def time_passes(
