@@ -4,6 +4,7 @@ lost agents are still reaped, and a restarted master does not lose live agents."
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -31,15 +32,21 @@ def _app(tmp_path, db_url):
     return create_app(config, run_loop=False)
 
 
-@pytest.fixture()
-def master(tmp_path, db_url):
-    """(client signed in as admin, context, agent a1's headers, a beat function)."""
+@contextlib.contextmanager
+def _agent_a1(tmp_path, db_url):
+    """A master (no control loop) with agent a1 of one slot registered: (client signed
+    in as admin, context, a1's headers, the master's clock when a1 registered)."""
     app = _app(tmp_path, db_url)
     with TestClient(app) as client:
         sign_in(client)
         a1 = register_agent(client, app, {"id": "a1", "slots": [{"id": "cpu0"}]})
-        ctx = app.state.ctx
-        t0 = ctx.clock()
+        yield client, app.state.ctx, a1, app.state.ctx.clock()
+
+
+@pytest.fixture()
+def master(tmp_path, db_url):
+    """(client signed in as admin, context, agent a1's headers, a beat function)."""
+    with _agent_a1(tmp_path, db_url) as (client, ctx, a1, t0):
         ctx.clock = lambda: t0
 
         def beat(running: list[str], at: float) -> dict:
@@ -160,12 +167,7 @@ def test_a_kept_answer_is_recomputed_after_its_maximum_age(master):
 def test_a_restarted_master_gives_agents_a_fresh_deadline(tmp_path, db_url):
     """Beats answered from memory and not yet written are lost with the master; the
     restarted master still counts the agent's timeout from its own start."""
-    app = _app(tmp_path, db_url)
-    with TestClient(app) as client:
-        sign_in(client)
-        a1 = register_agent(client, app, {"id": "a1", "slots": [{"id": "cpu0"}]})
-        ctx = app.state.ctx
-        t0 = ctx.clock()
+    with _agent_a1(tmp_path, db_url) as (client, ctx, a1, t0):
         for k in range(3):
             ctx.clock = lambda k=k: t0 - 300 + 5 * k
             r = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=a1)
