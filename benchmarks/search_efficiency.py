@@ -34,6 +34,7 @@ Usage::
     python benchmarks/search_efficiency.py --suite model [--seeds 10] [--no-ray]
         [--no-digits | --only-digits] [--no-cost] [--no-asha] [--gp]
         [--problems branin,hartmann6] [--tpe-options '{"n_startup_trials": 5}']
+        [--asha-options '{...}'] [--asha-trials-r64 256]
     python benchmarks/search_efficiency.py --suite pbt [--seeds 10] [--no-ray]
 
 ``--suite pbt`` compares Dauntless's ``pbt`` with Ray Tune's PopulationBasedTraining on
@@ -305,6 +306,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--no-asha", action="store_true", help="model suite: skip ASHA and ASHA+TPE"
+    )
+    parser.add_argument(
+        "--asha-options",
+        default="",
+        help="model suite: ASHA+TPE's sampler_options as JSON",
+    )
+    parser.add_argument(
+        "--asha-trials-r64",
+        type=int,
+        default=256,
+        help="model suite: max_trials of the ASHA and ASHA+TPE searches measured against "
+        "random search's best of 64",
     )
     parser.add_argument(
         "--tpe-options",

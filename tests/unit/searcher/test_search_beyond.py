@@ -348,7 +348,7 @@ def test_multi_objective_reads_every_objective():
     assert len(result.trials) == 10 and result.shutdown.failure is False
 
 
-def test_asha_with_tpe_prunes_into_the_sampler():
+def test_asha_with_tpe_tells_each_trial_its_latest_rung_result():
     config = CONFIGS["asha_tpe"]
     result = simulate(config, lambda h, length, _s: h["drop"] + 1.0 / length, 4, max_concurrent=3)
     assert len(result.trials) == 10
@@ -356,11 +356,66 @@ def test_asha_with_tpe_prunes_into_the_sampler():
     assert snap["method"]["sampler"]["model"] is None  # not started: no sampler yet
     searcher = make_searcher(config, 4)
     driver = run_to_end(searcher, metric=lambda n: float((n * 7) % 5))
-    log = searcher.snapshot()["method"]["sampler"]["model"]["log"]
-    tells = [e[2] for e in log if e[0] == "tell"]
-    assert "pruned" in tells and "complete" in tells
-    assert any(e[0] == "report" for e in log)
+    state = searcher.snapshot()["method"]["sampler"]
+    assert state["stopped"] == "complete"
+    log = state["model"]["log"]
+    latest = {}  # trial number -> (step, value) of its last rung result
+    for e in log:
+        if e[0] == "report":
+            latest[e[1]] = (e[2], e[3])
+    tells = [e for e in log if e[0] == "tell"]
+    assert len(tells) == 10 and {e[2] for e in tells} == {"complete"}
+    # Every trial is told the value of the last rung it reached, stopped ones included.
+    assert all(e[3] == [latest[e[1]][1]] for e in tells)
+    assert any(latest[e[1]][0] < 32 for e in tells)  # some were stopped below the top
     assert driver.log[-1]["type"] == "shutdown"
+
+
+def test_asha_with_cmaes_still_prunes_stopped_trials():
+    config = cfg(
+        {
+            "name": "adaptive_asha",
+            "max_trials": 10,
+            "max_time": 32,
+            "time_metric": "batches",
+            "divisor": 2,
+            "max_concurrent_trials": 3,
+            "sampler": "cmaes",
+        }
+    )
+    searcher = make_searcher(config, 4)
+    run_to_end(searcher, metric=lambda n: float((n * 7) % 5))
+    state = searcher.snapshot()["method"]["sampler"]
+    assert state["stopped"] == "pruned"
+    tells = [e[2] for e in state["model"]["log"] if e[0] == "tell"]
+    assert "pruned" in tells and "complete" in tells
+
+
+def test_asha_tpe_snapshot_without_the_rule_continues_pruning_as_it_was_made():
+    # A snapshot saved before the rule was recorded told stopped trials PRUNED; a
+    # restored search keeps doing so, and a second restore mid-search changes nothing.
+    config = CONFIGS["asha_tpe"]
+    start = json.loads(json.dumps(make_searcher(config, 4).snapshot()))
+    del start["method"]["sampler"]["stopped"]
+    whole = restore_searcher(config, start)
+    whole_driver = run_to_end(whole, metric=lambda n: float((n * 7) % 5))
+    state = whole.snapshot()["method"]["sampler"]
+    assert state["stopped"] == "pruned"
+    assert "pruned" in [e[2] for e in state["model"]["log"] if e[0] == "tell"]
+
+    part = Driver(restore_searcher(config, start))
+    part.apply(part.searcher.initial_operations())
+    for n in range(12):
+        validate(part, float((n * 7) % 5))
+    mid = json.loads(json.dumps(part.searcher.snapshot()))
+    del mid["method"]["sampler"]["stopped"]
+    part.searcher = restore_searcher(config, mid)
+    n = 12
+    while not part.searcher.is_shut_down:
+        validate(part, float((n * 7) % 5))
+        n += 1
+    assert part.log == whole_driver.log
+    assert part.searcher.snapshot() == whole.snapshot()
 
 
 def test_replay_refuses_a_diverging_optuna():
