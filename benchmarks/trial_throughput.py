@@ -15,7 +15,10 @@ its searcher operation as completed, and exits. Printed per N:
   that grows with the trials already in the experiment shows as a ratio above 1): the
   benchmark reads the count of completed trials from the SQLite file itself (read-only,
   no master CPU) every 0.1 s with the master's CPU at that moment;
-- the master's resident memory (RSS) before the search and at its end;
+- the master's resident memory (RSS) before the search, when the count of completed
+  trials reached each thousand, when the experiment ended and at the end (after
+  ``GET /experiments/{id}`` and ``GET /experiments/{id}/trials``, each listing every
+  trial); and the count of trials that ended ERROR;
 - the master's requests per trial by route and SQL statements per trial by verb, with
   the wall time they took, from its ``/debug/prom/metrics`` read before and after;
 
@@ -375,17 +378,18 @@ def run_search(
             time.sleep(0.1)
     finally:
         db.close()
+    rss_ended = _rss_mb(cluster.master.pid)  # before any read of the whole experiment
     exp = cluster.get(f"/experiments/{exp_id}")["experiment"]
     state = exp["state"]
     wall = float(exp["end_time"] or time.time()) - t0
     m1 = tree_cpu_seconds(cluster.master.pid)
     a1 = _agents_cpu(cluster)
-    rss1 = _rss_mb(cluster.master.pid)
     counts1 = master_counts(cluster)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(60)
     trials = cluster.get(f"/experiments/{exp_id}/trials")["trials"]
+    rss1 = _rss_mb(cluster.master.pid)  # after two reads of every trial
     states = [t["state"] for t in trials]
     if state not in ("COMPLETED", "ERROR") or states.count("COMPLETED") == 0:
         raise RuntimeError(
@@ -416,7 +420,8 @@ def run_search(
         "last_cpu": window_cpu(samples, done - w, done),
         "done": done,
         "rss_at": {k: v for k, v in sorted(rss_at.items()) if k > 0},
-        "rss": (rss0, rss1),
+        "rss": (rss0, rss_ended, rss1),
+        "errors": states.count("ERROR"),
         "counts": {
             k: (c - counts0.get(k, (0.0, 0.0))[0], t - counts0.get(k, (0.0, 0.0))[1])
             for k, (c, t) in counts1.items()
@@ -631,11 +636,13 @@ def main() -> None:
                         f"last / first "
                         f"{last / first:.2f} (target <= 1.10)"
                     )
-                rss0, rss1 = res["rss"]
+                rss0, rss_ended, rss1 = res["rss"]
                 print(
-                    f"  master RSS               {rss0:.0f} MB before, {rss1:.0f} MB at the end "
-                    "(target <= 150 MB)"
+                    f"  master RSS               {rss0:.0f} MB before, {rss_ended:.0f} MB when "
+                    f"the experiment ended, {rss1:.0f} MB at the end, after reading it and its "
+                    f"{n:,} trials twice (target <= 150 MB)"
                 )
+                print(f"  trials ended ERROR       {res['errors']}")
                 if res["rss_at"]:
                     print(
                         "  master RSS when the count of completed trials reached "

@@ -23,7 +23,7 @@ from .context import MasterContext
 from .context_archive import read_upload
 from .det_dialect import speaks_determined
 from .errors import BadRequest, NotFound
-from .models import agents, experiment_reads, experiments, lifecycle, projects, trials
+from .models import agents, experiment_reads, experiments, lifecycle, projects
 from .models.experiment_checks import check_experiment
 from .rbac import Perm
 from .routes import (
@@ -32,7 +32,7 @@ from .routes import (
     _experiment_views,
     _get_experiment,
     _read,
-    _trial_views,
+    trial_list_response,
 )
 from .schemas import PatchExperiment
 
@@ -267,12 +267,10 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """One experiment with its trials (Determined's shape to its client)."""
     if speaks_determined(request):
         return det_views.experiment(request, exp_id)  # type: ignore[return-value]
-    with _ctx(request).db.read() as s:
-        exp = _get_experiment(s, exp_id)
-        return {
-            "experiment": _experiment_views(s, [exp])[0],
-            "trials": _trial_views(s, trials.experiment_trials(s, exp_id)),
-        }
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
+        view = _experiment_views(s, [_get_experiment(s, exp_id)])[0]
+    return trial_list_response(ctx, exp_id, view)  # type: ignore[return-value]
 
 
 @router.get("/experiments/{exp_id}/trials", response_model=R.TrialsOut)
@@ -280,9 +278,10 @@ def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The trials of an experiment (Determined's shape to its client)."""
     if speaks_determined(request):
         return det_views.experiment_trials(request, exp_id)  # type: ignore[return-value]
-    with _ctx(request).db.read() as s:
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
         _get_experiment(s, exp_id)
-        return {"trials": _trial_views(s, trials.experiment_trials(s, exp_id))}
+    return trial_list_response(ctx, exp_id)  # type: ignore[return-value]
 
 
 @router.get("/experiments/{exp_id}/checkpoints", response_model=R.CheckpointsOut)
