@@ -44,7 +44,8 @@ time and the CPU of all of Ray's processes.
 Usage::
 
     python benchmarks/trial_throughput.py [--n 10 100] [--slots 2] [--agents 1]
-        [--trial-seconds 0] [--cold] [--ray-python PATH] [--no-ray] [--profile-master DIR]
+        [--trial-seconds 0] [--cold] [--ray-python PATH] [--no-ray] [--no-optuna]
+        [--profile-master DIR]
 
 Issue 37's acceptance run: ``--n 10000 --slots 100 --agents 10 --trial-seconds 1 --no-ray``
 (total / ideal <= 1.05, last / first thousand within 10%, RSS <= 150 MB).
@@ -579,6 +580,11 @@ def main() -> None:
         ".venv-ray/bin/python at the repository root, when it exists)",
     )
     p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune baseline")
+    p.add_argument(
+        "--no-optuna",
+        action="store_true",
+        help="skip the Optuna baseline (412 s of CPU at --n 10000, after the search)",
+    )
     p.add_argument("--slots", type=int, default=2, help="artificial slots in all (default 2)")
     p.add_argument("--agents", type=int, default=1, help="agents sharing the slots (default 1)")
     p.add_argument(
@@ -662,8 +668,10 @@ def main() -> None:
                 for k, v in sorted(agent.items()):
                     if v > 0:
                         print(f"  {k + ' CPU per trial':<40} {v / n * 1000:.1f} ms")
-                base = optuna_baseline(n)
-                if base is not None:
+                base = None if args.no_optuna else optuna_baseline(n)
+                if args.no_optuna:
+                    print("  optuna: skipped (--no-optuna)")
+                elif base is not None:
                     print(
                         f"  optuna in-process        {base:.3f} s "
                         f"(ratio dauntless / optuna {res['wall'] / base:.0f}x)"
