@@ -23,7 +23,7 @@ from .context import MasterContext
 from .context_archive import read_upload
 from .det_dialect import speaks_determined
 from .errors import BadRequest, NotFound
-from .models import agents, experiment_reads, experiments, lifecycle, projects
+from .models import agents, experiment_reads, experiments, lifecycle, projects, trials
 from .models.experiment_checks import check_experiment
 from .rbac import Perm
 from .routes import (
@@ -32,6 +32,7 @@ from .routes import (
     _experiment_views,
     _get_experiment,
     _read,
+    _trial_views,
     trial_list_response,
 )
 from .schemas import PatchExperiment
@@ -271,6 +272,21 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     with ctx.db.read() as s:
         view = _experiment_views(s, [_get_experiment(s, exp_id)])[0]
     return trial_list_response(ctx, exp_id, view)  # type: ignore[return-value]
+
+
+def experiment_detail(request: Request, exp_id: int) -> dict[str, Any]:
+    """``GET /experiments/{id}``'s body built whole, as a dict (the live stream's event,
+    :mod:`.routes_stream`, which sends it only when the experiment changed).
+
+    Raises:
+        NotFound: no such experiment.
+    """
+    with _ctx(request).db.read() as s:
+        exp = _get_experiment(s, exp_id)
+        return {
+            "experiment": _experiment_views(s, [exp])[0],
+            "trials": _trial_views(s, trials.experiment_trials(s, exp_id)),
+        }
 
 
 @router.get("/experiments/{exp_id}/trials", response_model=R.TrialsOut)
