@@ -15,7 +15,10 @@ its searcher operation as completed, and exits. Printed per N:
   that grows with the trials already in the experiment shows as a ratio above 1): the
   benchmark reads the count of completed trials from the SQLite file itself (read-only,
   no master CPU) every 0.1 s with the master's CPU at that moment;
-- the master's resident memory (RSS) before the search and at its end;
+- the master's resident memory (RSS) before the search, when the count of completed
+  trials reached each thousand, when the experiment ended and at the end (after
+  ``GET /experiments/{id}`` and ``GET /experiments/{id}/trials``, each listing every
+  trial); and the count of trials that ended ERROR;
 - the master's requests per trial by route and SQL statements per trial by verb, with
   the wall time they took, from its ``/debug/prom/metrics`` read before and after;
 
@@ -41,7 +44,8 @@ time and the CPU of all of Ray's processes.
 Usage::
 
     python benchmarks/trial_throughput.py [--n 10 100] [--slots 2] [--agents 1]
-        [--trial-seconds 0] [--cold] [--ray-python PATH] [--no-ray] [--profile-master DIR]
+        [--trial-seconds 0] [--cold] [--ray-python PATH] [--no-ray] [--no-optuna]
+        [--profile-master DIR]
 
 Issue 37's acceptance run: ``--n 10000 --slots 100 --agents 10 --trial-seconds 1 --no-ray``
 (total / ideal <= 1.05, last / first thousand within 10%, RSS <= 150 MB).
@@ -375,17 +379,18 @@ def run_search(
             time.sleep(0.1)
     finally:
         db.close()
+    rss_ended = _rss_mb(cluster.master.pid)  # before any read of the whole experiment
     exp = cluster.get(f"/experiments/{exp_id}")["experiment"]
     state = exp["state"]
     wall = float(exp["end_time"] or time.time()) - t0
     m1 = tree_cpu_seconds(cluster.master.pid)
     a1 = _agents_cpu(cluster)
-    rss1 = _rss_mb(cluster.master.pid)
     counts1 = master_counts(cluster)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(60)
     trials = cluster.get(f"/experiments/{exp_id}/trials")["trials"]
+    rss1 = _rss_mb(cluster.master.pid)  # after two reads of every trial
     states = [t["state"] for t in trials]
     if state not in ("COMPLETED", "ERROR") or states.count("COMPLETED") == 0:
         raise RuntimeError(
@@ -416,7 +421,8 @@ def run_search(
         "last_cpu": window_cpu(samples, done - w, done),
         "done": done,
         "rss_at": {k: v for k, v in sorted(rss_at.items()) if k > 0},
-        "rss": (rss0, rss1),
+        "rss": (rss0, rss_ended, rss1),
+        "errors": states.count("ERROR"),
         "counts": {
             k: (c - counts0.get(k, (0.0, 0.0))[0], t - counts0.get(k, (0.0, 0.0))[1])
             for k, (c, t) in counts1.items()
@@ -574,6 +580,11 @@ def main() -> None:
         ".venv-ray/bin/python at the repository root, when it exists)",
     )
     p.add_argument("--no-ray", action="store_true", help="skip the Ray Tune baseline")
+    p.add_argument(
+        "--no-optuna",
+        action="store_true",
+        help="skip the Optuna baseline (412 s of CPU at --n 10000, after the search)",
+    )
     p.add_argument("--slots", type=int, default=2, help="artificial slots in all (default 2)")
     p.add_argument("--agents", type=int, default=1, help="agents sharing the slots (default 1)")
     p.add_argument(
@@ -631,11 +642,13 @@ def main() -> None:
                         f"last / first "
                         f"{last / first:.2f} (target <= 1.10)"
                     )
-                rss0, rss1 = res["rss"]
+                rss0, rss_ended, rss1 = res["rss"]
                 print(
-                    f"  master RSS               {rss0:.0f} MB before, {rss1:.0f} MB at the end "
-                    "(target <= 150 MB)"
+                    f"  master RSS               {rss0:.0f} MB before, {rss_ended:.0f} MB when "
+                    f"the experiment ended, {rss1:.0f} MB at the end, after reading it and its "
+                    f"{n:,} trials twice (target <= 150 MB)"
                 )
+                print(f"  trials ended ERROR       {res['errors']}")
                 if res["rss_at"]:
                     print(
                         "  master RSS when the count of completed trials reached "
@@ -655,8 +668,10 @@ def main() -> None:
                 for k, v in sorted(agent.items()):
                     if v > 0:
                         print(f"  {k + ' CPU per trial':<40} {v / n * 1000:.1f} ms")
-                base = optuna_baseline(n)
-                if base is not None:
+                base = None if args.no_optuna else optuna_baseline(n)
+                if args.no_optuna:
+                    print("  optuna: skipped (--no-optuna)")
+                elif base is not None:
                     print(
                         f"  optuna in-process        {base:.3f} s "
                         f"(ratio dauntless / optuna {res['wall'] / base:.0f}x)"

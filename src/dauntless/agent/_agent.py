@@ -50,7 +50,7 @@ from dauntless.compat import SHIM_PATH as COMPAT_SHIM_PATH
 from dauntless.config import AgentConfig, TaskIdentity
 from dauntless.config._experiment import ENTRYPOINT_CLASS_RE
 
-from ._fence import FENCE_FRACTION, Fence, connection_refused
+from ._fence import FENCE_FRACTION, Fence, connection_refused, master_accepts
 from ._identity import (
     AgentIdentity,
     TaskUser,
@@ -369,8 +369,21 @@ class Agent:
 
     def _watch_fence(self, stop: threading.Event, period: float = 0.2) -> None:
         """Check the fence every ``period`` seconds until ``stop`` (a thread of its own:
-        a heartbeat may hang for its whole timeout in a partition)."""
+        a heartbeat may hang for its whole timeout in a partition). While the master is
+        silent, probe whether its host accepts connections: one that does is busy or
+        stopped, not cut off (:mod:`dauntless.agent._fence`)."""
+        said_at = float("-inf")  # the probe's warning: at most once a minute
         while not stop.wait(period):
+            timeout = self.fence.probe_timeout()
+            if timeout is not None and master_accepts(self.config.master_url, timeout):
+                if time.monotonic() - said_at >= 60.0:
+                    said_at = time.monotonic()
+                    log.warning(
+                        "the master has not answered for %.0f s but accepts connections: "
+                        "it is busy or stopped, not cut off; the tasks keep running",
+                        self.fence.silent_for(),
+                    )
+                self.fence.reachable()
             if self.fence.due():
                 self.fence_tasks()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -28,6 +29,7 @@ from .context import MasterContext
 from .db import ClusterRow, Database
 from .det_dialect import CreatedAsOK
 from .fold_worker import FoldWorker
+from .heartbeats import watch_intake
 from .master_ops import MasterLogBuffer
 from .metric_series import MetricFolder
 from .models.operations import ClusterMessageCache, LogCleanup
@@ -257,11 +259,15 @@ def create_app(
         folder.start()
         shipper = Shipper(db, config.webhooks, ctx.webhooks.key, ctx.webhooks.wake, ctx.clock)
         shipper.start()  # webhook events, delivered in the background
+        intake = None
         if run_loop:
             thread = threading.Thread(
                 target=loop.run_loop, args=(ctx, stop), name="control-loop", daemon=True
             )
             thread.start()
+            # The reaper's view of whether this loop, which takes in the agents'
+            # beats, stood still (dauntless.master.heartbeats).
+            intake = asyncio.create_task(watch_intake(ctx.heartbeats, ctx.clock))
         if freeze_heap:
             freeze_startup_heap()
         log.info(
@@ -274,6 +280,8 @@ def create_app(
         try:
             yield
         finally:
+            if intake is not None:
+                intake.cancel()
             stop.set()
             ctx.wake.set()
             folder.close()

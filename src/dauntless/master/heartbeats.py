@@ -19,6 +19,18 @@ before it reaps lost agents, and the reaper also spares an agent whose last beat
 memory is fresh (one that beat between the flush and the reap). Agent views show the
 later of the row's time and the one in memory.
 
+**A master that stood still** (issue 37: stopped, or starved of CPU on an overloaded
+host) is like one that restarted: it declares no agent lost for its own absence. A task
+on the event loop (:func:`watch_intake`) ticks every :data:`TICK_SECONDS`; a tick later
+than :data:`STALL_SECONDS` means the master took in no request meanwhile, so every
+agent gets a fresh deadline of ``agent_timeout`` from the tick
+(:meth:`Heartbeats.deadline_from`), and while the ticks are overdue the reaper declares
+no agent lost at all (:meth:`Heartbeats.intake_stalled`: after a SIGSTOP the control
+loop may run before the event loop has read the beats that waited). A beat that takes
+the full path counts from when it arrived on the event loop, not from when a worker
+thread got to it (:meth:`Heartbeats.arrived`). The agents' side of the same rule:
+:mod:`dauntless.agent._fence`.
+
 **Master restarts.** Beats answered in the last second before a crash may never reach
 the database. That does not make a live agent look lost after a restart: at start the
 master gives every ACTIVE agent a fresh deadline of ``agent_timeout`` from then
@@ -30,7 +42,11 @@ not needed after a restart either: the first beat of each agent takes the full p
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +55,15 @@ from sqlalchemy.orm import Session
 
 from .db import AgentRow, AllocationRow, Database
 from .db.changes import Version
+
+log = logging.getLogger("dauntless.master")
+
+TICK_SECONDS = 0.5
+"""Seconds between two ticks of :func:`watch_intake`."""
+
+STALL_SECONDS = 5.0
+"""A tick this many seconds after the one before it (monotonic) means the master's
+event loop, which takes in every request, stood still."""
 
 ANSWER_MAX_AGE = 60.0
 """Seconds a remembered answer is given back at most before the full path runs again:
@@ -80,6 +105,8 @@ class Heartbeats:
         self._latest: dict[str, float] = {}  # agent id -> its last beat (epoch s)
         self._pending: dict[str, float] = {}  # beats not yet in the database
         self._answers: dict[str, _Answer] = {}
+        self._ticked: float | None = None  # the last tick (monotonic s); None: no ticks
+        self._resumed_at = float("-inf")  # the end of the last stall (epoch s)
 
     def stamp(self, agent_id: str) -> Stamp:
         """The change counts of ``agent_id``'s row and parts; read it *before* the full
@@ -144,6 +171,47 @@ class Heartbeats:
             if pending:
                 self._pending[agent_id] = max(now, self._pending.get(agent_id, now))
 
+    def arrived(self, agent_id: str, now: float) -> None:
+        """A beat of ``agent_id`` arrived at ``now`` (epoch s) and takes the full path:
+        the agent is alive from now, however long the worker threads take to get to it
+        (recorded as :meth:`beat` with ``pending``)."""
+        self.beat(agent_id, now, pending=True)
+
+    def tick(self, mono: float, now: float) -> float:
+        """A tick of :func:`watch_intake` at ``mono`` (monotonic s) and ``now`` (the
+        master's clock, epoch s). When it comes more than :data:`STALL_SECONDS` after
+        the previous one, the intake stood still: every agent's deadline runs from
+        ``now`` (:meth:`deadline_from`).
+
+        Returns:
+            The seconds the intake stood still (0.0 when it did not).
+        """
+        with self._lock:
+            gap = 0.0 if self._ticked is None else mono - self._ticked
+            self._ticked = mono
+            if gap <= STALL_SECONDS:
+                return 0.0
+            self._resumed_at = max(self._resumed_at, now)
+        log.warning(
+            "the master took in no request for %.1f s (stopped, or starved of CPU): "
+            "every agent gets a fresh agent_timeout from now",
+            gap,
+        )
+        return gap
+
+    def intake_stalled(self, mono: float) -> bool:
+        """Whether the intake stands still at ``mono`` (monotonic s): ticks come (the
+        master serves) and the last one is over :data:`STALL_SECONDS` old. No agent may
+        be declared lost then: its beats may be waiting to be read."""
+        with self._lock:
+            return self._ticked is not None and mono - self._ticked > STALL_SECONDS
+
+    def deadline_from(self, agent_id: str, stored: float) -> float:
+        """The time (epoch s) from which ``agent_id``'s ``agent_timeout`` runs: the later
+        of its last beat (:meth:`last_heartbeat`) and the end of the master's last
+        stall (:meth:`tick`)."""
+        return max(self.last_heartbeat(agent_id, stored), self._resumed_at)
+
     def latest(self, agent_id: str) -> float | None:
         """The time (epoch s) of ``agent_id``'s last beat seen by this master since it
         started; None for none."""
@@ -176,3 +244,15 @@ class Heartbeats:
         )
         s.connection().execute(stmt, [{"agent": a, "beat": t} for a, t in pending.items()])
         return len(pending)
+
+
+async def watch_intake(
+    beats: Heartbeats, clock: Callable[[], float], period: float = TICK_SECONDS
+) -> None:
+    """Tick ``beats`` (:meth:`Heartbeats.tick`) every ``period`` seconds, with the
+    monotonic time and ``clock()`` (the master's clock, epoch s), until cancelled. Run
+    it on the event loop that serves the master's requests: its ticks stop when that
+    loop stands still."""
+    while True:
+        beats.tick(time.monotonic(), clock())
+        await asyncio.sleep(period)

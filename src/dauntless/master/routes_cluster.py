@@ -230,6 +230,8 @@ async def agent_heartbeat(
             # kill), without the response model's validation of every answer.
             answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}
             return JSONResponse(answer)
+    # Alive from now, however long the worker threads take to get to this beat.
+    ctx.heartbeats.arrived(agent_id, ctx.clock())
     return await run_in_threadpool(_heartbeat, request, reporter, agent_id, body)
 
 

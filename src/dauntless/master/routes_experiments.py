@@ -33,6 +33,7 @@ from .routes import (
     _get_experiment,
     _read,
     _trial_views,
+    trial_list_response,
 )
 from .schemas import PatchExperiment
 
@@ -267,6 +268,19 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     """One experiment with its trials (Determined's shape to its client)."""
     if speaks_determined(request):
         return det_views.experiment(request, exp_id)  # type: ignore[return-value]
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
+        view = _experiment_views(s, [_get_experiment(s, exp_id)])[0]
+    return trial_list_response(ctx, exp_id, view)  # type: ignore[return-value]
+
+
+def experiment_detail(request: Request, exp_id: int) -> dict[str, Any]:
+    """``GET /experiments/{id}``'s body built whole, as a dict (the live stream's event,
+    :mod:`.routes_stream`, which sends it only when the experiment changed).
+
+    Raises:
+        NotFound: no such experiment.
+    """
     with _ctx(request).db.read() as s:
         exp = _get_experiment(s, exp_id)
         return {
@@ -280,9 +294,10 @@ def get_experiment_trials(exp_id: DbId, request: Request) -> dict[str, Any]:
     """The trials of an experiment (Determined's shape to its client)."""
     if speaks_determined(request):
         return det_views.experiment_trials(request, exp_id)  # type: ignore[return-value]
-    with _ctx(request).db.read() as s:
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
         _get_experiment(s, exp_id)
-        return {"trials": _trial_views(s, trials.experiment_trials(s, exp_id))}
+    return trial_list_response(ctx, exp_id)  # type: ignore[return-value]
 
 
 @router.get("/experiments/{exp_id}/checkpoints", response_model=R.CheckpointsOut)

@@ -63,7 +63,7 @@ from .routes_charts import experiment_summary
 from .routes_cluster import list_agents
 from .routes_experiment_list import ListRequest, list_request, with_limit
 from .routes_experiment_list import experiment_list_page as experiments_page
-from .routes_experiments import get_experiment
+from .routes_experiments import experiment_detail
 from .routes_trials import get_trial_logs
 from .stream_framing import dumps_json, sse_event
 
@@ -349,7 +349,7 @@ async def stream_experiment(
 
     def read() -> tuple[str, Any] | None:
         try:
-            return "experiment", get_experiment(exp_id, request)
+            return "experiment", experiment_detail(request, exp_id)
         except NotFound:
             return None
 

@@ -1,15 +1,28 @@
 """The agent's fence (issue 36): when an agent cut off from its master ends its tasks,
-decided on a fake clock; and which failures count as a master that is down."""
+decided on a fake clock; which failures count as a master that is down; and the probe
+that tells a busy or stopped master from a partition (issue 37)."""
 
 from __future__ import annotations
 
 import errno
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import httpx
 import pytest
 
-from dauntless.agent._fence import FENCE_FRACTION, Fence, connection_refused
+from dauntless.agent._fence import (
+    FENCE_FRACTION,
+    PROBE_FRACTION,
+    PROBE_SECONDS,
+    Fence,
+    connection_refused,
+    master_accepts,
+)
 
 
 class Clock:
@@ -92,3 +105,54 @@ def test_connection_refused_is_told_from_other_failures() -> None:
     assert not connection_refused(httpx.ConnectTimeout("timed out"))
     assert not connection_refused(OSError(errno.EHOSTUNREACH, "No route to host"))
     assert not connection_refused(httpx.ReadTimeout("read timed out"))
+
+
+def test_probes_start_at_half_the_fence_time_and_a_connect_restarts_the_clock() -> None:
+    clock = Clock()
+    fence = Fence(clock)
+    assert fence.probe_timeout() is None, "timeout unknown: no probe"
+    fence.answered(clock(), 8.0)  # fence at 6 s of silence, probes from 3 s
+    clock.t += PROBE_FRACTION * FENCE_FRACTION * 8.0 - 0.01
+    assert fence.probe_timeout() is None
+    clock.t += 0.01
+    assert fence.probe_timeout() == pytest.approx(0.6), "a tenth of the fence's time"
+    assert fence.probe_timeout() is None, "one probe per PROBE_SECONDS"
+    for _ in range(30):  # a master stopped for 30 s whose host accepts every probe
+        clock.t += PROBE_SECONDS
+        if fence.probe_timeout() is not None:
+            fence.reachable()
+        assert not fence.due()
+    # Probes that do not connect (a partition) leave the clock where it was.
+    for _ in range(5):
+        clock.t += PROBE_SECONDS
+        assert fence.probe_timeout() is not None
+    clock.t += 1.0
+    assert fence.due()
+    assert fence.probe_timeout() is None, "fenced: nothing more to decide"
+    fence.answered(clock(), 200.0)
+    clock.t += 100.0
+    assert fence.probe_timeout() == 1.0, "at most 1 s"
+
+
+def test_master_accepts_a_listening_port_also_of_a_stopped_process(tmp_path) -> None:
+    # A child process listening on a port, then stopped (SIGSTOP): the kernel still
+    # completes the handshake. A closed port is refused; a URL without a host is an error.
+    code = (
+        "import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)\n"
+        "print(s.getsockname()[1], flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        assert master_accepts(f"http://127.0.0.1:{port}", 2.0)
+        assert time.monotonic() - started < 2.0
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not master_accepts(f"http://127.0.0.1:{port}", 2.0), "no listener: refused"
+    with pytest.raises(ValueError, match="no host"):
+        master_accepts("unix:///tmp/x", 1.0)

@@ -15,7 +15,7 @@ from dauntless.config import MasterConfig
 from dauntless.master import loop
 from dauntless.master.app import create_app
 from dauntless.master.db import AgentRow, AllocationRow
-from dauntless.master.heartbeats import ANSWER_MAX_AGE
+from dauntless.master.heartbeats import ANSWER_MAX_AGE, STALL_SECONDS
 from dauntless.master.testing import model_def_tarball, register_agent, sign_in
 
 CONFIG = """
@@ -189,3 +189,41 @@ def test_a_restarted_master_gives_agents_a_fresh_deadline(tmp_path, db_url):
         loop.schedule_pass(ctx, maintenance=True)
         with ctx.db.read() as s:
             assert s.get_one(AgentRow, "a1").state == "LOST"
+
+
+def test_time_the_master_stood_still_does_not_count_against_its_agents(master):
+    """Issue 37: a master stopped (SIGSTOP) or starved of CPU past ``agent_timeout``
+    declared its agents lost the moment it ran again, before it read their beats."""
+    client, ctx, _, beat, t0 = master
+    beats = ctx.heartbeats
+    beat([], t0)
+    assert beats.tick(time.monotonic(), t0) == 0.0  # the intake's ticks start
+    assert beats.tick(time.monotonic() + STALL_SECONDS - 0.5, t0) == 0.0  # late, not stalled
+    # The last tick 40 s ago: the intake stands still now, and no agent is reaped.
+    beats.tick(time.monotonic() - 40.0, t0)
+    assert beats.intake_stalled(time.monotonic())
+    ctx.clock = lambda: t0 + 40
+    loop.schedule_pass(ctx, maintenance=True)
+    assert _state(client) == "ACTIVE"
+    # The next tick ends the stall: every agent's timeout runs from then.
+    assert beats.tick(time.monotonic(), t0 + 40) == pytest.approx(40.0, abs=1.0)
+    assert not beats.intake_stalled(time.monotonic())
+    ctx.clock = lambda: t0 + 40 + 29
+    loop.schedule_pass(ctx, maintenance=True)
+    assert _state(client) == "ACTIVE"
+    # An agent that stays silent after the stall is lost as before.
+    ctx.clock = lambda: t0 + 40 + 31
+    loop.schedule_pass(ctx, maintenance=True)
+    assert _state(client) == "LOST"
+
+
+def test_a_beat_counts_from_its_arrival(master):
+    """A beat that takes the full path is alive from when it arrived, however long the
+    worker threads take to get to it."""
+    _, ctx, _, beat, t0 = master
+    beat([], t0)
+    ctx.heartbeats.arrived("a1", t0 + 20)
+    assert ctx.heartbeats.deadline_from("a1", t0) == t0 + 20
+    ctx.clock = lambda: t0 + 45
+    loop.schedule_pass(ctx, maintenance=True)  # 25 s after the arrival: not lost
+    assert _stored_beat(ctx) == t0 + 20  # written by the loop, as beats from memory

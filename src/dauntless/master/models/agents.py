@@ -6,6 +6,7 @@ and slots, and the resource pool overview (seed 004; reference §5).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from sqlalchemy import select, update
@@ -333,7 +334,8 @@ def refresh_heartbeats(s: Session, now: float) -> None:
 
 def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
     """Mark ACTIVE agents whose heartbeats stopped for ``agent_timeout`` LOST and end
-    their live allocation parts (the trials restart elsewhere)."""
+    their live allocation parts (the trials restart elsewhere). Time the master itself
+    stood still does not count (:mod:`dauntless.master.heartbeats`)."""
     # Only the lost ones are loaded (issue 37: decoding every agent's row, slots and
     # all, each second cost 1,000 agents a third of the maintenance pass).
     stale = select(AgentRow).where(
@@ -341,9 +343,12 @@ def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
         AgentRow.last_heartbeat < now - ctx.config.agent_timeout,
     )
     ctx.heartbeats.flush(s)  # the beats answered from memory since the last pass
+    if ctx.heartbeats.intake_stalled(time.monotonic()):
+        return  # the master itself stood still: its agents' beats may be waiting
     for agent in s.scalars(stale).all():
-        # One that beat after the flush is alive, its time not in the row yet.
-        last = ctx.heartbeats.last_heartbeat(agent.id, agent.last_heartbeat)
+        # One that beat after the flush is alive, its time not in the row yet; after a
+        # stall of the master's own, every agent's deadline runs from its end.
+        last = ctx.heartbeats.deadline_from(agent.id, agent.last_heartbeat)
         if now - last > ctx.config.agent_timeout:
             log.warning(
                 "agent %s missed heartbeats for %.0f s: lost",

@@ -95,13 +95,36 @@ def read_trial(session: Session, trial_id: int) -> TrialRow:
     return trial
 
 
-def experiment_trials(session: Session, exp_id: int) -> list[TrialRow]:
-    """Every trial of the experiment, by id (none for an unknown experiment)."""
-    return list(
-        session.scalars(
-            select(TrialRow).where(TrialRow.experiment_id == exp_id).order_by(TrialRow.id)
+def experiment_trials(
+    session: Session, exp_id: int, after: int = 0, limit: int | None = None
+) -> list[TrialRow]:
+    """The trials of the experiment by id (none for an unknown experiment): every one,
+    or with ``limit`` at most that many whose id is above ``after`` (one page of a
+    list read page by page, :func:`dauntless.master.routes.trial_list_response`)."""
+    query = select(TrialRow).where(TrialRow.experiment_id == exp_id, TrialRow.id > after)
+    return list(session.scalars(query.order_by(TrialRow.id).limit(limit)))
+
+
+def trial_counts_and_bests(
+    session: Session, exp_ids: list[int]
+) -> dict[int, tuple[int, float | None, float | None]]:
+    """``{experiment id: (trials, smallest best validation, largest)}`` of the
+    experiments ``exp_ids`` that have trials, aggregated by the database (issue 37: an
+    experiment's view read one row per trial, 10,000 for a large search); the extremes
+    are None when no trial has validated."""
+    if not exp_ids:
+        return {}
+    rows = session.execute(
+        select(
+            TrialRow.experiment_id,
+            func.count(),
+            func.min(TrialRow.best_validation),
+            func.max(TrialRow.best_validation),
         )
+        .where(TrialRow.experiment_id.in_(exp_ids))
+        .group_by(TrialRow.experiment_id)
     )
+    return {e: (int(n), lo, hi) for e, n, lo, hi in rows}
 
 
 def trial_bests(session: Session, exp_ids: list[int]) -> list[tuple[int, int, float | None]]:
