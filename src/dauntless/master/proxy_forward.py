@@ -24,6 +24,8 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from dauntless._tls import default_ssl_context
+
 log = logging.getLogger("dauntless.master.proxy")
 
 HOP_BY_HOP = frozenset(
@@ -212,9 +214,18 @@ async def forward_ws(ws: WebSocket, row: Any, base: str) -> None:
 
 def proxy_client() -> httpx.AsyncClient:
     """The proxy's client: no overall timeout (a long poll or a big download may take
-    as long as it takes), 10 s to connect, redirects passed to the browser as they are."""
+    as long as it takes), 10 s to connect, redirects passed to the browser as they are.
+
+    Certificates are checked with the process's one default context, httpx's (certifi,
+    or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` where set)
+    (:func:`dauntless._tls.default_ssl_context`): building one per client cost each
+    master application about 25–50 ms of CPU, which the tests, building hundreds of
+    applications in one process, paid every time."""
     return httpx.AsyncClient(
-        timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False, trust_env=False
+        timeout=httpx.Timeout(None, connect=10.0),
+        follow_redirects=False,
+        trust_env=False,
+        verify=default_ssl_context(),
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from argon2 import PasswordHasher
+from databases import migrated_sqlite
 
 from dauntless import _http
 from dauntless.cli import _util
@@ -47,7 +48,8 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    """The real master in this process (SQLite under ``tmp_path``), with its parties.
+    """The real master in this process (SQLite in ``tmp_path``, its data directory
+    ``tmp_path/master``), with its parties.
 
     Its passwords are hashed with argon2id at the library's smallest costs: each test's
     master hashes the built-in users' passwords and checks every sign-in, and at the
@@ -57,7 +59,9 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster
     monkeypatch.setattr(
         auth_secrets, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
     )
-    with serve(str(tmp_path / "master")) as live:
+    # The database at the schema's head (tests/databases.py): the master skips Alembic.
+    db_url = migrated_sqlite(tmp_path / "dauntless.db")
+    with serve(str(tmp_path / "master"), db_url=db_url) as live:
         c = Cluster(live.url, live.app)
         try:
             yield c

@@ -134,7 +134,7 @@ def test_twenty_actions_by_three_users_then_a_deleted_row_is_named(
     assert "The audit trail is intact" in out
 
     victim = sorted(e["id"] for e in changes)[len(changes) // 2]
-    db = sqlite3.connect(Path(cluster.app.state.config.data_dir) / "dauntless.db")
+    db = sqlite3.connect(cluster.app.state.ctx.db.engine.url.database)
     with db:
         assert db.execute("DELETE FROM audit_log WHERE id = ?", (victim,)).rowcount == 1
     db.close()

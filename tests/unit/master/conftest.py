@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from databases import fresh_postgres_database, postgres_available
+from databases import fresh_postgres_database, migrated_sqlite, postgres_available
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
@@ -15,17 +15,30 @@ from dauntless.master.context import MasterContext
 from dauntless.master.testing import sign_in
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The master's database: a SQLite file in ``tmp_path``, or a fresh PostgreSQL
-    database of its own (skipped, saying why, where PostgreSQL is not reachable)."""
+def _database(request: pytest.FixtureRequest, tmp_path: Path, migrated: bool) -> Iterator[str]:
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/dauntless.db"
+        path = tmp_path / "dauntless.db"
+        yield migrated_sqlite(path) if migrated else f"sqlite:///{path}"
         return
     if not postgres_available():
         pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432 (user postgres, db test)")
-    with fresh_postgres_database() as url:
+    with fresh_postgres_database(migrated=migrated) as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The master's database, at the schema's head (a copy of a template migrated once
+    per test process, tests/databases.py): a SQLite file ``tmp_path/dauntless.db``, or
+    a PostgreSQL database of its own (skipped, saying why, where PostgreSQL is not
+    reachable)."""
+    yield from _database(request, tmp_path, migrated=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """As ``db_url`` but empty, for tests of the migrations themselves."""
+    yield from _database(request, tmp_path, migrated=False)
 
 
 @pytest.fixture()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from argon2 import PasswordHasher
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, select, update
 
@@ -124,6 +125,7 @@ def master(tmp_path, monkeypatch):
     monkeypatch.setattr(
         auth_secrets, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
     )
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18083), run_loop=False)
     with TestClient(app) as client:
         yield client, app
@@ -200,7 +202,7 @@ def test_user_changes_and_sign_ins_are_audited_not_machine_reports(master):
     }
 
 
-def test_migration_0015_keeps_sessions_and_users_and_goes_back(db_url):
+def test_migration_0015_keeps_sessions_and_users_and_goes_back(empty_db_url):
     """A database of 0009 with a user and a login session upgrades (the session is a
     USER_SESSION, the user not remote) and downgrades again (access tokens dropped)."""
     from alembic import command
@@ -208,7 +210,7 @@ def test_migration_0015_keeps_sessions_and_users_and_goes_back(db_url):
 
     from dauntless.master.db.engine import _alembic_config, make_engine, upgrade
 
-    engine = make_engine(db_url)
+    engine = make_engine(empty_db_url)
     config = _alembic_config(engine)
     command.upgrade(config, "0009")
     with engine.begin() as conn:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from argon2 import PasswordHasher
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 from sqlalchemy import event, select, text
 
@@ -144,6 +145,7 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(
         auth_secrets, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
     )
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         yield World(client, app)

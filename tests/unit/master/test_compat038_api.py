@@ -5,6 +5,7 @@ validation metrics, continue and fork."""
 from __future__ import annotations
 
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
@@ -25,6 +26,7 @@ searcher:
 
 @pytest.fixture()
 def master(tmp_path):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)

@@ -8,6 +8,8 @@ import sys
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from databases import fresh_postgres_database, migrated_sqlite, postgres_available
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 
 from dauntless.master.db import (
@@ -118,6 +120,55 @@ def test_migrate_in_child_leaves_errors_to_the_parent(tmp_path):
         timeout=120,
     )
     assert out.stdout.split("\n")[:2] == ["child False", "error SchemaError"], out.stderr
+
+
+def _mask_time(value: object) -> object:
+    return "<time>" if isinstance(value, float) and 1e9 < value < 1e11 else value
+
+
+def _schema_and_rows(url: str) -> tuple[list, dict]:
+    """What ``upgrade head`` leaves in a database: its tables' columns and indexes (by
+    SQLAlchemy's inspector) and every table's rows, with the times the migrations
+    stamped (epoch seconds as floats) masked: a copy's are its template's."""
+    db = Database(url)
+    try:
+        inspector = sa_inspect(db.engine)
+        schema, rows = [], {}
+        with db.engine.connect() as conn:
+            for table in sorted(inspector.get_table_names()):
+                columns = [(c["name"], str(c["type"])) for c in inspector.get_columns(table)]
+                indexes = sorted(
+                    (i["name"], tuple(i["column_names"])) for i in inspector.get_indexes(table)
+                )
+                schema.append((table, columns, indexes))
+                found = conn.execute(text(f'SELECT * FROM "{table}"'))
+                rows[table] = sorted((tuple(map(_mask_time, row)) for row in found), key=repr)
+        return schema, rows
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_tests_migrated_databases_equal_a_fresh_migration(tmp_path, kind):
+    """tests/databases.py hands unit-test masters copies of one database migrated per
+    process: each copy must hold what migrating an empty database writes (schema, the
+    built-in users, the default workspace and project), and the master then skips
+    Alembic."""
+    if kind == "sqlite":
+        fresh = f"sqlite:///{tmp_path}/fresh.db"
+        Database(fresh).migrate()
+        assert _schema_and_rows(migrated_sqlite(tmp_path / "copy.db")) == _schema_and_rows(fresh)
+        assert schema_at_head(Database(f"sqlite:///{tmp_path}/copy.db").engine)
+        with pytest.raises(FileExistsError):
+            migrated_sqlite(tmp_path / "copy.db")  # never over a database a test wrote
+        return
+    if not postgres_available():
+        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432 (user postgres, db test)")
+    with fresh_postgres_database() as fresh, fresh_postgres_database(migrated=True) as copy:
+        assert current_revision(Database(fresh).engine) is None
+        Database(fresh).migrate()
+        assert _schema_and_rows(copy) == _schema_and_rows(fresh)
+        assert schema_at_head(Database(copy).engine)
 
 
 def test_write_rolls_back_on_error(tmp_path):

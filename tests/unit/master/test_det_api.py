@@ -12,6 +12,7 @@ import json
 import tarfile
 
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
@@ -39,6 +40,7 @@ def _prehash(password: str) -> str:
 
 @pytest.fixture()
 def master(tmp_path):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from databases import migrated_sqlite
 
 from dauntless.config import parse_experiment_config
 from dauntless.config._experiment import ConfigError, parse_size
@@ -201,6 +202,7 @@ def master(tmp_path):
     from dauntless.master.app import create_app
     from dauntless.master.testing import sign_in
 
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)

@@ -288,7 +288,7 @@ def test_parse_condition_and_hparam_rows() -> None:
     ]
 
 
-def test_migration_0022_indexes_existing_experiments(db_url: str, tmp_path) -> None:
+def test_migration_0022_indexes_existing_experiments(empty_db_url: str, tmp_path) -> None:
     """A database at the previous head gets its experiments indexed by 0022 (searcher
     columns, labels, the best trial and its hyperparameters), and 0022 downgrades."""
     import json
@@ -300,7 +300,7 @@ def test_migration_0022_indexes_existing_experiments(db_url: str, tmp_path) -> N
     from dauntless.master.db import Database
     from dauntless.master.db.engine import MIGRATIONS_DIR
 
-    db = Database(db_url)
+    db = Database(empty_db_url)
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["engine"] = db.engine

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
@@ -247,6 +248,7 @@ def test_gc_rule_experiment_best_and_zeros():
 
 @pytest.mark.parametrize("first", ["pause", "cancel", "kill", "complete"])
 def test_every_action_in_every_state_is_2xx_or_409_never_500(tmp_path, first):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app, raise_server_exceptions=False) as client:
         sign_in(client)

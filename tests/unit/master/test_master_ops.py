@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 from argon2 import PasswordHasher
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 
@@ -27,6 +28,7 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(
         auth_secrets, "_hasher", PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
     )
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     config = MasterConfig(
         data_dir=str(tmp_path),
         port=18083,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
@@ -31,6 +32,7 @@ class Clock:
 @pytest.fixture()
 def master(tmp_path):
     # Agents are never lost here: the clock jumps by hours without heartbeats.
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     config = MasterConfig(data_dir=str(tmp_path), port=18080, agent_timeout=1e9)
     app = create_app(config, run_loop=False)
     with TestClient(app) as client:

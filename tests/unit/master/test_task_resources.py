@@ -6,6 +6,7 @@ the task's memory request and the over-request flag."""
 from __future__ import annotations
 
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.config import MasterConfig
@@ -17,6 +18,7 @@ from dauntless.master.testing import register_agent, sign_in
 
 @pytest.fixture()
 def master(tmp_path):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18082), run_loop=False)
     with TestClient(app) as client:
         sign_in(client, "determined")

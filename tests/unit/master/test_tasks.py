@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.cli._tasks import parse_override
@@ -22,6 +23,7 @@ from dauntless.storage._fs import SharedFSStorageManager
 
 @pytest.fixture()
 def master(tmp_path):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18081), run_loop=False)
     with TestClient(app) as client:
         sign_in(client, "determined")

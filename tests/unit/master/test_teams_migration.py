@@ -84,7 +84,8 @@ def _database_at_0009(url: str) -> None:
     db.dispose()
 
 
-def test_upgrade_from_0009_keeps_everyone_s_rights(db_url: str, tmp_path: Path) -> None:
+def test_upgrade_from_0009_keeps_everyone_s_rights(empty_db_url: str, tmp_path: Path) -> None:
+    db_url = empty_db_url
     _database_at_0009(db_url)
     for authz in ("basic", "rbac"):
         config = MasterConfig(

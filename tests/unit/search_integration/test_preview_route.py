@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 import dauntless.searcher._preview as searcher_preview
@@ -63,6 +64,7 @@ searcher:
 
 @pytest.fixture()
 def client(tmp_path):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as c:
         sign_in(c)

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.cli import experiment as experiment_cmd
@@ -65,6 +66,7 @@ class _InProcessSession:
 
 @pytest.fixture()
 def master(tmp_path, monkeypatch):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18080), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)

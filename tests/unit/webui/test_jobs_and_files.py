@@ -8,6 +8,7 @@ import tarfile
 
 import httpx
 import pytest
+from databases import migrated_sqlite
 from fastapi.testclient import TestClient
 
 from dauntless.cli import main
@@ -45,6 +46,7 @@ def _context() -> bytes:
 
 @pytest.fixture()
 def master(tmp_path):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18082), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)

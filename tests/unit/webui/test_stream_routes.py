@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from databases import fresh_postgres_database, postgres_available
+from databases import fresh_postgres_database, migrated_sqlite, postgres_available
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -43,6 +43,7 @@ max_restarts: 1
 
 @pytest.fixture()
 def master(tmp_path):
+    migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
     app = create_app(MasterConfig(data_dir=str(tmp_path), port=18081), run_loop=False)
     with TestClient(app) as client:
         sign_in(client)
@@ -57,7 +58,9 @@ def any_db_master(request, tmp_path):
         if request.param == "postgres":
             if not postgres_available():
                 pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-            db_url = stack.enter_context(fresh_postgres_database())
+            db_url = stack.enter_context(fresh_postgres_database(migrated=True))
+        else:
+            migrated_sqlite(tmp_path / "dauntless.db")  # the schema at head: no Alembic
         app = create_app(MasterConfig(data_dir=str(tmp_path), db_url=db_url), run_loop=False)
         with TestClient(app) as client:
             sign_in(client)
