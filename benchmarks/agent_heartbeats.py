@@ -33,16 +33,20 @@ Printed, side by side:
 The summary gives the master's CPU per heartbeat pooled over all runs, with a 95%
 bootstrap interval over sub-windows of ``--window`` seconds (default ``--interval``:
 each agent beats once per sub-window; the master's CPU is read at each boundary and
-the beats counted by their send times), and the share of a core that is at the offered
+the beats counted by the times their answers came: when the clients fall behind, a
+beat sent in one sub-window may be served in a later one), and the share of a core that is at the offered
 rate. With ``--baseline-src`` (e.g. a checkout of main's ``src/``) a master running
 that package is measured too, alternating with this one over ``--rounds``, and the
-ratio of their CPU per heartbeat is printed with its interval.
+ratio of their CPU per heartbeat is printed with its interval. After the window, one
+agent sends ``--sequential`` quiet beats one after another: the master's CPU per beat
+without the queueing that starved clients on a loaded machine add (the concurrent
+window's figure then also carries the loop's fixed work over fewer beats).
 
 Usage::
 
     python benchmarks/agent_heartbeats.py [--agents 1000] [--slots 8] [--trials 1000]
         [--interval 5] [--seconds 30] [--passes 7] [--clients 4] [--window S]
-        [--baseline-src DIR] [--rounds N]
+        [--baseline-src DIR] [--rounds N] [--sequential N]
 """
 
 from __future__ import annotations
@@ -173,10 +177,10 @@ def heartbeat_run(
     processes are forked (no import to wait for) and start together once all of them
     said they are ready.
 
-    Returns ``{"beats": [(send, latency)] sent in the span, "errors", "client_cpu": CPU
+    Returns ``{"beats": [(send, latency)] answered in the span, "errors", "client_cpu": CPU
     seconds of all client processes over the whole run, "master_cpu": the master's CPU
     seconds in the span, "wall": the span's seconds, "windows": [(master CPU s, beats
-    sent, wall s)] per sub-window}``.
+    answered, wall s)] per sub-window}``.
 
     Raises:
         RuntimeError: a client process ended without its results.
@@ -227,11 +231,13 @@ def heartbeat_run(
             proc.join(10)
             if proc.is_alive():
                 proc.kill()
-    beats = [b for r in results for b in r["beats"] if window0 <= b[0] < stop_at]
+    # Counted when answered: the master's CPU for a beat is spent up to its answer, which
+    # comes long after the send when the clients or the master fall behind.
+    beats = [b for r in results for b in r["beats"] if window0 <= b[0] + b[1] < stop_at]
     windows = []
     for (w0, c0), (w1, c1), b0, b1 in zip(marks, marks[1:], bounds, bounds[1:], strict=False):
-        sent = sum(1 for t, _ in beats if b0 <= t < b1)
-        windows.append((c1 - c0, sent, w1 - w0))
+        answered = sum(1 for t, lat in beats if b0 <= t + lat < b1)
+        windows.append((c1 - c0, answered, w1 - w0))
     return {
         "beats": beats,
         "errors": [e for r in results for e in r["errors"]],
@@ -285,6 +291,32 @@ def _beat(client: httpx.Client, agent: str, token: str, running: list[str]) -> l
     return r.json().get("start", [])
 
 
+SEQUENTIAL_BLOCK = 100
+"""Sequential beats per unit of the interval (the master's CPU read around each)."""
+
+
+def sequential_beats(
+    client: httpx.Client,
+    agent: str,
+    token: str,
+    running: list[str],
+    n: int,
+    master_pid: int,
+) -> list[tuple[float, int, float]]:
+    """``n`` quiet heartbeats of one ``agent`` one after another, nothing else talking
+    to the master: its CPU per beat without queueing (which a loaded machine's starved
+    clients add to the concurrent window). Returns (master CPU s, beats, wall s) per
+    block of :data:`SEQUENTIAL_BLOCK` beats."""
+    blocks = []
+    for start in range(0, n, SEQUENTIAL_BLOCK):
+        k = min(SEQUENTIAL_BLOCK, n - start)
+        c0, w0 = tree_cpu_seconds(master_pid), time.monotonic()
+        for _ in range(k):
+            _beat(client, agent, token, running)
+        blocks.append((tree_cpu_seconds(master_pid) - c0, k, time.monotonic() - w0))
+    return blocks
+
+
 def time_passes(
     db_file: Path, data_dir: Path, passes: int, agent_timeout: float
 ) -> list[tuple[float, float]]:
@@ -322,8 +354,9 @@ def one_run(a: argparse.Namespace, src: str | None, label: str, passes: int) -> 
     prints its figures under ``label``. ``passes``: scheduling passes to time on a copy
     of its database afterwards (0: none; they run this process's own package).
 
-    Returns ``{"windows": [(master CPU s, beats, wall s)], "idle": master CPU s per s
-    with the agents silent, "beats": beats in the span, "wall": its seconds}``."""
+    Returns ``{"windows": [(master CPU s, beats, wall s)], "sequential": the same per
+    block of :func:`sequential_beats`, "idle": master CPU s per s with the agents
+    silent, "beats": beats in the span, "wall": its seconds}``."""
     timeout = max(600.0, 6 * a.interval)  # no agent is lost while this process is slow
     with (
         tempfile.TemporaryDirectory(prefix="dauntless-heartbeats-") as tmp_s,
@@ -416,11 +449,11 @@ def one_run(a: argparse.Namespace, src: str | None, label: str, passes: int) -> 
         if beats:
             # The CPU a heartbeat costs the master does not depend on whether the
             # clients kept up; 25% of a core at the offered rate is its budget.
-            per_beat = run["master_cpu"] / len(beats)
+            cpu_per_beat = run["master_cpu"] / len(beats)
             above = (run["master_cpu"] - idle_cpu / idle_wall * busy_wall) / len(beats)
             budget = 0.25 / offered
             print(
-                f"  master CPU per heartbeat {per_beat * 1000:.2f} ms, of which above the "
+                f"  master CPU per heartbeat {cpu_per_beat * 1000:.2f} ms, of which above the "
                 f"baseline {above * 1000:.2f} ms (25% of a core at the offered rate: "
                 f"{budget * 1000:.2f} ms)"
             )
@@ -432,6 +465,15 @@ def one_run(a: argparse.Namespace, src: str | None, label: str, passes: int) -> 
             )
         for e in errors[:3]:
             print(f"  error: {e}")
+        blocks = sequential_beats(
+            agent_client, ids[0], tokens[ids[0]], running[ids[0]], a.sequential, master.pid
+        )
+        if blocks:
+            print(
+                f"  one agent's {a.sequential} sequential quiet beats: "
+                f"{per_beat(blocks) * 1000:.3f} ms of master CPU each, "
+                f"{1000 * sum(w for _, _, w in blocks) / a.sequential:.3f} ms apart"
+            )
         client.close()
         agent_client.close()
         if passes:
@@ -445,6 +487,7 @@ def one_run(a: argparse.Namespace, src: str | None, label: str, passes: int) -> 
             )
     return {
         "windows": run["windows"],
+        "sequential": blocks,
         "idle": idle_cpu / idle_wall,
         "beats": len(beats),
         "wall": busy_wall,
@@ -478,7 +521,7 @@ def bootstrap_interval(
     return draws[int(0.025 * BOOTSTRAP_RESAMPLES)], draws[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
 
 
-def summary(label: str, runs: list[dict[str, Any]], offered: float) -> list[Any]:
+def summary(label: str, runs: list[dict[str, Any]], offered: float) -> tuple[list[Any], list[Any]]:
     """Print ``label``'s CPU per heartbeat over all its ``runs`` with its 95% interval,
     and the share of a core that is at the ``offered`` rate (beats/s); returns the
     pooled sub-windows."""
@@ -493,7 +536,15 @@ def summary(label: str, runs: list[dict[str, Any]], offered: float) -> list[Any]
         f"{hi * offered * 100:.1f}] (target <= 25%); agents silent "
         f"{100 * statistics.mean(r['idle'] for r in runs):.1f}%"
     )
-    return windows
+    blocks = [b for r in runs for b in r["sequential"]]
+    if blocks:
+        lo, hi = bootstrap_interval([blocks], per_beat)
+        print(
+            f"    one agent's sequential quiet beats: {per_beat(blocks) * 1000:.3f} ms of "
+            f"master CPU each [95% {lo * 1000:.3f}, {hi * 1000:.3f}] over {len(blocks)} "
+            f"blocks of {SEQUENTIAL_BLOCK}"
+        )
+    return windows, blocks
 
 
 def main() -> int:
@@ -523,16 +574,23 @@ def main() -> int:
         "measured too, alternating with this one's, and compared",
     )
     p.add_argument("--rounds", type=int, default=1, help="runs of each master (alternating)")
+    p.add_argument(
+        "--sequential",
+        type=int,
+        default=1000,
+        help="one agent's quiet beats one after another after the window (0: none)",
+    )
     a = p.parse_args()
     if (
         min(a.agents, a.slots, a.trials, a.clients, a.rounds) < 1
         or a.interval <= 0
         or a.seconds <= 0
         or a.window < 0
+        or a.sequential < 0
     ):
         p.error(
             "--agents, --slots, --trials, --clients, --rounds must be >= 1; --interval, "
-            "--seconds > 0; --window >= 0"
+            "--seconds > 0; --window, --sequential >= 0"
         )
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     c0 = time.process_time()
@@ -545,12 +603,24 @@ def main() -> int:
         mine.append(one_run(a, None, f"this {k + 1}", a.passes if k == 0 else 0))
     offered = a.agents / a.interval
     print(f"\nsummary ({a.rounds} round(s), sub-windows of {a.window or a.interval:g} s):")
-    here = summary("this master", mine, offered)
+    here, here_seq = summary("this master", mine, offered)
     if theirs:
-        base = summary("baseline", theirs, offered)
-        ratio = per_beat(here) / per_beat(base)
-        lo, hi = bootstrap_interval([here, base], lambda x, y: per_beat(x) / per_beat(y))
-        print(f"  CPU per heartbeat, this / baseline: {ratio:.3f} [95% {lo:.3f}, {hi:.3f}]")
+        base, base_seq = summary("baseline", theirs, offered)
+
+        def ratio(x: list[Any], y: list[Any]) -> float:
+            return per_beat(x) / per_beat(y)
+
+        lo, hi = bootstrap_interval([here, base], ratio)
+        print(
+            f"  CPU per heartbeat, this / baseline: {ratio(here, base):.3f} "
+            f"[95% {lo:.3f}, {hi:.3f}]"
+        )
+        if here_seq and base_seq:
+            lo, hi = bootstrap_interval([here_seq, base_seq], ratio)
+            print(
+                f"  CPU per sequential quiet beat, this / baseline: "
+                f"{ratio(here_seq, base_seq):.3f} [95% {lo:.3f}, {hi:.3f}]"
+            )
     print(f"  this process's CPU: {time.process_time() - c0:.1f} s")
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
     return 0
