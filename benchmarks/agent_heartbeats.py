@@ -524,7 +524,7 @@ def bootstrap_interval(
 def summary(label: str, runs: list[dict[str, Any]], offered: float) -> tuple[list[Any], list[Any]]:
     """Print ``label``'s CPU per heartbeat over all its ``runs`` with its 95% interval,
     and the share of a core that is at the ``offered`` rate (beats/s); returns the
-    pooled sub-windows."""
+    pooled sub-windows and sequential blocks."""
     windows = [w for r in runs for w in r["windows"]]
     ms = per_beat(windows) * 1000
     lo, hi = bootstrap_interval([windows], per_beat)
