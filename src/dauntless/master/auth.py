@@ -58,7 +58,7 @@ from dauntless.config import MasterConfig
 
 from .auth_access import ACCESS_ATTR as ACCESS_ATTR
 from .auth_access import DEFAULT_ACCESS as DEFAULT_ACCESS
-from .auth_access import Principal, forbidden, unauthorized
+from .auth_access import Principal, forbidden, refusal_target, unauthorized
 from .auth_access import access as access
 from .auth_access import principal as principal
 from .auth_access import require_own_trial as require_own_trial
@@ -392,23 +392,23 @@ class AuthService:
                     return
                 if rule.agent:
                     raise forbidden(
-                        f"the cluster secret only registers agents; {_target(request)} needs "
+                        f"the cluster secret only registers agents; {refusal_target(request)} needs "
                         "the credential the agent's registration returned "
                         "(X-Dauntless-Agent-Token)"
                     )
             elif rule.agent:
                 return
-            raise forbidden(f"agents may not call {_target(request)}; users sign in instead")
+            raise forbidden(f"agents may not call {refusal_target(request)}; users sign in instead")
         if who.kind == "trial":
             if rule.trial == "route":
                 return
             if rule.trial == "own":
                 params = {k: str(v) for k, v in request.path_params.items()}
-                self._check_own(who, params, _target(request))
+                self._check_own(who, params, refusal_target(request))
                 return
             raise forbidden(
                 "a trial's session token may call only its own trial's routes, not "
-                f"{_target(request)}"
+                f"{refusal_target(request)}"
             )
         self.authz.check(who, rule, request)
 
@@ -438,15 +438,6 @@ class AuthService:
                 raise refuse
         if not checked:
             raise refuse
-
-
-def _target(request: Request) -> str:
-    """``METHOD /route/template`` of ``request`` (its path when no route matched), for
-    refusals; built only when refusing (issue 37: the URL it may parse was a few percent
-    of an agent heartbeat's CPU)."""
-    route = request.scope.get("route")
-    path = getattr(route, "path", None)
-    return f"{request.method} {path if path is not None else request.url.path}"
 
 
 def _int(text: str) -> int | None:
