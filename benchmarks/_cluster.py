@@ -196,6 +196,10 @@ def master(
         argv += ["--agent-timeout", f"{agent_timeout:g}"]
     if log_level is not None:
         argv += ["--log-level", log_level]
+    if "--proxy-port" not in args:
+        # The task proxy origin's default port is --port + 1, which another process may
+        # hold where several benchmarks and test runs share the machine: any free one.
+        argv += ["--proxy-port", "0"]
     argv += args
     env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
     env["PYTHONUNBUFFERED"] = "1"

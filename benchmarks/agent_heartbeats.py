@@ -30,10 +30,23 @@ Printed, side by side:
   at the end (median and worst of ``--passes``); target <= 100 ms. The master does not
   report its own pass times, so the copy is what can be timed without changing it.
 
+The summary gives the master's CPU per heartbeat pooled over all runs, with a 95%
+bootstrap interval over sub-windows of ``--window`` seconds (default ``--interval``:
+each agent beats once per sub-window; the master's CPU is read at each boundary and
+the beats counted by the times their answers came: when the clients fall behind, a
+beat sent in one sub-window may be served in a later one), and the share of a core that is at the offered
+rate. With ``--baseline-src`` (e.g. a checkout of main's ``src/``) a master running
+that package is measured too, alternating with this one over ``--rounds``, and the
+ratio of their CPU per heartbeat is printed with its interval. After the window, one
+agent sends ``--sequential`` quiet beats one after another: the master's CPU per beat
+without the queueing that starved clients on a loaded machine add (the concurrent
+window's figure then also carries the loop's fixed work over fewer beats).
+
 Usage::
 
     python benchmarks/agent_heartbeats.py [--agents 1000] [--slots 8] [--trials 1000]
-        [--interval 5] [--seconds 30] [--passes 7] [--clients 4]
+        [--interval 5] [--seconds 30] [--passes 7] [--clients 4] [--window S]
+        [--baseline-src DIR] [--rounds N] [--sequential N]
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import random
 import sqlite3
 import statistics
 import sys
@@ -153,16 +167,20 @@ def heartbeat_run(
     seconds: float,
     clients: int,
     master_pid: int,
+    window: float,
 ) -> dict[str, Any]:
     """Every agent heartbeats for ``warmup + seconds`` from ``clients`` processes (a
     single Python process on a loaded 2-core machine offered only 5-16 of 200 beats/s:
     issue 37), each agent reporting its ``running`` allocations; the first ``warmup``
-    seconds are not measured, the last ``seconds`` are the window. The processes are forked (no import to wait for) and
-    start together once all of them said they are ready.
+    seconds are not measured, the last ``seconds`` are the measured span, read in
+    sub-windows of ``window`` seconds (the master's CPU read at each boundary). The
+    processes are forked (no import to wait for) and start together once all of them
+    said they are ready.
 
-    Returns ``{"beats": [(send, latency)] sent in the window, "errors", "client_cpu":
-    CPU seconds of all client processes over the whole run, "master_cpu": the master's
-    CPU seconds in the window, "wall": the window's seconds}``.
+    Returns ``{"beats": [(send, latency)] answered in the span, "errors", "client_cpu": CPU
+    seconds of all client processes over the whole run, "master_cpu": the master's CPU
+    seconds in the span, "wall": the span's seconds, "windows": [(master CPU s, beats
+    answered, wall s)] per sub-window}``.
 
     Raises:
         RuntimeError: a client process ended without its results.
@@ -192,10 +210,15 @@ def heartbeat_run(
         for conn in conns:
             conn.send(start)
         window0, stop_at = start + warmup, start + warmup + seconds
-        time.sleep(max(0.0, window0 - time.monotonic()))
-        c0, w0 = tree_cpu_seconds(master_pid), time.monotonic()
-        time.sleep(max(0.0, stop_at - time.monotonic()))
-        c1, w1 = tree_cpu_seconds(master_pid), time.monotonic()
+        bounds = [window0]
+        while bounds[-1] + window <= stop_at + 1e-9:
+            bounds.append(bounds[-1] + window)
+        if bounds[-1] < stop_at - 1e-9:
+            bounds.append(stop_at)
+        marks: list[tuple[float, float]] = []  # (monotonic s, master CPU s) at each bound
+        for bound in bounds:
+            time.sleep(max(0.0, bound - time.monotonic()))
+            marks.append((time.monotonic(), tree_cpu_seconds(master_pid)))
         results = []
         for conn in conns:
             if not conn.poll(600):
@@ -208,13 +231,20 @@ def heartbeat_run(
             proc.join(10)
             if proc.is_alive():
                 proc.kill()
-    beats = [b for r in results for b in r["beats"] if window0 <= b[0] < stop_at]
+    # Counted when answered: the master's CPU for a beat is spent up to its answer, which
+    # comes long after the send when the clients or the master fall behind.
+    beats = [b for r in results for b in r["beats"] if window0 <= b[0] + b[1] < stop_at]
+    windows = []
+    for (w0, c0), (w1, c1), b0, b1 in zip(marks, marks[1:], bounds, bounds[1:], strict=False):
+        answered = sum(1 for t, lat in beats if b0 <= t + lat < b1)
+        windows.append((c1 - c0, answered, w1 - w0))
     return {
         "beats": beats,
         "errors": [e for r in results for e in r["errors"]],
         "client_cpu": sum(r["cpu"] for r in results),
-        "master_cpu": c1 - c0,
-        "wall": w1 - w0,
+        "master_cpu": marks[-1][1] - marks[0][1],
+        "wall": marks[-1][0] - marks[0][0],
+        "windows": windows,
     }
 
 
@@ -261,6 +291,32 @@ def _beat(client: httpx.Client, agent: str, token: str, running: list[str]) -> l
     return r.json().get("start", [])
 
 
+SEQUENTIAL_BLOCK = 100
+"""Sequential beats per unit of the interval (the master's CPU read around each)."""
+
+
+def sequential_beats(
+    client: httpx.Client,
+    agent: str,
+    token: str,
+    running: list[str],
+    n: int,
+    master_pid: int,
+) -> list[tuple[float, int, float]]:
+    """``n`` quiet heartbeats of one ``agent`` one after another, nothing else talking
+    to the master: its CPU per beat without queueing (which a loaded machine's starved
+    clients add to the concurrent window). Returns (master CPU s, beats, wall s) per
+    block of :data:`SEQUENTIAL_BLOCK` beats."""
+    blocks = []
+    for start in range(0, n, SEQUENTIAL_BLOCK):
+        k = min(SEQUENTIAL_BLOCK, n - start)
+        c0, w0 = tree_cpu_seconds(master_pid), time.monotonic()
+        for _ in range(k):
+            _beat(client, agent, token, running)
+        blocks.append((tree_cpu_seconds(master_pid) - c0, k, time.monotonic() - w0))
+    return blocks
+
+
 def time_passes(
     db_file: Path, data_dir: Path, passes: int, agent_timeout: float
 ) -> list[tuple[float, float]]:
@@ -292,30 +348,22 @@ def time_passes(
     return out
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--agents", type=int, default=1000)
-    p.add_argument("--slots", type=int, default=8, help="CPU slots per agent")
-    p.add_argument("--trials", type=int, default=1000)
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between heartbeats")
-    p.add_argument("--seconds", type=float, default=30.0, help="measurement window")
-    p.add_argument("--passes", type=int, default=7)
-    p.add_argument(
-        "--clients",
-        type=int,
-        default=4,
-        help="processes sharing the pretend agents (default 4)",
-    )
-    a = p.parse_args()
-    if min(a.agents, a.slots, a.trials, a.clients) < 1 or a.interval <= 0 or a.seconds <= 0:
-        p.error("--agents, --slots, --trials, --clients must be >= 1; --interval, --seconds > 0")
-    print(f"load average: {open('/proc/loadavg').read().strip()}")
+def one_run(a: argparse.Namespace, src: str | None, label: str, passes: int) -> dict[str, Any]:
+    """One master (``src``: the package directory it runs, None: the installed one)
+    with ``a.agents`` agents and ``a.trials`` trials, measured as the module says;
+    prints its figures under ``label``. ``passes``: scheduling passes to time on a copy
+    of its database afterwards (0: none; they run this process's own package).
+
+    Returns ``{"windows": [(master CPU s, beats, wall s)], "sequential": the same per
+    block of :func:`sequential_beats`, "idle": master CPU s per s with the agents
+    silent, "beats": beats in the span, "wall": its seconds}``."""
     timeout = max(600.0, 6 * a.interval)  # no agent is lost while this process is slow
     with (
         tempfile.TemporaryDirectory(prefix="dauntless-heartbeats-") as tmp_s,
         _cluster.master(
             Path(tmp_s) / "data",
             db_url=f"sqlite:///{tmp_s}/master.db",
+            src=src,
             args=["--allow-artificial-slots"],
             agent_timeout=timeout,
             start_new_session=True,
@@ -341,7 +389,10 @@ def main() -> int:
             r = agent_client.post("/agents", json=body, headers={CLUSTER_SECRET_HEADER: secret})
             r.raise_for_status()
             tokens[agent_id] = r.json()["token"]
-        print(f"registered {a.agents} agents of {a.slots} slots in {time.monotonic() - t0:.1f} s")
+        print(
+            f"[{label}] registered {a.agents} agents of {a.slots} slots in "
+            f"{time.monotonic() - t0:.1f} s"
+        )
         config = {
             "name": "heartbeat-bench",
             "entrypoint": "python3 train.py",
@@ -359,7 +410,7 @@ def main() -> int:
         t0 = time.monotonic()
         running = hand_out(agent_client, tokens, a.trials, timeout=300.0)
         handed = sum(map(len, running.values()))
-        print(f"handed out {handed} trials in {time.monotonic() - t0:.1f} s")
+        print(f"[{label}] handed out {handed} trials in {time.monotonic() - t0:.1f} s")
         settle(agent_client, tokens, running)
         # Baseline: the trials running, the agents silent (the agent timeout is longer
         # than the window): what the master's loop costs with no heartbeat.
@@ -369,13 +420,21 @@ def main() -> int:
         idle_cpu, idle_wall = tree_cpu_seconds(master.pid) - c0, time.monotonic() - w0
         idle = 100 * idle_cpu / idle_wall
         run = heartbeat_run(
-            master.url, tokens, running, a.interval, 2.0, a.seconds, a.clients, master.pid
+            master.url,
+            tokens,
+            running,
+            a.interval,
+            2.0,
+            a.seconds,
+            a.clients,
+            master.pid,
+            a.window or a.interval,
         )
         beats, errors, busy_wall = run["beats"], run["errors"], run["wall"]
         busy = 100 * run["master_cpu"] / busy_wall
         offered = a.agents / a.interval
         print(
-            f"\n{a.agents} agents, a heartbeat every {a.interval:g} s "
+            f"[{label}] {a.agents} agents, a heartbeat every {a.interval:g} s "
             f"({offered:.0f}/s), {handed} trials running"
         )
         print(
@@ -385,17 +444,16 @@ def main() -> int:
         )
         print(
             f"  master CPU: trials running, agents silent {idle:.1f}% of a core (baseline); "
-            f"heartbeating "
-            f"{busy:.1f}% (target <= 25%)"
+            f"heartbeating {busy:.1f}% (target <= 25%)"
         )
         if beats:
             # The CPU a heartbeat costs the master does not depend on whether the
             # clients kept up; 25% of a core at the offered rate is its budget.
-            per_beat = run["master_cpu"] / len(beats)
+            cpu_per_beat = run["master_cpu"] / len(beats)
             above = (run["master_cpu"] - idle_cpu / idle_wall * busy_wall) / len(beats)
             budget = 0.25 / offered
             print(
-                f"  master CPU per heartbeat {per_beat * 1000:.2f} ms, of which above the "
+                f"  master CPU per heartbeat {cpu_per_beat * 1000:.2f} ms, of which above the "
                 f"baseline {above * 1000:.2f} ms (25% of a core at the offered rate: "
                 f"{budget * 1000:.2f} ms)"
             )
@@ -407,15 +465,163 @@ def main() -> int:
             )
         for e in errors[:3]:
             print(f"  error: {e}")
+        blocks = sequential_beats(
+            agent_client, ids[0], tokens[ids[0]], running[ids[0]], a.sequential, master.pid
+        )
+        if blocks:
+            print(
+                f"  one agent's {a.sequential} sequential quiet beats: "
+                f"{per_beat(blocks) * 1000:.3f} ms of master CPU each, "
+                f"{1000 * sum(w for _, _, w in blocks) / a.sequential:.3f} ms apart"
+            )
         client.close()
         agent_client.close()
-        passes = time_passes(tmp / "master.db", tmp, a.passes, timeout)
-        walls, cpus = [w for w, _ in passes], [c for _, c in passes]
+        if passes:
+            times = time_passes(tmp / "master.db", tmp, passes, timeout)
+            walls, cpus = [w for w, _ in times], [c for _, c in times]
+            print(
+                f"  scheduling pass (copy of the database, this process): median "
+                f"{statistics.median(walls) * 1000:.1f} ms (CPU "
+                f"{statistics.median(cpus) * 1000:.1f} ms), worst {max(walls) * 1000:.1f} ms "
+                f"(target <= 100 ms)"
+            )
+    return {
+        "windows": run["windows"],
+        "sequential": blocks,
+        "idle": idle_cpu / idle_wall,
+        "beats": len(beats),
+        "wall": busy_wall,
+    }
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def per_beat(windows: list[tuple[float, int, float]]) -> float:
+    """Master CPU seconds per heartbeat over ``windows`` (CPU s, beats, wall s): the
+    pooled ratio, total CPU over total beats."""
+    beats = sum(b for _, b, _ in windows)
+    return sum(c for c, _, _ in windows) / beats if beats else float("nan")
+
+
+def bootstrap_interval(
+    sides: list[list[tuple[float, int, float]]],
+    stat: Any,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval (Efron & Tibshirani, *An Introduction to the
+    Bootstrap*, 1993, ch. 13) of ``stat(*sides)``, each side's sub-windows resampled
+    with replacement independently (the sub-windows are the units: consecutive
+    ``--window`` spans of one or more runs)."""
+    rng = random.Random(seed)
+    draws = sorted(
+        stat(*(rng.choices(side, k=len(side)) for side in sides))
+        for _ in range(BOOTSTRAP_RESAMPLES)
+    )
+    return draws[int(0.025 * BOOTSTRAP_RESAMPLES)], draws[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
+
+
+def summary(label: str, runs: list[dict[str, Any]], offered: float) -> tuple[list[Any], list[Any]]:
+    """Print ``label``'s CPU per heartbeat over all its ``runs`` with its 95% interval,
+    and the share of a core that is at the ``offered`` rate (beats/s); returns the
+    pooled sub-windows and sequential blocks."""
+    windows = [w for r in runs for w in r["windows"]]
+    ms = per_beat(windows) * 1000
+    lo, hi = bootstrap_interval([windows], per_beat)
+    share = per_beat(windows) * offered * 100
+    print(
+        f"  {label}: {ms:.3f} ms of master CPU per heartbeat [95% {lo * 1000:.3f}, "
+        f"{hi * 1000:.3f}] over {len(windows)} sub-windows of {len(runs)} run(s) = "
+        f"{share:.1f}% of a core at {offered:.0f} beats/s [{lo * offered * 100:.1f}, "
+        f"{hi * offered * 100:.1f}] (target <= 25%); agents silent "
+        f"{100 * statistics.mean(r['idle'] for r in runs):.1f}%"
+    )
+    blocks = [b for r in runs for b in r["sequential"]]
+    if blocks:
+        lo, hi = bootstrap_interval([blocks], per_beat)
         print(
-            f"  scheduling pass (copy of the database, this process): median "
-            f"{statistics.median(walls) * 1000:.1f} ms (CPU {statistics.median(cpus) * 1000:.1f}"
-            f" ms), worst {max(walls) * 1000:.1f} ms (target <= 100 ms)"
+            f"    one agent's sequential quiet beats: {per_beat(blocks) * 1000:.3f} ms of "
+            f"master CPU each [95% {lo * 1000:.3f}, {hi * 1000:.3f}] over {len(blocks)} "
+            f"blocks of {SEQUENTIAL_BLOCK}"
         )
+    return windows, blocks
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--agents", type=int, default=1000)
+    p.add_argument("--slots", type=int, default=8, help="CPU slots per agent")
+    p.add_argument("--trials", type=int, default=1000)
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between heartbeats")
+    p.add_argument("--seconds", type=float, default=30.0, help="measurement window")
+    p.add_argument(
+        "--window",
+        type=float,
+        default=0.0,
+        help="sub-window seconds for the intervals (default: --interval, one beat per agent)",
+    )
+    p.add_argument("--passes", type=int, default=7)
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=4,
+        help="processes sharing the pretend agents (default 4)",
+    )
+    p.add_argument(
+        "--baseline-src",
+        default=None,
+        help="a package directory (e.g. a checkout of main's src/) whose master is "
+        "measured too, alternating with this one's, and compared",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="runs of each master (alternating)")
+    p.add_argument(
+        "--sequential",
+        type=int,
+        default=1000,
+        help="one agent's quiet beats one after another after the window (0: none)",
+    )
+    a = p.parse_args()
+    if (
+        min(a.agents, a.slots, a.trials, a.clients, a.rounds) < 1
+        or a.interval <= 0
+        or a.seconds <= 0
+        or a.window < 0
+        or a.sequential < 0
+    ):
+        p.error(
+            "--agents, --slots, --trials, --clients, --rounds must be >= 1; --interval, "
+            "--seconds > 0; --window, --sequential >= 0"
+        )
+    print(f"load average: {open('/proc/loadavg').read().strip()}")
+    c0 = time.process_time()
+    mine: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    for k in range(a.rounds):
+        if a.baseline_src:
+            theirs.append(one_run(a, a.baseline_src, f"baseline {k + 1}", 0))
+        # The scheduling pass runs this process's package: timed on this master's copy.
+        mine.append(one_run(a, None, f"this {k + 1}", a.passes if k == 0 else 0))
+    offered = a.agents / a.interval
+    print(f"\nsummary ({a.rounds} round(s), sub-windows of {a.window or a.interval:g} s):")
+    here, here_seq = summary("this master", mine, offered)
+    if theirs:
+        base, base_seq = summary("baseline", theirs, offered)
+
+        def ratio(x: list[Any], y: list[Any]) -> float:
+            return per_beat(x) / per_beat(y)
+
+        lo, hi = bootstrap_interval([here, base], ratio)
+        print(
+            f"  CPU per heartbeat, this / baseline: {ratio(here, base):.3f} "
+            f"[95% {lo:.3f}, {hi:.3f}]"
+        )
+        if here_seq and base_seq:
+            lo, hi = bootstrap_interval([here_seq, base_seq], ratio)
+            print(
+                f"  CPU per sequential quiet beat, this / baseline: "
+                f"{ratio(here_seq, base_seq):.3f} [95% {lo:.3f}, {hi:.3f}]"
+            )
+    print(f"  this process's CPU: {time.process_time() - c0:.1f} s")
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
     return 0
 

@@ -31,6 +31,7 @@ from .context import MasterContext
 from .db import ClusterRow, Database
 from .det_dialect import CreatedAsOK
 from .fold_worker import FoldWorker
+from .heartbeat_asgi import QuietHeartbeats
 from .heartbeats import watch_intake
 from .master_ops import MasterLogBuffer
 from .metric_series import MetricFolder
@@ -379,6 +380,9 @@ def create_app(
     app.state.sso = sso
     app.state.master_logs = MasterLogBuffer()
     app.state.cluster_message = ClusterMessageCache()
+    # Innermost: quiet agent heartbeats answered before FastAPI's routing (issue 37),
+    # inside every middleware below, which see those requests as before.
+    app.add_middleware(QuietHeartbeats, state=app.state)
     app.add_middleware(AuditMiddleware, trail=trail)
     install_error_handlers(app)
     install_task_error_handlers(app)

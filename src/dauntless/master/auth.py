@@ -58,7 +58,7 @@ from dauntless.config import MasterConfig
 
 from .auth_access import ACCESS_ATTR as ACCESS_ATTR
 from .auth_access import DEFAULT_ACCESS as DEFAULT_ACCESS
-from .auth_access import Principal, forbidden, unauthorized
+from .auth_access import Principal, forbidden, refusal_target, unauthorized
 from .auth_access import access as access
 from .auth_access import principal as principal
 from .auth_access import require_own_trial as require_own_trial
@@ -386,30 +386,29 @@ class AuthService:
         Raises:
             HTTPException: 403 naming what is needed.
         """
-        route = request.scope.get("route")
-        target = f"{request.method} {getattr(route, 'path', request.url.path)}"
-        params = {k: str(v) for k, v in request.path_params.items()}
         if who.kind == "agent":
             if who.agent_id is None:  # the cluster secret itself
                 if rule.secret:
                     return
                 if rule.agent:
                     raise forbidden(
-                        f"the cluster secret only registers agents; {target} needs the "
-                        "credential the agent's registration returned "
+                        f"the cluster secret only registers agents; {refusal_target(request)} needs "
+                        "the credential the agent's registration returned "
                         "(X-Dauntless-Agent-Token)"
                     )
             elif rule.agent:
                 return
-            raise forbidden(f"agents may not call {target}; users sign in instead")
+            raise forbidden(f"agents may not call {refusal_target(request)}; users sign in instead")
         if who.kind == "trial":
             if rule.trial == "route":
                 return
             if rule.trial == "own":
-                self._check_own(who, params, target)
+                params = {k: str(v) for k, v in request.path_params.items()}
+                self._check_own(who, params, refusal_target(request))
                 return
             raise forbidden(
-                f"a trial's session token may call only its own trial's routes, not {target}"
+                "a trial's session token may call only its own trial's routes, not "
+                f"{refusal_target(request)}"
             )
         self.authz.check(who, rule, request)
 

@@ -182,3 +182,12 @@ def require_own_trial(request: Request, trial_id: int) -> None:
     raise forbidden(
         f"only trial {trial_id}'s own task (its session token) or an admin may report for it"
     )
+
+
+def refusal_target(request: Request) -> str:
+    """``METHOD /route/template`` of ``request`` (its path when no route matched), as
+    refusals name it; built only when refusing (issue 37: the URL it may parse was a
+    few percent of an agent heartbeat's CPU)."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    return f"{request.method} {path if path is not None else request.url.path}"

@@ -151,7 +151,8 @@ def run(app: FastAPI, config: MasterConfig, **uvicorn_options: Any) -> None:
     master = uvicorn.Server(
         uvicorn.Config(app, host=config.host, port=config.port, **uvicorn_options)
     )
-    # The standard event loop, as uvicorn.run uses without uvloop (not a dependency).
+    # The standard event loop, as uvicorn.run uses without uvloop (not a dependency);
+    # the HTTP parser is httptools (a dependency: uvicorn picks it over h11, issue 37).
     asyncio.run(serve(app, master, proxy_socket))
     if not master.started:
         raise SystemExit(3)

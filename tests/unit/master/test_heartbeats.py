@@ -11,9 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from dauntless._auth import AGENT_TOKEN_HEADER
 from dauntless.config import MasterConfig
-from dauntless.master import loop
+from dauntless.master import heartbeat_asgi, loop
 from dauntless.master.app import create_app
+from dauntless.master.body_limits import MAX_JSON_BODY_BYTES
 from dauntless.master.db import AgentRow, AllocationRow
 from dauntless.master.heartbeats import ANSWER_MAX_AGE, STALL_SECONDS
 from dauntless.master.testing import model_def_tarball, register_agent, sign_in
@@ -227,3 +229,132 @@ def test_a_beat_counts_from_its_arrival(master):
     ctx.clock = lambda: t0 + 45
     loop.schedule_pass(ctx, maintenance=True)  # 25 s after the arrival: not lost
     assert _stored_beat(ctx) == t0 + 20  # written by the loop, as beats from memory
+
+
+# The quiet beats' fast path in front of FastAPI (dauntless.master.heartbeat_asgi): each
+# test first makes a1's next beat one it would answer, then checks that a request it
+# must not answer reaches the route and gets the route's answer.
+
+
+def _answered(ctx_or_client) -> int:
+    """Beats answered by the fast path so far."""
+    return int(ctx_or_client.app.state.quiet_heartbeats.answered)
+
+
+def _kept(client, beat, t0) -> int:
+    """Make a1's next empty beat quiet (the full path, then one from memory), return
+    the fast path's count after that."""
+    beat([], t0)
+    before = _answered(client)
+    beat([], t0 + 1)
+    assert _answered(client) == before + 1  # answered before the routing
+    return before + 1
+
+
+def test_a_quiet_beat_is_answered_before_routing_as_the_route_answers(master):
+    client, ctx, a1, _, t0 = master
+    ctx.clock = lambda: t0
+    full = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=a1)
+    assert _answered(client) == 0 and _stored_beat(ctx) == t0
+    ctx.clock = lambda: t0 + 5
+    quiet = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=a1)
+    assert _answered(client) == 1
+    assert quiet.status_code == full.status_code == 200
+    assert quiet.content == full.content == b'{"start":[],"kill":[],"agent_timeout":30.0}'
+    for name in ("content-type", "content-length"):
+        assert quiet.headers[name] == full.headers[name]
+    assert _stored_beat(ctx) == t0 and ctx.heartbeats.latest("a1") == t0 + 5
+
+
+def test_the_fast_path_checks_the_agent_credential_on_every_beat(master):
+    client, ctx, a1, beat, t0 = master
+    answered = _kept(client, beat, t0)
+    ctx.clock = lambda: t0 + 2
+    # A credential the master does not know: 401 from the route, nothing recorded.
+    wrong = {AGENT_TOKEN_HEADER: "not-a1-token"}
+    r = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=wrong)
+    assert r.status_code == 401, r.text
+    # Another agent's credential may not beat for a1: 403, nothing recorded for a1.
+    a2 = register_agent(client, client.app, {"id": "a2", "slots": [{"id": "cpu0"}]})
+    r = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=a2)
+    assert r.status_code == 403 and "only for itself" in r.text
+    assert _answered(client) == answered and ctx.heartbeats.latest("a1") == t0 + 1
+    # a1's own credential: answered from memory again.
+    assert beat([], t0 + 3) == {"start": [], "kill": [], "agent_timeout": 30.0}
+    assert _answered(client) == answered + 1
+
+
+def test_body_limits_apply_before_the_fast_path(master, monkeypatch):
+    client, ctx, a1, beat, t0 = master
+    answered = _kept(client, beat, t0)
+    # Even were the fast path's own bound above the JSON limit, the limit comes first.
+    monkeypatch.setattr(heartbeat_asgi, "MAX_QUIET_BODY_BYTES", 2 * MAX_JSON_BODY_BYTES)
+    quiet = b'{"running": []}'
+    json_type = {**a1, "content-type": "application/json"}
+    padded = quiet + b" " * (MAX_JSON_BODY_BYTES + 1 - len(quiet))
+    r = client.post("/api/v1/agents/a1/heartbeat", content=padded, headers=json_type)
+    assert r.status_code == 413, r.text
+    assert _answered(client) == answered and ctx.heartbeats.latest("a1") == t0 + 1
+    # Over the fast path's own bound but within the limit: the route answers it.
+    monkeypatch.undo()
+    ctx.clock = lambda: t0 + 2
+    padded = quiet + b" " * heartbeat_asgi.MAX_QUIET_BODY_BYTES
+    r = client.post("/api/v1/agents/a1/heartbeat", content=padded, headers=json_type)
+    assert r.json() == {"start": [], "kill": [], "agent_timeout": 30.0}
+    assert _answered(client) == answered and ctx.heartbeats.latest("a1") == t0 + 2
+
+
+def test_beats_that_are_not_quiet_take_the_route(master):
+    client, ctx, a1, beat, t0 = master
+    alloc = _start_trial(client, ctx, beat, t0)
+    beat([alloc], t0 + 1)
+    beat([alloc], t0 + 2)
+    answered = _answered(client)
+    # Another list of parts: the full path writes the beat and orders the kill.
+    assert beat([alloc, "stray"], t0 + 3)["kill"] == ["stray"]
+    assert _stored_beat(ctx) == t0 + 3 and _answered(client) == answered
+    beat([alloc], t0 + 4)
+    answered = _answered(client)
+    # An exit (its part still listed: the exit alone makes the beat not quiet) is
+    # recorded durably before the answer.
+    ctx.clock = lambda: t0 + 5
+    body = {"running": [alloc], "exited": [{"allocation_id": alloc, "exit_code": 0}]}
+    r = client.post("/api/v1/agents/a1/heartbeat", json=body, headers=a1)
+    assert r.status_code == 200 and _answered(client) == answered
+    with ctx.db.read() as s:
+        assert s.get_one(AllocationRow, alloc).state == "TERMINATED"
+    # A body the route refuses (an unknown field) is refused by the route.
+    r = client.post("/api/v1/agents/a1/heartbeat", json={"running": [], "x": 1}, headers=a1)
+    assert r.status_code in (400, 422) and _answered(client) == answered
+
+
+def test_an_admins_beat_takes_the_route_and_is_audited(master):
+    client, ctx, _, beat, t0 = master
+    answered = _kept(client, beat, t0)
+    ctx.clock = lambda: t0 + 2
+    # The client's own credential is the admin's session (no agent credential).
+    r = client.post("/api/v1/agents/a1/heartbeat", json={"running": []})
+    assert r.status_code == 200 and _answered(client) == answered
+    entries = client.get("/api/v1/audit", params={"order": "asc"}).json()["entries"]
+    beats = [e for e in entries if e["route"] == "/api/v1/agents/{agent_id}/heartbeat"]
+    assert [(e["username"], e["status"], e["target"]) for e in beats] == [
+        ("admin", 200, "agent_id=a1")
+    ]
+
+
+def test_quiet_beats_are_counted_and_carry_the_cluster_message(master):
+    client, ctx, a1, beat, t0 = master
+    body = {"message": "Maintenance at 18:00 UTC", "duration": "1h"}
+    assert client.put("/api/v1/master/cluster_message", json=body).status_code == 200
+    answered = _kept(client, beat, t0)
+    ctx.clock = lambda: t0 + 2
+    r = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}, headers=a1)
+    assert _answered(client) == answered + 1
+    assert r.headers["x-det-cluster-message"] == "Maintenance at 18%3A00 UTC"
+    # The request metrics count every beat under the route's template, 2 of 3 quiet.
+    text = client.get("/debug/prom/metrics").text
+    line = (
+        'det_http_request_duration_seconds_count{code="200",handler='
+        '"/api/v1/agents/{agent_id}/heartbeat",method="POST"} 3.0'
+    )
+    assert line in text, [x for x in text.splitlines() if "heartbeat" in x]
