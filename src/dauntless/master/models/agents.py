@@ -333,9 +333,8 @@ def refresh_heartbeats(s: Session, now: float) -> None:
 
 
 def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
-    """Mark ACTIVE agents whose heartbeats stopped for ``agent_timeout`` LOST and end
-    their live allocation parts (the trials restart elsewhere). Time the master itself
-    stood still does not count (:mod:`dauntless.master.heartbeats`)."""
+    """Mark ACTIVE agents silent for ``agent_timeout`` LOST and end their live parts (the
+    trials restart elsewhere); the master's own stalls do not count (see heartbeats)."""
     # Only the lost ones are loaded (issue 37: decoding every agent's row, slots and
     # all, each second cost 1,000 agents a third of the maintenance pass).
     stale = select(AgentRow).where(
