@@ -52,6 +52,17 @@ def cfg(searcher, hps=None, **extra):
     )
 
 
+ASHA_TPE = {
+    "name": "adaptive_asha",
+    "max_trials": 10,
+    "max_time": 32,
+    "time_metric": "batches",
+    "divisor": 2,
+    "max_concurrent_trials": 3,
+    "sampler": "tpe",
+    "sampler_options": {"n_startup_trials": 2},
+}
+
 CONFIGS = {
     "tpe": cfg(
         {
@@ -91,18 +102,7 @@ CONFIGS = {
             "sampler_options": {"n_startup_trials": 2},
         }
     ),
-    "asha_tpe": cfg(
-        {
-            "name": "adaptive_asha",
-            "max_trials": 10,
-            "max_time": 32,
-            "time_metric": "batches",
-            "divisor": 2,
-            "max_concurrent_trials": 3,
-            "sampler": "tpe",
-            "sampler_options": {"n_startup_trials": 2},
-        }
-    ),
+    "asha_tpe": cfg(ASHA_TPE),
     "pbt": cfg(
         {
             "name": "pbt",
@@ -372,17 +372,7 @@ def test_asha_with_tpe_tells_each_trial_its_latest_rung_result():
 
 
 def test_asha_with_cmaes_still_prunes_stopped_trials():
-    config = cfg(
-        {
-            "name": "adaptive_asha",
-            "max_trials": 10,
-            "max_time": 32,
-            "time_metric": "batches",
-            "divisor": 2,
-            "max_concurrent_trials": 3,
-            "sampler": "cmaes",
-        }
-    )
+    config = cfg({**ASHA_TPE, "sampler": "cmaes", "sampler_options": {}})
     searcher = make_searcher(config, 4)
     run_to_end(searcher, metric=lambda n: float((n * 7) % 5))
     state = searcher.snapshot()["method"]["sampler"]
