@@ -184,6 +184,10 @@ class TLSCluster:
                 str(self.config),
                 *deployer_identity_args(),
                 "--allow-artificial-slots",
+                # The task services' origin on a free port: the default (the master's
+                # port + 1) may belong to another process (it did in a full-suite run).
+                "--proxy-port",
+                "0",
             ],
         )
         verify = make_verify(str(self.ca))
