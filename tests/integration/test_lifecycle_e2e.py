@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from exactness import assert_identical_params
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -63,12 +64,6 @@ def _final_params(cluster, exp_id: int) -> dict[str, torch.Tensor]:
         Path(ckpt["storage_path"]) / "state-dict.pth", map_location="cpu", weights_only=False
     )
     return state["models_state_dict"][0]
-
-
-def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), f"parameter {k} differs"
 
 
 def _wait_batches(cluster, exp_id: int, at_least: int, timeout: float = 120) -> dict:
@@ -122,7 +117,7 @@ def test_pause_and_activate_resume_exactly(cluster_factory, config_file, tmp_pat
     )
     cluster.det("experiment", "activate", str(exp_id))
     assert cluster.wait_experiment(exp_id)["experiment"]["state"] == "COMPLETED"
-    _assert_identical(_final_params(cluster, exp_id), baseline)
+    assert_identical_params(_final_params(cluster, exp_id), baseline, cluster, (exp_id,))
 
 
 def test_agent_sigkill_restarts_trial_on_another_agent(
@@ -138,7 +133,7 @@ def test_agent_sigkill_restarts_trial_on_another_agent(
     body = cluster.wait_experiment(exp_id)
     assert body["experiment"]["state"] == "COMPLETED"
     assert body["trials"][0]["restarts"] == 1
-    _assert_identical(_final_params(cluster, exp_id), baseline)
+    assert_identical_params(_final_params(cluster, exp_id), baseline, cluster, (exp_id,))
 
 
 def test_master_sigkill_loses_and_duplicates_nothing(cluster_factory, config_file, tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from exactness import assert_identical_params
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,4 @@ def test_high_priority_preempts_low_priority_which_resumes_exactly(cluster_facto
     assert body["experiment"]["state"] == "COMPLETED"
     assert body["trials"][0]["restarts"] == 0
     assert body["trials"][0]["run_id"] >= 2  # it ran again after the preemption
-    params = _params(cluster, low_id)
-    assert params.keys() == reference.keys()
-    for k in params:
-        assert torch.equal(params[k], reference[k]), f"parameter {k} differs"
+    assert_identical_params(_params(cluster, low_id), reference, cluster, (ref_id, low_id))

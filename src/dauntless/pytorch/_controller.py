@@ -302,14 +302,18 @@ class _TrialController(_StateMixin):
             model.train()
         self._reset_reducers(training=True)
         info = self.core.trial
+        # The intra-op thread count is logged because it changes float results (the
+        # order of reductions): an exact resume needs the same count as the first run.
         logger.info(
-            "trial %d (experiment %d) %s at batch %d: %s on %s, %d batches per epoch",
+            "trial %d (experiment %d) %s at batch %d: %s on %s (%d CPU threads), %d "
+            "batches per epoch",
             info.trial_id,
             info.experiment_id,
             "resuming" if state is not None else "starting",
             self.batches_trained,
             type(self.trial).__name__,
             self.context.device,
+            torch.get_num_threads(),
             self._epoch_len,
         )
         # Threads and connections start here, not during the first batches.
