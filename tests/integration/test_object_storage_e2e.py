@@ -50,6 +50,8 @@ scheduling_unit: 10
 reproducibility: {experiment_seed: 7}
 max_restarts: 0
 """
+MAIN_LENGTH = 400
+"""Batches of the experiment that is paused while its upload hangs."""
 
 
 def _create(cluster, tmp_path: Path, storage: dict, name: str, max_length: int) -> int:
@@ -145,7 +147,10 @@ def test_checkpoints_in_object_store(own_store, cluster_factory, tmp_path):
     cluster.start_master()
     cluster.start_agent(slots=2)
     _phase("cluster up")
-    exp_id = _create(cluster, tmp_path, storage, "main", 160)
+    # 400 batches, not fewer: on a loaded machine the test's polls can lag the trial by
+    # seconds, and a main trial that reached its end before the store froze completed
+    # instead of pausing (CI, GCS case).
+    exp_id = _create(cluster, tmp_path, storage, "main", MAIN_LENGTH)
     doomed_id = _create(cluster, tmp_path, doomed_storage, "doomed", 400)
     _wait(
         lambda: (
@@ -177,7 +182,7 @@ def test_checkpoints_in_object_store(own_store, cluster_factory, tmp_path):
     trial = cluster.api(f"/experiments/{exp_id}")["trials"][0]
     assert trial["state"] == "ACTIVE"
     paused = cluster.api(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
-    assert paused["state"] == "COMPLETED" and 40 <= paused["total_batches"] < 160
+    assert paused["state"] == "COMPLETED" and 40 <= paused["total_batches"] < MAIN_LENGTH
     # The pause waited for the upload that hung: the last checkpoint is the stopping one.
     assert paused["total_batches"] == trial["total_batches"]
     uuid = paused["uuid"]
@@ -202,7 +207,7 @@ def test_checkpoints_in_object_store(own_store, cluster_factory, tmp_path):
     body = cluster.wait_experiment(exp_id)
     assert body["experiment"]["state"] == "COMPLETED", cluster.dump_logs(exp_id)
     trial = body["trials"][0]
-    assert trial["total_batches"] == 160 and trial["restarts"] == 0
+    assert trial["total_batches"] == MAIN_LENGTH and trial["restarts"] == 0
     logs = "\n".join(x["log"] for x in _all_logs(cluster, trial["id"]))
     assert f"restored checkpoint {uuid}" in logs, "the run did not resume from the bucket"
     _phase("resumed and completed")
