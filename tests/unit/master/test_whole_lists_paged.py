@@ -7,7 +7,6 @@ only; the trial count and best metric are one SQL aggregate already)."""
 
 from __future__ import annotations
 
-import json
 import tracemalloc
 
 import pytest
@@ -93,18 +92,18 @@ def test_trials_created_while_a_page_is_written_are_not_listed(master, monkeypat
     assert len(body["trials"]) == 5
 
 
-@pytest.mark.parametrize("added", [0, 2, 3, 4, 7, 8])
-def test_the_stream_event_has_the_bytes_built_whole(master, monkeypatch, added):
+def test_the_stream_event_has_the_bytes_built_whole(master, monkeypatch):
     """1, 3, 4, 5, 8 and 9 trials, pages of 4."""
     client, ctx = master
     monkeypatch.setattr(routes, "TRIAL_PAGE", 4)
     exp_id = _create(client, CONFIG).json()["experiment"]["id"]
-    if added:
-        _add_trials(ctx, exp_id, added)
-    r = client.get(f"/api/v1/stream/experiments/{exp_id}", params={"max_seconds": 0.01})
-    assert r.status_code == 200
-    retry = f"retry: {2000}\n\n".encode()
-    assert r.content == retry + _stream_event_whole(ctx, exp_id)
+    for n, added in enumerate([0, 2, 1, 1, 3, 1]):
+        if added:
+            _add_trials(ctx, exp_id, added, f"batch{n}")
+        r = client.get(f"/api/v1/stream/experiments/{exp_id}", params={"max_seconds": 0.01})
+        assert r.status_code == 200
+        retry = f"retry: {2000}\n\n".encode()
+        assert r.content == retry + _stream_event_whole(ctx, exp_id), n
 
 
 def test_a_spooled_payload_is_framed_as_sse_event(monkeypatch):
@@ -161,5 +160,3 @@ def test_the_peak_memory_of_these_answers_is_a_page_not_the_list(master):
     peak, size = _peak(client, stream, params={"max_seconds": 0.01})
     assert size > 1_500_000
     assert peak < 3 * size, ("the experiment stream", peak, size)
-    event = client.get(stream, params={"max_seconds": 0.01}).text.split("data: ")[1]
-    assert len(json.loads(event)["trials"]) == 4001
