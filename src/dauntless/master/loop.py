@@ -90,15 +90,41 @@ def allocation_exited(
     Raises:
         NotFound: no such allocation.
     """
+    if record_exit(ctx, allocation_id, exit_code, message, fatal):
+        place_after_exits(ctx)
+
+
+def record_exit(
+    ctx: MasterContext,
+    allocation_id: str,
+    exit_code: int | None,
+    message: str | None,
+    fatal: bool = False,
+) -> bool:
+    """Record a task's exit in a write transaction of its own, without placing work
+    on the slots it freed (:func:`place_after_exits` does, once for every exit a
+    heartbeat carries: issue 37, a pass per exit was 38% of the heartbeat path's CPU
+    samples in a 600-trial search).
+
+    Returns:
+        Whether anything changed (False: the exit was recorded before).
+
+    Raises:
+        NotFound: no such allocation.
+        IllegalTransition: the trial cannot move as the exit says (a master bug).
+    """
     with ctx.db.write() as s:
-        if not runs.record_exit(s, ctx, allocation_id, exit_code, message, fatal):
-            return
-    # Place what waits on the freed slots now, before answering: the agent heartbeats
-    # right after reporting an exit and so gets the next task without waiting for the
-    # loop (the slot gap of issue 19). The loop's own pass follows as before.
+        return runs.record_exit(s, ctx, allocation_id, exit_code, message, fatal)
+
+
+def place_after_exits(ctx: MasterContext) -> None:
+    """Place what waits on slots that recorded exits freed, now, before answering:
+    the agent heartbeats right after a task exits and so gets the next task without
+    waiting for the loop (the slot gap of issue 19). The loop's own pass follows as
+    before; a failed placement is logged and left to it (the exits are recorded)."""
     try:
         schedule_pass(ctx, maintenance=False)
-    except Exception:  # the exit is recorded; the loop's pass retries the placement
+    except Exception:
         log.exception("scheduling pass after an exit failed")
     ctx.wake.set()
 

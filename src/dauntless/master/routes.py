@@ -233,15 +233,46 @@ def trial_list_response(
 
     def body() -> Iterator[bytes]:
         yield start + b'"trials":['
-        after, sep = 0, b""
-        while True:
-            with ctx.db.read() as s:
-                views = _trial_views(s, trials.experiment_trials(s, exp_id, after, size))
-            if views:
-                yield sep + _TRIAL_LIST.dump_json(_TRIAL_LIST.validate_python(views))[1:-1]
-                after, sep = views[-1]["id"], b","
-            if len(views) < size:
-                break
+        sep = b""
+        for views in trial_view_pages(ctx, exp_id, page=size):
+            yield sep + _TRIAL_LIST.dump_json(_TRIAL_LIST.validate_python(views))[1:-1]
+            sep = b","
         yield b"]}"
 
     return StreamingResponse(body(), media_type="application/json")
+
+
+def trial_view_pages(
+    ctx: MasterContext,
+    exp_id: int,
+    *,
+    skip: int = 0,
+    limit: int | None = None,
+    page: int | None = None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The views (:func:`_trial_views`) of experiment ``exp_id``'s trials by id, a
+    non-empty list of at most ``page`` of them (None: :data:`TRIAL_PAGE`) at a time,
+    each page read in a read session of its own (issue 37: a list answer's memory is a
+    page's, not the experiment's): the first ``skip`` trials left out, at most
+    ``limit`` in all (None: every one). The master's writes are serialised, so trials
+    are committed in the order of their ids: a trial created while the pages are read
+    comes after every trial that existed before it.
+
+    Raises:
+        ValueError: ``page`` < 1.
+    """
+    size = TRIAL_PAGE if page is None else page
+    if size < 1:
+        raise ValueError(f"page must be >= 1, got {size}")
+    after, left = 0, limit
+    while left is None or left > 0:
+        want = size if left is None else min(size, left)
+        with ctx.db.read() as s:
+            rows = trials.experiment_trials(s, exp_id, after, want, skip=0 if after else skip)
+            views = _trial_views(s, rows)
+        if views:
+            yield views
+            after = views[-1]["id"]
+            left = None if left is None else left - len(views)
+        if len(views) < want:
+            return

@@ -240,6 +240,7 @@ def _heartbeat(
 ) -> dict[str, Any]:
     """The full path of :func:`agent_heartbeat` (on a worker thread)."""
     ctx = _ctx(request)
+    recorded = False
     for ex in body.exited:
         if reporter is not None:
             try:
@@ -248,7 +249,8 @@ def _heartbeat(
                 log.warning("agent %s: %s", agent_id, exc)
                 continue
         try:
-            loop.allocation_exited(ctx, ex.allocation_id, ex.exit_code, ex.message, ex.fatal)
+            if loop.record_exit(ctx, ex.allocation_id, ex.exit_code, ex.message, ex.fatal):
+                recorded = True
         except NotFound:
             continue
         except IllegalTransition:
@@ -257,6 +259,8 @@ def _heartbeat(
             # allocation, still RUNNING here, is then missing from the agent's
             # ``running`` list and is handled as lost.
             log.exception("recording the exit of allocation %s failed", ex.allocation_id)
+    if recorded:  # one placement for every exit of the beat, before its answer
+        loop.place_after_exits(ctx)
     if body.resources:  # issue 34: the agent's samples of its tasks' process trees
         samples = body.resources
         ctx.write(lambda s, c: task_resources.record_samples(s, c.clock(), agent_id, samples))

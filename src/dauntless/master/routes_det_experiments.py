@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import Request
@@ -28,7 +29,14 @@ from .errors import BadRequest
 from .models import agents, experiment_reads, trials
 from .models.jobs import EXPERIMENT_PREFIX
 from .rbac import Perm
-from .routes import _checkpoint_views, _ctx, _experiment_views, _get_experiment, _trial_views
+from .routes import (
+    _checkpoint_views,
+    _ctx,
+    _experiment_views,
+    _get_experiment,
+    _trial_views,
+    trial_view_pages,
+)
 from .schemas import agent_view
 from .states import is_terminal
 
@@ -99,16 +107,47 @@ def experiment(request: Request, exp_id: int) -> JSONResponse:
     return JSONResponse({"experiment": item, "jobSummary": None})
 
 
-def experiment_trials(request: Request, exp_id: int) -> JSONResponse:
-    """Determined's ``GetExperimentTrialsResponse`` (``offset``/``limit`` pages, by id)."""
+def _json(content: Any) -> bytes:
+    """``content`` as :class:`JSONResponse` renders it (compact UTF-8 JSON, NaN refused),
+    for answers written piece by piece that must read as that response's bytes."""
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode("utf-8")
+
+
+def experiment_trials(request: Request, exp_id: int) -> StreamingResponse:
+    """Determined's ``GetExperimentTrialsResponse`` (``offset``/``limit`` pages, by id;
+    ``limit`` 0, Determined's client's default: every trial from ``offset`` on).
+
+    Written a page (:data:`dauntless.master.routes.TRIAL_PAGE` trials) at a time, each
+    read in a read session of its own (issue 37: built whole, a 10,000-trial answer held
+    every row and view at once); the bytes are those of the answer built whole. The
+    trials are counted (``pagination.total``) before the body starts and at most that
+    many are listed: trials created meanwhile have larger ids and are left out; each
+    listed trial is as its page read it.
+
+    Raises:
+        NotFound: no such experiment (before the body starts).
+        BadRequest: ``offset`` or ``limit`` out of range.
+    """
     offset = _int_param(request, "offset", 0, INT32_MAX)
     limit = _int_param(request, "limit", 0, MAX_PAGE)
-    with _ctx(request).db.read() as s:
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
         _get_experiment(s, exp_id)
-        rows = trials.experiment_trials(s, exp_id)
-        chosen = rows[offset : offset + limit] if limit else rows[offset:]
-        items = [det_shapes.trial(v) for v in _trial_views(s, chosen)]
-    return JSONResponse({"trials": items, "pagination": page(offset, len(items), len(rows), limit)})
+        total = trials.trial_counts_and_bests(s, [exp_id]).get(exp_id, (0, None, None))[0]
+    wanted = max(0, total - offset) if not limit else max(0, min(limit, total - offset))
+
+    def body() -> Iterator[bytes]:
+        yield b'{"trials":['
+        sent = 0
+        if wanted:
+            for views in trial_view_pages(ctx, exp_id, skip=offset, limit=wanted):
+                sep = b"," if sent else b""
+                yield sep + b",".join(_json(det_shapes.trial(v)) for v in views)
+                sent += len(views)
+        yield b'],"pagination":' + _json(page(offset, sent, total, limit)) + b"}"
+
+    return StreamingResponse(body(), media_type="application/json")
 
 
 def trial(request: Request, trial_id: int) -> JSONResponse:

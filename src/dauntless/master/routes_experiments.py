@@ -6,7 +6,7 @@ JSON view helpers the route modules share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -23,7 +23,7 @@ from .context import MasterContext
 from .context_archive import read_upload
 from .det_dialect import speaks_determined
 from .errors import BadRequest, NotFound
-from .models import agents, experiment_reads, experiments, lifecycle, projects, trials
+from .models import agents, experiment_reads, experiments, lifecycle, projects
 from .models.experiment_checks import check_experiment
 from .rbac import Perm
 from .routes import (
@@ -32,10 +32,11 @@ from .routes import (
     _experiment_views,
     _get_experiment,
     _read,
-    _trial_views,
     trial_list_response,
+    trial_view_pages,
 )
 from .schemas import PatchExperiment
+from .stream_framing import dumps_json
 
 router = APIRouter(prefix="/api/v1")
 
@@ -274,19 +275,27 @@ def get_experiment(exp_id: DbId, request: Request) -> dict[str, Any]:
     return trial_list_response(ctx, exp_id, view)  # type: ignore[return-value]
 
 
-def experiment_detail(request: Request, exp_id: int) -> dict[str, Any]:
-    """``GET /experiments/{id}``'s body built whole, as a dict (the live stream's event,
-    :mod:`.routes_stream`, which sends it only when the experiment changed).
+def experiment_detail_json(request: Request, exp_id: int) -> Iterator[str]:
+    """The live stream's ``experiment`` event (:mod:`.routes_stream`): the JSON text
+    :func:`~.stream_framing.dumps_json` writes of ``{"experiment": view, "trials":
+    [trial views]}``, in pieces: the experiment, then its trials a page
+    (:data:`~.routes.TRIAL_PAGE`) at a time, each page read in a read session of its
+    own (issue 37: built whole, the body of a 10,000-trial experiment was held at once,
+    and the last one sent stayed held for the stream's life). The experiment is read
+    first: its ``num_trials`` may miss trials created while the pages are read.
 
     Raises:
-        NotFound: no such experiment.
+        NotFound: no such experiment (when the first piece is asked for).
     """
-    with _ctx(request).db.read() as s:
-        exp = _get_experiment(s, exp_id)
-        return {
-            "experiment": _experiment_views(s, [exp])[0],
-            "trials": _trial_views(s, trials.experiment_trials(s, exp_id)),
-        }
+    ctx = _ctx(request)
+    with ctx.db.read() as s:
+        view = _experiment_views(s, [_get_experiment(s, exp_id)])[0]
+    yield '{"experiment":' + dumps_json(view) + ',"trials":['
+    sep = ""
+    for views in trial_view_pages(ctx, exp_id):
+        yield sep + ",".join(dumps_json(v) for v in views)
+        sep = ","
+    yield "]}"
 
 
 @router.get("/experiments/{exp_id}/trials", response_model=R.TrialsOut)

@@ -63,9 +63,9 @@ from .routes_charts import experiment_summary
 from .routes_cluster import list_agents
 from .routes_experiment_list import ListRequest, list_request, with_limit
 from .routes_experiment_list import experiment_list_page as experiments_page
-from .routes_experiments import experiment_detail
+from .routes_experiments import experiment_detail_json
 from .routes_trials import get_trial_logs
-from .stream_framing import dumps_json, sse_event
+from .stream_framing import SpooledPayload, digest, dumps_json, sse_event
 
 POLL_SECONDS = 0.5
 """How often a stream reads the database (seconds)."""
@@ -188,8 +188,11 @@ async def _poll(
     """Events from polling ``read`` until the client leaves, ``max_seconds`` pass, or
     ``read`` returns None (the object is gone).
 
-    ``read`` runs in a worker thread and returns ``(event name, payload)``; the event is
-    sent when its JSON differs from the last one sent. With ``version`` (a change counter
+    ``read`` runs in a worker thread and returns ``(event name, payload)``, the payload
+    JSON-able or a :class:`~dauntless.master.stream_framing.SpooledPayload` of JSON
+    text (a large body, written and sent without holding it whole); the event is sent
+    when its JSON differs from the last one sent (told by digest, so that the last one
+    is not kept). With ``version`` (a change counter
     of the rows ``read`` reads, e.g. :meth:`ChangeFlag.version
     <dauntless.master.db.changes.ChangeFlag.version>`), a poll calls ``read`` only when
     the version moved since the last call or :data:`STALE_SECONDS` passed, so an idle
@@ -198,7 +201,7 @@ async def _poll(
     is sent right after the ``retry`` line (an event computed before the stream began).
     """
     start = last_sent = last_read = time.monotonic()
-    last_text: str | None = None
+    last_digest: bytes | None = None
     read_at: int | None = None
     credential = _Credential(request)
     yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
@@ -208,7 +211,7 @@ async def _poll(
         seen = version() if version is not None else None
         now = time.monotonic()
         fresh = (
-            last_text is not None
+            last_digest is not None
             and seen is not None
             and seen == read_at
             and now - last_read < STALE_SECONDS
@@ -221,10 +224,19 @@ async def _poll(
                 yield sse_event("gone", "{}")
                 return
             event, payload = item
-            text = dumps_json(payload)
-            if text != last_text:
-                last_text, last_sent = text, now
-                yield sse_event(event, text)
+            if isinstance(payload, SpooledPayload):
+                try:
+                    if payload.digest != last_digest:
+                        last_digest, last_sent = payload.digest, now
+                        for chunk in payload.event(event):
+                            yield chunk
+                finally:
+                    payload.close()
+            else:
+                text = dumps_json(payload)
+                if digest(text) != last_digest:
+                    last_digest, last_sent = digest(text), now
+                    yield sse_event(event, text)
         if now - last_sent >= KEEPALIVE_SECONDS:
             last_sent = now
             yield b": keep-alive\n\n"
@@ -349,7 +361,7 @@ async def stream_experiment(
 
     def read() -> tuple[str, Any] | None:
         try:
-            return "experiment", experiment_detail(request, exp_id)
+            return "experiment", SpooledPayload(experiment_detail_json(request, exp_id))
         except NotFound:
             return None
 

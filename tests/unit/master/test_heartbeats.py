@@ -358,3 +358,54 @@ def test_quiet_beats_are_counted_and_carry_the_cluster_message(master):
         '"/api/v1/agents/{agent_id}/heartbeat",method="POST"} 3.0'
     )
     assert line in text, [x for x in text.splitlines() if "heartbeat" in x]
+
+
+SEARCH = """
+name: beats
+entrypoint: model_def:Trial
+hyperparameters: {global_batch_size: 8, x: {type: double, minval: 0, maxval: 1}}
+searcher: {name: random, metric: loss, max_trials: 4, max_concurrent_trials: 4,
+           max_length: {batches: 30}}
+max_restarts: 0
+"""
+
+
+def test_a_beat_with_exits_places_once_and_answers_with_the_freed_slots_work(
+    tmp_path, db_url, monkeypatch
+):
+    """Every exit a beat carries is recorded, then one placement (not one per exit:
+    issue 37) puts waiting trials on the freed slots, in this beat's answer."""
+    app = _app(tmp_path, db_url)
+    with TestClient(app) as client:
+        sign_in(client)
+        slots = [{"id": "cpu0"}, {"id": "cpu1"}]
+        a2 = register_agent(client, app, {"id": "a2", "slots": slots})
+        ctx = app.state.ctx
+        files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+        r = client.post("/api/v1/experiments", data={"config": SEARCH}, files=files)
+        assert r.status_code == 201, r.text
+        assert loop.schedule_pass(ctx, maintenance=False) == 2  # 4 trials, 2 slots
+
+        def beat(body: dict) -> dict:
+            r = client.post("/api/v1/agents/a2/heartbeat", json=body, headers=a2)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        first = [spec["allocation_id"] for spec in beat({"running": []})["start"]]
+        assert len(first) == 2
+        assert beat({"running": first})["start"] == []
+        passes: list[int] = []
+        original = loop.schedule_pass
+        monkeypatch.setattr(
+            loop, "schedule_pass", lambda *a, **k: passes.append(1) or original(*a, **k)
+        )
+        exited = [{"allocation_id": a, "exit_code": 1} for a in first]
+        answer = beat({"running": [], "exited": exited})
+        assert len(passes) == 1
+        second = [spec["allocation_id"] for spec in answer["start"]]
+        assert len(second) == 2 and not set(second) & set(first)
+        with ctx.db.read() as s:
+            assert {s.get_one(AllocationRow, a).state for a in first} == {"TERMINATED"}
+        # Exits recorded before (a repeated report) change nothing: no placement.
+        beat({"running": second, "exited": exited})
+        assert len(passes) == 1

@@ -32,14 +32,15 @@ max_restarts: 0
 """
 
 
-def _add_trials(ctx, exp_id: int, n: int) -> None:
-    """``n`` ended trials, every third with a validation report (two, for one trial)."""
+def _add_trials(ctx, exp_id: int, n: int, prefix: str = "added") -> None:
+    """``n`` ended trials (``n`` > 0), every third with a validation report (two, for
+    the first); their request ids start with ``prefix``."""
     now = time.time()
     with ctx.db.write() as s:
         rows = [
             TrialRow(
                 experiment_id=exp_id,
-                request_id=f"added-{i:05d}",
+                request_id=f"{prefix}-{i:05d}",
                 state="COMPLETED" if i % 7 else "ERROR",
                 hparams={"x": i / n},
                 seed=i,

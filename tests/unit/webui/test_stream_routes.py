@@ -426,15 +426,15 @@ def test_an_idle_experiment_stream_does_not_rebuild_its_body(master, monkeypatch
     exp_id = _experiment(client)
     t = _trial(ctx, exp_id, 0.05)
     reads: list[int] = []
-    original = routes_stream.experiment_detail
+    original = routes_stream.experiment_detail_json
 
     def counted(request, exp_id):
         try:
-            return original(request, exp_id)
+            yield from original(request, exp_id)
         finally:
             reads.append(1)  # once the read is done
 
-    monkeypatch.setattr(routes_stream, "experiment_detail", counted)
+    monkeypatch.setattr(routes_stream, "experiment_detail_json", counted)
     monkeypatch.setattr(routes_stream, "POLL_SECONDS", 0.05)
     monkeypatch.setattr(routes_stream, "STALE_SECONDS", 3600.0)  # no rereads by the clock
     url = f"/api/v1/stream/experiments/{exp_id}"

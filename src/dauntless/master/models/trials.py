@@ -96,13 +96,20 @@ def read_trial(session: Session, trial_id: int) -> TrialRow:
 
 
 def experiment_trials(
-    session: Session, exp_id: int, after: int = 0, limit: int | None = None
+    session: Session,
+    exp_id: int,
+    after: int = 0,
+    limit: int | None = None,
+    *,
+    skip: int = 0,
 ) -> list[TrialRow]:
     """The trials of the experiment by id (none for an unknown experiment): every one,
     or with ``limit`` at most that many whose id is above ``after`` (one page of a
-    list read page by page, :func:`dauntless.master.routes.trial_list_response`)."""
+    list read page by page, :func:`dauntless.master.routes.trial_list_response`), the
+    first ``skip`` of those left out."""
     query = select(TrialRow).where(TrialRow.experiment_id == exp_id, TrialRow.id > after)
-    return list(session.scalars(query.order_by(TrialRow.id).limit(limit)))
+    query = query.order_by(TrialRow.id).limit(limit)
+    return list(session.scalars(query.offset(skip) if skip else query))
 
 
 def trial_counts_and_bests(
