@@ -66,8 +66,6 @@ from dauntless.config import SearchMetric
 from ._asha import AdaptiveASHASearch, AsyncHalvingSearch
 from ._base import Searcher, TrialRecord
 from ._basic import initial_count
-from ._bohb import KIND as LARGEST_RUNG
-from ._bohb import RungModel
 from ._ops import Create, ExitedReason, Operation
 from ._optuna_model import OptunaModel, SpaceMap, import_optuna, sampler_defaults
 from ._rng import draw_trial_seed
@@ -84,20 +82,14 @@ class _ModelState:
         #: what a new search's sampler is built with (the config's plus our defaults)
         self.effective = sampler_defaults(sampler, options, len(objectives))
         self.objectives = objectives
-        self.model: OptunaModel | RungModel | None = None
-        #: what an ASHA search's model is fit on: ``all_rungs`` (one study told every
-        #: rung result, :class:`OptunaModel`) or ``largest_rung`` (:class:`RungModel`)
-        self.fit = "all_rungs"
+        self.model: OptunaModel | None = None
         self.numbers: dict[str, int] = {}
         self.told: set[str] = set()
 
     def start(self, seed: int, space: SpaceMap) -> None:
-        if self.fit == LARGEST_RUNG:
-            self.model = RungModel(self.effective, seed, space)
-        else:
-            self.model = OptunaModel(self.sampler, self.effective, seed, self.objectives, space)
+        self.model = OptunaModel(self.sampler, self.effective, seed, self.objectives, space)
 
-    def get(self) -> OptunaModel | RungModel:
+    def get(self) -> OptunaModel:
         if self.model is None:
             raise RuntimeError("the search has not started (initial_operations)")
         return self.model
@@ -126,13 +118,9 @@ class _ModelState:
             # A snapshot made before the options were recorded was built with the
             # config's options alone: replay with those, so it continues exactly.
             options = saved["options"] if "options" in saved else self.options
-            if saved.get("kind") == LARGEST_RUNG:
-                self.model = RungModel(options, int(saved["seed"]), space, saved["log"])
-                self.fit = LARGEST_RUNG
-            else:
-                self.model = OptunaModel(
-                    self.sampler, options, int(saved["seed"]), self.objectives, space, saved["log"]
-                )
+            self.model = OptunaModel(
+                self.sampler, options, int(saved["seed"]), self.objectives, space, saved["log"]
+            )
         self.numbers = {str(k): int(v) for k, v in state["numbers"].items()}
         self.told = set(state["told"])
 
@@ -297,23 +285,6 @@ def stopped_rule(sampler: str) -> str:
     return "complete" if sampler == "tpe" else "pruned"
 
 
-def fit_rule(sampler: str) -> str:
-    """What ASHA with ``sampler`` fits its model on.
-
-    ``largest_rung`` (TPE): BOHB's rule, :class:`~._bohb.RungModel`: a third of the new
-    trials at random, the rest from TPE fit on the largest rung length with enough
-    results. ``all_rungs`` (CMA-ES, GP): one study told every rung result as an
-    intermediate value and each trial's end (:func:`stopped_rule`).
-
-    Args:
-        sampler: ``tpe``, ``cmaes`` or ``gp``.
-
-    Returns:
-        ``largest_rung`` or ``all_rungs``.
-    """
-    return LARGEST_RUNG if sampler == "tpe" else "all_rungs"
-
-
 class _ASHAModelMixin:
     """ASHA whose new trials' hyperparameters come from an Optuna sampler."""
 
@@ -330,7 +301,6 @@ class _ASHAModelMixin:
         self._last: dict[str, float] = {}
         #: how a trial that ASHA stopped below the top rung is told to the study
         self._stopped = stopped_rule(cfg.sampler)
-        self._state.fit = fit_rule(cfg.sampler)
 
     def _raw(self, value: float) -> float:
         return value if self._config.searcher.smaller_is_better else -value
@@ -358,14 +328,11 @@ class _ASHAModelMixin:
         out["sampler"] = self._state.to_json()
         out["sampler"]["last"] = dict(self._last)
         out["sampler"]["stopped"] = self._stopped
-        out["sampler"]["fit"] = self._state.fit
         return out
 
     def _model_load(self, state: dict[str, Any]) -> dict[str, Any]:
         saved = dict(state)
         model = saved.pop("sampler")
-        # A snapshot from before the fit was recorded told one study every rung result.
-        self._state.fit = str(model.get("fit", "all_rungs"))
         self._state.load(model, self._space)
         self._last = {str(k): float(v) for k, v in model["last"].items()}
         # A snapshot from before the rule was recorded told every stopped trial PRUNED:

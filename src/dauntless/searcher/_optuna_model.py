@@ -201,29 +201,6 @@ def build_sampler(optuna: Any, name: str, options: Mapping[str, Any], seed: int)
     raise SearcherConfigError("searcher.sampler", f"unknown sampler {name!r}")
 
 
-def quiet(optuna: Any) -> Any:
-    """A context manager that turns Optuna's experimental-feature, user and runtime
-    warnings off around a call (pytest makes every warning an error; these say nothing
-    to a user of the searcher), one thread at a time."""
-    ctx = warnings.catch_warnings()
-
-    class _Quiet:
-        def __enter__(self) -> None:
-            _WARN_LOCK.acquire()
-            ctx.__enter__()
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            warnings.simplefilter("ignore", UserWarning)
-            warnings.simplefilter("ignore", RuntimeWarning)
-
-        def __exit__(self, *exc: Any) -> None:
-            try:
-                ctx.__exit__(*exc)
-            finally:
-                _WARN_LOCK.release()
-
-    return _Quiet()
-
-
 class OptunaModel:
     """A seeded Optuna study that proposes hyperparameters and learns results.
 
@@ -264,7 +241,25 @@ class OptunaModel:
     # ------------------------------------------------------------------ study
 
     def _quiet(self) -> Any:
-        return quiet(self._optuna)
+        """Optuna's experimental-feature warnings off around a call (pytest makes every
+        warning an error; these say nothing to a user of the searcher)."""
+        ctx = warnings.catch_warnings()
+
+        class _Quiet:
+            def __enter__(_self) -> None:
+                _WARN_LOCK.acquire()
+                ctx.__enter__()
+                warnings.simplefilter("ignore", self._optuna.exceptions.ExperimentalWarning)
+                warnings.simplefilter("ignore", UserWarning)
+                warnings.simplefilter("ignore", RuntimeWarning)
+
+            def __exit__(_self, *exc: Any) -> None:
+                try:
+                    ctx.__exit__(*exc)
+                finally:
+                    _WARN_LOCK.release()
+
+        return _Quiet()
 
     def _ensure_study(self) -> Any:
         if self._study is not None:

@@ -103,7 +103,6 @@ CONFIGS = {
         }
     ),
     "asha_tpe": cfg(ASHA_TPE),
-    "asha_tpe_one_study": cfg(ASHA_TPE),
     "pbt": cfg(
         {
             "name": "pbt",
@@ -120,10 +119,6 @@ CONFIGS = {
 
 
 def new(kind, seed):
-    if kind == "asha_tpe_one_study":  # a search saved before BOHB's rule was recorded
-        snap = json.loads(json.dumps(make_searcher(CONFIGS[kind], seed).snapshot()))
-        del snap["method"]["sampler"]["fit"]
-        return restore_searcher(CONFIGS[kind], snap)
     method = SeededRandom if kind == "custom" else None
     return make_searcher(CONFIGS[kind], seed, method=method)
 
@@ -354,15 +349,12 @@ def test_multi_objective_reads_every_objective():
 
 
 def test_asha_with_tpe_tells_each_trial_its_latest_rung_result():
-    # The rule of a search whose one study is told every rung result: a snapshot made
-    # before BOHB's rule (test_bohb.py) was recorded.
     config = CONFIGS["asha_tpe"]
     result = simulate(config, lambda h, length, _s: h["drop"] + 1.0 / length, 4, max_concurrent=3)
     assert len(result.trials) == 10
-    snap = json.loads(json.dumps(make_searcher(config, 4).snapshot()))
+    snap = make_searcher(config, 4).snapshot()
     assert snap["method"]["sampler"]["model"] is None  # not started: no sampler yet
-    del snap["method"]["sampler"]["fit"]
-    searcher = restore_searcher(config, snap)
+    searcher = make_searcher(config, 4)
     driver = run_to_end(searcher, metric=lambda n: float((n * 7) % 5))
     state = searcher.snapshot()["method"]["sampler"]
     assert state["stopped"] == "complete"
@@ -395,7 +387,6 @@ def test_asha_tpe_snapshot_without_the_rule_continues_pruning_as_it_was_made():
     config = CONFIGS["asha_tpe"]
     start = json.loads(json.dumps(make_searcher(config, 4).snapshot()))
     del start["method"]["sampler"]["stopped"]
-    del start["method"]["sampler"]["fit"]
     whole = restore_searcher(config, start)
     whole_driver = run_to_end(whole, metric=lambda n: float((n * 7) % 5))
     state = whole.snapshot()["method"]["sampler"]
@@ -408,7 +399,6 @@ def test_asha_tpe_snapshot_without_the_rule_continues_pruning_as_it_was_made():
         validate(part, float((n * 7) % 5))
     mid = json.loads(json.dumps(part.searcher.snapshot()))
     del mid["method"]["sampler"]["stopped"]
-    del mid["method"]["sampler"]["fit"]
     part.searcher = restore_searcher(config, mid)
     n = 12
     while not part.searcher.is_shut_down:
