@@ -50,6 +50,25 @@ Branin, seeds 100-121), ``n_startup_trials: 5`` (2 / 9; 10 / 6), ``prior_weight:
 here Optuna's ``n_startup_trials``) was tried earlier against PRUNED feeding and was no
 better: over 40 seeds (100-139) it beat it on 15 seeds and lost on 12 (Branin), won 15
 and lost 23 (Hartmann-6). CMA-ES and GP keep PRUNED for want of evidence either way.
+It was tried again against this rule in full (commit c3f06d9, reverted): a third of the
+new trials at random (BOHB's rho, HpBandSter's ``random_fraction`` 1/3), the rest from
+TPE fit only on the largest rung length with at least d + 2 results (one in-memory study
+per length, each draw seeded from the sampler seed and the trial number, so it restored
+exactly). Batches to random's best of 64, selection seeds 100-124 (Branin) and 100-114
+(Hartmann-6), seeds it won / lost against this rule: 5 / 14 (Branin; 14 of 25 searches
+never reached the target, 6 with this rule) and 3 / 11 (Hartmann-6; ASHA+TPE / ASHA
+median 1.38 against this rule's 0.62). No variant did better than this rule: without the
+random third 3 / 16 and 2 / 12; d + 1 results 4 / 15 and 4 / 10; 16 results 7 / 14 and
+4 / 10; BOHB's 15% good fraction as TPE's ``gamma`` (alone, or with at least
+d + 1 good points; both together) 2 / 2 and 1 / 3 on the 4 (Branin) and 2 (Hartmann-6)
+seeds run.
+Why, here: ASHA promotes the first result of every rung, so the top rung has d + 2
+results after the brackets' first few (random) trials, then gains a handful in the next
+200 (Branin seed 100: 12 top-rung results by trial 64 and 15 at the end, against 145
+first-rung results by trial 224), and TPE is fit on the same few points for most of the
+search while the lower rungs' results are thrown away. BOHB's Hyperband fills its
+largest budget from a bracket that starts configurations there; every bracket of
+Determined's ASHA starts below the top rung.
 
 State: the sampler's seed (drawn from the experiment RNG when the search starts) and the
 ordered log of every ask, report and tell (:class:`~._optuna_model.OptunaModel`), so a
