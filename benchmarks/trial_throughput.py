@@ -45,7 +45,7 @@ Usage::
 
     python benchmarks/trial_throughput.py [--n 10 100] [--slots 2] [--agents 1]
         [--trial-seconds 0] [--cold] [--ray-python PATH] [--no-ray] [--no-optuna]
-        [--profile-master DIR]
+        [--profile-master DIR] [--master-src DIR]
 
 Issue 37's acceptance run: ``--n 10000 --slots 100 --agents 10 --trial-seconds 1 --no-ray``
 (total / ideal <= 1.05, last / first thousand within 10%, RSS <= 150 MB).
@@ -143,12 +143,20 @@ class Cluster:
     (or its warm worker is not ready) within 120 s; both processes are stopped then.
     """
 
-    def __init__(self, tmp: Path, warm: bool, slots: int = 2, agents: int = 1) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        warm: bool,
+        slots: int = 2,
+        agents: int = 1,
+        master_src: Path | None = None,
+    ) -> None:
         if agents < 1 or slots < agents:
             raise ValueError(f"need 1 <= agents <= slots, got {agents} agents, {slots} slots")
         self.tmp = tmp
         self.slots, self.n_agents = slots, agents
         self.agents: list[subprocess.Popen[bytes]] = []
+        self.master_src = master_src
         self._stack = contextlib.ExitStack()
         try:
             self._start(warm)
@@ -166,6 +174,7 @@ class Cluster:
                 tmp / "data",
                 db_url=f"sqlite:///{tmp}/master.db",
                 log=tmp / "master.log",
+                src=self.master_src,
                 args=[
                     "--cluster-secret-file",
                     str(secret),
@@ -593,7 +602,17 @@ def main() -> None:
         default=0.0,
         help="seconds each trial sleeps before it reports (default 0: trivial trials)",
     )
+    p.add_argument(
+        "--master-src",
+        type=Path,
+        metavar="DIR",
+        help="run the master from this source directory (put first on its PYTHONPATH), "
+        "e.g. a checkout of main's src/, for a side-by-side baseline; the agents run the "
+        "installed package",
+    )
     args = p.parse_args()
+    if args.master_src is not None:
+        print(f"master from {args.master_src}")
     if args.trial_seconds < 0:
         p.error(f"--trial-seconds must be >= 0, got {args.trial_seconds}")
     ray_python = None if args.no_ray else find_ray_python(args.ray_python)
@@ -603,7 +622,13 @@ def main() -> None:
         (tmp / "model").mkdir()
         (tmp / "model" / "train.py").write_text(TRAIN_PY.format(seconds=args.trial_seconds))
         try:
-            cluster = Cluster(tmp, warm=not args.cold, slots=args.slots, agents=args.agents)
+            cluster = Cluster(
+                tmp,
+                warm=not args.cold,
+                slots=args.slots,
+                agents=args.agents,
+                master_src=args.master_src,
+            )
         except ValueError as exc:
             p.error(str(exc))
         try:

@@ -40,7 +40,6 @@ from .prom import MasterMetrics, RequestMetrics
 from .provisioner import build_provisioners
 from .proxy import make_master_proxy_app, make_proxy_origin_app
 from .proxy_auth import ProxyAuth
-from .proxy_forward import proxy_client
 from .rbac import ROLES
 from .routes import install_error_handlers
 from .routes_allocations import router as allocations_router
@@ -361,7 +360,8 @@ def create_app(
             shipper.stop()
             if thread is not None:
                 thread.join(timeout=10)
-            await app.state.proxy_client.aclose()
+            if app.state.proxy_client is not None:  # made by the first proxied request
+                await app.state.proxy_client.aclose()
             db.dispose()
             logging.getLogger().removeHandler(app.state.master_logs)
 
@@ -386,7 +386,7 @@ def create_app(
     app.add_middleware(AuditMiddleware, trail=trail)
     install_error_handlers(app)
     install_task_error_handlers(app)
-    app.state.proxy_client = proxy_client()
+    app.state.proxy_client = None  # proxy_forward.app_proxy_client makes it when needed
     app.state.proxy_auth = ProxyAuth()
     # The proxy origin's port as browsers reach it; serving.py sets the bound one.
     proxy_port = config.task_proxy.port

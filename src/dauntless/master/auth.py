@@ -65,7 +65,7 @@ from .auth_access import require_own_trial as require_own_trial
 from .auth_access import route_rule as route_rule
 from .auth_agents import AgentCredentials
 from .auth_csrf import check_csrf
-from .auth_memory import RememberedUsers
+from .auth_memory import RememberedUsers, drop_stale_trial_tokens
 from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
 from .auth_secrets import (
     hash_password,
@@ -351,14 +351,11 @@ class AuthService:
                     # the read: the version read now is then the one the read saw.
                     version = versions.version(alloc.group_id)
                     if versions.total() == changes_before:
-                        if len(self._trial_tokens) >= MAX_REMEMBERED_TRIAL_TOKENS:
-                            self._trial_tokens.clear()
-                        self._trial_tokens[digest] = (
-                            who,
-                            alloc.group_id,
-                            version,
-                            time.monotonic(),
+                        now, tokens = time.monotonic(), self._trial_tokens
+                        drop_stale_trial_tokens(
+                            tokens, now, TRIAL_TOKEN_REREAD_SECONDS, MAX_REMEMBERED_TRIAL_TOKENS
                         )
+                        tokens[digest] = (who, alloc.group_id, version, now)
                 return who
             task_alloc = s.scalar(
                 select(AllocationRow).where(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .auth_access import Principal
 from .db import Database, UserRow, UserSessionRow
@@ -75,3 +76,30 @@ class RememberedUsers:
             if len(self._tokens) >= MAX_REMEMBERED_USER_TOKENS:
                 self._tokens.clear()
             self._tokens[digest] = (who, stamp, time.monotonic())
+
+
+TRIAL_TOKENS_KEPT_STALE = 256
+"""Remembered trial tokens above which :func:`drop_stale_trial_tokens` runs."""
+
+
+def drop_stale_trial_tokens(
+    tokens: dict[str, tuple[Any, ...]], now: float, max_age: float, max_items: int
+) -> None:
+    """Make room in the remembered trial tokens before one more is stored: when there
+    are :data:`TRIAL_TOKENS_KEPT_STALE` or more, drop those remembered ``max_age``
+    seconds or more before ``now`` (an entry's last item is when it was read, by
+    ``time.monotonic()``), which the next use would read again from the database
+    anyway; then clear them all if ``max_items`` are still kept.
+
+    Why: the entries of ended trials stayed until the memory held ``max_items`` (issue
+    37: 2,048 entries, 1.3 MB, nearly all of trials that had ended). Safe beside threads
+    that store or drop entries: the entries are read from a copy, and an entry dropped
+    by mistake is only read again.
+    """
+    if len(tokens) < TRIAL_TOKENS_KEPT_STALE:
+        return
+    for digest, entry in list(tokens.items()):
+        if now - entry[-1] >= max_age:
+            tokens.pop(digest, None)
+    if len(tokens) >= max_items:
+        tokens.clear()

@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import websockets
 from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection, Request
@@ -25,6 +24,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from dauntless._tls import default_ssl_context
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("dauntless.master.proxy")
 
@@ -117,7 +119,9 @@ async def forward_http(request: Request, row: Any, base: str) -> Response:
     """
     task_id = row.id
     path = raw_path(request)
-    client: httpx.AsyncClient = request.app.state.proxy_client
+    import httpx  # imported by the first proxied request (see app_proxy_client)
+
+    client = app_proxy_client(request.app.state)
     url = base + path + (f"?{request.url.query}" if request.url.query else "")
     body = _has_body(request)
     upstream = client.build_request(
@@ -221,6 +225,8 @@ def proxy_client() -> httpx.AsyncClient:
     (:func:`dauntless._tls.default_ssl_context`): building one per client cost each
     master application about 25–50 ms of CPU, which the tests, building hundreds of
     applications in one process, paid every time."""
+    import httpx
+
     return httpx.AsyncClient(
         timeout=httpx.Timeout(None, connect=10.0),
         follow_redirects=False,
@@ -229,8 +235,23 @@ def proxy_client() -> httpx.AsyncClient:
     )
 
 
+def app_proxy_client(state: Any) -> httpx.AsyncClient:
+    """The application's proxy client (``state.proxy_client``), made by the first
+    request that needs it (:func:`proxy_client`).
+
+    Why not at start: a master that never proxies then never imports httpx (and the
+    ``rich`` and ``pygments`` its command-line module pulls in) nor loads the CA bundle,
+    4.5 MB of its resident memory (issue 37). It runs on the event loop, without an
+    ``await`` between the check and the store, so one client is made."""
+    client = state.proxy_client
+    if client is None:
+        client = state.proxy_client = proxy_client()
+    return client  # type: ignore[no-any-return]
+
+
 __all__ = [
     "HOP_BY_HOP",
+    "app_proxy_client",
     "forward_headers",
     "forward_http",
     "forward_ws",

@@ -65,7 +65,7 @@ def _journaled(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-@dataclass
+@dataclass(slots=True)
 class TrialRecord:
     """What a searcher remembers about one trial it created.
 

@@ -107,6 +107,20 @@ def test_events_are_rows_and_a_restored_searcher_decides_as_the_kept_one(master,
         assert a.is_shut_down and b.is_shut_down
 
 
+def test_an_ended_search_keeps_no_searcher_in_memory(master):
+    """Issue 37 scope 2: the master keeps a running search's searcher (a record per
+    trial) and drops it when the experiment ends; a later reader restores it."""
+    client, ctx = master
+    exp_id = create(client)
+    assert step(ctx, exp_id)
+    assert exp_id in search._cache(ctx)
+    run(ctx, exp_id, restart_every=None)
+    assert stored(ctx, exp_id)[0] == "COMPLETED"
+    assert exp_id not in search._cache(ctx)
+    with ctx.db.read() as s:
+        assert search.searcher_for(ctx, s.get(ExperimentRow, exp_id), read_only=True).is_shut_down
+
+
 def test_deleting_an_experiment_deletes_its_events(master, monkeypatch):
     client, ctx = master
     monkeypatch.setattr(searcher_log, "MIN_EVENTS_BEFORE_COMPACTION", 1000)

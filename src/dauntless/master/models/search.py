@@ -124,6 +124,15 @@ def _context_of(ctx: MasterContext, exp_id: int) -> bytes | None:
         return None if row is None else bytes(row.content)
 
 
+def forget_searcher(ctx: MasterContext, exp_id: int) -> None:
+    """Drop the experiment's kept searcher, if any (issue 37: an ended search's
+    searcher holds a record per trial, ~0.5 KB each, and is rarely needed again; a later
+    caller restores it from the rows)."""
+    cache = _cache(ctx)
+    with _SEARCHERS_LOCK:
+        cache.pop(exp_id, None)
+
+
 def _keep(ctx: MasterContext, exp: ExperimentRow, searcher: Any) -> None:
     cache = _cache(ctx)
     config = ctx.experiment_config(exp)
@@ -142,6 +151,7 @@ def set_experiment_state(ctx: MasterContext, exp: ExperimentRow, state: State) -
     exp.state = state.value
     if is_terminal(state):
         exp.end_time = ctx.clock()
+        forget_searcher(ctx, exp.id)
     s = object_session(exp)
     if s is not None:  # webhooks' state-change triggers, queued in this transaction
         ctx.webhooks.on_experiment_state(s, exp, state.value)
