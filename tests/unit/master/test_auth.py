@@ -855,3 +855,25 @@ def test_remembered_user_tokens_follow_every_change_at_once(world):
         assert c.get("/api/v1/me", headers=bearer(alice)).status_code == 401
     finally:
         auth.clock = clock
+
+
+def test_stale_trial_tokens_leave_the_memory_when_another_is_remembered(world, monkeypatch):
+    """Issue 37 scope 2, through the route: storing a trial token drops those read long
+    enough ago (an ended trial's token is not kept until the memory is full)."""
+    from dauntless.master import auth_memory
+
+    w = world
+    remembered = w.app.state.auth._trial_tokens
+    body = {"group": "training", "steps_completed": 4, "trial_run_id": 1, "metrics": {"loss": 0.5}}
+    r = w.client.post(f"/api/v1/trials/{w.trial_id}/metrics", headers=bearer(w.trial), json=body)
+    assert r.status_code == 200, r.text
+    mine = hash_token(w.trial)
+    assert mine in remembered
+    # Read long ago (its last item is when it was read, by time.monotonic()).
+    remembered[mine] = (*remembered[mine][:-1], time.monotonic() - 3600.0)
+    monkeypatch.setattr(auth_memory, "TRIAL_TOKENS_KEPT_STALE", 1)
+    other = w.other_trial_id
+    r = w.client.post(f"/api/v1/trials/{other}/metrics", headers=bearer(w.other_trial), json=body)
+    assert r.status_code == 200, r.text
+    assert hash_token(w.other_trial) in remembered
+    assert mine not in remembered
