@@ -234,8 +234,9 @@ async def _poll(
                     payload.close()
             else:
                 text = dumps_json(payload)
-                if digest(text) != last_digest:
-                    last_digest, last_sent = digest(text), now
+                text_digest = digest(text)
+                if text_digest != last_digest:
+                    last_digest, last_sent = text_digest, now
                     yield sse_event(event, text)
         if now - last_sent >= KEEPALIVE_SECONDS:
             last_sent = now
