@@ -348,6 +348,10 @@ class Agent:
                         # A held beat took the interval's place; a master that does
                         # not hold (an older one) answered at once: wait the rest.
                         interval -= time.monotonic() - began
+                    elif not self.tasks and not self.pending_exits:
+                        # Idle now (its last task's exit was just reported): the
+                        # next beat is held at once instead of after an interval.
+                        interval = 0.0
                     failures = 0
                     if interval > 0:
                         self.wake.wait(interval)
