@@ -72,6 +72,10 @@ from .runtimes.base import Runtime, TaskHandle
 
 log = logging.getLogger("dauntless.agent")
 
+MAX_BEAT_HOLD_SECONDS = 10.0
+"""The longest an idle agent asks the master to hold a heartbeat (its ``wait_seconds``):
+well under the client's 30 s read timeout and the master's own bound (30 s)."""
+
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when the master orders a task killed."""
 
@@ -263,8 +267,18 @@ class Agent:
         self.registered = True
         log.info("registered as %s with %d slot(s)", self.agent_id, len(self.slots))
 
-    def run_once(self) -> None:
+    def run_once(self, hold: float = 0.0) -> float:
         """One cycle: reap exited tasks, report exits, heartbeat, start and kill tasks.
+
+        Args:
+            hold: seconds the master may hold the heartbeat as a long poll when this
+                agent runs no task and reports no exit (issue 37: work placed on an
+                idle agent then reaches it at once instead of at its next beat); it is
+                asked for only then, as an exit must not wait behind a held beat. At
+                most :data:`MAX_BEAT_HOLD_SECONDS`.
+
+        Returns:
+            The seconds of hold asked for (0.0 when none was).
 
         Raises:
             httpx.HTTPError: the master could not be reached (the caller backs off).
@@ -288,14 +302,16 @@ class Agent:
                 {"allocation_id": alloc_id, "exit_code": code, "message": msg, "fatal": fatal}
                 for alloc_id, (code, msg, fatal) in exits.items()
             ]
+        held = min(hold, MAX_BEAT_HOLD_SECONDS) if not self.tasks and not exits else 0.0
+        params = {"wait_seconds": f"{held:g}"} if held > 0 else None
         sent = self.fence.now()
-        r = self.client.post(f"/api/v1/agents/{self.agent_id}/heartbeat", json=body)
+        r = self.client.post(f"/api/v1/agents/{self.agent_id}/heartbeat", json=body, params=params)
         # 404: the master does not know this agent; 401: not its credential (a later
         # registration of this id replaced it). The exits stay pending: sent after.
         if r.status_code in (401, 404):
             self.registered = False
             self.register()
-            return
+            return held
         r.raise_for_status()
         for alloc_id in exits:
             self.pending_exits.pop(alloc_id, None)
@@ -305,6 +321,7 @@ class Agent:
             self._kill(alloc_id)
         for spec in work.get("start", []):
             self._start(spec)
+        return held
 
     def run(self, stop: threading.Event) -> None:
         """Loop :meth:`run_once` until ``stop`` is set.
@@ -342,9 +359,19 @@ class Agent:
         try:
             while not stop.is_set():
                 try:
-                    self.run_once()
+                    interval = self.config.heartbeat_interval
+                    began = time.monotonic()
+                    if self.run_once(hold=interval) > 0:
+                        # A held beat took the interval's place; a master that does
+                        # not hold (an older one) answered at once: wait the rest.
+                        interval -= time.monotonic() - began
+                    elif not self.tasks and not self.pending_exits:
+                        # Idle now (its last task's exit was just reported): the
+                        # next beat is held at once instead of after an interval.
+                        interval = 0.0
                     failures = 0
-                    self.wake.wait(self.config.heartbeat_interval)
+                    if interval > 0:
+                        self.wake.wait(interval)
                     self.wake.clear()
                 except (httpx.HTTPError, OSError) as exc:
                     failures += 1

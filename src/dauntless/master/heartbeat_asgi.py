@@ -28,7 +28,11 @@ It answers only when all of these hold, else the request takes the route as befo
   ``json.loads`` and validates as :class:`~dauntless.master.schemas.Heartbeat` (as
   FastAPI parses it), and carries no exit;
 * :meth:`~dauntless.master.heartbeats.Heartbeats.answer` gives a remembered answer
-  (which also records the beat in memory).
+  (which also records the beat in memory);
+* a ``wait_seconds`` query parameter, if any, is a number from 0 to
+  :data:`~dauntless.master.heartbeats.MAX_HOLD_SECONDS`; above 0 the beat is held
+  (:meth:`~dauntless.master.heartbeats.Heartbeats.hold`) and, if something changed
+  for the agent meanwhile, handed to the route after all.
 
 Its answer is the bytes and headers the route would send (``JSONResponse``'s
 rendering). The request's scope gets what the route's matching and the dependency would
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import HTTPException
 from pydantic import ValidationError
@@ -50,6 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_HEADER
 
 from .auth_access import route_rule
+from .heartbeats import MAX_HOLD_SECONDS, Stamp
 from .schemas import Heartbeat
 
 HEARTBEAT_PATH = "/api/v1/agents/{agent_id}/heartbeat"
@@ -77,6 +83,24 @@ def heartbeat_agent(scope: Scope) -> str | None:
         return None
     agent_id = path[len(_PREFIX) : -len(_SUFFIX)]
     return agent_id if agent_id and "/" not in agent_id else None
+
+
+def _wait_seconds(scope: Scope) -> float | None:
+    """The beat's ``wait_seconds`` query parameter (0.0 when absent), or None when it is
+    not a number from 0 to :data:`MAX_HOLD_SECONDS` or is given twice (the route then
+    answers 400 naming it)."""
+    query = scope.get("query_string") or b""
+    if not query:
+        return 0.0
+    try:
+        values = parse_qs(query.decode("latin-1"), keep_blank_values=True, strict_parsing=True)
+        given = values.get("wait_seconds", ["0"])
+        wait = float(given[0]) if len(given) == 1 else None
+    except ValueError:
+        return None
+    if wait is None or not 0 <= wait <= MAX_HOLD_SECONDS:
+        return None
+    return wait
 
 
 class QuietHeartbeats:
@@ -108,11 +132,20 @@ class QuietHeartbeats:
         if self._route is None or not self._credential_only(scope):
             await self._route_it(scope, receive, send, [])
             return
+        wait = _wait_seconds(scope)
+        if wait is None:  # a malformed or out-of-range wait_seconds: the route says why
+            await self._route_it(scope, receive, send, [])
+            return
         messages, body = await _read_body(receive)
-        answer = None if body is None else self._quiet_answer(scope, agent_id, body)
-        if answer is None:
+        quiet = None if body is None else self._quiet_answer(scope, agent_id, body)
+        if quiet is not None and wait > 0:
+            beats = self.state.ctx.heartbeats
+            if await beats.hold(agent_id, quiet[1], wait):  # work came: the route answers
+                quiet = None
+        if quiet is None:
             await self._route_it(scope, receive, send, messages)
             return
+        answer = quiet[0]
         await send(
             {
                 "type": "http.response.start",
@@ -141,8 +174,9 @@ class QuietHeartbeats:
                 json_body = value.split(b";", 1)[0].strip().lower() == b"application/json"
         return token and not secret and json_body
 
-    def _quiet_answer(self, scope: Scope, agent_id: str, body: bytes) -> bytes | None:
-        """The rendered answer to a quiet beat, or None (nothing is recorded then)."""
+    def _quiet_answer(self, scope: Scope, agent_id: str, body: bytes) -> tuple[bytes, Stamp] | None:
+        """The rendered answer to a quiet beat and the change counts it was given under
+        (for :meth:`Heartbeats.hold`), or None (nothing is recorded then)."""
         # What the route's matching would add to the scope; the scope itself gets it
         # only when this answers (the route's matching adds it otherwise).
         matched = {
@@ -166,6 +200,7 @@ class QuietHeartbeats:
             return None
         ctx = self.state.ctx
         sampled = [x.allocation_id for x in beat.resources]
+        stamp = ctx.heartbeats.stamp(agent_id)
         kept = ctx.heartbeats.answer(agent_id, beat.running, sampled, ctx.clock())
         if kept is None:
             return None
@@ -173,9 +208,10 @@ class QuietHeartbeats:
         scope.setdefault("state", {})["principal"] = who  # what the dependency leaves
         # As the route's JSONResponse renders it (starlette.responses.JSONResponse).
         answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}
-        return json.dumps(
+        rendered = json.dumps(
             answer, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
         ).encode("utf-8")
+        return rendered, stamp
 
     async def _route_it(
         self, scope: Scope, receive: Receive, send: Send, messages: list[Message]

@@ -43,6 +43,7 @@ not needed after a restart either: the first beat of each agent takes the full p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -72,6 +73,9 @@ the bound for changes the ORM does not report (bulk statements, other processes)
 MAX_AGENT_KEYS = 16_384
 """Agents whose change counts are kept before the counts are cleared (every agent's
 next beat then takes the full path once)."""
+
+MAX_HOLD_SECONDS = 30.0
+"""The longest a quiet beat may be held (its ``wait_seconds``, see :meth:`Heartbeats.hold`)."""
 
 Stamp = tuple[Version, Version]
 """(version of the agent's row, version of the allocation parts placed on it)."""
@@ -107,6 +111,10 @@ class Heartbeats:
         self._answers: dict[str, _Answer] = {}
         self._ticked: float | None = None  # the last tick (monotonic s); None: no ticks
         self._resumed_at = float("-inf")  # the end of the last stall (epoch s)
+        # Beats held as long polls (:meth:`hold`): agent id -> (its loop, its event).
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._agent_versions.listen(self._changed)
+        self._part_versions.listen(self._changed)
 
     def stamp(self, agent_id: str) -> Stamp:
         """The change counts of ``agent_id``'s row and parts; read it *before* the full
@@ -139,6 +147,53 @@ class Heartbeats:
             return None
         self.beat(agent_id, now, pending=True)
         return kept.answer
+
+    async def hold(self, agent_id: str, stamp: Stamp, seconds: float) -> bool:
+        """Hold a quiet beat of ``agent_id`` as a long poll: wait until the agent's row
+        or the parts placed on it change from ``stamp`` (:meth:`stamp`, read before the
+        beat's :meth:`answer`), or ``seconds`` pass. An agent with no task running asks
+        for this (``wait_seconds`` on its heartbeat) in place of sleeping for its
+        heartbeat interval, so that work placed on it is answered within milliseconds
+        instead of at its next beat (issue 37: create -> first metric). Call it on the
+        event loop; a commit in any thread wakes it (:meth:`RowVersions.listen`).
+
+        Args:
+            agent_id: the agent.
+            stamp: the change counts the beat's remembered answer was given under.
+            seconds: how long to hold at most (0 to :data:`MAX_HOLD_SECONDS`).
+
+        Returns:
+            True when the counts changed (the full path must answer the beat), False
+            when ``seconds`` passed without a change (the remembered answer stands).
+        """
+        if seconds <= 0:
+            return self.stamp(agent_id) != stamp
+        entry = (asyncio.get_running_loop(), asyncio.Event())
+        with self._lock:
+            self._waiters.setdefault(agent_id, []).append(entry)
+        try:
+            if self.stamp(agent_id) == stamp:  # registered first: no commit is missed
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(entry[1].wait(), min(seconds, MAX_HOLD_SECONDS))
+            return self.stamp(agent_id) != stamp
+        finally:
+            with self._lock:
+                held = self._waiters.get(agent_id, [])
+                if entry in held:
+                    held.remove(entry)
+                if not held:
+                    self._waiters.pop(agent_id, None)
+
+    def _changed(self, keys: set[Any] | None) -> None:
+        """Wake the beats held for the agents ``keys`` (None: every agent)."""
+        with self._lock:
+            if keys is None:
+                woken = [w for held in self._waiters.values() for w in held]
+            else:
+                woken = [w for k in keys for w in self._waiters.get(k, ())]
+        for event_loop, event in woken:
+            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
+                event_loop.call_soon_threadsafe(event.set)
 
     def keep(
         self,

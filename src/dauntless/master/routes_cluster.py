@@ -25,6 +25,7 @@ from . import routes_det_experiments as det_views
 from .auth import forbidden, principal
 from .det_dialect import speaks_determined
 from .errors import Forbidden, NotFound
+from .heartbeats import MAX_HOLD_SECONDS
 from .models import agents, allocations, logs, task_resources
 from .routes import _ctx, _read, _write
 from .schemas import (
@@ -202,7 +203,10 @@ def _agent_json(request: Request, agent_id: str) -> dict[str, Any]:
 
 @heartbeat_router.post("/agents/{agent_id}/heartbeat", response_model=R.HeartbeatOut)
 async def agent_heartbeat(
-    agent_id: str, body: Heartbeat, request: Request
+    agent_id: str,
+    body: Heartbeat,
+    request: Request,
+    wait_seconds: float = Query(0, ge=0, le=MAX_HOLD_SECONDS),
 ) -> dict[str, Any] | JSONResponse:
     """Liveness plus work: returns tasks to start and allocations to kill.
 
@@ -215,6 +219,11 @@ async def agent_heartbeat(
     would store, is answered on the event loop from memory (issue 37,
     :mod:`dauntless.master.heartbeats`); every other beat is a write transaction on a
     worker thread.
+
+    With ``wait_seconds`` above 0 (an agent with no task running asks for its
+    heartbeat interval), a beat answered from memory is held as a long poll until
+    something changes for the agent (work placed on it: it then takes the full path and
+    its answer carries the work) or the seconds pass (:meth:`Heartbeats.hold`).
     """
     ctx = _ctx(request)
     reporter = _reporter(request)
@@ -224,8 +233,9 @@ async def agent_heartbeat(
         )
     if not body.exited:
         sampled = [x.allocation_id for x in body.resources]
+        stamp = ctx.heartbeats.stamp(agent_id)
         kept = ctx.heartbeats.answer(agent_id, body.running, sampled, ctx.clock())
-        if kept is not None:
+        if kept is not None and not await ctx.heartbeats.hold(agent_id, stamp, wait_seconds):
             # Built as HeartbeatOut would be (its only shapes: no spec to start, ids to
             # kill), without the response model's validation of every answer.
             answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}

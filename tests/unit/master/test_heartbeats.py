@@ -5,6 +5,7 @@ lost agents are still reaped, and a restarted master does not lose live agents."
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from dauntless.master import heartbeat_asgi, loop
 from dauntless.master.app import create_app
 from dauntless.master.body_limits import MAX_JSON_BODY_BYTES
 from dauntless.master.db import AgentRow, AllocationRow
-from dauntless.master.heartbeats import ANSWER_MAX_AGE, STALL_SECONDS
+from dauntless.master.heartbeats import ANSWER_MAX_AGE, MAX_HOLD_SECONDS, STALL_SECONDS
 from dauntless.master.testing import model_def_tarball, register_agent, sign_in
 
 CONFIG = """
@@ -409,3 +410,80 @@ def test_a_beat_with_exits_places_once_and_answers_with_the_freed_slots_work(
         # Exits recorded before (a repeated report) change nothing: no placement.
         beat({"running": second, "exited": exited})
         assert len(passes) == 1
+
+
+def _held_beat(client, a1, wait: float, out: list) -> threading.Thread:
+    """Send a1's empty beat with ``wait_seconds=wait`` from a thread of its own; its
+    response goes into ``out``."""
+
+    def send() -> None:
+        out.append(
+            client.post(
+                "/api/v1/agents/a1/heartbeat",
+                json={"running": []},
+                params={"wait_seconds": wait},
+                headers=a1,
+            )
+        )
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
+def _until_held_or_answered(ctx, thread: threading.Thread) -> None:
+    """Wait until the beat in ``thread`` is held by the master (or was answered)."""
+    deadline = time.monotonic() + 60
+    while thread.is_alive() and time.monotonic() < deadline:
+        with ctx.heartbeats._lock:
+            if getattr(ctx.heartbeats, "_waiters", {}).get("a1"):
+                return
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("quiet", [True, False], ids=["before-routing", "route"])
+def test_a_held_beat_of_an_idle_agent_is_answered_with_work_placed_meanwhile(
+    master, quiet, monkeypatch
+):
+    """Issue 37 (create -> first metric): an idle agent's beat with ``wait_seconds`` is
+    held until work is placed on the agent, and its answer carries that work, instead
+    of the agent learning of it at its next beat."""
+    client, ctx, a1, beat, t0 = master
+    if not quiet:  # every beat through FastAPI's route (as before the route was learnt)
+        monkeypatch.setattr(
+            heartbeat_asgi.QuietHeartbeats, "_credential_only", staticmethod(lambda scope: False)
+        )
+    beat([], t0)  # the full path: its answer is kept
+    out: list = []
+    thread = _held_beat(client, a1, MAX_HOLD_SECONDS, out)
+    _until_held_or_answered(ctx, thread)
+    files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+    r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
+    assert r.status_code == 201, r.text
+    assert loop.schedule_pass(ctx, maintenance=False) == 1
+    thread.join(timeout=120)
+    assert out and out[0].status_code == 200, out and out[0].text
+    (spec,) = out[0].json()["start"]
+    assert spec["trial_id"] is not None
+    assert not ctx.heartbeats._waiters  # nothing left behind
+    # The next beat lists it: the same answer as without a hold.
+    assert beat([spec["allocation_id"]], t0 + 1)["start"] == []
+
+
+def test_a_held_beat_with_no_change_gets_the_kept_answer_and_bad_waits_are_named(master):
+    client, ctx, a1, beat, t0 = master
+    beat([], t0)
+    out: list = []
+    thread = _held_beat(client, a1, 0.05, out)
+    thread.join(timeout=60)
+    assert out[0].status_code == 200
+    assert out[0].json() == {"start": [], "kill": [], "agent_timeout": 30.0}
+    assert ctx.heartbeats.latest("a1") == t0  # recorded as a quiet beat
+    for bad in ("-1", str(MAX_HOLD_SECONDS + 1), "soon", "nan"):
+        r = client.post(
+            "/api/v1/agents/a1/heartbeat",
+            json={"running": []},
+            params={"wait_seconds": bad},
+            headers=a1,
+        )
+        assert r.status_code == 400 and "wait_seconds" in r.text, (bad, r.text)

@@ -62,6 +62,7 @@ class RowVersions:
         self._epoch = 0
         self._total = 0
         self._counts: dict[Hashable, int] = {}
+        self._listeners: list[Callable[[set[Hashable] | None], None]] = []
         event.listen(sessions, "after_flush", self._after_flush)
         event.listen(sessions, "after_commit", self._after_commit)
         event.listen(sessions, "after_rollback", self._after_rollback)
@@ -78,17 +79,30 @@ class RowVersions:
         with self._lock:
             return self._total
 
+    def listen(self, callback: Callable[[set[Hashable] | None], None]) -> None:
+        """Call ``callback(keys)`` after each bump, outside the lock, in the thread that
+        bumped (the committing one): ``keys`` are the bumped keys, or None when the
+        table was cleared (every key's version changed). It must be quick and must not
+        raise (a heartbeat held as a long poll is woken this way)."""
+        with self._lock:
+            self._listeners.append(callback)
+
     def bump(self, keys: set[Hashable]) -> None:
         """Mark ``keys``' rows changed (the watched sessions do this on commit)."""
         if not keys:
             return
+        cleared = False
         with self._lock:
             if len(self._counts) + len(keys) > self._max_keys:
                 self._counts.clear()
                 self._epoch += 1
+                cleared = True
             for k in keys:
                 self._counts[k] = self._counts.get(k, 0) + 1
             self._total += 1
+            listeners = list(self._listeners)
+        for callback in listeners:
+            callback(None if cleared else keys)
 
     def _after_flush(self, session: Session, flush_context: Any) -> None:
         keys = None
