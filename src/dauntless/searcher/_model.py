@@ -79,7 +79,9 @@ rule):
   0.375 against 0.375) and 13 / 17 (Hartmann-6, 0.273 against 0.250); 128 won 13 / 17
   and 14 / 15. For ASHA+TPE 64 won 8 / 21 and 10 / 18, 128 12 / 18 and 10 / 18; fewer
   (8, seeds 100-124) 10 / 10 and 4 / 13. ``n_startup_trials: 20`` 10 / 11 and 4 / 13.
-  Optuna's 24 stays.
+  Optuna's 24 stays. For ASHA+TPE also ``prior_weight: 0.5`` (seeds 100-139): 17 / 13
+  (Branin, median 1.00 against 1.00) and 9 / 12 (Hartmann-6, 0.79 against 0.82);
+  ``consider_endpoints: true`` (seeds 100-124): 7 / 14 and 5 / 10.
 - A bracket that starts at the top rung (Hyperband's; ``bracket_rungs: [4, 3, 2, 1]``
   for ASHA+TPE only), seeds 100-139: 10 / 21 (Branin; ASHA+TPE / ASHA median 1.20
   against 1.00) and 6 / 30 (Hartmann-6, 1.08 against 0.82): its trials are drawn by TPE
