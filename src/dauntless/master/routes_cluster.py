@@ -230,9 +230,14 @@ async def agent_heartbeat(
             # kill), without the response model's validation of every answer.
             answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}
             return JSONResponse(answer)
-    # Alive from now, however long the worker threads take to get to this beat.
+    # Alive from now, however long the worker threads take to get to this beat, and
+    # not declared lost while it is in flight (issue 37: a beat that waited longer than
+    # agent_timeout for the threads and the database cost its agent's trials).
     ctx.heartbeats.arrived(agent_id, ctx.clock())
-    return await run_in_threadpool(_heartbeat, request, reporter, agent_id, body)
+    try:
+        return await run_in_threadpool(_heartbeat, request, reporter, agent_id, body)
+    finally:
+        ctx.heartbeats.answered(agent_id, ctx.clock())
 
 
 def _heartbeat(

@@ -5,6 +5,7 @@ lost agents are still reaped, and a restarted master does not lose live agents."
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 import pytest
@@ -229,6 +230,57 @@ def test_a_beat_counts_from_its_arrival(master):
     ctx.clock = lambda: t0 + 45
     loop.schedule_pass(ctx, maintenance=True)  # 25 s after the arrival: not lost
     assert _stored_beat(ctx) == t0 + 20  # written by the loop, as beats from memory
+
+
+def test_an_agent_whose_beat_waits_past_agent_timeout_is_not_lost(tmp_path):
+    """Issue 37: on an overloaded master a beat carrying exits waited longer than
+    ``agent_timeout`` for the worker threads and the database; the agent sends its next
+    beat only after an answer, so the reaper declared it lost meanwhile and every trial
+    on it ended ERROR. The test holds the master's database write lock (re-entrant: the
+    reaper below runs in this thread) while a beat that takes the full path waits for
+    it, past the timeout counted from the beat's arrival."""
+    with _agent_a1(tmp_path, f"sqlite:///{tmp_path}/beats.db") as (client, ctx, a1, t0):
+
+        def beat(running: list[str], at: float) -> dict:
+            ctx.clock = lambda: at
+            r = client.post("/api/v1/agents/a1/heartbeat", json={"running": running}, headers=a1)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        alloc = _start_trial(client, ctx, beat, t0)
+        beat([alloc], t0 + 1)
+        answers: list[int] = []
+        with ctx.db.write_lock:
+            ctx.clock = lambda: t0 + 2
+            # Not quiet (it lists a part the master does not know): a write transaction.
+            slow = threading.Thread(
+                target=lambda: answers.append(
+                    client.post(
+                        "/api/v1/agents/a1/heartbeat",
+                        json={"running": [alloc, "stray"]},
+                        headers=a1,
+                    ).status_code
+                )
+            )
+            slow.start()
+            deadline = time.monotonic() + 60
+            while ctx.heartbeats.latest("a1") != t0 + 2:  # it arrived; it waits for the lock
+                assert time.monotonic() < deadline, "the beat never arrived"
+                time.sleep(0.01)
+            ctx.clock = lambda: t0 + 40  # 38 s after its arrival, unanswered
+            loop.schedule_pass(ctx, maintenance=True)
+            assert _state(client) == "ACTIVE"
+        slow.join(60)
+        assert answers == [200]
+        with ctx.db.read() as s:
+            assert s.get_one(AllocationRow, alloc).state == "RUNNING"
+        # Its answer at t0 + 40 counts as a beat: alive 29 s later, lost once silent for 31.
+        ctx.clock = lambda: t0 + 40 + 29
+        loop.schedule_pass(ctx, maintenance=True)
+        assert _state(client) == "ACTIVE"
+        ctx.clock = lambda: t0 + 40 + 31
+        loop.schedule_pass(ctx, maintenance=True)
+        assert _state(client) == "LOST"
 
 
 # The quiet beats' fast path in front of FastAPI (dauntless.master.heartbeat_asgi): each

@@ -345,10 +345,10 @@ def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
     if ctx.heartbeats.intake_stalled(time.monotonic()):
         return  # the master itself stood still: its agents' beats may be waiting
     for agent in s.scalars(stale).all():
-        # One that beat after the flush is alive, its time not in the row yet; after a
-        # stall of the master's own, every agent's deadline runs from its end.
+        # Alive: one that beat after the flush (not in the row yet), one whose beat is in
+        # flight; after a stall of the master's own, every deadline runs from its end.
         last = ctx.heartbeats.deadline_from(agent.id, agent.last_heartbeat)
-        if now - last > ctx.config.agent_timeout:
+        if now - last > ctx.config.agent_timeout and not ctx.heartbeats.in_flight(agent.id):
             log.warning(
                 "agent %s missed heartbeats for %.0f s: lost",
                 agent.id,
