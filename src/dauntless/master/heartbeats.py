@@ -34,7 +34,9 @@ at the time of its answer (:meth:`Heartbeats.answered`). Issue 37: with the work
 threads and the database busy, a beat carrying exits waited over ``agent_timeout``
 between its arrival and its answer; the agent, which sends its next beat only after an
 answer (or its own 30 s timeout), was declared lost meanwhile and every trial on it
-ended ERROR (whole agents' slots at once: 190 trials in one 10,000-trial run). An
+ended ERROR, a whole agent's slots at once (a 10,000-trial run on 10 agents of 10 slots
+at load 19-56 lost 190 trials; its logs were not kept, so this cause is the one the
+test reproduces, not one read from that run). An
 agent cut off from its master cannot keep a beat in flight for longer than the master
 takes to answer it, and it fences ``(1 - FENCE_FRACTION) * agent_timeout`` before the
 master's deadline counted from its last *answered* beat's sending, which is earlier
