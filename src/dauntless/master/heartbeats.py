@@ -117,6 +117,7 @@ class Heartbeats:
         self._latest: dict[str, float] = {}  # agent id -> its last beat (epoch s)
         self._pending: dict[str, float] = {}  # beats not yet in the database
         self._in_flight: dict[str, int] = {}  # agent id -> full-path beats not answered
+        self._handed: dict[str, set[str]] = {}  # agent id -> parts it never listed
         self._answers: dict[str, _Answer] = {}
         self._ticked: float | None = None  # the last tick (monotonic s); None: no ticks
         self._resumed_at = float("-inf")  # the end of the last stall (epoch s)
@@ -204,6 +205,31 @@ class Heartbeats:
             else:
                 self._in_flight.pop(agent_id, None)
         self.beat(agent_id, now, pending=True)
+
+    def handed(self, agent_id: str, alloc_id: str) -> None:
+        """The part ``alloc_id`` was handed over to ``agent_id`` in an answer that may
+        yet be lost (:mod:`dauntless.master.models.handover`)."""
+        with self._lock:
+            self._handed.setdefault(agent_id, set()).add(alloc_id)
+
+    def acknowledge(self, agent_id: str, listed: set[str], live: set[str]) -> None:
+        """A beat of ``agent_id`` listed the parts ``listed`` while ``live`` are its
+        parts not ended: the listed ones reached it, and those no longer live are
+        forgotten (so at most the agent's live parts are remembered)."""
+        with self._lock:
+            ids = self._handed.get(agent_id)
+            if ids is None:
+                return
+            ids.difference_update(listed)
+            ids.intersection_update(live)
+            if not ids:
+                del self._handed[agent_id]
+
+    def unacknowledged(self, agent_id: str, alloc_id: str) -> bool:
+        """Whether ``alloc_id`` was handed to ``agent_id`` by this master and no beat
+        of the agent has listed it since."""
+        with self._lock:
+            return alloc_id in self._handed.get(agent_id, ())
 
     def in_flight(self, agent_id: str) -> bool:
         """Whether a full-path beat of ``agent_id`` has arrived and is not answered yet:

@@ -19,6 +19,7 @@ from dauntless.master.app import create_app
 from dauntless.master.body_limits import MAX_JSON_BODY_BYTES
 from dauntless.master.db import AgentRow, AllocationRow
 from dauntless.master.heartbeats import ANSWER_MAX_AGE, STALL_SECONDS
+from dauntless.master.models import agents
 from dauntless.master.testing import model_def_tarball, register_agent, sign_in
 
 CONFIG = """
@@ -281,6 +282,56 @@ def test_an_agent_whose_beat_waits_past_agent_timeout_is_not_lost(tmp_path):
         ctx.clock = lambda: t0 + 40 + 31
         loop.schedule_pass(ctx, maintenance=True)
         assert _state(client) == "LOST"
+
+
+def _trial(client) -> dict:
+    exp_id = client.get("/api/v1/experiments").json()["experiments"][0]["id"]
+    (trial,) = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"]
+    return trial
+
+
+def test_a_part_whose_answer_never_reached_the_agent_is_handed_over_again(master):
+    """Issue 37: an answer that handed a trial over can be lost after the master
+    committed it (on an overloaded master the agent gave up waiting after 30 s and beat
+    again); its trial then ended ERROR as "the agent no longer runs this task". A beat
+    that arrives after the hand-over and leaves out a part the agent never listed gets
+    it again, with a new token; one the agent listed and then left out ends as before."""
+    client, ctx, a1, beat, t0 = master
+    files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+    r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
+    assert r.status_code == 201, r.text
+    assert loop.schedule_pass(ctx, maintenance=False) == 1
+    (lost,) = beat([], t0)["start"]  # this answer never reaches the agent
+    assert beat([], t0 + 2)["start"] == []  # within the grace: nothing yet
+    (again,) = beat([], t0 + 10)["start"]
+    assert again["allocation_id"] == lost["allocation_id"]
+    assert again["env"]["DET_SESSION_TOKEN"] != lost["env"]["DET_SESSION_TOKEN"]
+    alloc = again["allocation_id"]
+    with ctx.db.read() as s:
+        assert s.get_one(AllocationRow, alloc).state == "RUNNING"
+    assert (_trial(client)["state"], _trial(client)["restarts"]) == ("ACTIVE", 0)
+    # The first token is void: only the second one's holder may report.
+    metrics = f"/api/v1/trials/{_trial(client)['id']}"
+    old = {"Authorization": f"Bearer {lost['env']['DET_SESSION_TOKEN']}"}
+    new = {"Authorization": f"Bearer {again['env']['DET_SESSION_TOKEN']}"}
+    assert client.get(metrics, headers=old).status_code == 401
+    assert client.get(metrics, headers=new).status_code == 200
+    # Listed once, then left out past the grace: the agent lost it; it ends as before.
+    assert beat([alloc], t0 + 11)["start"] == []
+    assert beat([], t0 + 20)["start"] == []
+    assert _trial(client)["state"] == "ERROR"  # max_restarts: 0
+
+
+def test_a_beat_that_arrived_before_the_hand_over_gets_no_second_copy(master):
+    """A beat that arrived before the part was handed over (it waited on a worker
+    thread meanwhile) is no sign that the answer was lost: the part is not handed over
+    again from it (it ends as a part left out, as before)."""
+    client, ctx, a1, beat, t0 = master
+    _start_trial(client, ctx, beat, t0)
+    with ctx.db.write() as s:
+        answer, _ = agents.beat(s, ctx, "a1", [], t0 + 10, arrived=t0 - 1)
+    assert answer["start"] == []
+    assert _trial(client)["state"] == "ERROR"
 
 
 # The quiet beats' fast path in front of FastAPI (dauntless.master.heartbeat_asgi): each
