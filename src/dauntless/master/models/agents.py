@@ -17,7 +17,7 @@ from ..context import MasterContext
 from ..db import AgentRow, AllocationRow, ClusterRow, InstanceRow, TrialRow
 from ..errors import BadRequest, Forbidden, NotFound
 from . import runs
-from .handover import LOST_ALLOCATION_GRACE, answer_lost, hand_over
+from .handover import LOST_ALLOCATION_GRACE, answer_lost, hand_over, sent_after_hand_over
 
 log = logging.getLogger("dauntless.master")
 
@@ -313,8 +313,9 @@ def beat(
                 alloc.id not in running_set
                 and alloc.started_at is not None
                 and now - alloc.started_at > LOST_ALLOCATION_GRACE
+                and sent_after_hand_over(alloc, arrived)
             ):
-                if not alloc.kill_requested and answer_lost(ctx, agent_id, alloc, arrived):
+                if not alloc.kill_requested and answer_lost(ctx, agent_id, alloc):
                     start.append(hand_over(s, ctx, alloc, now))
                 else:
                     runs.terminate(s, ctx, alloc, None, "the agent no longer runs this task")
@@ -335,8 +336,7 @@ def refresh_heartbeats(s: Session, now: float) -> None:
 def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
     """Mark ACTIVE agents silent for ``agent_timeout`` LOST and end their live parts (the
     trials restart elsewhere); the master's own stalls do not count (see heartbeats)."""
-    # Only the lost ones are loaded (issue 37: decoding every agent's row each second
-    # cost 1,000 agents a third of the maintenance pass).
+    # Only the lost ones are loaded (issue 37: decoding all rows cost a third of a pass).
     stale = select(AgentRow).where(
         AgentRow.state == "ACTIVE",
         AgentRow.last_heartbeat < now - ctx.config.agent_timeout,

@@ -13,7 +13,10 @@ sends its beats one after another, each once the one before was answered or give
 on, and from the moment it takes an answer every later beat lists the parts that answer
 started (or carries their exits, recorded first). So a beat that *arrived* after the
 hand-over and leaves the part out was sent by an agent that did not take that answer,
-and will not: the request it belonged to is closed. The master remembers the parts it
+and will not: the request it belonged to is closed. A beat that arrived *before* the
+hand-over (it waited for a worker thread while an earlier beat handed the part over)
+says nothing of the part, and neither hands it over again nor ends it
+(:func:`sent_after_hand_over`). The master remembers the parts it
 handed to each agent until a beat lists them (:meth:`Heartbeats.handed`,
 :meth:`Heartbeats.acknowledge`); a part the agent once listed and then left out has
 ended on the agent and is ended here, as before. Each hand-over issues a new session
@@ -48,16 +51,18 @@ def hand_over(s: Session, ctx: MasterContext, alloc: AllocationRow, now: float) 
     return spec
 
 
-def answer_lost(
-    ctx: MasterContext, agent_id: str, alloc: AllocationRow, arrived: float | None
-) -> bool:
-    """Whether the answer that handed ``alloc`` to ``agent_id`` never reached it: a
-    beat that arrived at ``arrived`` (epoch s; None: unknown), after the hand-over,
-    leaves the part out, and no beat of the agent has listed it since (see the
-    module)."""
-    return (
-        arrived is not None
-        and alloc.started_at is not None
-        and arrived > alloc.started_at
-        and ctx.heartbeats.unacknowledged(agent_id, alloc.id)
-    )
+def sent_after_hand_over(alloc: AllocationRow, arrived: float | None) -> bool:
+    """Whether a beat that arrived at ``arrived`` (epoch s; None: unknown, taken as
+    yes) can tell whether its agent runs ``alloc``: it arrived after the part was
+    handed over. One that arrived before (it waited for a worker thread while an
+    earlier beat handed the part over) was sent before the agent could have it, and
+    decides nothing about it (issue 37: such beats ended parts whose answer was still
+    on its way, or lost)."""
+    return arrived is None or alloc.started_at is None or arrived > alloc.started_at
+
+
+def answer_lost(ctx: MasterContext, agent_id: str, alloc: AllocationRow) -> bool:
+    """Whether the answer that handed ``alloc`` to ``agent_id`` never reached it, for a
+    beat that :func:`sent_after_hand_over` and leaves the part out: no beat of the
+    agent has listed it since the hand-over (see the module)."""
+    return ctx.heartbeats.unacknowledged(agent_id, alloc.id)
