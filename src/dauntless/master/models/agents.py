@@ -16,8 +16,8 @@ from ..auth import hash_token, new_token
 from ..context import MasterContext
 from ..db import AgentRow, AllocationRow, ClusterRow, InstanceRow, TrialRow
 from ..errors import BadRequest, Forbidden, NotFound
-from . import runs
-from .handover import LOST_ALLOCATION_GRACE, answer_lost, hand_over, sent_after_hand_over
+from . import handover, runs
+from .handover import LOST_ALLOCATION_GRACE
 
 log = logging.getLogger("dauntless.master")
 
@@ -305,7 +305,7 @@ def beat(
     by_id = {a.id: a for a in allocs}
     for alloc in allocs:
         if alloc.state == "ASSIGNED":
-            start.append(hand_over(s, ctx, alloc, now))
+            start.append(handover.hand_over(s, ctx, alloc, now))
         elif alloc.state == "RUNNING":
             if alloc.kill_requested:
                 kill.append(alloc.id)
@@ -313,10 +313,10 @@ def beat(
                 alloc.id not in running_set
                 and alloc.started_at is not None
                 and now - alloc.started_at > LOST_ALLOCATION_GRACE
-                and sent_after_hand_over(alloc, arrived)
+                and handover.sent_after_hand_over(alloc, arrived)
             ):
-                if not alloc.kill_requested and answer_lost(ctx, agent_id, alloc):
-                    start.append(hand_over(s, ctx, alloc, now))
+                if not alloc.kill_requested and handover.answer_lost(ctx, agent_id, alloc):
+                    start.append(handover.hand_over_again(s, ctx, alloc, now))
                 else:
                     runs.terminate(s, ctx, alloc, None, "the agent no longer runs this task")
     for alloc_id in running_set:

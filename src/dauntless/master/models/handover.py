@@ -26,6 +26,7 @@ no hand-over: its parts then end as before when left out.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -34,6 +35,8 @@ from ..auth import hash_token, new_token
 from ..context import MasterContext
 from ..db import AllocationRow
 from . import runs
+
+log = logging.getLogger("dauntless.master")
 
 LOST_ALLOCATION_GRACE = 5.0
 """Seconds after hand-over during which an agent may not yet list a new allocation."""
@@ -49,6 +52,21 @@ def hand_over(s: Session, ctx: MasterContext, alloc: AllocationRow, now: float) 
     alloc.state, alloc.started_at = "RUNNING", now
     ctx.heartbeats.handed(alloc.agent_id, alloc.id)
     return spec
+
+
+def hand_over_again(
+    s: Session, ctx: MasterContext, alloc: AllocationRow, now: float
+) -> dict[str, Any]:
+    """:func:`hand_over` for a part whose first answer never reached its agent (see
+    the module), saying so in the master's log."""
+    log.warning(
+        "allocation %s handed over again to agent %s: the answer that carried it at %.1f "
+        "never reached the agent (it beat again without it)",
+        alloc.id,
+        alloc.agent_id,
+        alloc.started_at or 0.0,
+    )
+    return hand_over(s, ctx, alloc, now)
 
 
 def sent_after_hand_over(alloc: AllocationRow, arrived: float | None) -> bool:
