@@ -28,7 +28,19 @@ agent gets a fresh deadline of ``agent_timeout`` from the tick
 no agent lost at all (:meth:`Heartbeats.intake_stalled`: after a SIGSTOP the control
 loop may run before the event loop has read the beats that waited). A beat that takes
 the full path counts from when it arrived on the event loop, not from when a worker
-thread got to it (:meth:`Heartbeats.arrived`). The agents' side of the same rule:
+thread got to it (:meth:`Heartbeats.arrived`), and while it is in flight (arrived, not
+yet answered) its agent is not declared lost at all; once answered it counts as a beat
+at the time of its answer (:meth:`Heartbeats.answered`). Issue 37: with the worker
+threads and the database busy, a beat carrying exits waited over ``agent_timeout``
+between its arrival and its answer; the agent, which sends its next beat only after an
+answer (or its own 30 s timeout), was declared lost meanwhile and every trial on it
+ended ERROR, a whole agent's slots at once (a 10,000-trial run on 10 agents of 10 slots
+at load 19-56 lost 190 trials; its logs were not kept, so this cause is the one the
+test reproduces, not one read from that run). An
+agent cut off from its master cannot keep a beat in flight for longer than the master
+takes to answer it, and it fences ``(1 - FENCE_FRACTION) * agent_timeout`` before the
+master's deadline counted from its last *answered* beat's sending, which is earlier
+than any arrival or answer here: the partition guarantee is unchanged. The agents' side of the same rule:
 :mod:`dauntless.agent._fence`.
 
 **Master restarts.** Beats answered in the last second before a crash may never reach
@@ -108,6 +120,8 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._latest: dict[str, float] = {}  # agent id -> its last beat (epoch s)
         self._pending: dict[str, float] = {}  # beats not yet in the database
+        self._in_flight: dict[str, int] = {}  # agent id -> full-path beats not answered
+        self._handed: dict[str, set[str]] = {}  # agent id -> parts it never listed
         self._answers: dict[str, _Answer] = {}
         self._ticked: float | None = None  # the last tick (monotonic s); None: no ticks
         self._resumed_at = float("-inf")  # the end of the last stall (epoch s)
@@ -229,8 +243,54 @@ class Heartbeats:
     def arrived(self, agent_id: str, now: float) -> None:
         """A beat of ``agent_id`` arrived at ``now`` (epoch s) and takes the full path:
         the agent is alive from now, however long the worker threads take to get to it
-        (recorded as :meth:`beat` with ``pending``)."""
+        (recorded as :meth:`beat` with ``pending``), and it is in flight until
+        :meth:`answered` (which every call of this must be followed by)."""
+        with self._lock:
+            self._in_flight[agent_id] = self._in_flight.get(agent_id, 0) + 1
         self.beat(agent_id, now, pending=True)
+
+    def answered(self, agent_id: str, now: float) -> None:
+        """The full path of a beat of ``agent_id`` that :meth:`arrived` ended at
+        ``now`` (epoch s), answered or failed: it is no longer in flight, and the agent
+        counts as alive at ``now`` (it sends its next beat after this answer)."""
+        with self._lock:
+            left = self._in_flight.get(agent_id, 0) - 1
+            if left > 0:
+                self._in_flight[agent_id] = left
+            else:
+                self._in_flight.pop(agent_id, None)
+        self.beat(agent_id, now, pending=True)
+
+    def handed(self, agent_id: str, alloc_id: str) -> None:
+        """The part ``alloc_id`` was handed over to ``agent_id`` in an answer that may
+        yet be lost (:mod:`dauntless.master.models.handover`)."""
+        with self._lock:
+            self._handed.setdefault(agent_id, set()).add(alloc_id)
+
+    def acknowledge(self, agent_id: str, listed: set[str], live: set[str]) -> None:
+        """A beat of ``agent_id`` listed the parts ``listed`` while ``live`` are its
+        parts not ended: the listed ones reached it, and those no longer live are
+        forgotten (so at most the agent's live parts are remembered)."""
+        with self._lock:
+            ids = self._handed.get(agent_id)
+            if ids is None:
+                return
+            ids.difference_update(listed)
+            ids.intersection_update(live)
+            if not ids:
+                del self._handed[agent_id]
+
+    def unacknowledged(self, agent_id: str, alloc_id: str) -> bool:
+        """Whether ``alloc_id`` was handed to ``agent_id`` by this master and no beat
+        of the agent has listed it since."""
+        with self._lock:
+            return alloc_id in self._handed.get(agent_id, ())
+
+    def in_flight(self, agent_id: str) -> bool:
+        """Whether a full-path beat of ``agent_id`` has arrived and is not answered yet:
+        the agent is not declared lost meanwhile (see the module)."""
+        with self._lock:
+            return agent_id in self._in_flight
 
     def tick(self, mono: float, now: float) -> float:
         """A tick of :func:`watch_intake` at ``mono`` (monotonic s) and ``now`` (the

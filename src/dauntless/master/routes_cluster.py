@@ -240,15 +240,26 @@ async def agent_heartbeat(
             # kill), without the response model's validation of every answer.
             answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}
             return JSONResponse(answer)
-    # Alive from now, however long the worker threads take to get to this beat.
-    ctx.heartbeats.arrived(agent_id, ctx.clock())
-    return await run_in_threadpool(_heartbeat, request, reporter, agent_id, body)
+    # Alive from now, however long the worker threads take to get to this beat, and
+    # not declared lost while it is in flight (issue 37: a beat that waited longer than
+    # agent_timeout for the threads and the database cost its agent's trials).
+    arrived = ctx.clock()
+    ctx.heartbeats.arrived(agent_id, arrived)
+    try:
+        return await run_in_threadpool(_heartbeat, request, reporter, agent_id, body, arrived)
+    finally:
+        ctx.heartbeats.answered(agent_id, ctx.clock())
 
 
 def _heartbeat(
-    request: Request, reporter: tuple[str, str | None] | None, agent_id: str, body: Heartbeat
+    request: Request,
+    reporter: tuple[str, str | None] | None,
+    agent_id: str,
+    body: Heartbeat,
+    arrived: float,
 ) -> dict[str, Any]:
-    """The full path of :func:`agent_heartbeat` (on a worker thread)."""
+    """The full path of :func:`agent_heartbeat` (on a worker thread) of a beat that
+    arrived at ``arrived`` (the master's clock, epoch s)."""
     ctx = _ctx(request)
     recorded = False
     for ex in body.exited:
@@ -277,7 +288,7 @@ def _heartbeat(
     beats = ctx.heartbeats
     stamp = beats.stamp(agent_id)  # before the transaction: a commit meanwhile shows
     now = ctx.clock()
-    answer, trials = ctx.write(agents.beat, agent_id, body.running, now)
+    answer, trials = ctx.write(agents.beat, agent_id, body.running, now, arrived)
     beats.beat(agent_id, now)
     if trials is not None:  # a quiet beat: the same one gets the same answer
         beats.keep(agent_id, stamp, body.running, answer, now, trials)

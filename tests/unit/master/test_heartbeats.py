@@ -19,6 +19,7 @@ from dauntless.master.app import create_app
 from dauntless.master.body_limits import MAX_JSON_BODY_BYTES
 from dauntless.master.db import AgentRow, AllocationRow
 from dauntless.master.heartbeats import ANSWER_MAX_AGE, MAX_HOLD_SECONDS, STALL_SECONDS
+from dauntless.master.models import agents
 from dauntless.master.testing import model_def_tarball, register_agent, sign_in
 
 CONFIG = """
@@ -230,6 +231,113 @@ def test_a_beat_counts_from_its_arrival(master):
     ctx.clock = lambda: t0 + 45
     loop.schedule_pass(ctx, maintenance=True)  # 25 s after the arrival: not lost
     assert _stored_beat(ctx) == t0 + 20  # written by the loop, as beats from memory
+
+
+def test_an_agent_whose_beat_waits_past_agent_timeout_is_not_lost(tmp_path):
+    """Issue 37: on an overloaded master a beat carrying exits waited longer than
+    ``agent_timeout`` for the worker threads and the database; the agent sends its next
+    beat only after an answer, so the reaper declared it lost meanwhile and every trial
+    on it ended ERROR. The test holds the master's database write lock (re-entrant: the
+    reaper below runs in this thread) while a beat that takes the full path waits for
+    it, past the timeout counted from the beat's arrival."""
+    with _agent_a1(tmp_path, f"sqlite:///{tmp_path}/beats.db") as (client, ctx, a1, t0):
+
+        def beat(running: list[str], at: float) -> dict:
+            ctx.clock = lambda: at
+            r = client.post("/api/v1/agents/a1/heartbeat", json={"running": running}, headers=a1)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        alloc = _start_trial(client, ctx, beat, t0)
+        beat([alloc], t0 + 1)
+        answers: list[int] = []
+        with ctx.db.write_lock:
+            ctx.clock = lambda: t0 + 2
+            # Not quiet (it lists a part the master does not know): a write transaction.
+            slow = threading.Thread(
+                target=lambda: answers.append(
+                    client.post(
+                        "/api/v1/agents/a1/heartbeat",
+                        json={"running": [alloc, "stray"]},
+                        headers=a1,
+                    ).status_code
+                )
+            )
+            slow.start()
+            deadline = time.monotonic() + 60
+            while ctx.heartbeats.latest("a1") != t0 + 2:  # it arrived; it waits for the lock
+                assert time.monotonic() < deadline, "the beat never arrived"
+                time.sleep(0.01)
+            ctx.clock = lambda: t0 + 40  # 38 s after its arrival, unanswered
+            loop.schedule_pass(ctx, maintenance=True)
+            assert _state(client) == "ACTIVE"
+        slow.join(60)
+        assert answers == [200]
+        with ctx.db.read() as s:
+            assert s.get_one(AllocationRow, alloc).state == "RUNNING"
+        # Its answer at t0 + 40 counts as a beat: alive 29 s later, lost once silent for 31.
+        ctx.clock = lambda: t0 + 40 + 29
+        loop.schedule_pass(ctx, maintenance=True)
+        assert _state(client) == "ACTIVE"
+        ctx.clock = lambda: t0 + 40 + 31
+        loop.schedule_pass(ctx, maintenance=True)
+        assert _state(client) == "LOST"
+
+
+def _trial(client) -> dict:
+    exp_id = client.get("/api/v1/experiments").json()["experiments"][0]["id"]
+    (trial,) = client.get(f"/api/v1/experiments/{exp_id}").json()["trials"]
+    return trial
+
+
+def test_a_part_whose_answer_never_reached_the_agent_is_handed_over_again(master):
+    """Issue 37: an answer that handed a trial over can be lost after the master
+    committed it (on an overloaded master the agent gave up waiting after 30 s and beat
+    again); its trial then ended ERROR as "the agent no longer runs this task". A beat
+    that arrives after the hand-over and leaves out a part the agent never listed gets
+    it again, with a new token; one the agent listed and then left out ends as before."""
+    client, ctx, a1, beat, t0 = master
+    files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+    r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
+    assert r.status_code == 201, r.text
+    assert loop.schedule_pass(ctx, maintenance=False) == 1
+    (lost,) = beat([], t0)["start"]  # this answer never reaches the agent
+    assert beat([], t0 + 2)["start"] == []  # within the grace: nothing yet
+    (again,) = beat([], t0 + 10)["start"]
+    assert again["allocation_id"] == lost["allocation_id"]
+    assert again["env"]["DET_SESSION_TOKEN"] != lost["env"]["DET_SESSION_TOKEN"]
+    alloc = again["allocation_id"]
+    with ctx.db.read() as s:
+        assert s.get_one(AllocationRow, alloc).state == "RUNNING"
+    assert (_trial(client)["state"], _trial(client)["restarts"]) == ("ACTIVE", 0)
+    # The first token is void: only the second one's holder may report.
+    metrics = f"/api/v1/trials/{_trial(client)['id']}"
+    old = {"Authorization": f"Bearer {lost['env']['DET_SESSION_TOKEN']}"}
+    new = {"Authorization": f"Bearer {again['env']['DET_SESSION_TOKEN']}"}
+    assert client.get(metrics, headers=old).status_code == 401
+    assert client.get(metrics, headers=new).status_code == 200
+    # Listed once, then left out past the grace: the agent lost it; it ends as before.
+    assert beat([alloc], t0 + 11)["start"] == []
+    assert beat([], t0 + 20)["start"] == []
+    assert _trial(client)["state"] == "ERROR"  # max_restarts: 0
+
+
+def test_a_beat_that_arrived_before_the_hand_over_decides_nothing_about_it(master):
+    """A beat that arrived before the part was handed over (it waited for a worker
+    thread while an earlier beat handed the part over) was sent before the agent could
+    have the part: it neither hands the part over again nor ends it, however long after
+    the hand-over it is processed (issue 37: on an overloaded master such beats ended
+    the parts as "the agent no longer runs this task"). A beat sent after decides."""
+    client, ctx, a1, beat, t0 = master
+    alloc = _start_trial(client, ctx, beat, t0)
+    with ctx.db.write() as s:
+        answer, _ = agents.beat(s, ctx, "a1", [], t0 + 40, arrived=t0 - 1)
+    assert answer["start"] == []
+    assert _trial(client)["state"] == "ACTIVE"
+    with ctx.db.read() as s:
+        assert s.get_one(AllocationRow, alloc).state == "RUNNING"
+    (again,) = beat([], t0 + 41)["start"]  # arrived after: the answer was lost
+    assert again["allocation_id"] == alloc
 
 
 # The quiet beats' fast path in front of FastAPI (dauntless.master.heartbeat_asgi): each

@@ -16,12 +16,10 @@ from ..auth import hash_token, new_token
 from ..context import MasterContext
 from ..db import AgentRow, AllocationRow, ClusterRow, InstanceRow, TrialRow
 from ..errors import BadRequest, Forbidden, NotFound
-from . import runs
+from . import handover, runs
+from .handover import LOST_ALLOCATION_GRACE
 
 log = logging.getLogger("dauntless.master")
-
-LOST_ALLOCATION_GRACE = 5.0
-"""Seconds after hand-over during which an agent may not yet list a new allocation."""
 
 
 def read_agent(s: Session, agent_id: str) -> AgentRow:
@@ -226,13 +224,19 @@ def runs_work_of(
 
 
 def beat(
-    s: Session, ctx: MasterContext, agent_id: str, running: list[str], now: float
+    s: Session,
+    ctx: MasterContext,
+    agent_id: str,
+    running: list[str],
+    now: float,
+    arrived: float | None = None,
 ) -> tuple[dict[str, Any], frozenset[str] | None]:
     """Record an agent's heartbeat at ``now`` (epoch s) listing the parts it runs
-    (``running``); hand it new tasks and kill orders. And whether the beat was quiet:
-    the agent was ACTIVE, and every live part placed on it was RUNNING and listed in
-    ``running``, so the beat wrote only its time, and the same beat later gets the same
-    answer until the agent's row or parts change
+    (``running``); hand it new tasks (again those whose answer it never got, given
+    ``arrived``, when the beat arrived: :mod:`.handover`) and kill orders. And whether
+    the beat was quiet: the agent was ACTIVE, every live part placed on it was RUNNING
+    and listed in ``running``, so the beat wrote only its time, and the same beat later
+    gets the same answer until the agent's row or parts change
     (:class:`dauntless.master.heartbeats.Heartbeats` then answers it from memory).
 
     Returns:
@@ -243,9 +247,8 @@ def beat(
     Raises:
         NotFound: the agent is not registered (it must register again).
     """
-    # The state alone, not the row: decoding an agent's slots (JSON) on every beat was
-    # a quarter of a heartbeat's cost (issue 37). The beat itself is one UPDATE of one
-    # column, which no change flag watches (see context._PLACEMENT_IGNORES).
+    # The state alone: decoding an agent's slots on every beat was a quarter of its cost
+    # (issue 37). The beat is one UPDATE no change flag watches (_PLACEMENT_IGNORES).
     state = s.scalar(select(AgentRow.state).where(AgentRow.id == agent_id))
     if state is None:
         raise NotFound(f"agent {agent_id} is not registered")
@@ -264,9 +267,8 @@ def beat(
     running_set = set(running)
     start: list[dict[str, Any]] = []
     kill: list[str] = []
-    # The agent's live parts only (issue 37: reading every part it ever ran made each
-    # heartbeat cost more with every trial); a reported part not among them has ended
-    # or is unknown, and is killed either way.
+    # Its live parts only (issue 37: reading every part it ever ran grew with trials);
+    # a reported part not among them has ended or is unknown: killed either way.
     live = (AllocationRow.agent_id == agent_id, AllocationRow.state != "TERMINATED")
     # Most beats change no part: their columns tell, without loading rows (issue 37).
     brief = s.execute(
@@ -278,6 +280,8 @@ def beat(
             AllocationRow.task_id,
         ).where(*live)
     ).all()
+    live_ids = {a for a, *_ in brief}
+    ctx.heartbeats.acknowledge(agent_id, running_set, live_ids)
     if not any(
         part_state == "ASSIGNED"
         or (
@@ -289,7 +293,6 @@ def beat(
         for alloc_id, part_state, _kill, started_at, _task in brief
     ):
         kill = [a for a, part_state, k, *_ in brief if part_state == "RUNNING" and k]
-        live_ids = {a for a, *_ in brief}
         kill += [a for a in running_set if a not in live_ids]
         # A RUNNING part it does not list (yet, within the grace) ends at a later beat.
         quiet = state == "ACTIVE" and all(
@@ -302,13 +305,7 @@ def beat(
     by_id = {a.id: a for a in allocs}
     for alloc in allocs:
         if alloc.state == "ASSIGNED":
-            spec = runs.task_spec(s, ctx, alloc)
-            # The part's session token: handed over once, stored only hashed.
-            token = new_token()
-            alloc.token_hash = hash_token(token)
-            spec["env"]["DET_SESSION_TOKEN"] = token
-            start.append(spec)
-            alloc.state, alloc.started_at = "RUNNING", now
+            start.append(handover.hand_over(s, ctx, alloc, now))
         elif alloc.state == "RUNNING":
             if alloc.kill_requested:
                 kill.append(alloc.id)
@@ -316,8 +313,12 @@ def beat(
                 alloc.id not in running_set
                 and alloc.started_at is not None
                 and now - alloc.started_at > LOST_ALLOCATION_GRACE
+                and handover.sent_after_hand_over(alloc, arrived)
             ):
-                runs.terminate(s, ctx, alloc, None, "the agent no longer runs this task")
+                if not alloc.kill_requested and handover.answer_lost(ctx, agent_id, alloc):
+                    start.append(handover.hand_over_again(s, ctx, alloc, now))
+                else:
+                    runs.terminate(s, ctx, alloc, None, "the agent no longer runs this task")
     for alloc_id in running_set:
         known = by_id.get(alloc_id)
         if known is None or known.state == "TERMINATED":  # ended by this heartbeat
@@ -335,8 +336,7 @@ def refresh_heartbeats(s: Session, now: float) -> None:
 def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
     """Mark ACTIVE agents silent for ``agent_timeout`` LOST and end their live parts (the
     trials restart elsewhere); the master's own stalls do not count (see heartbeats)."""
-    # Only the lost ones are loaded (issue 37: decoding every agent's row, slots and
-    # all, each second cost 1,000 agents a third of the maintenance pass).
+    # Only the lost ones are loaded (issue 37: decoding all rows cost a third of a pass).
     stale = select(AgentRow).where(
         AgentRow.state == "ACTIVE",
         AgentRow.last_heartbeat < now - ctx.config.agent_timeout,
@@ -345,10 +345,10 @@ def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
     if ctx.heartbeats.intake_stalled(time.monotonic()):
         return  # the master itself stood still: its agents' beats may be waiting
     for agent in s.scalars(stale).all():
-        # One that beat after the flush is alive, its time not in the row yet; after a
-        # stall of the master's own, every agent's deadline runs from its end.
+        # Alive: one that beat after the flush (not in the row yet), one whose beat is in
+        # flight; after a stall of the master's own, every deadline runs from its end.
         last = ctx.heartbeats.deadline_from(agent.id, agent.last_heartbeat)
-        if now - last > ctx.config.agent_timeout:
+        if now - last > ctx.config.agent_timeout and not ctx.heartbeats.in_flight(agent.id):
             log.warning(
                 "agent %s missed heartbeats for %.0f s: lost",
                 agent.id,
