@@ -95,6 +95,11 @@ def test_show_ssh_command_runs_a_command(shell) -> None:
     assert out.strip() == f"hello {user} {shell_id} ."  # the task's env, not its service token
     proc = _ssh(c, argv, "exit 7", check=False)
     assert proc.returncode == 7
+    # A shell id of digits only is an IPv4 address to ssh (41907000 is 2.127.115.56):
+    # the host key is still found, under the id (HostKeyAlias). The proxy command names
+    # the shell, so the destination here is only what ssh checks the key against.
+    numeric = [*argv[:-1], f"{user}@41907000"]
+    assert _ssh(c, numeric, "echo numeric").stdout.strip() == "numeric"
     # det shell open --ssh: the same through a key in a temporary directory
     proc = _det(
         c,

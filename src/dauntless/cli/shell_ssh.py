@@ -21,7 +21,7 @@ The SSH command::
 
     ssh -o 'ProxyCommand=<python> -m dauntless.cli -m <master> -u <user> shell proxy <id>'
         -o StrictHostKeyChecking=yes -o UserKnownHostsFile=<dir>/known_hosts
-        -o IdentitiesOnly=yes -i <dir>/key <login>@<id>
+        -o HostKeyAlias=<id> -o IdentitiesOnly=yes -i <dir>/key <login>@<id>
 
 ``<login>`` is the task's Unix user (the ``sshd`` runs as it). ``scp`` and ``sftp``
 take the same ``-o`` and ``-i`` options; ``ssh -L`` forwards ports.
@@ -130,6 +130,11 @@ def prepare(session: Session, task_id: str, directory: Path) -> list[str]:
         "StrictHostKeyChecking=yes",
         "-o",
         f"UserKnownHostsFile={known}",
+        # The host key is looked up under the id whatever ssh makes of the destination:
+        # an id of digits only (about 2% of them) is otherwise read as an IPv4 address
+        # (41907000 -> 2.127.115.56) and its known_hosts line is not found.
+        "-o",
+        f"HostKeyAlias={task_id}",
         "-o",
         "IdentitiesOnly=yes",
         "-i",
