@@ -83,23 +83,6 @@ CONTEXT_CACHE_BYTES = 64 * 1024 * 1024
 """Bytes of experiment contexts (gzipped tars) an agent keeps in memory, by SHA-256, so
 that the trials of a search after the first need no download (issue 19)."""
 
-REPRODUCIBLE_ENV_DEFAULTS = {"MKL_DYNAMIC": "FALSE"}
-"""Variables every task (and the warm worker) starts with unless the agent's own
-environment or the task's sets them. Intel's oneMKL, PyTorch's BLAS on x86 CPUs, may
-otherwise change the number of threads of a call at run time (``MKL_DYNAMIC`` defaults
-to TRUE), and a reduction split over another number of threads sums in another order;
-Intel's conditions for run-to-run reproducible results ask for ``MKL_DYNAMIC=FALSE``
-("Reproducibility Conditions", oneMKL Developer Reference), which exact resumption
-after a pause or a crash needs (docs/protocol.md, "Checkpoints")."""
-
-
-def with_reproducible_defaults(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with :data:`REPRODUCIBLE_ENV_DEFAULTS` added where it sets none (in place;
-    returned for chaining)."""
-    for name, value in REPRODUCIBLE_ENV_DEFAULTS.items():
-        env.setdefault(name, value)
-    return env
-
 
 @dataclass
 class _Task:
@@ -696,7 +679,7 @@ class Agent:
         bin_dir = os.path.dirname(sys.executable)
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
         env["PYTHONUNBUFFERED"] = "1"
-        return with_reproducible_defaults(env)
+        return env
 
     def _task_launch(
         self,
@@ -711,7 +694,6 @@ class Agent:
         env = dict(os.environ)
         env.pop(CLUSTER_SECRET_ENV, None)  # the agent's credential never reaches a task
         env.update({k: str(v) for k, v in spec.get("env", {}).items()})
-        with_reproducible_defaults(env)
         bin_dir = os.path.dirname(sys.executable)
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
         env["PYTHONUNBUFFERED"] = "1"

@@ -15,7 +15,7 @@ reproduce exactly runs the cold path instead (docs/warm-start.md):
   a ``startup-hook.sh``;
 - a task whose variables that take effect when an interpreter or library starts
   (``PYTHON*`` other than ``PYTHONPATH``/``PYTHONUNBUFFERED``, ``OMP_NUM_THREADS``,
-  ``MKL_DYNAMIC``, ``LD_PRELOAD`` ...) differ from the fork server's;
+  ``LD_PRELOAD`` ...) differ from the fork server's;
 - a fork server that is not ready yet (it imports torch once, in about a second) or
   has died.
 """
@@ -47,7 +47,6 @@ redirections or command lists."""
 _IMPORT_TIME_VARS = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
-    "MKL_DYNAMIC",
     "OPENBLAS_NUM_THREADS",
     "LD_PRELOAD",
     "LD_LIBRARY_PATH",

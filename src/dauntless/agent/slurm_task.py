@@ -31,13 +31,7 @@ from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_ENV
 from dauntless._tls import CERT_FILE_ENV, NO_VERIFY, make_verify
 from dauntless.compat import SHIM_PATH as COMPAT_SHIM_PATH
 
-from ._agent import (
-    _safe_extract,
-    advertise_address,
-    launched_command,
-    task_command,
-    with_reproducible_defaults,
-)
+from ._agent import _safe_extract, advertise_address, launched_command, task_command
 from ._logs import LogShipper
 
 log = logging.getLogger("dauntless.agent.slurm_task")
@@ -125,7 +119,6 @@ def run(spec_file: str) -> int:
     env = dict(os.environ)
     env.pop(CLUSTER_SECRET_ENV, None)
     env.update({k: str(v) for k, v in spec.get("env", {}).items()})
-    with_reproducible_defaults(env)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     env["DET_ADVERTISE_ADDR"] = advertise_address(job["master_url"])
