@@ -340,6 +340,24 @@ def test_a_beat_that_arrived_before_the_hand_over_decides_nothing_about_it(maste
     assert again["allocation_id"] == alloc
 
 
+def test_a_part_starts_when_it_is_handed_over_not_when_its_beat_read_the_clock(master):
+    """A beat reads its time before it waits for the write lock; a part placed while it
+    waited (another agent's beat ended the trial's last run and placed the next) is
+    handed over after that time, and its ``started_at`` must not come before the last
+    run's ``ended_at`` (a multi-node test read that as two runs of a trial at once)."""
+    client, ctx, _a1, _beat, t0 = master
+    files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+    r = client.post("/api/v1/experiments", data={"config": CONFIG}, files=files)
+    assert r.status_code == 201, r.text
+    assert loop.schedule_pass(ctx, maintenance=False) == 1
+    ctx.clock = lambda: t0 + 7  # the clock once the beat holds the lock
+    with ctx.db.write() as s:
+        answer, _ = agents.beat(s, ctx, "a1", [], t0 + 3, arrived=t0 + 3)
+    (spec,) = answer["start"]
+    with ctx.db.read() as s:
+        assert s.get_one(AllocationRow, spec["allocation_id"]).started_at == t0 + 7
+
+
 # The quiet beats' fast path in front of FastAPI (dauntless.master.heartbeat_asgi): each
 # test first makes a1's next beat one it would answer, then checks that a request it
 # must not answer reaches the route and gets the route's answer.

@@ -43,13 +43,21 @@ LOST_ALLOCATION_GRACE = 5.0
 
 
 def hand_over(s: Session, ctx: MasterContext, alloc: AllocationRow, now: float) -> dict[str, Any]:
-    """The TaskSpec that hands ``alloc`` to its agent at ``now`` (epoch s), with a new
-    session token (stored only hashed); the part is RUNNING from ``now``."""
+    """The TaskSpec that hands ``alloc`` to its agent in the answer to a beat recorded
+    at ``now`` (epoch s), with a new session token (stored only hashed).
+
+    The part is RUNNING from the master's clock read here, never earlier than ``now``:
+    a beat reads ``now`` before its transaction, and the part it hands over may have
+    been placed meanwhile by another beat that ended the trial's previous run. Its
+    ``started_at`` then came before that run's ``ended_at`` although the agent could not
+    start it before the answer (a full suite's multi-node test read that as two runs at
+    once).
+    """
     spec = runs.task_spec(s, ctx, alloc)
     token = new_token()
     alloc.token_hash = hash_token(token)
     spec["env"]["DET_SESSION_TOKEN"] = token
-    alloc.state, alloc.started_at = "RUNNING", now
+    alloc.state, alloc.started_at = "RUNNING", max(now, ctx.clock())
     ctx.heartbeats.handed(alloc.agent_id, alloc.id)
     return spec
 

@@ -294,7 +294,9 @@ class SlurmResourceManager:
                 token = new_token()
                 alloc.token_hash = hash_token(token)
                 spec["env"]["DET_SESSION_TOKEN"] = token
-                alloc.state, alloc.started_at = "RUNNING", now
+                # The clock at the hand-over, not before the transaction (see
+                # handover.hand_over): a run placed meanwhile starts after the last one.
+                alloc.state, alloc.started_at = "RUNNING", max(now, self.ctx.clock())
                 node = self._agents[alloc.agent_id]
                 jobs.append((alloc.id, node, len(alloc.slot_ids), spec))
         for alloc_id, node, slots, spec in jobs:
