@@ -213,3 +213,41 @@ def test_a_task_that_leaves_a_child_behind_in_its_group_still_has_it_ended(tmp_p
     (leftover,) = _wait_for(pids, 1)
     assert not _alive(leftover)
     assert handle.proc.wait(10) == 0  # type: ignore[union-attr]
+
+
+def test_a_follower_sees_the_end_when_the_supervisor_exits(tmp_path, monkeypatch):
+    """A follower of the output (``lines``) that found no new line waits for the
+    supervisor's exit itself, not for its poll interval to pass: with the interval set
+    to an hour, both a handle of the agent that started the task and a handle made
+    from the state directory alone (an adopted task's) return every line and the end
+    within seconds."""
+    import threading
+
+    from dauntless.agent import _supervise
+
+    monkeypatch.setattr(_supervise, "TAIL_IDLE_SECONDS", 3600.0)
+    release = tmp_path / "release"
+    handle = _start(tmp_path, f"echo one; while [ ! -e {release} ]; do sleep 0.02; done; echo two")
+    claim(handle.dir)
+    deadline = time.monotonic() + 30
+    while not (Path(handle.dir) / "shim").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    adopted = ShimHandle(handle.dir, None)
+    got: dict[str, list[str]] = {}
+
+    def follow(name: str, h: ShimHandle) -> None:
+        got[name] = [text for _pos, _kind, text in h.lines()]
+
+    threads = [
+        threading.Thread(target=follow, args=(name, h), daemon=True)
+        for name, h in (("started", handle), ("adopted", adopted))
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # both followers read "one" and wait
+    release.write_text("")
+    for t in threads:
+        t.join(30)
+    assert got == {"started": ["one", "two"], "adopted": ["one", "two"]}
+    assert handle.poll() == 0 and adopted.poll() == 0
