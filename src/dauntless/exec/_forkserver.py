@@ -77,6 +77,12 @@ def preload() -> None:
     # numpy imports numpy.random on first use; each child's reseed (_reseed) would.
     if "numpy" in sys.modules:
         import numpy.random  # noqa: F401
+    # torch.seed() in each child's reseed queues the accelerators' seeds for their lazy
+    # start, which records the call's stack with its source lines
+    # (traceback.format_stack): one reseed here reads those files into linecache once.
+    # A child's reseed measured 3.8 ms of CPU without, 2.2 ms with (30 forks). The
+    # server's own streams are never used: every child reseeds.
+    _reseed()
     global _SHIM
     _SHIM = _load_shim()  # each warm trial's supervisor is a fork of this process
     _keep_preloaded_finalizers_from_children()
