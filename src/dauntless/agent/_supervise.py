@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -117,6 +118,26 @@ class ShimHandle(TaskHandle):
         ident = self._shim_ident()
         return bool(ident) and process_ident(int(ident.split()[0])) == ident  # type: ignore[union-attr]
 
+    def _open_exit_fd(self) -> int | None:
+        """A pidfd of the shim (pidfd_open(2), Linux 5.3+): readable once the shim has
+        exited, which it does right after writing ``exit``. None when the kernel or
+        Python lacks it, or the shim is gone or cannot be named for sure (a pid is
+        only checked against the shim's start time after the pidfd pins it)."""
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is None:
+            return None
+        pid = self.pid
+        if pid <= 0:
+            return None
+        try:
+            fd = int(pidfd_open(pid))
+        except OSError:
+            return None
+        if self.proc is None and process_ident(pid) != self._shim_ident():
+            os.close(fd)  # the pid names another process now
+            return None
+        return fd
+
     def poll(self) -> int | None:
         """The exit code once the task has ended, else None. An unknown exit (the shim
         died without recording one) ends the task with code None and a message:
@@ -180,6 +201,17 @@ class ShimHandle(TaskHandle):
             ``(offset after the line, "stdout"|"stderr", text)``.
         """
         path = os.path.join(self.dir, "output")
+        # Between reads it waits TAIL_IDLE_SECONDS, or less: until the shim exits. So
+        # the end of a task is seen when its shim exits, not up to TAIL_IDLE_SECONDS
+        # later (half of it on average: a slot's gap between two short trials).
+        exit_fd = self._open_exit_fd()
+        try:
+            yield from self._tail(path, offset, exit_fd)
+        finally:
+            if exit_fd is not None:
+                os.close(exit_fd)
+
+    def _tail(self, path: str, offset: int, exit_fd: int | None) -> Iterator[tuple[int, str, str]]:
         buf = b""
         with open(path, "rb") as f:
             f.seek(offset)
@@ -202,7 +234,10 @@ class ShimHandle(TaskHandle):
                         return
                     buf += chunk
                     continue
-                time.sleep(TAIL_IDLE_SECONDS)
+                if exit_fd is None:
+                    time.sleep(TAIL_IDLE_SECONDS)
+                else:
+                    select.select([exit_fd], [], [], TAIL_IDLE_SECONDS)
 
     def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
         """Wait for the end and return ``(stdout, stderr)`` (for tests and tools)."""

@@ -157,3 +157,97 @@ def test_the_supervisor_imports_nothing_but_the_standard_library():
             [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == "[]"
+
+
+def test_has_children_sees_every_child_and_orphans_a_subreaper_adopts(tmp_path):
+    """``has_children``, which lets a supervisor whose task left nothing running skip
+    its scans of /proc: False with no child; True for a running child and for an exited
+    one not yet reaped (it reaps nothing); in a child subreaper, True for a grandchild
+    whose parent exited and was reaped (adopted), False once that one is reaped too."""
+    from dauntless.agent import _shim
+
+    code = f"""
+import os, signal, sys, time
+sys.path.insert(0, {os.path.dirname(_shim.__file__)!r})
+import _shim
+seen = [_shim.has_children()]
+pid = os.fork()
+if pid == 0:
+    time.sleep(600)
+seen.append(_shim.has_children())
+os.kill(pid, signal.SIGKILL)
+os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+seen.append(_shim.has_children())
+os.waitpid(pid, 0)
+seen.append(_shim.has_children())
+_shim._prctl(_shim.PR_SET_CHILD_SUBREAPER, 1)
+r, w = os.pipe()
+middle = os.fork()
+if middle == 0:
+    grandchild = os.fork()
+    if grandchild == 0:
+        time.sleep(600)
+    os.write(w, str(grandchild).encode())
+    os._exit(0)
+os.waitpid(middle, 0)
+grandchild = int(os.read(r, 64))
+seen.append(_shim.has_children())
+os.kill(grandchild, signal.SIGKILL)
+os.waitpid(grandchild, 0)
+seen.append(_shim.has_children())
+print(seen)
+"""
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[False, True, True, False, True, False]"
+
+
+def test_a_task_that_leaves_a_child_behind_in_its_group_still_has_it_ended(tmp_path):
+    """The supervisor's quick end (no child left: no scan) does not skip a process the
+    task left behind in its own process group, as a plain ``cmd &`` does."""
+    pids = _pids_file(tmp_path)
+    handle = _start(tmp_path, f"sleep 600 & echo $! > {pids}; exit 0")
+    assert handle.wait(60) == 0
+    (leftover,) = _wait_for(pids, 1)
+    assert not _alive(leftover)
+    assert handle.proc.wait(10) == 0  # type: ignore[union-attr]
+
+
+def test_a_follower_sees_the_end_when_the_supervisor_exits(tmp_path, monkeypatch):
+    """A follower of the output (``lines``) that found no new line waits for the
+    supervisor's exit itself, not for its poll interval to pass: with the interval set
+    to an hour, both a handle of the agent that started the task and a handle made
+    from the state directory alone (an adopted task's) return every line and the end
+    within seconds."""
+    import threading
+
+    from dauntless.agent import _supervise
+
+    monkeypatch.setattr(_supervise, "TAIL_IDLE_SECONDS", 3600.0)
+    release = tmp_path / "release"
+    handle = _start(tmp_path, f"echo one; while [ ! -e {release} ]; do sleep 0.02; done; echo two")
+    claim(handle.dir)
+    deadline = time.monotonic() + 30
+    while not (Path(handle.dir) / "shim").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    adopted = ShimHandle(handle.dir, None)
+    got: dict[str, list[str]] = {}
+
+    def follow(name: str, h: ShimHandle) -> None:
+        got[name] = [text for _pos, _kind, text in h.lines()]
+
+    threads = [
+        threading.Thread(target=follow, args=(name, h), daemon=True)
+        for name, h in (("started", handle), ("adopted", adopted))
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # both followers read "one" and wait
+    release.write_text("")
+    for t in threads:
+        t.join(30)
+    assert got == {"started": ["one", "two"], "adopted": ["one", "two"]}
+    assert handle.poll() == 0 and adopted.poll() == 0

@@ -235,3 +235,62 @@ def test_a_supervised_fork_outlives_the_worker(tmp_path: Path) -> None:
         ("stdout", f"after the worker died; parent {supervisor}"),
         ("stderr", "to stderr"),
     ]
+
+
+def _collapse_supported() -> str | None:
+    """Why this host cannot collapse memory into huge pages (None: it can)."""
+    import platform
+
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    release = tuple(int(x) for x in platform.release().split(".")[:2] if x.isdigit())
+    if release < (6, 1):
+        return f"Linux {platform.release()} has no MADV_COLLAPSE (6.1+)"
+    try:
+        enabled = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "no transparent huge pages"
+    if "[never]" in enabled:
+        return "transparent huge pages are off"
+    return None
+
+
+def test_the_worker_holds_its_preloaded_memory_in_huge_pages(tmp_path: Path) -> None:
+    """Once ready, most of the fork server's anonymous memory (torch and the harness
+    imported) is in 2 MiB pages, which make each fork and exit of a warm trial cheaper
+    (``collapse_to_huge_pages``), and a fork from it still runs and has memory of its
+    own (a child's write does not reach the server or another child)."""
+    why = _collapse_supported()
+    if why is not None:
+        pytest.skip(why)
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import sys, dauntless.exec._forkserver as fs\n"
+        "before = getattr(fs, 'PROBE', None)\n"
+        "fs.PROBE = sys.argv[1]\n"
+        "print(before, fs.PROBE, flush=True)\n"
+    )
+    starter = WarmStarter(str(tmp_path / "fs.sock"), dict(os.environ), os.getpid())
+    starter.start()
+    try:
+        assert starter.wait_ready(120), "the fork server did not become ready"
+        assert starter.proc is not None
+        rollup = Path(f"/proc/{starter.proc.pid}/smaps_rollup").read_text()
+        fields = {line.split(":")[0]: line.split()[1] for line in rollup.splitlines()[1:]}
+        huge_kb, anon_kb = int(fields["AnonHugePages"]), int(fields["Anonymous"])
+        assert huge_kb >= anon_kb // 2, f"{huge_kb} kB of {anon_kb} kB in huge pages"
+        for arg in ("a", "b"):
+            proc = starter.fork(
+                {
+                    "kind": "script",
+                    "target": str(script),
+                    "args": [arg],
+                    "env": dict(os.environ),
+                    "cwd": str(tmp_path),
+                }
+            )
+            assert proc.stdout is not None
+            assert proc.stdout.readline().decode().split() == ["None", arg]
+            assert proc.wait(60) == 0
+    finally:
+        starter.stop()

@@ -584,6 +584,54 @@ def test_completed_operation_answers_the_next_operation(master):
     assert again.json() == {"op": None, "completed": True}
 
 
+def test_searcher_events_reuse_the_trial_rows_they_hold(master):
+    """A completed operation that closes the trial, and an exit whose searcher creates
+    the next trial and gives it an operation, select no trial by its request id: the
+    rows the event holds (the reporting trial, the one just created) are used, so the
+    completion writes the trial's row in one UPDATE (issue 37: statements per trial)."""
+    from sqlalchemy import event
+
+    client, ctx = master
+    _register(client)
+    config = CONFIG.replace("name: single", "name: random\n  max_trials: 2").replace(
+        "max_length: {batches: 20}", "max_length: {batches: 20}\n  max_concurrent_trials: 1"
+    )
+    exp_id = _create(client, config).json()["experiment"]["id"]
+    loop.schedule_pass(ctx)
+    (first,) = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
+    tid = first["trial_id"]
+    statements: list[str] = []
+    event.listen(
+        ctx.db.engine,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, *a: statements.append(" ".join(statement.split())),
+    )
+    body = {"op": {"length": 20}, "searcher_metric": 0.5}
+    r = client.post(f"/api/v1/trials/{tid}/searcher/completed_operation", json=body)
+    assert r.status_code == 200 and r.json() == {"op": None, "completed": True}
+    by_request = [q for q in statements if "trials.request_id = " in q]
+    assert by_request == []
+    trial_updates = [q for q in statements if q.startswith("UPDATE trials SET")]
+    assert len(trial_updates) == 1, trial_updates
+    assert "searcher_completed_length" in trial_updates[0]
+    assert "searcher_closed" in trial_updates[0]
+    statements.clear()
+    r = client.post(
+        "/api/v1/agents/a1/heartbeat",
+        json={"running": [], "exited": [{"allocation_id": first["allocation_id"], "exit_code": 0}]},
+    )
+    assert r.status_code == 200, r.text
+    (second,) = r.json()["start"]
+    assert second["trial_id"] != tid
+    assert [q for q in statements if "trials.request_id = " in q] == []
+    assert client.get(f"/api/v1/trials/{second['trial_id']}/searcher/operation").json() == {
+        "op": {"length": 20},
+        "completed": False,
+    }
+    trials = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"]
+    assert {t["id"]: t["state"] for t in trials}[tid] == "COMPLETED"
+
+
 def test_heartbeat_carries_exits_and_answers_the_freed_slots_work(master):
     """An exit reported in a heartbeat ends the run as /exited does, and the same answer
     hands out the trial that took the slot; unknown allocations are skipped."""

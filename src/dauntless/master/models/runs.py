@@ -129,7 +129,7 @@ def terminate(
             search.set_trial_state(ctx, trial, State.ERROR)
             ops += searcher.on_trial_exited_early(rid, ExitedReason.ERRORED)
             ops += searcher.on_trial_closed(rid)
-            search.apply(s, ctx, exp, searcher, ops)
+            search.apply(s, ctx, exp, searcher, ops, known=(trial,))
             return
         trial.restarts += 1
         if trial.restarts > cfg.max_restarts or retries_canceled(trial):
@@ -152,7 +152,7 @@ def terminate(
                 trial.restarts,
                 cfg.max_restarts,
             )
-    search.apply(s, ctx, exp, searcher, ops)
+    search.apply(s, ctx, exp, searcher, ops, known=(trial,))
 
 
 def stop_allocation(s: Session, ctx: MasterContext, trial: TrialRow, *, kill: bool) -> bool:

@@ -172,20 +172,37 @@ def set_trial_state(ctx: MasterContext, trial: TrialRow, state: State) -> None:
 
 
 def apply(
-    s: Session, ctx: MasterContext, exp: ExperimentRow, searcher, ops: Iterable[Operation]
+    s: Session,
+    ctx: MasterContext,
+    exp: ExperimentRow,
+    searcher,
+    ops: Iterable[Operation],
+    known: Iterable[TrialRow] = (),
 ) -> None:
     """Apply searcher operations in order, feeding follow-up events back in; then store
     the searcher's snapshot and the experiment's progress, and end the experiment when
-    its search is over."""
+    its search is over.
+
+    Args:
+        known: trials of ``exp`` this transaction already holds (the trial whose event
+            produced ``ops``). An operation on one of them, or on a trial created here,
+            uses that row instead of selecting it again by its request id: one
+            statement less, and the row's changes then go out in one UPDATE instead of
+            one per operation (the select flushed what came before it).
+    """
     queue: deque[Operation] = deque(ops)
+    held: dict[str, TrialRow] = {t.request_id: t for t in known if t.experiment_id == exp.id}
+
+    def by_request(request_id: str) -> TrialRow:
+        trial = held.get(request_id)
+        if trial is None:
+            trial = held[request_id] = trials.trial_by_request(s, exp.id, request_id)
+        return trial
+
     while queue:
         op = queue.popleft()
         if isinstance(op, Create):
-            parent = (
-                None
-                if op.parent_request_id is None
-                else trials.trial_by_request(s, exp.id, op.parent_request_id)
-            )
+            parent = None if op.parent_request_id is None else by_request(op.parent_request_id)
             trial = TrialRow(
                 experiment_id=exp.id,
                 request_id=op.request_id,
@@ -202,13 +219,14 @@ def apply(
             )
             s.add(trial)
             s.flush()
+            held[op.request_id] = trial
             experiment_index.note_trial_created(s, exp, trial)
             queue.extend(searcher.on_trial_created(op.request_id))
         elif isinstance(op, ValidateAfter):
-            trial = trials.trial_by_request(s, exp.id, op.request_id)
+            trial = by_request(op.request_id)
             trial.searcher_op_length = op.length
         elif isinstance(op, Close):
-            trial = trials.trial_by_request(s, exp.id, op.request_id)
+            trial = by_request(op.request_id)
             trial.searcher_closed = True
             alloc = None if is_terminal(trial.state) else allocations.live_allocation(s, trial.id)
             if not is_terminal(trial.state) and alloc is None:
@@ -333,5 +351,5 @@ def complete_operation(
     if searcher.wants_validation_metrics:  # several objectives: the whole validation
         metrics = trials.validation_metrics_at(s, trial_id, length)
     ops = searcher.on_validation_completed(trial.request_id, float(metric), length, metrics)
-    apply(s, ctx, exp, searcher, ops)
+    apply(s, ctx, exp, searcher, ops, known=(trial,))
     return trials.searcher_operation(s, trial_id)
