@@ -158,13 +158,11 @@ def reread_trial_tokens(
         return False
     with lock:
         started = time.monotonic()
-        due = {
-            d: entry
-            for d, entry in list(tokens.items())
-            if d == digest or started - entry[-1] >= max_age / 2
-        }
-        if digest not in due:
-            return True  # renewed by the reread this one waited for, or dropped
+        mine = tokens.get(digest)
+        if mine is None or started - mine[-1] < max_age:
+            return True  # dropped, or renewed by the reread this one waited for
+        due = {d: entry for d, entry in list(tokens.items()) if started - entry[-1] >= max_age / 2}
+
         with db.read() as s:
             rows = s.execute(
                 select(AllocationRow.token_hash, AllocationRow.id, AllocationRow.state).where(
