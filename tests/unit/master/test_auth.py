@@ -958,3 +958,36 @@ def test_trial_tokens_renewed_together_still_see_an_end_the_orm_did_not(world):
         f"/api/v1/trials/{w.other_trial_id}/metrics", headers=bearer(w.other_trial), json=body
     )
     assert r.status_code == 200, r.text
+
+
+def test_a_metrics_body_is_parsed_once_and_not_by_json_loads(world, monkeypatch):
+    """Issue 37: a trial's metrics body was parsed twice on the event loop by
+    ``json.loads`` (the body limits' check, then FastAPI); now orjson parses it once, in
+    the body limits' middleware, and the route takes that value. The limits still hold
+    on the same route (an integer past 64 bits: 400 naming the field)."""
+    import json as stdlib_json
+
+    w = world
+    parsed: list[object] = []
+    loads = stdlib_json.loads
+    monkeypatch.setattr(stdlib_json, "loads", lambda s, *a, **k: parsed.append(s) or loads(s))
+    reports = [
+        {"group": "training", "steps_completed": b, "trial_run_id": 1, "metrics": {"m": b / 3}}
+        for b in (7, 8)
+    ]
+    body = stdlib_json.dumps({"reports": reports}).encode()
+    headers = {**bearer(w.trial), "Content-Type": "application/json"}
+    url = f"/api/v1/trials/{w.trial_id}/metrics/batch"
+    r = w.client.post(url, content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"stored": [True, True]}
+    assert body not in parsed  # neither the middleware nor FastAPI ran json.loads on it
+    r = w.client.get(f"/api/v1/trials/{w.trial_id}/metrics", headers=bearer(w.admin))
+    assert r.status_code == 200, r.text
+    stored = {m["total_batches"]: m["values"]["m"] for m in r.json()["metrics"]}
+    assert stored == {7: 7 / 3, 8: 8 / 3}  # the values parsed are json.loads's
+    big = body.replace(b"7 / 3", b"0").replace(
+        b'"trial_run_id": 1', b'"trial_run_id": 1' + b"0" * 30
+    )
+    r = w.client.post(url, content=big, headers=headers)
+    assert r.status_code == 400 and "trial_run_id" in r.json()["errors"][0]["field"], r.text
