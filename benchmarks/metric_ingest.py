@@ -40,7 +40,7 @@ Usage::
     python benchmarks/metric_ingest.py [--db sqlite|postgres] [--trials 32]
                                        [--metrics 256] [--seconds 10] [--sender-rate R]
                                        [--phase spread|same] [--processes 2]
-                                       [--compare-src DIR]
+                                       [--compare-src DIR] [--timeline FILE]
 """
 
 from __future__ import annotations
@@ -159,9 +159,11 @@ def _generator(
     one untimed report (connection set-up, the master's first look at its token), then
     waits for ``go`` (the start, a ``time.perf_counter()`` value: the clock is the
     system's monotonic one, shared by processes) and reports for ``args["seconds"]``.
-    Puts ``(latencies, cpu_s, errors, last_ack)`` on ``out``: the acknowledgement
-    latencies in seconds, this process's CPU seconds over the timed part, what failed,
-    and the time of its last acknowledgement."""
+    Puts ``(latencies, cpu_s, errors, last_ack, timeline)`` on ``out``: the
+    acknowledgement latencies in seconds, this process's CPU seconds over the timed
+    part, what failed, the time of its last acknowledgement, and (with
+    ``args["timeline"]``) one ``(trial id, made, sent, acknowledged, reports)`` per
+    request, times in seconds after the start (``made``: its first report's)."""
     metrics, seconds, rate = args["metrics"], args["seconds"], args["rate"]
     latencies: list[float] = []
     lock = threading.Lock()
@@ -170,6 +172,7 @@ def _generator(
     t_go: list[float] = []
     last_ack = [0.0]
     started = threading.Event()
+    timeline: list[tuple[int, float, float, float, int]] = []
 
     def trial(spec: dict, offset: float) -> None:
         token = spec["env"]["DET_SESSION_TOKEN"]
@@ -200,13 +203,17 @@ def _generator(
                     batch = [_report(b, metrics) for b in range(made + 1, due + 1)]
                     times = [start + (b - 2) / rate for b in range(made + 1, due + 1)]
                     made = due
+                    sent = time.perf_counter()
                     _post(conn, f"/api/v1/trials/{tid}/metrics/batch", token, {"reports": batch})
                 else:
                     made += 1
-                    times = [time.perf_counter()]
+                    times = [sent := time.perf_counter()]
                     _post(conn, f"/api/v1/trials/{tid}/metrics", token, _report(made, metrics))
                 acked = time.perf_counter()
                 mine += [acked - t for t in times]
+                if args["timeline"]:
+                    t0 = t_go[0]
+                    timeline.append((tid, times[0] - t0, sent - t0, acked - t0, len(times)))
                 with lock:
                     last_ack[0] = max(last_ack[0], acked)
         except Exception as exc:  # noqa: BLE001 - reported by the parent
@@ -227,7 +234,7 @@ def _generator(
     try:
         warm.wait()
     except threading.BrokenBarrierError:  # a trial's warm-up report failed
-        out.put(([], 0.0, errors, 0.0))
+        out.put(([], 0.0, errors, 0.0, []))
         ready.set()
         return
     ready.set()
@@ -236,7 +243,7 @@ def _generator(
     started.set()
     for t in threads:
         t.join()
-    out.put((latencies, time.process_time() - c0, errors, last_ack[0]))
+    out.put((latencies, time.process_time() - c0, errors, last_ack[0], timeline))
 
 
 def drive(
@@ -248,6 +255,7 @@ def drive(
     rate: float,
     processes: int,
     phase: str,
+    timeline: bool = False,
 ) -> dict:
     """Report from ``processes`` generator processes (``specs`` dealt round robin) and
     measure: ``rate`` > 0 makes that many reports a second per trial, sent as the Core
@@ -255,7 +263,9 @@ def drive(
     as one ``POST /metrics/batch``; a report's latency runs from when it was due to its
     acknowledgement); ``rate`` 0 posts one report per ``POST /metrics`` back to back.
     ``phase`` "spread": trial i's schedule starts i/(n*rate) s late, so reports arrive
-    evenly; "same": all trials report at the same instants (a burst of n reports)."""
+    evenly; "same": all trials report at the same instants (a burst of n reports).
+    ``timeline``: also return every request's times (``"timeline"``, see
+    :func:`_generator`), to line slow acknowledgements up with what the master did."""
     port = int(url.rsplit(":", 1)[1])
     ctx = mp.get_context("fork")
     n = len(specs)
@@ -270,6 +280,7 @@ def drive(
             "seconds": seconds,
             "rate": rate,
             "offsets": [offsets[i] for i in mine],
+            "timeline": timeline,
         }
         p = ctx.Process(
             target=_generator, args=(port, [specs[i] for i in mine], args, ready, go, out)
@@ -286,8 +297,10 @@ def drive(
     latencies: list[float] = []
     gen_cpu, end = 0.0, t0
     errors: list[str] = []
+    requests: list[tuple[int, float, float, float, int]] = []
     for _ in gens:
-        lat, cpu, errs, last = out.get(timeout=seconds + 300)
+        lat, cpu, errs, last, mine_timeline = out.get(timeout=seconds + 300)
+        requests += mine_timeline
         end = max(end, last)
         latencies += lat
         gen_cpu += cpu
@@ -312,6 +325,7 @@ def drive(
         "wall_s": wall,
         "master_cpu_s": cpu,
         "generator_cpu_s": gen_cpu,
+        "timeline": sorted(requests, key=lambda r: r[1]),
     }
 
 
@@ -344,7 +358,15 @@ def main() -> None:
         help="also measure a master run from this source tree (e.g. a checkout of main's "
         "src/), first, as the baseline of the same run",
     )
+    p.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="write every timed request's (trial, made, sent, acknowledged, reports), in "
+        "seconds after the start, as JSON (one list per run, by its label), to line slow "
+        "acknowledgements up with the master's log",
+    )
     args = p.parse_args()
+    timelines: dict[str, list] = {}
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     runs: list[tuple[str, str | None, int]] = [("this tree", None, 1)]
     if args.compare_src:
@@ -368,7 +390,9 @@ def main() -> None:
                 args.sender_rate,
                 min(args.processes, trials),
                 args.phase,
+                timeline=bool(args.timeline),
             )
+        timelines[f"{label}, {trials} trial(s)"] = res["timeline"]
         mode = (
             f", {args.sender_rate:g} reports/s each ({args.phase}), batched"
             if args.sender_rate
@@ -384,6 +408,8 @@ def main() -> None:
             f"load {open('/proc/loadavg').read().split()[0]}"
         )
     print(f"load average now: {open('/proc/loadavg').read().strip()}")
+    if args.timeline:
+        Path(args.timeline).write_bytes(orjson.dumps(timelines))
 
 
 if __name__ == "__main__":

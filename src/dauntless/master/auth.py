@@ -65,7 +65,9 @@ from .auth_access import require_own_trial as require_own_trial
 from .auth_access import route_rule as route_rule
 from .auth_agents import AgentCredentials
 from .auth_csrf import check_csrf
-from .auth_memory import RememberedUsers, drop_stale_trial_tokens
+from .auth_memory import MAX_REMEMBERED_TRIAL_TOKENS as MAX_REMEMBERED_TRIAL_TOKENS
+from .auth_memory import TRIAL_TOKEN_REREAD_SECONDS as TRIAL_TOKEN_REREAD_SECONDS
+from .auth_memory import RememberedUsers, drop_stale_trial_tokens, reread_trial_tokens
 from .auth_secrets import CLUSTER_SECRET_FILE as CLUSTER_SECRET_FILE
 from .auth_secrets import (
     hash_password,
@@ -93,14 +95,6 @@ from .permissions import Rule
 
 log = logging.getLogger("dauntless.master.auth")
 
-TRIAL_TOKEN_REREAD_SECONDS = 5.0
-"""Seconds a remembered trial token is trusted without a database read (see
-:class:`AuthService`)."""
-
-MAX_REMEMBERED_TRIAL_TOKENS = 2_048
-"""Trial tokens remembered at most; past that the memory is cleared (live allocations'
-tokens are the ones presented often; issue 37: 10,000 kept a large search in memory)."""
-
 BUILTIN_USERS = (("admin", True), ("determined", False))
 """The users every cluster starts with: (username, admin)."""
 
@@ -115,6 +109,9 @@ class AuthService:
     database read until those rows change (an end voids the token at once) or
     :data:`TRIAL_TOKEN_REREAD_SECONDS` pass (changes the ORM does not see). A trivial
     trial makes about 6 requests (issue 19).
+
+    Tokens due for a reread are read again together
+    (:func:`~.auth_memory.reread_trial_tokens`).
 
     A user's token is remembered likewise (:class:`~.auth_memory.RememberedUsers`).
 
@@ -149,6 +146,7 @@ class AuthService:
         self._revocation_lock = threading.Lock()
         # token digest -> (principal, allocation group id, its version, monotonic time)
         self._trial_tokens: dict[str, tuple[Principal, str, Version, float]] = {}
+        self._reread_lock = threading.Lock()  # one reread of the remembered at a time
         self._users = RememberedUsers(db, lambda: self.clock())
 
     @property
@@ -255,12 +253,12 @@ class AuthService:
         versions = self._allocation_versions
         if remembered is not None and versions is not None:
             who, group, version, read_at = remembered
-            if (
-                versions.version(group) == version
-                and time.monotonic() - read_at < TRIAL_TOKEN_REREAD_SECONDS
-            ):
+            if versions.version(group) != version:
+                self._trial_tokens.pop(digest, None)
+            elif time.monotonic() - read_at < TRIAL_TOKEN_REREAD_SECONDS:
                 return who
-            self._trial_tokens.pop(digest, None)
+            else:  # kept for :meth:`identify`'s reread of it and its peers
+                return None
         return self._users.get(digest, self.revocations)
 
     @staticmethod
@@ -301,6 +299,12 @@ class AuthService:
                 return self.agents.identify(s, agent_token)
         digest = hash_token(self._token(request))
         versions = self._allocation_versions
+        if versions is not None and reread_trial_tokens(
+            self.db, self._trial_tokens, versions, digest, self._reread_lock
+        ):
+            who = self.identify_without_db(request)
+            if who is not None:
+                return who
         changes_before = versions.total() if versions is not None else None
         # Read before the rows: a change committed during the read voids what is kept.
         stamp = self._users.stamp(self.revocations)

@@ -12,13 +12,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import select
+
 from .auth_access import Principal
-from .db import Database, UserRow, UserSessionRow
+from .db import AllocationRow, Database, UserRow, UserSessionRow
+from .db.changes import RowVersions
 
 USER_TOKEN_REREAD_SECONDS = 60.0
 """Seconds a remembered user token (login session or access token) is trusted without a
 database read: the bound for changes no session of this master makes; the master's own
 changes to users and tokens void it at once."""
+
+TRIAL_TOKEN_REREAD_SECONDS = 5.0
+"""Seconds a remembered trial token is trusted without a database read (see
+:class:`~dauntless.master.auth.AuthService`)."""
+
+MAX_REMEMBERED_TRIAL_TOKENS = 2_048
+"""Trial tokens remembered at most; past that the memory is cleared (live allocations'
+tokens are the ones presented often; issue 37: 10,000 kept a large search in memory)."""
 
 MAX_REMEMBERED_USER_TOKENS = 10_000
 """User tokens remembered at most; past that the memory is cleared."""
@@ -103,3 +114,66 @@ def drop_stale_trial_tokens(
             tokens.pop(digest, None)
     if len(tokens) >= max_items:
         tokens.clear()
+
+
+def reread_trial_tokens(
+    db: Database,
+    tokens: dict[str, tuple[Any, ...]],
+    versions: RowVersions,
+    digest: str,
+    lock: threading.Lock,
+    max_age: float = TRIAL_TOKEN_REREAD_SECONDS,
+) -> bool:
+    """Read again, in one query, the remembered trial token ``digest`` and every other
+    remembered trial token read ``max_age`` / 2 seconds ago or more.
+
+    Why: trials started together are remembered together and come due together. Read
+    one by one, 32 trials reporting metrics made 32 database reads (a thread hop and two
+    queries each) in the same tenth of a second every 5 s, and the acknowledgements of
+    that moment waited behind them (issue 37: the clusters of slow acknowledgements at
+    100,000 metric values/s on PostgreSQL).
+
+    An entry (``(principal, allocation group id, its version, read time)``, the read
+    time by ``time.monotonic()``) is renewed, its read time set to this read's start,
+    when its token still belongs to the same allocation part, that part has not ended,
+    and the allocation's version is still the entry's after this read (a commit this
+    read did not see is published after it, and voids the entry then). Every other
+    entry read is dropped: its next request is read alone, which gives the exact
+    refusal. No token is trusted longer than before: each entry still counts from a read
+    that saw its allocation not ended, made less than ``max_age`` seconds ago.
+
+    Args:
+        db: the master database.
+        tokens: the remembered trial tokens by :func:`~.auth_secrets.hash_token` digest.
+        versions: the change counters of allocation rows by group id.
+        digest: the digest of the token presented.
+        lock: held for the reread: a request due meanwhile waits, then finds its
+            entry renewed.
+        max_age: seconds an entry is trusted without a read.
+
+    Returns:
+        Whether ``digest`` was remembered (the caller then looks at its entry again).
+    """
+    if digest not in tokens:
+        return False
+    with lock:
+        started = time.monotonic()
+        mine = tokens.get(digest)
+        if mine is None or started - mine[-1] < max_age:
+            return True  # dropped, or renewed by the reread this one waited for
+        due = {d: entry for d, entry in list(tokens.items()) if started - entry[-1] >= max_age / 2}
+
+        with db.read() as s:
+            rows = s.execute(
+                select(AllocationRow.token_hash, AllocationRow.id, AllocationRow.state).where(
+                    AllocationRow.token_hash.in_(list(due))
+                )
+            ).all()
+        found = {d: (part, state) for d, part, state in rows}
+        for d, (who, group, version, _) in due.items():
+            part, state = found.get(d, (None, None))
+            if part != who.part_id or state == "TERMINATED" or versions.version(group) != version:
+                tokens.pop(d, None)
+            else:
+                tokens[d] = (who, group, version, started)
+    return True

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from . import responses as R
 from .api_spec import DbId
 from .auth import require_own_trial
+from .body_limits import ParsedJSONRoute
 from .models import checkpoints, metrics, search, trials
 from .models.metrics import MetricsIn
 from .routes import _ctx, _write
@@ -26,7 +27,9 @@ from .schemas import (
     ProgressReport,
 )
 
-router = APIRouter(prefix="/api/v1")
+# Reports arrive hundreds a second: their bodies are parsed once, by the body limits'
+# middleware (issue 37).
+router = APIRouter(prefix="/api/v1", route_class=ParsedJSONRoute)
 
 
 @router.get("/trials/{trial_id}/searcher/operation", response_model=R.SearcherOperation)

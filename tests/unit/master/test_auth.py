@@ -877,3 +877,117 @@ def test_stale_trial_tokens_leave_the_memory_when_another_is_remembered(world, m
     assert r.status_code == 200, r.text
     assert hash_token(w.other_trial) in remembered
     assert mine not in remembered
+
+
+def _age_trial_token(remembered: dict, digest: str, seconds: float) -> None:
+    """Make the remembered entry of ``digest`` look read ``seconds`` ago."""
+    remembered[digest] = (*remembered[digest][:-1], time.monotonic() - seconds)
+
+
+def test_trial_tokens_due_together_are_read_again_in_one_query(world):
+    """Issue 37: trials started together come due for their token's reread together;
+    the first request due reads them all again in one query, so the others' requests
+    read nothing (32 trials made 32 reads in one tenth of a second every 5 s)."""
+    from dauntless.master.auth import TRIAL_TOKEN_REREAD_SECONDS
+    from dauntless.master.auth_memory import reread_trial_tokens
+
+    w = world
+    remembered = w.app.state.auth._trial_tokens
+    body = {"group": "training", "steps_completed": 4, "trial_run_id": 1, "metrics": {"loss": 0.5}}
+    for trial_id, token in ((w.trial_id, w.trial), (w.other_trial_id, w.other_trial)):
+        r = w.client.post(f"/api/v1/trials/{trial_id}/metrics", headers=bearer(token), json=body)
+        assert r.status_code == 200, r.text
+    mine, other = hash_token(w.trial), hash_token(w.other_trial)
+    for digest in (mine, other):  # both due
+        _age_trial_token(remembered, digest, TRIAL_TOKEN_REREAD_SECONDS + 1.0)
+    statements: list[str] = []
+    event.listen(
+        w.ctx.db.engine,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, *a: statements.append(statement),
+    )
+    body["steps_completed"] = 5
+    r = w.client.post(f"/api/v1/trials/{w.trial_id}/metrics", headers=bearer(w.trial), json=body)
+    assert r.status_code == 200, r.text
+    token_reads = [x for x in statements if "token_hash" in x]
+    assert len(token_reads) == 1, token_reads  # one query, no user-session lookup
+    assert "user_sessions" not in token_reads[0]
+    assert remembered[other][-1] == remembered[mine][-1]  # renewed by the same read
+    assert time.monotonic() - remembered[other][-1] < TRIAL_TOKEN_REREAD_SECONDS
+    statements.clear()
+    # A request of the other trial that found its entry due and waited for that reread
+    # finds it renewed: it reads nothing either.
+    auth = w.app.state.auth
+    versions = w.ctx.allocation_versions
+    assert reread_trial_tokens(w.ctx.db, remembered, versions, other, auth._reread_lock)
+    assert not [x for x in statements if "token_hash" in x]
+    r = w.client.post(
+        f"/api/v1/trials/{w.other_trial_id}/metrics", headers=bearer(w.other_trial), json=body
+    )
+    assert r.status_code == 200, r.text
+    assert not [x for x in statements if "token_hash" in x]
+
+
+def test_trial_tokens_renewed_together_still_see_an_end_the_orm_did_not(world):
+    """The reread of remembered trial tokens together keeps the guarantee of the reread
+    alone: an allocation ended by a statement the ORM does not see voids its token at
+    the reread, while the other trial's entry, read in the same query, is renewed."""
+    from dauntless.master.auth import TRIAL_TOKEN_REREAD_SECONDS
+
+    w = world
+    remembered = w.app.state.auth._trial_tokens
+    body = {"group": "training", "steps_completed": 4, "trial_run_id": 1, "metrics": {"loss": 0.5}}
+    for trial_id, token in ((w.trial_id, w.trial), (w.other_trial_id, w.other_trial)):
+        r = w.client.post(f"/api/v1/trials/{trial_id}/metrics", headers=bearer(token), json=body)
+        assert r.status_code == 200, r.text
+    mine, other = hash_token(w.trial), hash_token(w.other_trial)
+    with w.ctx.db.engine.begin() as conn:  # not through a session: no version is bumped
+        conn.execute(
+            text("UPDATE allocations SET state = 'TERMINATED' WHERE token_hash = :h"), {"h": mine}
+        )
+    _age_trial_token(remembered, mine, TRIAL_TOKEN_REREAD_SECONDS + 1.0)
+    _age_trial_token(remembered, other, TRIAL_TOKEN_REREAD_SECONDS * 0.75)
+    before = remembered[other][-1]
+    body["steps_completed"] = 5
+    r = w.client.post(f"/api/v1/trials/{w.trial_id}/metrics", headers=bearer(w.trial), json=body)
+    assert r.status_code == 401, r.text
+    assert "has ended" in r.text
+    assert mine not in remembered
+    assert remembered[other][-1] > before  # renewed by the same read
+    r = w.client.post(
+        f"/api/v1/trials/{w.other_trial_id}/metrics", headers=bearer(w.other_trial), json=body
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_a_metrics_body_is_parsed_once_and_not_by_json_loads(world, monkeypatch):
+    """Issue 37: a trial's metrics body was parsed twice on the event loop by
+    ``json.loads`` (the body limits' check, then FastAPI); now orjson parses it once, in
+    the body limits' middleware, and the route takes that value. The limits still hold
+    on the same route (an integer past 64 bits: 400 naming the field)."""
+    import json as stdlib_json
+
+    w = world
+    parsed: list[object] = []
+    loads = stdlib_json.loads
+    monkeypatch.setattr(stdlib_json, "loads", lambda s, *a, **k: parsed.append(s) or loads(s))
+    reports = [
+        {"group": "training", "steps_completed": b, "trial_run_id": 1, "metrics": {"m": b / 3}}
+        for b in (7, 8)
+    ]
+    body = stdlib_json.dumps({"reports": reports}).encode()
+    headers = {**bearer(w.trial), "Content-Type": "application/json"}
+    url = f"/api/v1/trials/{w.trial_id}/metrics/batch"
+    r = w.client.post(url, content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"stored": [True, True]}
+    assert body not in parsed  # neither the middleware nor FastAPI ran json.loads on it
+    r = w.client.get(f"/api/v1/trials/{w.trial_id}/metrics", headers=bearer(w.admin))
+    assert r.status_code == 200, r.text
+    stored = {m["total_batches"]: m["values"]["m"] for m in r.json()["metrics"]}
+    assert stored == {7: 7 / 3, 8: 8 / 3}  # the values parsed are json.loads's
+    big = body.replace(b"7 / 3", b"0").replace(
+        b'"trial_run_id": 1', b'"trial_run_id": 1' + b"0" * 30
+    )
+    r = w.client.post(url, content=big, headers=headers)
+    assert r.status_code == 400 and "trial_run_id" in r.json()["errors"][0]["field"], r.text
