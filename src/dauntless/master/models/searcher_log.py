@@ -12,6 +12,13 @@ snapshot followed by :meth:`~dauntless.searcher.Searcher.replay_events` of the e
 after it, which gives the state an uninterrupted master would hold (the searchers are
 pure functions of their events, ARCHITECTURE.md "Searchers").
 
+Issue 37 scope 2: the master's searchers archive their ended trials' records
+(:meth:`~dauntless.searcher.Searcher.archive_ended`): :func:`store` writes each record to
+its trial's ``searcher_record`` when the trial ends, :func:`ended_record` reads it back
+when an event names an ended trial the searcher no longer holds, and a snapshot holds
+the live trials only, so neither the master's memory nor the snapshot grows with the
+trials that ended.
+
 ``experiments.searcher_seq`` counts the events applied; ``searcher_snapshot_seq`` the
 ones the snapshot holds. The master's cache of searchers (:mod:`.search`) compares the
 sequence number, not the snapshot, to know that the searcher it kept is the stored one.
@@ -22,10 +29,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from ..db import ExperimentRow, SearcherEventRow
+from ..db import ExperimentRow, SearcherEventRow, TrialRow
 
 MIN_EVENTS_BEFORE_COMPACTION = 512
 """Events after a snapshot that never trigger a new one, however few trials exist."""
@@ -41,7 +48,8 @@ def compaction_due(exp: ExperimentRow, trial_count: int) -> bool:
 
     Args:
         exp: the experiment, with ``searcher_seq`` already advanced past the new events.
-        trial_count: the trials its searcher created.
+        trial_count: the trial records its searcher's snapshot holds
+            (``Searcher.snapshot_trials``: the live ones for a searcher that archives).
     """
     pending = exp.searcher_seq - exp.searcher_snapshot_seq
     bound = max(MIN_EVENTS_BEFORE_COMPACTION, EVENTS_PER_TRIAL_BEFORE_COMPACTION * trial_count)
@@ -64,6 +72,38 @@ def events_after(s: Session, exp: ExperimentRow) -> list[list[Any]]:
     return [json.loads(raw) for raw in rows]
 
 
+def ended_record(s: Session, exp_id: int, request_id: str) -> dict[str, Any] | None:
+    """The searcher's record of an ended trial of the experiment, as :func:`store`
+    wrote it to the trial's row; None when no such trial ended (a lookup for
+    :meth:`~dauntless.searcher.Searcher.archive_ended`)."""
+    record = s.scalars(
+        select(TrialRow.searcher_record).where(
+            TrialRow.experiment_id == exp_id, TrialRow.request_id == request_id
+        )
+    ).first()
+    return record
+
+
+def store_ended(s: Session, exp: ExperimentRow, searcher: Any) -> None:
+    """Write the records of the trials the searcher archived since the last call to
+    their rows' ``searcher_record`` (one UPDATE for all of them)."""
+    ended = searcher.take_ended()
+    if not ended:
+        return
+    stmt = (
+        update(TrialRow.__table__)
+        .where(
+            TrialRow.__table__.c.experiment_id == bindparam("exp_id"),
+            TrialRow.__table__.c.request_id == bindparam("rid"),
+        )
+        .values(searcher_record=bindparam("record"))
+    )
+    s.execute(
+        stmt,
+        [{"exp_id": exp.id, "rid": r["request_id"], "record": r} for r in ended],
+    )
+
+
 def compact(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     """Write the searcher's whole snapshot as the experiment's stored state and delete
     the events it now holds (``searcher_seq`` must count them already).
@@ -71,6 +111,7 @@ def compact(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     ``det experiment continue`` calls it before it changes the config, so that events
     made under the old config are never replayed under the new one.
     """
+    store_ended(s, exp, searcher)  # the snapshot no longer holds them
     exp.searcher_state = searcher.snapshot()
     exp.searcher_snapshot_seq = exp.searcher_seq
     s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp.id))
@@ -90,6 +131,7 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     # A searcher that journaled nothing (made outside searcher_for: a new search) is
     # stored whole, like one that is not replayable.
     replayable = bool(searcher.replayable) and searcher.journaling
+    store_ended(s, exp, searcher)
     events = searcher.take_events()
     if searcher.replayable:
         searcher.start_journal()  # its next events (it is kept for the next caller)
@@ -102,7 +144,7 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     if (
         not replayable
         or exp.searcher_snapshot_seq == 0  # no snapshot of this scheme yet
-        or compaction_due(exp, searcher.trial_count)
+        or compaction_due(exp, searcher.snapshot_trials)
     ):
         compact(s, exp, searcher)
         return
