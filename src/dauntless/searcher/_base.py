@@ -200,6 +200,7 @@ class Searcher(abc.ABC):
         self._archived = 0
         self._archived_exits: dict[str, int] = {}
         self._archived_groups: dict[int, list[int]] = {}
+        self._snapshot_due = False
         self._started = False
         self._shutdown: Shutdown | None = None
         self._n_ended = 0
@@ -360,6 +361,7 @@ class Searcher(abc.ABC):
         group[0] -= 1
         group[1] -= trial.exit is ExitedReason.INVALID_HP
         self._trials[trial.request_id] = trial
+        self._snapshot_due = True
 
     def _count_valid(self) -> int:
         """Trials created, not counting those that exited with invalid hyperparameters."""
@@ -672,6 +674,14 @@ class Searcher(abc.ABC):
             out.append(trial.to_json())
             self._remember(trial)
         return out
+
+    def snapshot_due(self) -> bool:
+        """Whether an archived trial was made live again (``reopen_trial``) since the
+        last call, which then returns False until the next one. The caller stores a
+        snapshot now rather than the reopen as an event: replayed later, the reopen
+        would look up the record the trial's next end wrote, not the one it reopened."""
+        due, self._snapshot_due = self._snapshot_due, False
+        return due
 
     @property
     def trials_in_memory(self) -> int:

@@ -236,3 +236,41 @@ def test_a_search_stored_before_archiving_continues_as_one_archived_throughout(m
             )
         ).all()
         assert missing == []
+
+
+def test_a_reopened_trial_is_not_replayed_from_its_later_record(master, monkeypatch):
+    """``det experiment continue`` reopens an archived (canceled) trial, which then
+    completes; a master restarted after that restores the searcher as it was: the reopen
+    is in the snapshot, not an event that would read the record its completion wrote
+    (exit None, so the cancel would never be taken back)."""
+    from dauntless.searcher import _base as searcher_base
+
+    client, ctx = master
+    monkeypatch.setattr(searcher_base, "RECENTLY_ENDED_KEPT", 0)
+    monkeypatch.setattr(searcher_log, "MIN_EVENTS_BEFORE_COMPACTION", 1000)
+    config = {**RANDOM, "searcher": {**RANDOM["searcher"], "max_trials": 6}}
+    r = client.post(
+        "/api/v1/experiments", data={"config": yaml.safe_dump(config), "activate": "true"}
+    )
+    exp_id = int(r.json()["experiment"]["id"])
+    with ctx.db.read() as s:
+        first = s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp_id)).first()
+        first_id, canceled = first.id, first.request_id
+    assert client.post(f"/api/v1/trials/{first_id}/kill").status_code == 200
+    while step(ctx, exp_id):
+        pass
+    assert stored(ctx, exp_id)[0] == "COMPLETED"
+    r = client.post("/api/v1/experiments/continue", json={"id": exp_id})
+    assert r.status_code == 200, r.text
+    assert step(ctx, exp_id) and not step(ctx, exp_id)  # the reopened trial completes
+    assert stored(ctx, exp_id)[0] == "COMPLETED"
+    search._cache(ctx).clear()  # a restart
+    with ctx.db.read() as s:
+        searcher = search.searcher_for(ctx, s.get(ExperimentRow, exp_id), read_only=True)
+        snapshot = searcher.snapshot()
+        record = s.scalars(
+            select(TrialRow.searcher_record).where(TrialRow.request_id == canceled)
+        ).first()
+    assert record["exit"] is None and record["completed"] == 4
+    assert snapshot["archived"] == {"count": 6, "exits": {}, "groups": [[0, 6, 0]]}
+    assert searcher.is_shut_down and searcher.progress() == 1.0

@@ -126,17 +126,22 @@ def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = Fa
 def _ended_lookup(ctx: MasterContext, exp: ExperimentRow) -> Callable[[str], Any]:
     """A lookup of the experiment's ended trials' searcher records (issue 37 scope 2),
     in the caller's session (which sees the records its own transaction wrote) while
-    that is alive, else in a read session of its own. It holds neither the session nor
-    the row (a kept searcher outlives both)."""
+    that is alive, else in a read session of its own. It holds neither the session, the
+    row nor the context (a kept searcher outlives the first two, and its cache is weakly
+    keyed by the last)."""
     exp_id = exp.id
     session = object_session(exp)
     ref = None if session is None else weakref.ref(session)
+    ctx_ref = weakref.ref(ctx)  # the cache of searchers is weakly keyed by the context
 
     def lookup(request_id: str) -> Any:
         current = None if ref is None else ref()
         if current is not None and current.in_transaction():
             return searcher_log.ended_record(current, exp_id, request_id)
-        with ctx.db.read() as s:
+        context = ctx_ref()
+        if context is None:
+            raise RuntimeError(f"experiment {exp_id}: its master has stopped")
+        with context.db.read() as s:
             return searcher_log.ended_record(s, exp_id, request_id)
 
     return lookup

@@ -132,6 +132,7 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     # stored whole, like one that is not replayable.
     replayable = bool(searcher.replayable) and searcher.journaling
     store_ended(s, exp, searcher)
+    reopened = searcher.snapshot_due()  # an archived trial reopened: never replay that
     events = searcher.take_events()
     if searcher.replayable:
         searcher.start_journal()  # its next events (it is kept for the next caller)
@@ -144,6 +145,7 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     if (
         not replayable
         or exp.searcher_snapshot_seq == 0  # no snapshot of this scheme yet
+        or reopened
         or compaction_due(exp, searcher.snapshot_trials)
     ):
         compact(s, exp, searcher)
