@@ -684,6 +684,11 @@ class Searcher(abc.ABC):
         return due
 
     @property
+    def ended_not_taken(self) -> int:
+        """Archived records :meth:`take_ended` has not handed out yet."""
+        return len(self._pending)
+
+    @property
     def trials_in_memory(self) -> int:
         """The trial records the searcher holds now: live trials', and (archiving) ended
         ones not yet taken (:meth:`take_ended`) and the recently ended ones."""

@@ -42,6 +42,13 @@ events when nothing fails: created, validated, closed), so a snapshot, whose cos
 proportional to the trials, is written about once per that many trials' events."""
 
 
+ENDED_RECORDS_PER_WRITE = 32
+"""Ended trials' records the searcher holds before :func:`store` writes them to their rows
+in one statement (a write per trial end cost about one more SQL statement per trial).
+Until written, a record is in the searcher, and the events after the snapshot give it
+again after a restart (every compaction writes them first)."""
+
+
 def compaction_due(exp: ExperimentRow, trial_count: int) -> bool:
     """Whether the events after the experiment's snapshot are many enough that it is
     written again (and those events deleted).
@@ -84,9 +91,16 @@ def ended_record(s: Session, exp_id: int, request_id: str) -> dict[str, Any] | N
     return record
 
 
-def store_ended(s: Session, exp: ExperimentRow, searcher: Any) -> None:
+def store_ended(s: Session, exp: ExperimentRow, searcher: Any, *, force: bool = True) -> None:
     """Write the records of the trials the searcher archived since the last call to
-    their rows' ``searcher_record`` (one UPDATE for all of them)."""
+    their rows' ``searcher_record`` (one executemany UPDATE for all of them).
+
+    ``force``: write them however few; else only once :data:`ENDED_RECORDS_PER_WRITE`
+    are waiting. Only when the events after the snapshot are kept (they end those
+    trials again in a restored searcher) may a write wait.
+    """
+    if not force and searcher.ended_not_taken < ENDED_RECORDS_PER_WRITE:
+        return
     ended = searcher.take_ended()
     if not ended:
         return
@@ -131,7 +145,8 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     # A searcher that journaled nothing (made outside searcher_for: a new search) is
     # stored whole, like one that is not replayable.
     replayable = bool(searcher.replayable) and searcher.journaling
-    store_ended(s, exp, searcher)
+    # Written in batches; at the search's end at once, so that its rows are complete.
+    store_ended(s, exp, searcher, force=searcher.is_shut_down)
     reopened = searcher.snapshot_due()  # an archived trial reopened: never replay that
     events = searcher.take_events()
     if searcher.replayable:
