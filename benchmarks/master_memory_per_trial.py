@@ -13,10 +13,15 @@ creates the next. tracemalloc snapshots (after a full garbage collection) are ta
 - the ``--top`` tracebacks (``--frames`` deep) that grew most, with bytes per trial;
 - the searcher's in-memory trial records (``Searcher.trials_in_memory``) at both points.
 
+With ``--cpu`` no tracemalloc runs; instead the process's CPU per ended trial (random
+search: one step per trial) is printed for the first and the last ``--window`` trials,
+side by side: the master's cost of a searcher event at the search's start and end.
+
 Usage::
 
     python benchmarks/master_memory_per_trial.py [--n 2100] [--lo 500] [--hi 2000]
         [--concurrent 16] [--searcher random] [--top 12] [--frames 6]
+    python benchmarks/master_memory_per_trial.py --cpu [--n 2100] [--window 500]
 
 Pure Python, single-threaded, no subprocesses: CPU seconds and wall are printed together
 with the load average.
@@ -110,6 +115,48 @@ def snap() -> tracemalloc.Snapshot:
     return tracemalloc.take_snapshot()
 
 
+def cpu_per_trial(a: argparse.Namespace) -> None:
+    """``--cpu``: CPU ms per trial of the first and last ``--window`` trials."""
+    if a.searcher != "random" or not 0 < 2 * a.window <= a.n:
+        sys.exit("--cpu needs --searcher random and 2 * --window <= --n")
+    t0, c0 = time.monotonic(), time.process_time()
+    print(f"load before: {os.getloadavg()}")
+    marks: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "dauntless.db"
+        app = create_app(
+            MasterConfig(data_dir=tmp, port=18080, db_url=f"sqlite:///{db}"), run_loop=False
+        )
+        with TestClient(app) as client:
+            sign_in(client)
+            ctx = app.state.ctx
+            body = {"config": yaml.safe_dump(config(a.searcher, a.n, a.concurrent))}
+            r = client.post("/api/v1/experiments", data={**body, "activate": "true"})
+            assert r.status_code == 201, r.text
+            exp_id = int(r.json()["experiment"]["id"])
+            done = 0
+            for_marks = {0, a.window, a.n - a.window, a.n}
+            while True:
+                if done in for_marks:
+                    marks.append(time.process_time())
+                if not step(ctx, exp_id):
+                    break
+                done += 1
+    if len(marks) != 4:
+        sys.exit(f"the search ended after {done} trials, not {a.n}")
+    first = (marks[1] - marks[0]) / a.window * 1000
+    last = (marks[3] - marks[2]) / a.window * 1000
+    print(
+        f"random search, {a.n} trials, {a.concurrent} at once: CPU per trial, trials "
+        f"1-{a.window}: {first:.2f} ms; {a.n - a.window + 1}-{a.n}: {last:.2f} ms; "
+        f"last / first {last / first:.2f}"
+    )
+    print(
+        f"wall {time.monotonic() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s, "
+        f"load after: {os.getloadavg()}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=2100)
@@ -119,7 +166,12 @@ def main() -> None:
     p.add_argument("--searcher", default="random", choices=["random", "adaptive_asha"])
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--frames", type=int, default=6)
+    p.add_argument("--cpu", action="store_true", help="CPU per trial, no tracemalloc")
+    p.add_argument("--window", type=int, default=500)
     a = p.parse_args()
+    if a.cpu:
+        cpu_per_trial(a)
+        return
     if not 0 < a.lo < a.hi < a.n:
         sys.exit("need 0 < --lo < --hi < --n")
     t0, c0 = time.monotonic(), time.process_time()

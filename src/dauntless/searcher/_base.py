@@ -30,7 +30,7 @@ SNAPSHOT_VERSION = 1
 #: Ended trials' records an archiving searcher (:meth:`Searcher.archive_ended`) keeps in
 #: memory after they were handed out, for the events that follow a trial's end in the
 #: same breath (an early exit and its close).
-RECENTLY_ENDED_KEPT = 256
+RECENTLY_ENDED_KEPT = 64
 
 #: Supplies the record (``TrialRecord.to_json()``) of an ended trial an archiving searcher
 #: no longer holds, or None when no trial of that request id ended in this search.
