@@ -189,35 +189,34 @@ def main() -> None:
             assert r.status_code == 201, r.text
             exp_id = int(r.json()["experiment"]["id"])
             tracemalloc.start(a.frames)
-            shots: dict[int, tuple[tracemalloc.Snapshot, int | None]] = {}
-            done = 0
+            # point -> (snapshot, searcher records, trials ended when it was taken)
+            shots: dict[int, tuple[tracemalloc.Snapshot, int | None, int]] = {}
+            steps = 0
             while step(ctx, exp_id):
+                steps += 1
                 if a.searcher == "random":
-                    done += 1  # one step ends one trial
-                    mark = done in (a.lo, a.hi)
+                    n_ended = steps  # one step ends one trial
+                elif steps % 20:
+                    continue
                 else:
-                    mark = False
-                    done_now = ended(ctx, exp_id) if done % 50 == 0 else done
-                    for point in (a.lo, a.hi):
-                        if done < point <= done_now and point not in shots:
-                            shots[point] = (snap(), searcher_records(ctx, exp_id))
-                    done = done_now if done % 50 == 0 else done + 1
-                if mark:
-                    shots[done] = (snap(), searcher_records(ctx, exp_id))
+                    n_ended = ended(ctx, exp_id)
+                for point in (a.lo, a.hi):
+                    if point not in shots and n_ended >= point:
+                        shots[point] = (snap(), searcher_records(ctx, exp_id), n_ended)
             tracemalloc.stop()
             with ctx.db.read() as s:
                 state = s.get(ExperimentRow, exp_id).state
     if a.lo not in shots or a.hi not in shots:
         sys.exit(f"the search ended before {a.hi} trials had ended")
-    (lo_snap, lo_recs), (hi_snap, hi_recs) = shots[a.lo], shots[a.hi]
-    trials = a.hi - a.lo
+    (lo_snap, lo_recs, lo_n), (hi_snap, hi_recs, hi_n) = shots[a.lo], shots[a.hi]
+    trials = hi_n - lo_n
     stats = hi_snap.compare_to(lo_snap, "traceback")
     total = sum(st.size_diff for st in stats)
     print(
         f"searcher {a.searcher}, {a.n} trials ({state}), {a.concurrent} at once; "
-        f"growth between {a.lo} and {a.hi} ended trials: {total / trials:,.0f} B per trial"
+        f"growth between {lo_n} and {hi_n} ended trials: {total / trials:,.0f} B per trial"
     )
-    print(f"searcher records in memory: {lo_recs} at {a.lo}, {hi_recs} at {a.hi}")
+    print(f"searcher records in memory: {lo_recs} at {lo_n}, {hi_recs} at {hi_n}")
     for st in stats[: a.top]:
         if st.size_diff <= 0:
             break
