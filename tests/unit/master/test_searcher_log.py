@@ -8,7 +8,7 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from dauntless.master.db import ExperimentRow, SearcherEventRow, TrialRow
+from dauntless.master.db import ExperimentRow, SearcherEventRow, TrialRow, TrialSearcherRecordRow
 from dauntless.master.models import search, searcher_log
 
 CONFIG = {
@@ -200,8 +200,16 @@ def test_ended_trials_records_leave_the_masters_memory_and_the_snapshot(master, 
     with ctx.db.read() as s:
         rows = s.scalars(select(TrialRow).where(TrialRow.experiment_id == exp_id)).all()
         assert len(rows) == 60
+        records = dict(
+            s.execute(
+                select(TrialSearcherRecordRow.request_id, TrialSearcherRecordRow.record).where(
+                    TrialSearcherRecordRow.experiment_id == exp_id
+                )
+            ).all()
+        )
+        assert len(records) == 60
         for t in rows:
-            record = t.searcher_record
+            record = records[t.request_id]
             assert record["request_id"] == t.request_id and record["ended"]
             assert record["hparams"] == t.hparams and record["seed"] == t.seed
             assert record["completed"] == t.searcher_completed_length == 4
@@ -231,12 +239,17 @@ def test_a_search_stored_before_archiving_continues_as_one_archived_throughout(m
     search._cache(ctx).clear()  # the upgraded master restores it from the rows
     assert run(ctx, upgraded, restart_every=7)[0] == expected
     with ctx.db.read() as s:
-        missing = s.scalars(
-            select(TrialRow.id).where(
-                TrialRow.experiment_id == upgraded, TrialRow.searcher_record.is_(None)
+        trials = set(
+            s.scalars(select(TrialRow.request_id).where(TrialRow.experiment_id == upgraded))
+        )
+        stored_records = set(
+            s.scalars(
+                select(TrialSearcherRecordRow.request_id).where(
+                    TrialSearcherRecordRow.experiment_id == upgraded
+                )
             )
-        ).all()
-        assert missing == []
+        )
+        assert trials and stored_records == trials
 
 
 def test_a_reopened_trial_is_not_replayed_from_its_later_record(master, monkeypatch):
@@ -270,7 +283,10 @@ def test_a_reopened_trial_is_not_replayed_from_its_later_record(master, monkeypa
         searcher = search.searcher_for(ctx, s.get(ExperimentRow, exp_id), read_only=True)
         snapshot = searcher.snapshot()
         record = s.scalars(
-            select(TrialRow.searcher_record).where(TrialRow.request_id == canceled)
+            select(TrialSearcherRecordRow.record).where(
+                TrialSearcherRecordRow.experiment_id == exp_id,
+                TrialSearcherRecordRow.request_id == canceled,
+            )
         ).first()
     assert record["exit"] is None and record["completed"] == 4
     assert snapshot["archived"] == {"count": 6, "exits": {}, "groups": [[0, 6, 0]]}

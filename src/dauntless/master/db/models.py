@@ -241,12 +241,6 @@ class TrialRow(Base):
     # the status its code last set (``core.train.set_status``).
     meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSON, nullable=True)
     runner_state: Mapped[str | None] = mapped_column(String(256), nullable=True)
-    # Issue 37 scope 2: the searcher's record of the trial (``TrialRecord.to_json()``)
-    # once it ended; the master keeps none in memory and reads it when an event names
-    # the ended trial (``det experiment continue``). Deferred: trial reads skip it.
-    searcher_record: Mapped[dict[str, Any] | None] = mapped_column(
-        JSON, nullable=True, deferred=True
-    )
 
 
 class MetricRow(Base):

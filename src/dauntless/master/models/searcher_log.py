@@ -14,7 +14,7 @@ pure functions of their events, ARCHITECTURE.md "Searchers").
 
 Issue 37 scope 2: the master's searchers archive their ended trials' records
 (:meth:`~dauntless.searcher.Searcher.archive_ended`): :func:`store` writes each record to
-its trial's ``searcher_record`` when the trial ends, :func:`ended_record` reads it back
+``trial_searcher_records`` once the trial ended, :func:`ended_record` reads it back
 when an event names an ended trial the searcher no longer holds, and a snapshot holds
 the live trials only, so neither the master's memory nor the snapshot grows with the
 trials that ended.
@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from ..db import ExperimentRow, SearcherEventRow, TrialRow
+from ..db import ExperimentRow, SearcherEventRow, TrialSearcherRecordRow
 
 MIN_EVENTS_BEFORE_COMPACTION = 512
 """Events after a snapshot that never trigger a new one, however few trials exist."""
@@ -80,20 +80,21 @@ def events_after(s: Session, exp: ExperimentRow) -> list[list[Any]]:
 
 
 def ended_record(s: Session, exp_id: int, request_id: str) -> dict[str, Any] | None:
-    """The searcher's record of an ended trial of the experiment, as :func:`store`
-    wrote it to the trial's row; None when no such trial ended (a lookup for
+    """The searcher's record of an ended trial of the experiment, as :func:`store_ended`
+    wrote it; None when no such trial ended (a lookup for
     :meth:`~dauntless.searcher.Searcher.archive_ended`)."""
-    record = s.scalars(
-        select(TrialRow.searcher_record).where(
-            TrialRow.experiment_id == exp_id, TrialRow.request_id == request_id
+    return s.scalar(
+        select(TrialSearcherRecordRow.record).where(
+            TrialSearcherRecordRow.experiment_id == exp_id,
+            TrialSearcherRecordRow.request_id == request_id,
         )
-    ).first()
-    return record
+    )
 
 
 def store_ended(s: Session, exp: ExperimentRow, searcher: Any, *, force: bool = True) -> None:
     """Write the records of the trials the searcher archived since the last call to
-    their rows' ``searcher_record`` (one executemany UPDATE for all of them).
+    ``trial_searcher_records`` (a reopened trial's record replaces the one written at
+    its earlier end): one DELETE of those request ids and one executemany INSERT.
 
     ``force``: write them however few; else only once :data:`ENDED_RECORDS_PER_WRITE`
     are waiting. Only when the events after the snapshot are kept (they end those
@@ -104,17 +105,14 @@ def store_ended(s: Session, exp: ExperimentRow, searcher: Any, *, force: bool = 
     ended = searcher.take_ended()
     if not ended:
         return
-    stmt = (
-        update(TrialRow.__table__)
-        .where(
-            TrialRow.__table__.c.experiment_id == bindparam("exp_id"),
-            TrialRow.__table__.c.request_id == bindparam("rid"),
-        )
-        .values(searcher_record=bindparam("record"))
+    by_id = {r["request_id"]: r for r in ended}  # the latest of a trial ended twice
+    table = TrialSearcherRecordRow.__table__
+    s.execute(
+        delete(table).where(table.c.experiment_id == exp.id, table.c.request_id.in_(list(by_id)))
     )
     s.execute(
-        stmt,
-        [{"exp_id": exp.id, "rid": r["request_id"], "record": r} for r in ended],
+        insert(table),
+        [{"experiment_id": exp.id, "request_id": rid, "record": r} for rid, r in by_id.items()],
     )
 
 
