@@ -355,6 +355,11 @@ class AdaptiveASHASearch(Searcher):
                 bracket.ended += 1
             if trial.exit is ExitedReason.INVALID_HP:
                 bracket.invalid += 1
+        for group, bracket in enumerate(self._brackets):
+            ended, invalid = self._archived_in_group(group)
+            bracket.created += ended
+            bracket.ended += ended
+            bracket.invalid += invalid
 
 
 class AsyncHalvingSearch(AdaptiveASHASearch):

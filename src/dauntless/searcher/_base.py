@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import functools
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -25,6 +26,15 @@ from ._rng import draw_request_id, draw_trial_seed, rng_from_json, rng_to_json
 from ._space import sample_hparams
 
 SNAPSHOT_VERSION = 1
+
+#: Ended trials' records an archiving searcher (:meth:`Searcher.archive_ended`) keeps in
+#: memory after they were handed out, for the events that follow a trial's end in the
+#: same breath (an early exit and its close).
+RECENTLY_ENDED_KEPT = 64
+
+#: Supplies the record (``TrialRecord.to_json()``) of an ended trial an archiving searcher
+#: no longer holds, or None when no trial of that request id ended in this search.
+EndedLookup = Callable[[str], "dict[str, Any] | None"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -171,11 +181,26 @@ class Searcher(abc.ABC):
     #: (:meth:`replay_events`), so the master may store events instead of snapshots.
     #: False for searchers whose events run code of the user's (custom methods).
     replayable: ClassVar[bool] = True
+    #: Ended trials' records may leave the searcher's memory (:meth:`archive_ended`):
+    #: False for searchers whose decisions read ended trials' records (PBT's population)
+    #: or that run the user's code on them (custom methods).
+    archivable: ClassVar[bool] = True
 
     def __init__(self, config: ExperimentConfig, rng: np.random.RandomState) -> None:
         self._config = config
         self._rng = rng
         self._trials: dict[str, TrialRecord] = {}
+        self._n_created = 0
+        # Archiving (issue 37 scope 2; archive_ended): ended records leave _trials for
+        # _pending (not yet handed out by take_ended), then a bounded _recent; the
+        # counters of the archived ones (all ended) stay, of fixed size.
+        self._lookup: EndedLookup | None = None
+        self._pending: dict[str, TrialRecord] = {}
+        self._recent: OrderedDict[str, TrialRecord] = OrderedDict()
+        self._archived = 0
+        self._archived_exits: dict[str, int] = {}
+        self._archived_groups: dict[int, list[int]] = {}
+        self._snapshot_due = False
         self._started = False
         self._shutdown: Shutdown | None = None
         self._n_ended = 0
@@ -275,6 +300,7 @@ class Searcher(abc.ABC):
         )
         trial.target = self._first_target(trial)
         self._trials[request_id] = trial
+        self._n_created += 1
         return Create(
             request_id=request_id,
             hparams=_copy_json(hparams),
@@ -288,13 +314,58 @@ class Searcher(abc.ABC):
 
     def _get(self, request_id: str) -> TrialRecord:
         trial = self._trials.get(request_id)
+        if trial is None and self._lookup is not None:
+            trial = self._pending.get(request_id) or self._recent.get(request_id)
+            if trial is None:
+                data = self._lookup(request_id)
+                if data is not None:
+                    trial = TrialRecord.from_json(data)
+                    if not trial.ended or trial.request_id != request_id:
+                        raise ValueError(
+                            f"the archived record of trial {request_id!r} is not of an "
+                            f"ended trial of that request id: {data!r}"
+                        )
+                    self._remember(trial)
         if trial is None:
             raise ValueError(f"request_id {request_id!r} is not a trial this searcher created")
         return trial
 
+    def _remember(self, trial: TrialRecord) -> None:
+        """Keep an archived record among the recently ended ones (a bounded cache)."""
+        self._recent[trial.request_id] = trial
+        self._recent.move_to_end(trial.request_id)
+        while len(self._recent) > RECENTLY_ENDED_KEPT:
+            self._recent.popitem(last=False)
+
+    def _archive(self, trial: TrialRecord) -> None:
+        """Move an ended trial's record out of the trial table (archiving searchers)."""
+        del self._trials[trial.request_id]
+        self._pending[trial.request_id] = trial
+        self._recent.pop(trial.request_id, None)
+        self._archived += 1
+        if trial.exit is not None:
+            key = trial.exit.value
+            self._archived_exits[key] = self._archived_exits.get(key, 0) + 1
+        group = self._archived_groups.setdefault(trial.group, [0, 0])
+        group[0] += 1
+        group[1] += trial.exit is ExitedReason.INVALID_HP
+
+    def _unarchive(self, trial: TrialRecord) -> None:
+        """Put an archived (ended) record back into the trial table (a reopen)."""
+        self._pending.pop(trial.request_id, None)
+        self._recent.pop(trial.request_id, None)
+        self._archived -= 1
+        if trial.exit is not None:
+            self._archived_exits[trial.exit.value] -= 1
+        group = self._archived_groups[trial.group]
+        group[0] -= 1
+        group[1] -= trial.exit is ExitedReason.INVALID_HP
+        self._trials[trial.request_id] = trial
+        self._snapshot_due = True
+
     def _count_valid(self) -> int:
         """Trials created, not counting those that exited with invalid hyperparameters."""
-        return len(self._trials) - self._n_exits[ExitedReason.INVALID_HP]
+        return self._n_created - self._n_exits[ExitedReason.INVALID_HP]
 
     def _finish(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
         trial.ended = True
@@ -303,17 +374,19 @@ class Searcher(abc.ABC):
             trial.exit = reason
             self._n_exits[reason] += 1
         ops = self._on_trial_ended(trial, reason)
+        if self._lookup is not None:
+            self._archive(trial)
         return ops + self._maybe_shutdown()
 
     def _maybe_shutdown(self) -> list[Operation]:
         if (
             self._shutdown is not None
             or not self._started
-            or self._n_ended < len(self._trials)
+            or self._n_ended < self._n_created
             or not self._creating_done()
         ):
             return []
-        n = len(self._trials)
+        n = self._n_created
         canceled = self._n_exits[ExitedReason.USER_CANCELED]
         early = sum(self._n_exits.values())
         cancel = n > 0 and canceled == n
@@ -493,6 +566,8 @@ class Searcher(abc.ABC):
             return []
         if not self._can_reopen():
             raise ValueError(f"a {self.kind} search cannot reopen a trial")
+        if request_id not in self._trials:
+            self._unarchive(trial)
         reason = trial.exit
         trial.ended = False
         self._n_ended -= 1
@@ -547,8 +622,77 @@ class Searcher(abc.ABC):
         return self._shutdown is not None
 
     def trials(self) -> list[TrialRecord]:
-        """Copies of the trial records, in creation order."""
+        """Copies of the trial records, in creation order; for a searcher that archives
+        ended trials (:meth:`archive_ended`), those of its live trials only."""
         return [TrialRecord.from_json(t.to_json()) for t in self._trials.values()]
+
+    # ------------------------------------------------------------------ archiving
+
+    def archive_ended(self, lookup: EndedLookup) -> None:
+        """Keep no record of an ended trial in memory from now on (issue 37 scope 2: the
+        master, which holds each ended trial's record in its trial row).
+
+        A trial's record leaves the searcher when the trial ends; :meth:`take_ended` hands
+        it out (the caller stores it) and it stays among the last
+        :data:`RECENTLY_ENDED_KEPT` ended ones; an event that names an ended trial beyond
+        those gets its record from ``lookup`` (``reopen_trial`` makes it live again).
+        Records of ended trials the searcher holds now (a snapshot made without
+        archiving) leave it at once, to :meth:`take_ended`. Decisions are unchanged: the
+        methods read only the record of the trial an event names, and counts. The
+        snapshot then holds the live trials and the archived ones' counts; restoring it
+        gives an archiving searcher, whose caller calls this again to give it ``lookup``.
+        Calling it again only replaces ``lookup``.
+
+        Args:
+            lookup: ``lookup(request_id)`` returns the record of an ended trial of this
+                search as :meth:`TrialRecord.to_json` gave it, or None for a request id
+                of no ended trial of this search.
+
+        Raises:
+            ValueError: the searcher is not :attr:`archivable`.
+        """
+        if not self.archivable:
+            raise ValueError(f"a {self.kind} searcher cannot archive ended trials")
+        first = self._lookup is None
+        self._lookup = lookup
+        if first:
+            for trial in [t for t in self._trials.values() if t.ended]:
+                self._archive(trial)
+
+    @property
+    def archiving(self) -> bool:
+        """Whether :meth:`archive_ended` is in effect."""
+        return self._lookup is not None
+
+    def take_ended(self) -> list[dict[str, Any]]:
+        """The records (:meth:`TrialRecord.to_json`) of trials archived since the last
+        call, for the caller to store where ``lookup`` finds them; ``[]`` when not
+        archiving. A record ended again after a reopen comes again."""
+        pending, self._pending = self._pending, {}
+        out = []
+        for trial in pending.values():
+            out.append(trial.to_json())
+            self._remember(trial)
+        return out
+
+    def snapshot_due(self) -> bool:
+        """Whether an archived trial was made live again (``reopen_trial``) since the
+        last call, which then returns False until the next one. The caller stores a
+        snapshot now rather than the reopen as an event: replayed later, the reopen
+        would look up the record the trial's next end wrote, not the one it reopened."""
+        due, self._snapshot_due = self._snapshot_due, False
+        return due
+
+    @property
+    def ended_not_taken(self) -> int:
+        """Archived records :meth:`take_ended` has not handed out yet."""
+        return len(self._pending)
+
+    @property
+    def trials_in_memory(self) -> int:
+        """The trial records the searcher holds now: live trials', and (archiving) ended
+        ones not yet taken (:meth:`take_ended`) and the recently ended ones."""
+        return len(self._trials) + len(self._pending) + len(self._recent)
 
     # ------------------------------------------------------------------ journal
 
@@ -600,8 +744,13 @@ class Searcher(abc.ABC):
 
     @property
     def trial_count(self) -> int:
-        """The number of trials the searcher created (what its snapshot's size grows
-        with)."""
+        """The number of trials the searcher created."""
+        return self._n_created
+
+    @property
+    def snapshot_trials(self) -> int:
+        """The trial records a snapshot holds (what its size grows with): every
+        trial's, or when archiving (:meth:`archive_ended`) the live ones'."""
         return len(self._trials)
 
     # ------------------------------------------------------------------ snapshots
@@ -610,9 +759,10 @@ class Searcher(abc.ABC):
         """The searcher's whole state as JSON data (``{"version": 1, ...}``).
 
         Feed it to ``restore_searcher`` with the same config to continue the search with
-        identical decisions.
+        identical decisions. An archiving searcher's (:meth:`archive_ended`) holds the
+        live trials' records and, under ``"archived"``, the counts of the ended ones.
         """
-        return {
+        data = {
             "version": SNAPSHOT_VERSION,
             "searcher": self.kind,
             "rng": rng_to_json(self._rng),
@@ -623,6 +773,13 @@ class Searcher(abc.ABC):
             "trials": [t.to_json() for t in self._trials.values()],
             "method": self._method_state(),
         }
+        if self._lookup is not None:
+            data["archived"] = {
+                "count": self._archived,
+                "exits": {k: n for k, n in self._archived_exits.items() if n},
+                "groups": [[g, *c] for g, c in sorted(self._archived_groups.items()) if c[0]],
+            }
+        return data
 
     @property
     def method_error(self) -> str | None:
@@ -646,8 +803,33 @@ class Searcher(abc.ABC):
                 searcher._n_ended += 1
             if trial.exit is not None:
                 searcher._n_exits[trial.exit] += 1
+        searcher._n_created = len(searcher._trials)
+        archived = data.get("archived")
+        if archived is not None:
+            # Archived trials (all ended): the caller gives the lookup (archive_ended).
+            searcher._lookup = _no_lookup
+            searcher._archived = int(archived["count"])
+            searcher._n_created += searcher._archived
+            searcher._n_ended += searcher._archived
+            for key, n in archived["exits"].items():
+                searcher._archived_exits[key] = int(n)
+                searcher._n_exits[ExitedReason(key)] += int(n)
+            for group, n, invalid in archived["groups"]:
+                searcher._archived_groups[int(group)] = [int(n), int(invalid)]
         searcher._load_method_state(data["method"])
         return searcher
+
+    def _archived_in_group(self, group: int) -> tuple[int, int]:
+        """Archived trials of a group (ASHA bracket): ``(ended, invalid)``."""
+        n, invalid = self._archived_groups.get(group, (0, 0))
+        return n, invalid
+
+
+def _no_lookup(request_id: str) -> dict[str, Any] | None:
+    """The lookup of a restored archiving searcher before its caller gives one."""
+    raise RuntimeError(
+        f"trial {request_id!r} was archived: call archive_ended(lookup) after restoring"
+    )
 
 
 _EVENT_METHODS = frozenset(

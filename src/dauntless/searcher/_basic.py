@@ -112,7 +112,7 @@ class GridSearch(_OneLength):
         return self._space.size
 
     def _next(self) -> Operation:
-        index = self._space.size - 1 - len(self._trials)
+        index = self._space.size - 1 - self._n_created
         return self._create(hparams=self._space.point(index))
 
     def _initial(self) -> list[Operation]:
@@ -120,10 +120,10 @@ class GridSearch(_OneLength):
         return [self._next() for _ in range(n)]
 
     def _on_trial_ended(self, trial: TrialRecord, reason: ExitedReason | None) -> list[Operation]:
-        return [self._next()] if len(self._trials) < self._space.size else []
+        return [self._next()] if self._n_created < self._space.size else []
 
     def _creating_done(self) -> bool:
-        return len(self._trials) >= self._space.size
+        return self._n_created >= self._space.size
 
     def progress(self) -> float:
         if self.is_shut_down:

@@ -135,6 +135,7 @@ class CustomSearch(Searcher):
     kind = "custom"
     # Its events run the user's method: the master stores its snapshot after each.
     replayable = False
+    archivable = False  # the user's code reads every trial's record
 
     def __init__(self, config: Any, rng: Any, method: api.SearchMethod | None = None) -> None:
         self._method = method

@@ -95,6 +95,7 @@ class PBTSearch(Searcher):
     """``pbt`` (see the module documentation)."""
 
     kind = "pbt"
+    archivable = False  # its decisions read ended trials' records
 
     def _setup(self) -> None:
         cfg = self._config.searcher

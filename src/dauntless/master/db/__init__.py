@@ -38,6 +38,7 @@ from .operations import ClusterMessageRow
 from .profiler import TaskResourceSampleRow, TrialProfilerMetricRow
 from .registry import ModelRow, ModelVersionRow
 from .search_index import ExperimentHparamRow, ExperimentLabelRow
+from .searcher_records import TrialSearcherRecordRow
 from .teams import (
     UNCATEGORIZED_ID,
     PoolBindingRow,
@@ -87,6 +88,7 @@ __all__ = [
     "MetricSummaryRow",
     "ModelDefinitionRow",
     "SearcherEventRow",
+    "TrialSearcherRecordRow",
     "SchemaError",
     "TaskLogRow",
     "TaskRow",

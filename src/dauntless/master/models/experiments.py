@@ -33,6 +33,7 @@ from ..db import (
     TaskLogRow,
     TrialProfilerMetricRow,
     TrialRow,
+    TrialSearcherRecordRow,
 )
 from ..errors import BadRequest, Conflict, NotFound
 from ..gc import GCPolicy
@@ -261,6 +262,9 @@ def delete_experiment(ctx: MasterContext, exp_id: int) -> None:
                 s.execute(delete(AllocationRow).where(AllocationRow.trial_id.in_(trial_ids)))
             s.execute(delete(CheckpointRow).where(CheckpointRow.experiment_id == exp_id))
             s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp_id))
+            s.execute(
+                delete(TrialSearcherRecordRow).where(TrialSearcherRecordRow.experiment_id == exp_id)
+            )
             s.execute(delete(TrialRow).where(TrialRow.experiment_id == exp_id))
             experiment_index.forget_experiment(s, exp_id)
             gone = s.get(ExperimentRow, exp_id)

@@ -69,9 +69,10 @@ _SEARCHERS_LOCK = threading.Lock()
 searcher_error_handlers: list[Callable[[Session, MasterContext, ExperimentRow, str], None]] = []
 
 
-#: Experiments whose searchers the master keeps (issue 37: a searcher holds a record
-#: per trial, so the cache is bounded; an experiment dropped from it restores its
-#: searcher from the rows when next needed).
+#: Experiments whose searchers the master keeps (issue 37: a searcher holds its live
+#: trials' records, its method's state and up to RECENTLY_ENDED_KEPT ended records, so
+#: the cache is bounded; an experiment dropped from it restores its searcher from the
+#: rows when next needed).
 KEPT_SEARCHERS = 64
 
 
@@ -105,6 +106,8 @@ def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = Fa
     if searcher is None:
         factory = method_factory(exp.id, config, lambda: _context_of(ctx, exp.id))
         searcher = restore_searcher(config, exp.searcher_state, method=factory)
+        if searcher.archivable:
+            searcher.archive_ended(_ended_lookup(ctx, exp))
         if exp.searcher_seq > exp.searcher_snapshot_seq:
             session = object_session(exp)
             if session is None:
@@ -112,10 +115,36 @@ def searcher_for(ctx: MasterContext, exp: ExperimentRow, *, read_only: bool = Fa
             searcher.replay_events(searcher_log.events_after(session, exp))
         if searcher.replayable:
             searcher.start_journal()
+    elif searcher.archivable:  # this caller's session, for its events' lookups
+        searcher.archive_ended(_ended_lookup(ctx, exp))
     if read_only:  # put back for the next caller (readers only call progress() & co.)
         with _SEARCHERS_LOCK:
             cache.setdefault(exp.id, (config, exp.searcher_seq, searcher))
     return searcher
+
+
+def _ended_lookup(ctx: MasterContext, exp: ExperimentRow) -> Callable[[str], Any]:
+    """A lookup of the experiment's ended trials' searcher records (issue 37 scope 2),
+    in the caller's session (which sees the records its own transaction wrote) while
+    that is alive, else in a read session of its own. It holds neither the session, the
+    row nor the context (a kept searcher outlives the first two, and its cache is weakly
+    keyed by the last)."""
+    exp_id = exp.id
+    session = object_session(exp)
+    ref = None if session is None else weakref.ref(session)
+    ctx_ref = weakref.ref(ctx)  # the cache of searchers is weakly keyed by the context
+
+    def lookup(request_id: str) -> Any:
+        current = None if ref is None else ref()
+        if current is not None and current.in_transaction():
+            return searcher_log.ended_record(current, exp_id, request_id)
+        context = ctx_ref()
+        if context is None:
+            raise RuntimeError(f"experiment {exp_id}: its master has stopped")
+        with context.db.read() as s:
+            return searcher_log.ended_record(s, exp_id, request_id)
+
+    return lookup
 
 
 def _context_of(ctx: MasterContext, exp_id: int) -> bytes | None:
@@ -126,8 +155,7 @@ def _context_of(ctx: MasterContext, exp_id: int) -> bytes | None:
 
 def forget_searcher(ctx: MasterContext, exp_id: int) -> None:
     """Drop the experiment's kept searcher, if any (issue 37: an ended search's
-    searcher holds a record per trial, ~0.5 KB each, and is rarely needed again; a later
-    caller restores it from the rows)."""
+    searcher is rarely needed again; a later caller restores it from the rows)."""
     cache = _cache(ctx)
     with _SEARCHERS_LOCK:
         cache.pop(exp_id, None)

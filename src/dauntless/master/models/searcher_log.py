@@ -12,6 +12,13 @@ snapshot followed by :meth:`~dauntless.searcher.Searcher.replay_events` of the e
 after it, which gives the state an uninterrupted master would hold (the searchers are
 pure functions of their events, ARCHITECTURE.md "Searchers").
 
+Issue 37 scope 2: the master's searchers archive their ended trials' records
+(:meth:`~dauntless.searcher.Searcher.archive_ended`): :func:`store` writes each record to
+``trial_searcher_records`` once the trial ended, :func:`ended_record` reads it back
+when an event names an ended trial the searcher no longer holds, and a snapshot holds
+the live trials only, so neither the master's memory nor the snapshot grows with the
+trials that ended.
+
 ``experiments.searcher_seq`` counts the events applied; ``searcher_snapshot_seq`` the
 ones the snapshot holds. The master's cache of searchers (:mod:`.search`) compares the
 sequence number, not the snapshot, to know that the searcher it kept is the stored one.
@@ -25,7 +32,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from ..db import ExperimentRow, SearcherEventRow
+from ..db import ExperimentRow, SearcherEventRow, TrialSearcherRecordRow
 
 MIN_EVENTS_BEFORE_COMPACTION = 512
 """Events after a snapshot that never trigger a new one, however few trials exist."""
@@ -35,13 +42,21 @@ events when nothing fails: created, validated, closed), so a snapshot, whose cos
 proportional to the trials, is written about once per that many trials' events."""
 
 
+ENDED_RECORDS_PER_WRITE = 32
+"""Ended trials' records the searcher holds before :func:`store` writes them to their rows
+in one statement (a write per trial end cost about one more SQL statement per trial).
+Until written, a record is in the searcher, and the events after the snapshot give it
+again after a restart (every compaction writes them first)."""
+
+
 def compaction_due(exp: ExperimentRow, trial_count: int) -> bool:
     """Whether the events after the experiment's snapshot are many enough that it is
     written again (and those events deleted).
 
     Args:
         exp: the experiment, with ``searcher_seq`` already advanced past the new events.
-        trial_count: the trials its searcher created.
+        trial_count: the trial records its searcher's snapshot holds
+            (``Searcher.snapshot_trials``: the live ones for a searcher that archives).
     """
     pending = exp.searcher_seq - exp.searcher_snapshot_seq
     bound = max(MIN_EVENTS_BEFORE_COMPACTION, EVENTS_PER_TRIAL_BEFORE_COMPACTION * trial_count)
@@ -64,6 +79,43 @@ def events_after(s: Session, exp: ExperimentRow) -> list[list[Any]]:
     return [json.loads(raw) for raw in rows]
 
 
+def ended_record(s: Session, exp_id: int, request_id: str) -> dict[str, Any] | None:
+    """The searcher's record of an ended trial of the experiment, as :func:`store_ended`
+    wrote it; None when no such trial ended (a lookup for
+    :meth:`~dauntless.searcher.Searcher.archive_ended`)."""
+    return s.scalar(
+        select(TrialSearcherRecordRow.record).where(
+            TrialSearcherRecordRow.experiment_id == exp_id,
+            TrialSearcherRecordRow.request_id == request_id,
+        )
+    )
+
+
+def store_ended(s: Session, exp: ExperimentRow, searcher: Any, *, force: bool = True) -> None:
+    """Write the records of the trials the searcher archived since the last call to
+    ``trial_searcher_records`` (a reopened trial's record replaces the one written at
+    its earlier end): one DELETE of those request ids and one executemany INSERT.
+
+    ``force``: write them however few; else only once :data:`ENDED_RECORDS_PER_WRITE`
+    are waiting. Only when the events after the snapshot are kept (they end those
+    trials again in a restored searcher) may a write wait.
+    """
+    if not force and searcher.ended_not_taken < ENDED_RECORDS_PER_WRITE:
+        return
+    ended = searcher.take_ended()
+    if not ended:
+        return
+    by_id = {r["request_id"]: r for r in ended}  # the latest of a trial ended twice
+    table = TrialSearcherRecordRow.__table__
+    s.execute(
+        delete(table).where(table.c.experiment_id == exp.id, table.c.request_id.in_(list(by_id)))
+    )
+    s.execute(
+        insert(table),
+        [{"experiment_id": exp.id, "request_id": rid, "record": r} for rid, r in by_id.items()],
+    )
+
+
 def compact(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     """Write the searcher's whole snapshot as the experiment's stored state and delete
     the events it now holds (``searcher_seq`` must count them already).
@@ -71,6 +123,7 @@ def compact(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     ``det experiment continue`` calls it before it changes the config, so that events
     made under the old config are never replayed under the new one.
     """
+    store_ended(s, exp, searcher)  # the snapshot no longer holds them
     exp.searcher_state = searcher.snapshot()
     exp.searcher_snapshot_seq = exp.searcher_seq
     s.execute(delete(SearcherEventRow).where(SearcherEventRow.experiment_id == exp.id))
@@ -90,6 +143,9 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     # A searcher that journaled nothing (made outside searcher_for: a new search) is
     # stored whole, like one that is not replayable.
     replayable = bool(searcher.replayable) and searcher.journaling
+    # Written in batches; at the search's end at once, so that its rows are complete.
+    store_ended(s, exp, searcher, force=searcher.is_shut_down)
+    reopened = searcher.snapshot_due()  # an archived trial reopened: never replay that
     events = searcher.take_events()
     if searcher.replayable:
         searcher.start_journal()  # its next events (it is kept for the next caller)
@@ -102,7 +158,8 @@ def store(s: Session, exp: ExperimentRow, searcher: Any) -> None:
     if (
         not replayable
         or exp.searcher_snapshot_seq == 0  # no snapshot of this scheme yet
-        or compaction_due(exp, searcher.trial_count)
+        or reopened
+        or compaction_due(exp, searcher.snapshot_trials)
     ):
         compact(s, exp, searcher)
         return
