@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from dauntless.config import LimitError, load_json
+from dauntless.config import MAX_DEPTH, LimitError, load_json
+from dauntless.master import body_limits
 from dauntless.master.body_limits import parse_json
 
 READ_ALIKE = [
@@ -57,3 +60,67 @@ def test_refusals_are_those_of_load_json(text: bytes) -> None:
 def test_longer_than_the_limit_is_refused_unread() -> None:
     with pytest.raises(LimitError, match="at most 4"):
         parse_json(b"[1, 2]", max_bytes=4)
+
+
+def _outcome(parse: Callable[[bytes], Any], text: bytes) -> tuple[str, str]:
+    """What ``parse`` makes of ``text``: its value's repr, or its refusal."""
+    try:
+        return "value", repr(parse(text))
+    except LimitError as exc:
+        return "refused", f"{exc.field}: {exc.detail}"
+
+
+def _nested(levels: int, inner: bytes) -> bytes:
+    return b"[" * levels + inner + b"]" * levels
+
+
+MIXED = [
+    b"1e19",  # a lone float past 2**63: json.loads reads it too
+    b"9223372036854775807",
+    b"-9223372036854775809",
+    b"[[1e19], 9223372036854775808]",  # a huge float and an integer out of range
+    b'{"a": {"b": [1.5, 18446744073709551616]}, "c": 2}',
+    b'{"a": {"b": [1.5, 1e300]}, "c": true}',
+    _nested(MAX_DEPTH - 1, b"1"),
+    _nested(MAX_DEPTH, b"1"),
+    _nested(MAX_DEPTH + 1, b"1"),
+    _nested(MAX_DEPTH, b"1e19"),
+    _nested(MAX_DEPTH + 1, b"1e19"),
+    _nested(MAX_DEPTH - 1, b"18446744073709551616"),
+    _nested(MAX_DEPTH + 1, b"18446744073709551616"),
+]
+
+
+@pytest.mark.parametrize("text", MIXED)
+def test_outcomes_near_the_limits_are_those_of_load_json(text: bytes) -> None:
+    assert _outcome(parse_json, text) == _outcome(load_json, text)
+
+
+def test_a_plain_report_is_walked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report within the limits is checked in one walk (issue 37): neither the
+    huge-float scan nor check_tree runs; a body outside them still gets both."""
+    calls: list[str] = []
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any) -> Any:
+            calls.append(name)
+            return real(*args)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        body_limits, "_holds_huge_float", counted("huge", body_limits._holds_huge_float)
+    )
+    monkeypatch.setattr(body_limits, "check_tree", counted("tree", body_limits.check_tree))
+    report = {
+        "group": "training",
+        "steps_completed": 7,
+        "trial_run_id": 1,
+        "metrics": {f"m{i}": i * 0.5 for i in range(256)} | {"n": 3, "ok": True, "s": None},
+    }
+    body = json.dumps({"reports": [report, report]}).encode()
+    assert parse_json(body) == json.loads(body)
+    assert calls == []
+    with pytest.raises(LimitError, match="out of range"):
+        parse_json(b'{"reports": [{"steps_completed": 9223372036854775808}]}')
+    assert calls == ["huge", "tree"]
