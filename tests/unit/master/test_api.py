@@ -633,11 +633,11 @@ def test_searcher_events_reuse_the_trial_rows_they_hold(master):
 
 
 def test_a_trial_end_reads_no_row_it_holds_and_no_gc_for_nothing(master):
-    """An exit of a one-part run reads no sibling parts (the part is its own group), the
-    scheduler and the task spec read a project's workspace in the statement that finds
-    it, and the checkpoint GC the end asks for, with no checkpoint to collect, probes
-    once without loading the experiment or taking the write lock (issue 37: statements
-    per trial)."""
+    """An exit of a one-part run reads no sibling parts (the part is its own group) and
+    reads each trial with its experiment in one statement, the scheduler and the task
+    spec read a project's workspace in the statement that finds it, and the checkpoint
+    GC the end asks for, with no checkpoint to collect, probes once without loading the
+    experiment or taking the write lock (issue 37: statements per trial)."""
     from sqlalchemy import event
 
     client, ctx = master
@@ -665,6 +665,8 @@ def test_a_trial_end_reads_no_row_it_holds_and_no_gc_for_nothing(master):
     (second,) = r.json()["start"]
     assert second["trial_id"] != first["trial_id"]
     assert [q for q in statements if "WHERE allocations.group_id = " in q] == []
+    # The exit's trial and the handed-over trial each come with their experiment.
+    assert [q for q in statements if q.startswith("SELECT experiments.")] == []
     # The project's workspace came with the project, in the scheduler and the spec.
     assert len([q for q in statements if "FROM projects LEFT OUTER JOIN workspaces" in q]) == 2
     assert [q for q in statements if q.startswith("SELECT workspaces.")] == []

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from dauntless.searcher import ExitedReason, Operation
 
 from ..context import MasterContext
-from ..db import AgentRow, AllocationRow, CheckpointRow, ExperimentRow, TrialRow
+from ..db import AgentRow, AllocationRow, CheckpointRow, TrialRow
 from ..environments import task_environment
 from ..errors import NotFound
 from ..states import STOPPING, State, is_terminal
@@ -183,10 +183,8 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
     allocation is handed over by :func:`.task_runs.task_spec`."""
     if alloc.task_id is not None:
         return task_runs.task_spec(s, ctx, alloc)
-    trial = s.get(TrialRow, alloc.trial_id)
-    assert trial is not None
-    exp = s.get(ExperimentRow, trial.experiment_id)
-    assert exp is not None
+    assert alloc.trial_id is not None  # a task's allocation returned above
+    trial, exp = trials.get_trial(s, alloc.trial_id)
     cfg = ctx.experiment_config(exp)
     latest = s.get(CheckpointRow, trial.latest_checkpoint) if trial.latest_checkpoint else None
     # The config's variables for the type of the part's slots (a per-device map).
