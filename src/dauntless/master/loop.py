@@ -141,6 +141,9 @@ def run_gc(ctx: MasterContext, deletions: bool = True) -> bool:
     marked = False
     while ctx.gc_due:
         exp_id = ctx.gc_due.pop()
+        with ctx.db.read() as s:  # nothing to collect: no write lock, no experiment read
+            if not checkpoints.collectable(s, exp_id):
+                continue
         with ctx.db.write() as s:
             exp = s.get(ExperimentRow, exp_id)
             doomed = checkpoints.collect(s, ctx, exp) if exp is not None else []

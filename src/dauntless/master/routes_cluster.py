@@ -289,6 +289,11 @@ def _heartbeat(
     stamp = beats.stamp(agent_id)  # before the transaction: a commit meanwhile shows
     now = ctx.clock()
     answer, trials = ctx.write(agents.beat, agent_id, body.running, now, arrived)
+    # Each part handed over is placed on this agent (the beat hands over only its own
+    # parts, and a part never moves), committed: its exit's report check then reads no
+    # placement (issue 37: a read session and statement per trial).
+    for spec in answer["start"]:
+        ctx.alloc_agent[spec["allocation_id"]] = agent_id
     beats.beat(agent_id, now)
     if trials is not None:  # a quiet beat: the same one gets the same answer
         beats.keep(agent_id, stamp, body.running, answer, now, trials)

@@ -21,7 +21,7 @@ from dauntless.scheduler import AgentState, Allocation, Decision, Request, sched
 from dauntless.scheduler import pool_spec_from_config as pool_spec
 
 from .context import MasterContext
-from .db import AgentRow, AllocationRow, ExperimentRow, TaskRow, TrialRow
+from .db import AgentRow, AllocationRow, ExperimentRow, TaskRow, TrialRow, WorkspaceRow
 from .environments import agent_has, identity_needs, required_features
 from .models import allocations, task_runs, users
 from .states import State
@@ -165,6 +165,8 @@ class _Needs:
         self.identities: dict[tuple[int | None, int | None], TaskIdentity] = {}
         self.cache: dict[tuple[int | None, int | None, str], frozenset[str]] = {}
         self.workspaces: dict[int | None, int | None] = {}
+        #: The workspace rows read with their projects, by id (this pass only).
+        self.workspace_rows: dict[int | None, WorkspaceRow] = {}
 
     def identity(self, owner_id: int | None, workspace_id: int | None, pool: str) -> frozenset:
         key = (owner_id, workspace_id, pool)
@@ -172,13 +174,18 @@ class _Needs:
             who = (owner_id, workspace_id)
             if who not in self.identities:
                 default = self.ctx.config.security.default_task
-                self.identities[who] = users.task_identity(self.s, owner_id, default, workspace_id)
+                self.identities[who] = users.task_identity(
+                    self.s, owner_id, default, workspace_id, self.workspace_rows.get(workspace_id)
+                )
             self.cache[key] = identity_needs(self.identities[who], self.pools.get(pool, []))
         return self.cache[key]
 
     def workspace(self, exp: ExperimentRow) -> int | None:
         if exp.project_id not in self.workspaces:
-            self.workspaces[exp.project_id] = users.experiment_workspace(self.s, exp.project_id)
+            ws_id, row = users.project_workspace(self.s, exp.project_id)
+            self.workspaces[exp.project_id] = ws_id
+            if row is not None:  # task_identity then reads no workspace
+                self.workspace_rows[row.id] = row
         return self.workspaces[exp.project_id]
 
     def features(self, agent: AgentRow, wanted: frozenset[str]) -> frozenset[str]:

@@ -269,3 +269,58 @@ def test_slot_caps_and_artificial_slots(world):
     assert r.status_code == 400 and "allow_artificial_slots" in r.json()["detail"]
     ids = [a["id"] for a in c.get("/api/v1/agents", headers=bearer(w.admin)).json()["agents"]]
     assert "big" not in ids and "fake" not in ids
+
+
+def test_an_exit_of_a_part_handed_over_reads_no_placement(tmp_path):
+    """The agent a beat hands a part to is where that part is placed for good, so its
+    exit's report check reads no placement (issue 37: statements per trial), and another
+    agent's report of that exit is still refused (skipped in its heartbeat)."""
+    from sqlalchemy import event
+
+    config = MasterConfig(data_dir=str(tmp_path), port=18083)
+    app = create_app(config, run_loop=False)
+    with TestClient(app) as c:
+        admin = login(c)
+        slot = [{"id": "cpu0", "type": "cpu"}]
+        a1 = register_agent(c, app, {"id": "a1", "slots": slot, "runtime": _runtime(ROOT)})
+        a2 = register_agent(c, app, {"id": "a2", "slots": slot, "runtime": _runtime(ROOT)})
+        r = c.post(
+            "/api/v1/experiments",
+            headers=bearer(admin),
+            data={"config": CONFIG % "default"},
+            files={"context": ("c.tar.gz", model_def_tarball(), "application/gzip")},
+        )
+        assert r.status_code == 201, r.text
+        ctx = app.state.ctx
+        loop.schedule_pass(ctx)
+        specs = {}
+        for name, headers in (("a1", a1), ("a2", a2)):
+            r = c.post(f"/api/v1/agents/{name}/heartbeat", headers=headers, json={"running": []})
+            assert r.status_code == 200, r.text
+            specs[name] = r.json()["start"]
+        ((owner, (spec,)),) = [(n, s) for n, s in specs.items() if s]
+        other = {"a1": a2, "a2": a1}[owner]
+        alloc = spec["allocation_id"]
+        statements: list[str] = []
+        event.listen(
+            ctx.db.engine,
+            "before_cursor_execute",
+            lambda conn, cursor, statement, *a: statements.append(" ".join(statement.split())),
+        )
+        exited = {"running": [], "exited": [{"allocation_id": alloc, "exit_code": 0}]}
+        r = c.post(
+            f"/api/v1/agents/{'a2' if owner == 'a1' else 'a1'}/heartbeat",
+            headers=other,
+            json=exited,
+        )
+        assert r.status_code == 200, r.text
+        running = c.get("/api/v1/allocations", params={"active": "true"}, headers=bearer(admin))
+        assert alloc in [a["id"] for a in running.json()["allocations"]]  # refused: skipped
+        r = c.post(
+            f"/api/v1/agents/{owner}/heartbeat", headers={"a1": a1, "a2": a2}[owner], json=exited
+        )
+        assert r.status_code == 200, r.text
+        placement = "SELECT allocations.id, allocations.agent_id FROM allocations WHERE"
+        assert [q for q in statements if q.startswith(placement)] == []
+        running = c.get("/api/v1/allocations", params={"active": "true"}, headers=bearer(admin))
+        assert alloc not in [a["id"] for a in running.json()["allocations"]]

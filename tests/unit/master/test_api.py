@@ -632,6 +632,54 @@ def test_searcher_events_reuse_the_trial_rows_they_hold(master):
     assert {t["id"]: t["state"] for t in trials}[tid] == "COMPLETED"
 
 
+def test_a_trial_end_reads_no_row_it_holds_and_no_gc_for_nothing(master):
+    """An exit of a one-part run reads no sibling parts (the part is its own group) and
+    reads each trial with its experiment in one statement, the scheduler and the task
+    spec read a project's workspace in the statement that finds it, and the checkpoint
+    GC the end asks for, with no checkpoint to collect, probes once without loading the
+    experiment or taking the write lock (issue 37: statements per trial)."""
+    from sqlalchemy import event
+
+    client, ctx = master
+    _register(client)
+    config = CONFIG.replace("name: single", "name: random\n  max_trials: 2").replace(
+        "max_length: {batches: 20}", "max_length: {batches: 20}\n  max_concurrent_trials: 1"
+    )
+    exp_id = _create(client, config).json()["experiment"]["id"]
+    loop.schedule_pass(ctx)
+    (first,) = client.post("/api/v1/agents/a1/heartbeat", json={"running": []}).json()["start"]
+    body = {"op": {"length": 20}, "searcher_metric": 0.5}
+    r = client.post(f"/api/v1/trials/{first['trial_id']}/searcher/completed_operation", json=body)
+    assert r.status_code == 200, r.text
+    statements: list[str] = []
+    event.listen(
+        ctx.db.engine,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, *a: statements.append(" ".join(statement.split())),
+    )
+    r = client.post(
+        "/api/v1/agents/a1/heartbeat",
+        json={"running": [], "exited": [{"allocation_id": first["allocation_id"], "exit_code": 0}]},
+    )
+    assert r.status_code == 200, r.text
+    (second,) = r.json()["start"]
+    assert second["trial_id"] != first["trial_id"]
+    assert [q for q in statements if "WHERE allocations.group_id = " in q] == []
+    # The exit's trial and the handed-over trial each come with their experiment.
+    assert [q for q in statements if q.startswith("SELECT experiments.")] == []
+    # The project's workspace came with the project, in the scheduler and the spec.
+    assert len([q for q in statements if "FROM projects LEFT OUTER JOIN workspaces" in q]) == 2
+    assert [q for q in statements if q.startswith("SELECT workspaces.")] == []
+    assert exp_id in ctx.gc_due  # the end asked for a collection
+    statements.clear()
+    loop.run_gc(ctx, deletions=False)
+    assert not ctx.gc_due
+    (probe,) = statements
+    assert probe.startswith("SELECT checkpoints.uuid FROM checkpoints"), probe
+    trials = client.get(f"/api/v1/experiments/{exp_id}/trials").json()["trials"]
+    assert {t["id"]: t["state"] for t in trials}[first["trial_id"]] == "COMPLETED"
+
+
 def test_heartbeat_carries_exits_and_answers_the_freed_slots_work(master):
     """An exit reported in a heartbeat ends the run as /exited does, and the same answer
     hands out the trial that took the slot; unknown allocations are skipped."""

@@ -77,6 +77,27 @@ def report_checkpoint(
     trial.total_batches = max(trial.total_batches, steps_completed)
 
 
+#: The checkpoint states :func:`collect` may mark DELETING.
+_COLLECTABLE = ("COMPLETED", "UPLOADING")
+
+
+def collectable(s: Session, exp_id: int) -> bool:
+    """Whether experiment ``exp_id`` has a checkpoint :func:`collect` could mark
+    DELETING (one COMPLETED or UPLOADING); when not, :func:`collect` would change
+    nothing. One indexed probe in any session: the control loop asks in a read session
+    before it takes the write lock and loads the experiment (issue 37: most trivial
+    trials end without a checkpoint, and each end asked for a collection).
+
+    Args:
+        s: an open session (a read session suffices).
+        exp_id: the experiment's id.
+    """
+    probe = select(CheckpointRow.uuid).where(
+        CheckpointRow.experiment_id == exp_id, CheckpointRow.state.in_(_COLLECTABLE)
+    )
+    return s.scalar(probe.limit(1)) is not None
+
+
 def collect(s: Session, ctx: MasterContext, exp: ExperimentRow) -> list[str]:
     """Mark the checkpoints the GC policy drops, and uploads that died with their
     trial, as DELETING; returns their uuids.
@@ -91,7 +112,7 @@ def collect(s: Session, ctx: MasterContext, exp: ExperimentRow) -> list[str]:
     live_ckpts = s.scalars(
         select(CheckpointRow).where(
             CheckpointRow.experiment_id == exp.id,
-            CheckpointRow.state.in_(("COMPLETED", "UPLOADING")),
+            CheckpointRow.state.in_(_COLLECTABLE),
         )
     ).all()
     if not live_ckpts:  # nothing to collect: the trials need not be read

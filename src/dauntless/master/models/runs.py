@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from dauntless.searcher import ExitedReason, Operation
 
 from ..context import MasterContext
-from ..db import AgentRow, AllocationRow, CheckpointRow, ExperimentRow, TrialRow
+from ..db import AgentRow, AllocationRow, CheckpointRow, TrialRow
 from ..environments import task_environment
 from ..errors import NotFound
 from ..states import STOPPING, State, is_terminal
@@ -73,7 +73,8 @@ def terminate(
     if alloc.task_id is not None:
         task_runs.task_exited(s, ctx, alloc)
         return
-    parts = allocations.parts(s, alloc.group_id)
+    # A one-part allocation is its own group (allocations.new_allocation): no read.
+    parts = [alloc] if alloc.num_parts == 1 else allocations.parts(s, alloc.group_id)
     live = [p for p in parts if p.state != "TERMINATED"]
     if live:
         if exit_code != 0 and not alloc.kill_requested:
@@ -182,10 +183,8 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
     allocation is handed over by :func:`.task_runs.task_spec`."""
     if alloc.task_id is not None:
         return task_runs.task_spec(s, ctx, alloc)
-    trial = s.get(TrialRow, alloc.trial_id)
-    assert trial is not None
-    exp = s.get(ExperimentRow, trial.experiment_id)
-    assert exp is not None
+    assert alloc.trial_id is not None  # a task's allocation returned above
+    trial, exp = trials.get_trial(s, alloc.trial_id)
     cfg = ctx.experiment_config(exp)
     latest = s.get(CheckpointRow, trial.latest_checkpoint) if trial.latest_checkpoint else None
     # The config's variables for the type of the part's slots (a per-device map).
@@ -248,6 +247,7 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
             agent = s.get(AgentRow, part.agent_id)
             addrs.append(agent.hostname if agent and agent.hostname else part.agent_id)
         env["DET_CONTAINER_ADDRS"] = ",".join(addrs)
+    workspace_id, workspace = users.project_workspace(s, exp.project_id)
     return {
         "allocation_id": alloc.id,
         "task_id": f"{exp.id}.{trial.id}",
@@ -263,9 +263,6 @@ def task_spec(s: Session, ctx: MasterContext, alloc: AllocationRow) -> dict[str,
         ),
         # The Unix identity the part's processes run as (issue 29).
         "identity": users.task_identity(
-            s,
-            exp.owner_id,
-            ctx.config.security.default_task,
-            users.experiment_workspace(s, exp.project_id),
+            s, exp.owner_id, ctx.config.security.default_task, workspace_id, workspace
         ).to_json(),
     }

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from ..db import CheckpointRow, ExperimentRow, MetricRow, TaskLogRow, TrialRow
 from ..errors import BadRequest, NotFound
@@ -39,9 +40,16 @@ def get_trial(session: Session, trial_id: int) -> tuple[TrialRow, ExperimentRow]
     Raises:
         NotFound: no such trial.
     """
-    trial = session.get(TrialRow, trial_id)
-    if trial is None:
-        raise NotFound(f"trial {trial_id} not found")
+    trial = session.identity_map.get(identity_key(TrialRow, trial_id))
+    if trial is None:  # both rows in one statement (issue 37: statements per trial)
+        row = session.execute(
+            select(TrialRow, ExperimentRow)
+            .join(ExperimentRow, ExperimentRow.id == TrialRow.experiment_id)
+            .where(TrialRow.id == trial_id)
+        ).first()
+        if row is None:  # the FK guarantees the experiment of a trial that exists
+            raise NotFound(f"trial {trial_id} not found")
+        return row[0], row[1]
     exp = session.get(ExperimentRow, trial.experiment_id)
     assert exp is not None  # FK guarantees it
     return trial, exp

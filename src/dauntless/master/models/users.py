@@ -36,15 +36,24 @@ def task_identity(
     owner_id: int | None,
     default_task: DefaultTaskConfig,
     workspace_id: int | None = None,
+    workspace: WorkspaceRow | None = None,
 ) -> TaskIdentity:
     """The Unix identity a task of ``owner_id`` in workspace ``workspace_id`` runs as:
     field by field, the workspace's ``agent_user_group`` where it sets the field, else
     the owner's link, else ``default_task`` (Determined's order;
     :func:`dauntless.config.resolve_task_identity`). An owner that no longer exists, or
     None (work from before users existed), has no link; neither has an unknown
-    workspace or None."""
+    workspace or None.
+
+    ``workspace``: the row of ``workspace_id`` when the caller read it in ``session``
+    (:func:`project_workspace`); it is then not read again. A row of another id is
+    ignored."""
     user = session.get(UserRow, owner_id) if owner_id is not None else None
-    ws = session.get(WorkspaceRow, workspace_id) if workspace_id is not None else None
+    ws = None
+    if workspace is not None and workspace.id == workspace_id:
+        ws = workspace
+    elif workspace_id is not None:
+        ws = session.get(WorkspaceRow, workspace_id)
     ws_link = None
     if ws is not None and ws.agent_user_group:
         fields = AgentUserGroup.model_fields
@@ -70,11 +79,22 @@ def identity_refusals(
     return check_pool_identity(identity, pool, known)
 
 
-def experiment_workspace(session: Session, project_id: int | None) -> int | None:
-    """The workspace of an experiment's project (None for no or an unknown project)."""
+def project_workspace(
+    session: Session, project_id: int | None
+) -> tuple[int | None, WorkspaceRow | None]:
+    """The workspace id of an experiment's project (None for no or an unknown project)
+    and that workspace's row (None for no or an unknown workspace), read in one
+    statement (an outer join). Both callers (the scheduler, a trial's task spec)
+    pass the row on to :func:`task_identity`, which then reads no workspace (issue 37:
+    statements per trial)."""
     if project_id is None:
-        return None
-    return session.scalar(select(ProjectRow.workspace_id).where(ProjectRow.id == project_id))
+        return None, None
+    row = session.execute(
+        select(ProjectRow.workspace_id, WorkspaceRow)
+        .outerjoin(WorkspaceRow, WorkspaceRow.id == ProjectRow.workspace_id)
+        .where(ProjectRow.id == project_id)
+    ).first()
+    return (None, None) if row is None else (row[0], row[1])
 
 
 def read_user(session: Session, user_id: int) -> UserRow:
