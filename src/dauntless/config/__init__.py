@@ -76,6 +76,7 @@ from ._limits import (
     load_json,
     load_yaml,
     load_yaml_file,
+    within_limits,
 )
 from ._merge import merge_template
 
@@ -169,6 +170,7 @@ __all__ = [
     "translate_agent_config",
     "env_agent_config",
     "check_tree",
+    "within_limits",
     "load_json",
     "load_yaml",
     "load_yaml_file",

@@ -329,11 +329,22 @@ def _walk(data: Any) -> Iterator[tuple[list[str], Any, int]]:
             stack.extend(([*path, str(i)], v, depth + 1) for i, v in enumerate(node))
 
 
-def _within(data: Any) -> bool:
-    """Whether ``data`` obeys :func:`check_tree`'s rules: the fast pass, which keeps no
-    paths (one visit per container and per value, no allocation per scalar)."""
-    if type(data) is int:
+def within_limits(data: Any, max_float: float | None = None) -> bool:
+    """Whether ``data`` (a tree of dicts, lists or tuples and scalars) obeys
+    :func:`check_tree`'s rules (nesting of at most :data:`MAX_DEPTH`, integers within
+    :data:`INT_MIN`..:data:`INT_MAX`) and, given ``max_float``, holds no float of
+    magnitude ``max_float`` or more: the fast pass, which keeps no paths (one visit per
+    container and per value, no allocation per scalar). False says only that a slower
+    check must decide (:func:`check_tree` names the offending node).
+
+    ``max_float`` serves the master's JSON bodies (:mod:`dauntless.master.body_limits`):
+    orjson reads an integer literal past 64 bits as such a float, where ``json.loads``
+    reads an int, so one walk checks both there."""
+    kind = type(data)
+    if kind is int:
         return INT_MIN <= data <= INT_MAX
+    if kind is float:
+        return max_float is None or -max_float < data < max_float
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         node, depth = stack.pop()
@@ -349,6 +360,9 @@ def _within(data: Any) -> bool:
             kind = type(value)
             if kind is int:
                 if not INT_MIN <= value <= INT_MAX:
+                    return False
+            elif kind is float:
+                if max_float is not None and not -max_float < value < max_float:
                     return False
             elif kind is dict or kind is list or kind is tuple:
                 stack.append((value, depth + 1))
@@ -369,7 +383,7 @@ def check_tree(data: Any, what: str = "") -> None:
     Raises:
         LimitError: naming the path of the first offending node.
     """
-    if _within(data):
+    if within_limits(data):
         return
     for path, node, depth in _walk(data):
         if depth >= MAX_DEPTH and isinstance(node, (dict, list, tuple)):

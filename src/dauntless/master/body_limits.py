@@ -38,7 +38,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dauntless.config import INT_MAX, INT_MIN, MAX_DEPTH, LimitError, check_tree, load_json
+from dauntless.config import LimitError, check_tree, load_json, within_limits
 
 MAX_JSON_BODY_BYTES = 32 * 1024 * 1024
 """The largest JSON request body accepted (bytes): 1,000 metrics reports of a few
@@ -90,39 +90,14 @@ def _plain(data: Any) -> bool:
     """Whether ``data`` (orjson's value: dicts, lists and scalars) holds no float of
     magnitude 2**63 or more and obeys :func:`dauntless.config.check_tree`'s rules
     (nesting, integer range): :func:`_holds_huge_float` and check_tree's fast pass in
-    one walk of the tree. False decides nothing: the caller then runs both as before,
-    so a value's outcome (passed, read again by ``json.loads``, refused) is unchanged.
+    one walk of the tree (:func:`dauntless.config.within_limits`). False decides
+    nothing: the caller then runs both as before, so a value's outcome (passed, read
+    again by ``json.loads``, refused) is unchanged.
 
     A metrics report is a tree of some hundreds of values; this walk visits each once
     on the event loop, where the two checks walked it twice (issue 37).
     """
-    kind = type(data)
-    if kind is int:
-        return INT_MIN <= data <= INT_MAX
-    if kind is float:
-        return -_HUGE < data < _HUGE
-    stack: list[tuple[Any, int]] = [(data, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if type(node) is dict:
-            values: Any = node.values()
-        elif type(node) is list:
-            values = node
-        else:
-            continue
-        if depth >= MAX_DEPTH:
-            return False
-        for value in values:
-            kind = type(value)
-            if kind is float:
-                if not -_HUGE < value < _HUGE:
-                    return False
-            elif kind is int:
-                if not INT_MIN <= value <= INT_MAX:
-                    return False
-            elif kind is dict or kind is list:
-                stack.append((value, depth + 1))
-    return True
+    return within_limits(data, _HUGE)
 
 
 def _holds_huge_float(data: Any) -> bool:
