@@ -624,6 +624,10 @@ def test_searcher_events_reuse_the_trial_rows_they_hold(master):
     (second,) = r.json()["start"]
     assert second["trial_id"] != tid
     assert [q for q in statements if "trials.request_id = " in q] == []
+    # The new trial's first operation is written by its INSERT, not by an UPDATE after it.
+    updates = [q for q in statements if q.startswith("UPDATE trials SET")]
+    assert not any("searcher_op_length" in q for q in updates), updates
+    assert any(q.startswith("INSERT INTO trials") for q in statements)
     assert client.get(f"/api/v1/trials/{second['trial_id']}/searcher/operation").json() == {
         "op": {"length": 20},
         "completed": False,

@@ -245,11 +245,21 @@ def apply(
                 parent_id=None if parent is None else parent.id,
                 warm_start_checkpoint=None if parent is None else warm_start_checkpoint(s, parent),
             )
+            # The new trial's own first operation goes into its INSERT (issue 37: an
+            # UPDATE per trial fewer); every other follow-up is queued as before. The
+            # searcher's events are the same: only the row is written once.
+            follow = list(searcher.on_trial_created(op.request_id))
+            while (
+                follow
+                and isinstance(follow[0], ValidateAfter)
+                and follow[0].request_id == op.request_id
+            ):
+                trial.searcher_op_length = follow.pop(0).length
             s.add(trial)
             s.flush()
             held[op.request_id] = trial
             experiment_index.note_trial_created(s, exp, trial)
-            queue.extend(searcher.on_trial_created(op.request_id))
+            queue.extend(follow)
         elif isinstance(op, ValidateAfter):
             trial = by_request(op.request_id)
             trial.searcher_op_length = op.length
