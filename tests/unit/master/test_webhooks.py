@@ -316,7 +316,14 @@ def test_events_reach_a_real_receiver_once_each_signed_and_survive_its_absence(
         receiver.start()  # back, on the same port
         wait_for("the delivery after the return", lambda: len(receiver.payloads()) == 4)
         assert receiver.payloads()[-1]["event_type"] == "CUSTOM"
-        delivered = c._ok(c.admin.get(f"/api/v1/webhooks/{ids[1]}/events"))["events"][0]
+
+        def latest_event() -> dict:
+            return c._ok(c.admin.get(f"/api/v1/webhooks/{ids[1]}/events"))["events"][0]
+
+        # The receiver keeps the payload before it answers 200; the shipper records the
+        # delivery once it has read that answer, a moment later.
+        wait_for("the delivery recorded", lambda: latest_event()["state"] != "QUEUED")
+        delivered = latest_event()
         assert delivered["state"] == "DELIVERED" and delivered["last_status"] == 200
         # a test event, sent at once
         c._ok(c.admin.post(f"/api/v1/webhooks/{ids[0]}/test"))
