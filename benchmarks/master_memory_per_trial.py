@@ -30,6 +30,7 @@ with the load average.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import resource
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +117,10 @@ def snap() -> tracemalloc.Snapshot:
     return tracemalloc.take_snapshot()
 
 
-def cpu_per_trial(a: argparse.Namespace) -> None:
-    """``--cpu``: CPU ms per trial of the first and last ``--window`` trials."""
-    if a.searcher != "random" or not 0 < 2 * a.window <= a.n:
-        sys.exit("--cpu needs --searcher random and 2 * --window <= --n")
-    t0, c0 = time.monotonic(), time.process_time()
-    print(f"load before: {os.getloadavg()}")
-    marks: list[float] = []
+@contextlib.contextmanager
+def searching(a: argparse.Namespace) -> Iterator[tuple[Any, int]]:
+    """A master in-process (SQLite in a temporary directory, no control loop) with the
+    search of ``a`` created and active: yields (its context, the experiment id)."""
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "dauntless.db"
         app = create_app(
@@ -129,19 +128,28 @@ def cpu_per_trial(a: argparse.Namespace) -> None:
         )
         with TestClient(app) as client:
             sign_in(client)
-            ctx = app.state.ctx
             body = {"config": yaml.safe_dump(config(a.searcher, a.n, a.concurrent))}
             r = client.post("/api/v1/experiments", data={**body, "activate": "true"})
             assert r.status_code == 201, r.text
-            exp_id = int(r.json()["experiment"]["id"])
-            done = 0
-            for_marks = {0, a.window, a.n - a.window, a.n}
-            while True:
-                if done in for_marks:
-                    marks.append(time.process_time())
-                if not step(ctx, exp_id):
-                    break
-                done += 1
+            yield app.state.ctx, int(r.json()["experiment"]["id"])
+
+
+def cpu_per_trial(a: argparse.Namespace) -> None:
+    """``--cpu``: CPU ms per trial of the first and last ``--window`` trials."""
+    if a.searcher != "random" or not 0 < 2 * a.window <= a.n:
+        sys.exit("--cpu needs --searcher random and 2 * --window <= --n")
+    t0, c0 = time.monotonic(), time.process_time()
+    print(f"load before: {os.getloadavg()}")
+    marks: list[float] = []
+    with searching(a) as (ctx, exp_id):
+        done = 0
+        for_marks = {0, a.window, a.n - a.window, a.n}
+        while True:
+            if done in for_marks:
+                marks.append(time.process_time())
+            if not step(ctx, exp_id):
+                break
+            done += 1
     if len(marks) != 4:
         sys.exit(f"the search ended after {done} trials, not {a.n}")
     first = (marks[1] - marks[0]) / a.window * 1000
@@ -176,36 +184,25 @@ def main() -> None:
         sys.exit("need 0 < --lo < --hi < --n")
     t0, c0 = time.monotonic(), time.process_time()
     print(f"load before: {os.getloadavg()}")
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "dauntless.db"
-        app = create_app(
-            MasterConfig(data_dir=tmp, port=18080, db_url=f"sqlite:///{db}"), run_loop=False
-        )
-        with TestClient(app) as client:
-            sign_in(client)
-            ctx = app.state.ctx
-            body = {"config": yaml.safe_dump(config(a.searcher, a.n, a.concurrent))}
-            r = client.post("/api/v1/experiments", data={**body, "activate": "true"})
-            assert r.status_code == 201, r.text
-            exp_id = int(r.json()["experiment"]["id"])
-            tracemalloc.start(a.frames)
-            # point -> (snapshot, searcher records, trials ended when it was taken)
-            shots: dict[int, tuple[tracemalloc.Snapshot, int | None, int]] = {}
-            steps = 0
-            while step(ctx, exp_id):
-                steps += 1
-                if a.searcher == "random":
-                    n_ended = steps  # one step ends one trial
-                elif steps % 20:
-                    continue
-                else:
-                    n_ended = ended(ctx, exp_id)
-                for point in (a.lo, a.hi):
-                    if point not in shots and n_ended >= point:
-                        shots[point] = (snap(), searcher_records(ctx, exp_id), n_ended)
-            tracemalloc.stop()
-            with ctx.db.read() as s:
-                state = s.get(ExperimentRow, exp_id).state
+    with searching(a) as (ctx, exp_id):
+        tracemalloc.start(a.frames)
+        # point -> (snapshot, searcher records, trials ended when it was taken)
+        shots: dict[int, tuple[tracemalloc.Snapshot, int | None, int]] = {}
+        steps = 0
+        while step(ctx, exp_id):
+            steps += 1
+            if a.searcher == "random":
+                n_ended = steps  # one step ends one trial
+            elif steps % 20:
+                continue
+            else:
+                n_ended = ended(ctx, exp_id)
+            for point in (a.lo, a.hi):
+                if point not in shots and n_ended >= point:
+                    shots[point] = (snap(), searcher_records(ctx, exp_id), n_ended)
+        tracemalloc.stop()
+        with ctx.db.read() as s:
+            state = s.get(ExperimentRow, exp_id).state
     if a.lo not in shots or a.hi not in shots:
         sys.exit(f"the search ended before {a.hi} trials had ended")
     (lo_snap, lo_recs, lo_n), (hi_snap, hi_recs, hi_n) = shots[a.lo], shots[a.hi]
