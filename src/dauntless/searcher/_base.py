@@ -659,11 +659,6 @@ class Searcher(abc.ABC):
             for trial in [t for t in self._trials.values() if t.ended]:
                 self._archive(trial)
 
-    @property
-    def archiving(self) -> bool:
-        """Whether :meth:`archive_ended` is in effect."""
-        return self._lookup is not None
-
     def take_ended(self) -> list[dict[str, Any]]:
         """The records (:meth:`TrialRecord.to_json`) of trials archived since the last
         call, for the caller to store where ``lookup`` finds them; ``[]`` when not
