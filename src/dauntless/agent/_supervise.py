@@ -236,8 +236,12 @@ class ShimHandle(TaskHandle):
                     continue
                 if exit_fd is None:
                     time.sleep(TAIL_IDLE_SECONDS)
-                else:
-                    select.select([exit_fd], [], [], TAIL_IDLE_SECONDS)
+                elif select.select([exit_fd], [], [], TAIL_IDLE_SECONDS)[0]:
+                    # The shim has exited: the next poll() sees the end, or, for a shim
+                    # killed before it recorded an exit and not yet reaped (a zombie
+                    # still named by its pid and start time), a later one. A pidfd stays
+                    # readable, so from here the loop sleeps instead of spinning on it.
+                    exit_fd = None
 
     def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
         """Wait for the end and return ``(stdout, stderr)`` (for tests and tools)."""
