@@ -35,6 +35,7 @@ from .heartbeat_asgi import QuietHeartbeats
 from .heartbeats import watch_intake
 from .master_ops import MasterLogBuffer
 from .metric_series import MetricFolder
+from .metrics_asgi import FastMetricReports
 from .models.operations import ClusterMessageCache, LogCleanup
 from .prom import MasterMetrics, RequestMetrics
 from .provisioner import build_provisioners
@@ -361,6 +362,7 @@ def create_app(
                 intake.cancel()
             stop.set()
             ctx.wake.set()
+            ctx.metric_commits.close()  # what the metrics fast path queued is committed
             folder.close()
             shipper.stop()
             if thread is not None:
@@ -385,8 +387,10 @@ def create_app(
     app.state.sso = sso
     app.state.master_logs = MasterLogBuffer()
     app.state.cluster_message = ClusterMessageCache()
-    # Innermost: quiet agent heartbeats answered before FastAPI's routing (issue 37),
-    # inside every middleware below, which see those requests as before.
+    # Innermost: trials' training reports stored and quiet agent heartbeats answered
+    # before FastAPI's routing (issue 37), inside every middleware below, which see
+    # those requests as before.
+    app.add_middleware(FastMetricReports, state=app.state)  # trials' training reports
     app.add_middleware(QuietHeartbeats, state=app.state)
     app.add_middleware(AuditMiddleware, trail=trail)
     install_error_handlers(app)

@@ -31,11 +31,19 @@ thousand bound parameters per statement at least, and PostgreSQL 65,535)."""
 
 
 def finite_json(value: Any) -> Any:
-    """``value`` with every NaN or infinite float replaced by None (recursively).
+    """``value`` with every NaN or infinite float replaced by None (recursively), tuples
+    as lists; ``value`` itself when it holds neither (the usual case: a report's
+    values as JSON parsed them), so the caller must not change what it is given.
 
     JSON has no NaN or infinity: PostgreSQL refuses them in JSON columns and the API could
     not answer them, so a diverged loss is stored as null.
+
+    Why the first look (issue 37): the copy made a dict per report and a call per value
+    on the master's event loop, 13% of its samples at 390 metrics requests a second; one
+    walk that finds nothing to replace costs about a third of that.
     """
+    if _plain_finite(value):
+        return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -43,6 +51,30 @@ def finite_json(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [finite_json(v) for v in value]
     return value
+
+
+def _plain_finite(value: Any) -> bool:
+    """Whether ``value`` holds no NaN, no infinity and no tuple (dicts and lists walked,
+    without recursion): :func:`finite_json` would return an equal copy of it."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            node = node.values()
+        elif type(node) is not list:
+            if type(node) is tuple or (isinstance(node, float) and not math.isfinite(node)):
+                return False
+            continue
+        for item in node:
+            kind = type(item)
+            if kind is float:
+                if item - item != 0.0:  # NaN or an infinity (inf - inf is NaN)
+                    return False
+            elif kind is dict or kind is list:
+                stack.append(item)
+            elif kind is tuple or (isinstance(item, float) and not math.isfinite(item)):
+                return False
+    return True
 
 
 class Report(Protocol):

@@ -3,6 +3,7 @@ result or error, and what a call returned is committed. On SQLite and PostgreSQL
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 from databases import fresh_postgres_database, postgres_available
 from sqlalchemy import func, insert, select
 
+from dauntless.master import group_commit
 from dauntless.master.db import ClusterRow, Database
 from dauntless.master.group_commit import GroupCommit
 from dauntless.master.testing import wait_for
@@ -169,3 +171,68 @@ def test_a_batch_function_must_answer_each_item(db):
     with pytest.raises(ValueError, match="returned 0 results for 1 item"):
         commits.run_batched(lambda s, items: [], 1)
     assert commits.run_batched(lambda s, items: [x + 1 for x in items], 1) == 2
+
+
+def test_coroutines_await_shared_transactions_settled_once_per_transaction(db):
+    commits = GroupCommit(db, max_jobs=64)
+    calls: list[list[int]] = []
+
+    def store(s, items: list[int]) -> list[int]:
+        calls.append(list(items))
+        if 13 in items:
+            raise ValueError("item 13 refused")
+        for i in items:
+            s.execute(
+                insert(ClusterRow.__table__).values(
+                    id=300 + i, cluster_id=f"a{i}", created_at=time.time()
+                )
+            )
+        return [i * 10 for i in items]
+
+    async def main() -> tuple[dict, dict, list[int]]:
+        loop = asyncio.get_running_loop()
+        settled: list[int] = []  # the futures each call_soon_threadsafe settles
+        real = loop.call_soon_threadsafe
+
+        def counted(callback, *args, **kwargs):
+            if callback is group_commit._settle:
+                settled.append(len(args[0]))
+            return real(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        results: dict = {}
+        errors: dict = {}
+        # Queued behind the held write lock (this thread's), the items share one
+        # transaction; 13 makes it fail, so each runs alone, in the committer thread.
+        with db.write_lock:
+            futures = {i: commits.submit_batched(store, i) for i in (1, 13, 2)}
+            plain = threading.Thread(target=lambda: results.update(plain=commits.run(lambda s: 9)))
+            plain.start()
+            _wait_queued(commits, 4)
+        for i, future in futures.items():
+            try:
+                results[i] = await future
+                with db.read() as s:  # settled: committed, visible to another session
+                    assert s.get(ClusterRow, 300 + i) is not None
+            except ValueError as exc:
+                errors[i] = str(exc)
+        plain.join(30)
+        # Then alone: settled when its own transaction committed.
+        results[3] = await commits.submit_batched(store, 3)
+        del loop.call_soon_threadsafe
+        return results, errors, settled
+
+    results, errors, settled = asyncio.run(main())
+    assert results == {1: 10, 2: 20, 3: 30, "plain": 9}
+    assert errors == {13: "item 13 refused"}
+    assert sorted(calls[0]) == [1, 2, 13] and sorted(calls[1:4]) == [[1], [2], [13]]
+    assert settled == [3, 1]  # one call_soon_threadsafe per transaction, not per item
+    assert _count(db) == 3
+    commits.close()
+    assert commits._committer is not None and not commits._committer.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(_submit(commits))
+
+
+async def _submit(commits: GroupCommit) -> None:
+    await commits.submit_batched(lambda s, items: items, 1)

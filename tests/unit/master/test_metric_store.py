@@ -4,13 +4,17 @@ SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import func, select
 
 from dauntless.master.db import MetricRow, TrialRow
 from dauntless.master.db.models import MetricFoldPendingRow
 from dauntless.master.errors import NotFound
-from dauntless.master.metric_store import store_training_rows, training_rows
+from dauntless.master.metric_store import finite_json, store_training_rows, training_rows
 from dauntless.master.models import metrics
 from dauntless.master.models.metrics import MetricsIn
 
@@ -93,3 +97,42 @@ def test_an_unknown_trial_fails_the_batch_and_stores_nothing(master):
     assert metrics.report_metrics_batch(ctx, tid, [_report(1, loss=1.0)]) == [True]
     with pytest.raises(NotFound):
         metrics.report_metrics_batch(ctx, tid + 99, [_report(1, loss=1.0)])
+
+
+def _reference(value):
+    """finite_json as it was before its first look (issue 37): always a copy."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _reference(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_reference(v) for v in value]
+    return value
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_JSONISH)
+def test_finite_json_replaces_what_it_did_and_keeps_a_plain_value_itself(value):
+    out = finite_json(value)
+    expected = _reference(value)
+    # Equal, NaN included (as None); the same type at every level.
+    assert repr(out) == repr(expected)
+    if out is not value:  # a copy only where something had to change
+        assert repr(value) != repr(expected)
+
+
+def test_a_report_without_nan_is_stored_from_its_own_values():
+    values = {"loss": 0.5, "nested": {"a": [1.0, 2]}, "ok": True}
+    assert finite_json(values) is values
+    assert finite_json({"x": [1.0, float("nan")]}) == {"x": [1.0, None]}
+    assert finite_json({"x": float("-inf"), "t": (1.0,)}) == {"x": None, "t": [1.0]}
