@@ -682,6 +682,9 @@ def test_a_trial_end_reads_no_row_it_holds_and_no_gc_for_nothing(master):
     assert [q for q in statements if q.startswith("SELECT agents.state ")] == []
     assert len([q for q in statements if q.startswith("SELECT users.")]) == 1
     assert len([q for q in statements if q.startswith("SELECT trials.id")]) == 2
+    # The experiment's new progress goes out with its searcher_seq, in one UPDATE.
+    (exp_update,) = [q for q in statements if q.startswith("UPDATE experiments SET")]
+    assert "searcher_seq" in exp_update and "progress" in exp_update
     assert exp_id in ctx.gc_due  # the end asked for a collection
     statements.clear()
     loop.run_gc(ctx, deletions=False)
