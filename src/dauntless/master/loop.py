@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from sqlalchemy.orm import Session
+
 from . import scheduling
 from .context import MasterContext
 from .db import ExperimentRow
@@ -55,21 +57,46 @@ def schedule_pass(ctx: MasterContext, maintenance: bool = True, lazy: bool = Fal
 def _schedule_pass(ctx: MasterContext, maintenance: bool, lazy: bool) -> int:
     now = ctx.clock()
     with ctx.db.write() as s:
-        if maintenance:
-            agents.reap_lost_agents(s, ctx, now)
-            enforce_preemption_timeouts(s, ctx, now)
-            task_runs.kill_idle_tensorboards(s, ctx, now)
-        # Under the write lock: no commit comes between take() and the reads.
-        changed = ctx.placement_changes.take()
-        if lazy and not changed and now - ctx.placed_at < PLACEMENT_FALLBACK_SECONDS:
-            return 0
-        ctx.placed_at = now
-        created = scheduling.place_pending(s, ctx, now)
-        # The placement read every change flushed before it; what it wrote itself
-        # (new allocations, preemption flags) needs no second placement, so its
-        # commit does not set the flag (a change committed later still does).
-        ctx.placement_changes.forget(s)
-        return created
+        return _pass_in(s, ctx, now, maintenance, lazy)
+
+
+def _pass_in(s: Session, ctx: MasterContext, now: float, maintenance: bool, lazy: bool) -> int:
+    """The body of :func:`schedule_pass` in the write session ``s`` (which holds the
+    write lock), at ``now`` (epoch s)."""
+    if maintenance:
+        agents.reap_lost_agents(s, ctx, now)
+        enforce_preemption_timeouts(s, ctx, now)
+        task_runs.kill_idle_tensorboards(s, ctx, now)
+    # Under the write lock: no commit comes between take() and the reads.
+    changed = ctx.placement_changes.take()
+    if lazy and not changed and now - ctx.placed_at < PLACEMENT_FALLBACK_SECONDS:
+        return 0
+    ctx.placed_at = now
+    created = scheduling.place_pending(s, ctx, now)
+    # The placement read every change flushed before it; what it wrote itself
+    # (new allocations, preemption flags) needs no second placement, so its
+    # commit does not set the flag (a change committed later still does).
+    ctx.placement_changes.forget(s)
+    return created
+
+
+def place_in(s: Session, ctx: MasterContext) -> int:
+    """Place pending work now, in the caller's write session ``s``, after exits it
+    recorded (flushed to ``s`` before the placement reads): what
+    :func:`place_after_exits` does in a transaction of its own, for a caller that
+    records exits, places and answers a heartbeat in one transaction (issue 37).
+    Unlike :func:`place_after_exits` it raises: the caller decides what a failed
+    placement undoes.
+
+    Returns:
+        The number of allocations created.
+    """
+    started = time.perf_counter()
+    try:
+        return _pass_in(s, ctx, ctx.clock(), maintenance=False, lazy=False)
+    finally:
+        if ctx.prom is not None:
+            ctx.prom.scheduler_pass.observe(time.perf_counter() - started)
 
 
 def allocation_exited(

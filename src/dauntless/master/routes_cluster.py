@@ -23,10 +23,11 @@ from . import det_shapes, loop
 from . import responses as R
 from . import routes_det_experiments as det_views
 from .auth import forbidden, principal
+from .context import MasterContext
 from .det_dialect import speaks_determined
 from .errors import Forbidden, NotFound
-from .heartbeats import MAX_HOLD_SECONDS
-from .models import agents, allocations, logs, task_resources
+from .heartbeats import MAX_HOLD_SECONDS, Stamp
+from .models import agents, allocations, logs, runs, task_resources
 from .routes import _ctx, _read, _write
 from .schemas import (
     AgentSwitch,
@@ -259,9 +260,19 @@ def _heartbeat(
     arrived: float,
 ) -> dict[str, Any]:
     """The full path of :func:`agent_heartbeat` (on a worker thread) of a beat that
-    arrived at ``arrived`` (the master's clock, epoch s)."""
+    arrived at ``arrived`` (the master's clock, epoch s).
+
+    The beat's exits, the placement on the slots they freed, its resource samples and
+    the beat itself are written in one transaction (:func:`_beat_at_once`; issue 37: an
+    exit's beat took three write transactions, and its hand-over read again the rows
+    the exit and the placement had read). When any of them raises, that transaction is
+    rolled back whole and the beat is taken again in parts (:func:`_beat_in_parts`,
+    each in a transaction of its own, as before), so one part's failure never undoes
+    another's: an exit the master refuses (a bug) is logged and skipped, a failed
+    placement is logged and left to the loop, and the exits stay recorded when the beat
+    itself fails (its agent is not registered, say)."""
     ctx = _ctx(request)
-    recorded = False
+    exits = []
     for ex in body.exited:
         if reporter is not None:
             try:
@@ -269,6 +280,75 @@ def _heartbeat(
             except Forbidden as exc:  # skipped, as an unknown allocation is
                 log.warning("agent %s: %s", agent_id, exc)
                 continue
+        exits.append(ex)
+    try:
+        answer, trials, now, stamp = _beat_at_once(ctx, agent_id, body, exits, arrived)
+    except Exception:
+        if not exits and not body.resources:
+            raise  # the beat alone: nothing to keep apart, as before
+        log.info("agent %s: the heartbeat is taken again in parts", agent_id, exc_info=True)
+        answer, trials, now, stamp = _beat_in_parts(ctx, agent_id, body, exits, arrived)
+    # Each part handed over is placed on this agent (the beat hands over only its own
+    # parts, and a part never moves), committed: its exit's report check then reads no
+    # placement (issue 37: a read session and statement per trial).
+    for spec in answer["start"]:
+        ctx.alloc_agent[spec["allocation_id"]] = agent_id
+    beats = ctx.heartbeats
+    beats.beat(agent_id, now)
+    if trials is not None:  # a quiet beat: the same one gets the same answer
+        beats.keep(agent_id, stamp, body.running, answer, now, trials)
+    else:
+        beats.forget(agent_id)
+    return {**answer, "agent_timeout": ctx.config.agent_timeout}
+
+
+_Beat = tuple[dict[str, Any], frozenset[str] | None, float, Stamp]
+"""A full-path beat's answer, its trials when quiet (:func:`agents.beat`), its time (the
+master's clock, epoch s) and the change counts its answer holds under."""
+
+
+def _beat_at_once(
+    ctx: MasterContext, agent_id: str, body: Heartbeat, exits: list[Any], arrived: float
+) -> _Beat:
+    """Record ``exits`` (unknown allocations skipped), place work on the slots they
+    freed, store the beat's resource samples and answer the beat, in one write
+    transaction; raises whatever any of them raises (nothing is then written).
+
+    The change counts (:meth:`Heartbeats.stamp`) are read after the commit, while
+    the write lock is still held: they then include this transaction's own changes
+    (the exits), and no other commit can come in between."""
+    with ctx.db.write_lock:
+        # Rows held: the hand-over's task spec reads the trial, its experiment, the
+        # agent and the owner the exit and the placement loaded (issue 37: statements).
+        with ctx.db.write(hold=True) as s:
+            recorded = False
+            for ex in exits:
+                try:  # NotFound is raised before anything is written
+                    if runs.record_exit(
+                        s, ctx, ex.allocation_id, ex.exit_code, ex.message, ex.fatal
+                    ):
+                        recorded = True
+                except NotFound:
+                    continue
+            if recorded:  # one placement for every exit of the beat, before its answer
+                loop.place_in(s, ctx)
+            if body.resources:  # issue 34: the agent's samples of its tasks' process trees
+                task_resources.record_samples(s, ctx.clock(), agent_id, body.resources)
+            now = ctx.clock()
+            answer, trials = agents.beat(s, ctx, agent_id, body.running, now, arrived)
+        stamp = ctx.heartbeats.stamp(agent_id)
+    if recorded:
+        ctx.wake.set()  # the loop's own pass follows, as after place_after_exits
+    return answer, trials, now, stamp
+
+
+def _beat_in_parts(
+    ctx: MasterContext, agent_id: str, body: Heartbeat, exits: list[Any], arrived: float
+) -> _Beat:
+    """:func:`_beat_at_once` with each exit, the placement, the samples and the beat in
+    a write transaction of its own (see :func:`_heartbeat`)."""
+    recorded = False
+    for ex in exits:
         try:
             if loop.record_exit(ctx, ex.allocation_id, ex.exit_code, ex.message, ex.fatal):
                 recorded = True
@@ -285,21 +365,10 @@ def _heartbeat(
     if body.resources:  # issue 34: the agent's samples of its tasks' process trees
         samples = body.resources
         ctx.write(lambda s, c: task_resources.record_samples(s, c.clock(), agent_id, samples))
-    beats = ctx.heartbeats
-    stamp = beats.stamp(agent_id)  # before the transaction: a commit meanwhile shows
+    stamp = ctx.heartbeats.stamp(agent_id)  # before the transaction: a commit meanwhile shows
     now = ctx.clock()
     answer, trials = ctx.write(agents.beat, agent_id, body.running, now, arrived)
-    # Each part handed over is placed on this agent (the beat hands over only its own
-    # parts, and a part never moves), committed: its exit's report check then reads no
-    # placement (issue 37: a read session and statement per trial).
-    for spec in answer["start"]:
-        ctx.alloc_agent[spec["allocation_id"]] = agent_id
-    beats.beat(agent_id, now)
-    if trials is not None:  # a quiet beat: the same one gets the same answer
-        beats.keep(agent_id, stamp, body.running, answer, now, trials)
-    else:
-        beats.forget(agent_id)
-    return {**answer, "agent_timeout": ctx.config.agent_timeout}
+    return answer, trials, now, stamp
 
 
 @router.post("/allocations/{allocation_id}/exited", response_model=R.Empty)

@@ -671,9 +671,20 @@ def test_a_trial_end_reads_no_row_it_holds_and_no_gc_for_nothing(master):
     assert [q for q in statements if "WHERE allocations.group_id = " in q] == []
     # The exit's trial and the handed-over trial each come with their experiment.
     assert [q for q in statements if q.startswith("SELECT experiments.")] == []
-    # The project's workspace came with the project, in the scheduler and the spec.
-    assert len([q for q in statements if "FROM projects LEFT OUTER JOIN workspaces" in q]) == 2
+    # The project's workspace came with the project, read once for the scheduler and
+    # the spec: the exit, the placement and the beat are one transaction, which also
+    # reads the trial, the agent and the owner once.
+    assert len([q for q in statements if "FROM projects LEFT OUTER JOIN workspaces" in q]) == 1
     assert [q for q in statements if q.startswith("SELECT workspaces.")] == []
+    assert [q for q in statements if q.startswith("SELECT agents.id")] == [
+        q for q in statements if q.startswith("SELECT agents.id") and "agents.state = " in q
+    ]
+    assert [q for q in statements if q.startswith("SELECT agents.state ")] == []
+    assert len([q for q in statements if q.startswith("SELECT users.")]) == 1
+    assert len([q for q in statements if q.startswith("SELECT trials.id")]) == 2
+    # The experiment's new progress goes out with its searcher_seq, in one UPDATE.
+    (exp_update,) = [q for q in statements if q.startswith("UPDATE experiments SET")]
+    assert "searcher_seq" in exp_update and "progress" in exp_update
     assert exp_id in ctx.gc_due  # the end asked for a collection
     statements.clear()
     loop.run_gc(ctx, deletions=False)

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from dauntless._auth import AGENT_TOKEN_HEADER
 from dauntless.config import MasterConfig
-from dauntless.master import heartbeat_asgi, loop
+from dauntless.master import heartbeat_asgi, loop, scheduling
 from dauntless.master.app import create_app
 from dauntless.master.body_limits import MAX_JSON_BODY_BYTES
 from dauntless.master.db import AgentRow, AllocationRow
@@ -522,9 +522,10 @@ def test_a_beat_with_exits_places_once_and_answers_with_the_freed_slots_work(
         assert len(first) == 2
         assert beat({"running": first})["start"] == []
         passes: list[int] = []
-        original = loop.schedule_pass
+        # Placements are counted where every path places: the scheduler's glue.
+        original = scheduling.place_pending
         monkeypatch.setattr(
-            loop, "schedule_pass", lambda *a, **k: passes.append(1) or original(*a, **k)
+            scheduling, "place_pending", lambda *a, **k: passes.append(1) or original(*a, **k)
         )
         exited = [{"allocation_id": a, "exit_code": 1} for a in first]
         answer = beat({"running": [], "exited": exited})
@@ -613,3 +614,131 @@ def test_a_held_beat_with_no_change_gets_the_kept_answer_and_bad_waits_are_named
             headers=a1,
         )
         assert r.status_code == 400 and "wait_seconds" in r.text, (bad, r.text)
+
+
+@contextlib.contextmanager
+def _two_running(tmp_path, db_url):
+    """A master (no control loop) with agent a2 of two slots running two trials of a
+    4-trial search (the other two wait): (client, ctx, beat, the two running parts),
+    where ``beat(body, status=200)`` posts a2's heartbeat and returns the response."""
+    app = _app(tmp_path, db_url)
+    with TestClient(app) as client:
+        sign_in(client)
+        slots = [{"id": "cpu0"}, {"id": "cpu1"}]
+        a2 = register_agent(client, app, {"id": "a2", "slots": slots})
+        ctx = app.state.ctx
+        files = {"context": ("c.tar.gz", model_def_tarball(), "application/gzip")}
+        r = client.post("/api/v1/experiments", data={"config": SEARCH}, files=files)
+        assert r.status_code == 201, r.text
+        assert loop.schedule_pass(ctx, maintenance=False) == 2  # 4 trials, 2 slots
+
+        def beat(body: dict, status: int = 200):
+            r = client.post("/api/v1/agents/a2/heartbeat", json=body, headers=a2)
+            assert r.status_code == status, r.text
+            return r
+
+        first = [spec["allocation_id"] for spec in beat({"running": []}).json()["start"]]
+        assert len(first) == 2
+        assert beat({"running": first}).json()["start"] == []
+        yield client, ctx, beat, first
+
+
+def _states(ctx, ids: list[str]) -> list[str]:
+    with ctx.db.read() as s:
+        return [s.get_one(AllocationRow, a).state for a in ids]
+
+
+def test_a_beat_with_an_exit_is_one_write_transaction(tmp_path, db_url):
+    """The exit, the placement on the slot it freed and the beat that hands the next
+    trial over commit once (issue 37: three write transactions per exit before)."""
+    from sqlalchemy import event
+
+    with _two_running(tmp_path, db_url) as (_client, ctx, beat, first):
+        commits: list[int] = []
+        event.listen(ctx.db.engine, "commit", lambda conn: commits.append(1))
+        exited = [{"allocation_id": first[0], "exit_code": 0}]
+        answer = beat({"running": [first[1]], "exited": exited}).json()
+        assert len(commits) == 1
+        (spec,) = answer["start"]
+        assert _states(ctx, [first[0], first[1], spec["allocation_id"]]) == [
+            "TERMINATED",
+            "RUNNING",
+            "RUNNING",
+        ]
+
+
+def test_a_refused_exit_undoes_neither_the_other_exits_nor_the_beat(tmp_path, db_url, monkeypatch):
+    """An exit the master refuses after writing part of it (IllegalTransition: a
+    master bug) is rolled back alone: the beat's other exit stays recorded, its slot's
+    next trial is handed over, and the refused part stays RUNNING (handled as lost)."""
+    from dauntless.master.models import runs
+    from dauntless.master.states import IllegalTransition, State
+
+    with _two_running(tmp_path, db_url) as (_client, ctx, beat, first):
+        original = runs.record_exit
+
+        def refuse_second(s, c, allocation_id, *a, **k):
+            changed = original(s, c, allocation_id, *a, **k)  # written, then refused
+            if allocation_id == first[1]:
+                raise IllegalTransition("trial", State.COMPLETED, State.ACTIVE, frozenset())
+            return changed
+
+        monkeypatch.setattr(runs, "record_exit", refuse_second)
+        exited = [{"allocation_id": a, "exit_code": 0} for a in first]
+        answer = beat({"running": [], "exited": exited}).json()
+        (spec,) = answer["start"]
+        assert _states(ctx, [first[0], first[1], spec["allocation_id"]]) == [
+            "TERMINATED",
+            "RUNNING",
+            "RUNNING",
+        ]
+
+
+def test_a_failed_placement_or_beat_leaves_the_exits_recorded(tmp_path, db_url, monkeypatch):
+    """A placement that fails is left to the loop, and a beat that fails answers its
+    error, but the exits the beat carried stay recorded either way."""
+    from dauntless.master.errors import NotFound
+
+    with _two_running(tmp_path, db_url) as (_client, ctx, beat, first):
+
+        def fail(*a, **k):
+            raise RuntimeError("placement failed")
+
+        with monkeypatch.context() as m:
+            m.setattr(scheduling, "place_pending", fail)
+            answer = beat(
+                {"running": [first[1]], "exited": [{"allocation_id": first[0], "exit_code": 0}]}
+            )
+        assert answer.json()["start"] == []  # nothing placed: the loop places it later
+        assert _states(ctx, first) == ["TERMINATED", "RUNNING"]
+        assert loop.schedule_pass(ctx, maintenance=False) == 1
+
+        def gone(*a, **k):
+            raise NotFound("agent a2 is not registered")
+
+        monkeypatch.setattr(agents, "beat", gone)
+        beat({"running": [], "exited": [{"allocation_id": first[1], "exit_code": 0}]}, status=404)
+        assert _states(ctx, first) == ["TERMINATED", "TERMINATED"]
+
+
+def test_an_exit_that_leaves_the_agent_quiet_is_answered_from_memory_next(tmp_path, db_url):
+    """A beat whose exit frees a slot no work waits for is quiet: the agent's next
+    identical beat is answered from memory (its change counts were read after the
+    exit's commit, so they include the exit)."""
+    with _two_running(tmp_path, db_url) as (client, ctx, beat, first):
+        exited = [{"allocation_id": a, "exit_code": 0} for a in first]
+        second = [
+            spec["allocation_id"]
+            for spec in beat({"running": [], "exited": exited}).json()["start"]
+        ]
+        assert len(second) == 2
+        assert beat({"running": second}).json()["start"] == []
+        exited = [{"allocation_id": second[0], "exit_code": 0}]
+        assert beat({"running": [second[1]], "exited": exited}).json()["start"] == []
+        quiet = client.app.state.quiet_heartbeats.answered
+        assert beat({"running": [second[1]]}).json() == {
+            "start": [],
+            "kill": [],
+            "agent_timeout": 30.0,
+        }
+        assert client.app.state.quiet_heartbeats.answered == quiet + 1

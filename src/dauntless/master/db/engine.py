@@ -273,6 +273,40 @@ def migrate_in_child(url: str) -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
+_HELD = "dauntless.held_rows"
+_MEMO = "dauntless.held_memo"
+
+
+def held_memo(session: Session) -> dict[Hashable, Any] | None:
+    """A dict for the life of ``session`` where a model function may remember what it
+    read, when the session holds its rows (:func:`hold_rows`: a short transaction under
+    the write lock, which no other writer changes meanwhile); None for any other
+    session, whose readers must read again."""
+    memo: dict[Hashable, Any] | None = session.info.get(_MEMO)
+    return memo
+
+
+def hold_rows(session: Session) -> None:
+    """Keep every object that becomes persistent in ``session`` (loaded, inserted,
+    merged) strongly referenced from ``session.info`` until the session is closed.
+
+    The session's identity map holds its objects weakly, so a row a model function
+    loaded and let go is read again by the next one's ``Session.get`` (a statement);
+    held, the lookup is answered from the identity map, as SQLAlchemy's own
+    "strong reference" recipe does (SQLAlchemy documentation, "Session Referencing
+    Behavior"). Only for short transactions: nothing is let go before the session
+    closes."""
+    held: list[Any] = []
+    session.info[_HELD] = held
+    session.info[_MEMO] = {}
+
+    def keep(_session: Session, instance: Any) -> None:
+        held.append(instance)
+
+    for name in ("pending_to_persistent", "loaded_as_persistent", "detached_to_persistent"):
+        event.listen(session, name, keep)
+
+
 class Database:
     """The master's database handle.
 
@@ -321,9 +355,15 @@ class Database:
             yield session
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Session]:
-        """A session under the write lock; committed on success, rolled back on error."""
+    def write(self, hold: bool = False) -> Iterator[Session]:
+        """A session under the write lock; committed on success, rolled back on error.
+
+        With ``hold``, the session keeps a strong reference to every row it loads or
+        writes until it closes (:func:`hold_rows`): for a transaction that runs several
+        model functions which read the same rows by primary key."""
         with self.write_lock, self._sessions() as session:
+            if hold:
+                hold_rows(session)
             try:
                 yield session
                 session.commit()

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.util import identity_key
 
 from ..auth import hash_token, new_token
 from ..context import MasterContext
@@ -249,7 +250,9 @@ def beat(
     """
     # The state alone: decoding an agent's slots on every beat was a quarter of its cost
     # (issue 37). The beat is one UPDATE no change flag watches (_PLACEMENT_IGNORES).
-    state = s.scalar(select(AgentRow.state).where(AgentRow.id == agent_id))
+    # No statement when this transaction holds the row (a placement after exits read it).
+    held = s.identity_map.get(identity_key(AgentRow, agent_id))
+    state = held.state if held else s.scalar(select(AgentRow.state).where(AgentRow.id == agent_id))
     if state is None:
         raise NotFound(f"agent {agent_id} is not registered")
     if state != "ACTIVE":
@@ -349,11 +352,7 @@ def reap_lost_agents(s: Session, ctx: MasterContext, now: float) -> None:
         # flight; after a stall of the master's own, every deadline runs from its end.
         last = ctx.heartbeats.deadline_from(agent.id, agent.last_heartbeat)
         if now - last > ctx.config.agent_timeout and not ctx.heartbeats.in_flight(agent.id):
-            log.warning(
-                "agent %s missed heartbeats for %.0f s: lost",
-                agent.id,
-                now - last,
-            )
+            log.warning("agent %s missed heartbeats for %.0f s: lost", agent.id, now - last)
             agent.state = "LOST"
             for alloc in s.scalars(
                 select(AllocationRow).where(

@@ -278,8 +278,11 @@ def apply(
             exp.searcher_shutdown = True
         else:
             raise TypeError(f"unknown searcher operation {op!r}")
-    searcher_log.store(s, exp, searcher)
+    # The progress first: its read flushes what came before, and the experiment's new
+    # progress then goes out in the same UPDATE as its searcher_seq (issue 37: one
+    # statement per event fewer). Storing the log changes neither input of it.
     exp.progress = experiment_progress(s, exp, searcher, ctx.experiment_config(exp))
+    searcher_log.store(s, exp, searcher)
     _keep(ctx, exp, searcher)
     error = searcher.method_error
     if error is not None and State(exp.state) in (State.ACTIVE, State.PAUSED):

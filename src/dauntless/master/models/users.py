@@ -9,7 +9,15 @@ from sqlalchemy.orm import Session
 
 from dauntless.config import AgentUserGroup, DefaultTaskConfig, TaskIdentity, resolve_task_identity
 
-from ..db import USER_SESSION, AgentRow, ProjectRow, UserRow, UserSessionRow, WorkspaceRow
+from ..db import (
+    USER_SESSION,
+    AgentRow,
+    ProjectRow,
+    UserRow,
+    UserSessionRow,
+    WorkspaceRow,
+    held_memo,
+)
 from ..environments import check_pool_identity
 from ..errors import Conflict, NotFound
 
@@ -89,12 +97,20 @@ def project_workspace(
     statements per trial)."""
     if project_id is None:
         return None, None
+    memo = held_memo(session)  # a heartbeat's one transaction reads it once (issue 37)
+    key = ("project_workspace", project_id)
+    if memo is not None and key in memo:
+        found: tuple[int | None, WorkspaceRow | None] = memo[key]
+        return found
     row = session.execute(
         select(ProjectRow.workspace_id, WorkspaceRow)
         .outerjoin(WorkspaceRow, WorkspaceRow.id == ProjectRow.workspace_id)
         .where(ProjectRow.id == project_id)
     ).first()
-    return (None, None) if row is None else (row[0], row[1])
+    found = (None, None) if row is None else (row[0], row[1])
+    if memo is not None:
+        memo[key] = found
+    return found
 
 
 def read_user(session: Session, user_id: int) -> UserRow:
