@@ -99,13 +99,20 @@ class Session:
         # master sends every request through a LiteClient and never needs it.
         self._httpx: httpx.Client | None = None
         self._httpx_lock = threading.Lock()
+        self._closed = False
 
     @property
     def _client(self) -> httpx.Client:
-        """The httpx client of :meth:`request`, made on first use (about 3 ms of CPU)."""
+        """The httpx client of :meth:`request`, made on first use (about 3 ms of CPU).
+
+        Raises:
+            RuntimeError: the session is closed (as httpx raises for a closed client).
+        """
         client = self._httpx
         if client is None:
             with self._httpx_lock:
+                if self._closed:
+                    raise RuntimeError("cannot send a request: the session is closed")
                 if self._httpx is None:
                     self._httpx = internal_client(
                         base_url=self.master_url,
@@ -166,8 +173,10 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Close the underlying connections."""
-        client = self._httpx
+        """Close the underlying connections; later requests raise ``RuntimeError``."""
+        with self._httpx_lock:
+            self._closed = True
+            client = self._httpx
         if client is not None:
             client.close()
 

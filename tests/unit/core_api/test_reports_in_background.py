@@ -190,6 +190,22 @@ def test_every_request_of_a_trial_shares_one_connection_and_no_httpx_client(serv
     assert session._httpx is None
 
 
+def test_a_session_makes_its_httpx_client_at_its_first_request_and_none_once_closed(server):
+    session = Session(server, sleep=lambda s: None)
+    assert session._httpx is None
+    assert session.post("/api/v1/x", json={"a": 1}) == {}
+    assert session._httpx is not None
+    session.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        session.post("/api/v1/x", json={"a": 2})
+    never_used = Session(server, sleep=lambda s: None)
+    never_used.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        never_used.post("/api/v1/x", json={"a": 3})
+    assert never_used._httpx is None
+    assert [b for _, b in _Handler.seen] == [{"a": 1}]
+
+
 def test_threads_share_a_lite_client_one_request_at_a_time(server):
     # Three threads on one connection: without the lock, a request sent while the other
     # thread's answer is unread fails (http.client's CannotSendRequest / ResponseNotReady)
