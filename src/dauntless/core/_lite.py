@@ -1,12 +1,13 @@
 """``LiteClient``: JSON requests over the standard library's ``http.client``.
 
-A trial on a real master sends every request through it (:class:`~dauntless.core.MasterBackend`):
-the background reports (docs/protocol.md, ``POST /trials/{id}/metrics`` and
-``/progress``) and the training loop's own requests over one shared connection, and the
-preemption long poll (``GET /allocations/{id}/signals/preemption?timeout_seconds=N``) over
-another. ``http.client`` spends about a third of the client-side CPU time httpx does on a
-metrics report (measured: 0.4 ms against 1.1 ms), and its socket can be shut down from
-another thread, which ends a long poll at once when the trial closes. Retries follow the policy of the
+A trial on a real master sends every request through it
+(:class:`~dauntless.core.MasterBackend`): the background reports (docs/protocol.md,
+``POST /trials/{id}/metrics`` and ``/progress``) and the training loop's own requests
+over one shared connection, and the preemption long poll (``GET
+/allocations/{id}/signals/preemption?timeout_seconds=N``) over another. ``http.client``
+spends about a third of the client-side CPU time httpx does on a metrics report
+(measured: 0.4 ms against 1.1 ms), and its socket can be shut down from another thread,
+which ends a long poll at once when the trial closes. Retries follow the policy of the
 :class:`~dauntless.core.Session` it is made from (:class:`dauntless._http.RetryPolicy`).
 """
 
