@@ -134,7 +134,11 @@ def init(
         )
     storage = None if checkpoint_storage is None else storage_from(checkpoint_storage)
     return Context.from_cluster_info(
-        info, storage=storage, distributed=distributed, preempt_mode=preempt_mode
+        info,
+        storage=storage,
+        distributed=distributed,
+        preempt_mode=preempt_mode,
+        experiment_config=config,
     )
 
 

@@ -1,11 +1,13 @@
 """``LiteClient``: JSON requests over the standard library's ``http.client``.
 
-Two requests of a trial run beside its training: the background reports (docs/protocol.md,
-``POST /trials/{id}/metrics`` and ``/progress``) and the preemption long poll (``GET
-/allocations/{id}/signals/preemption?timeout_seconds=N``). ``http.client`` spends about a
-third of the client-side CPU time httpx does on a metrics report (measured: 0.4 ms
-against 1.1 ms), and its socket can be shut down from another thread, which ends a long
-poll at once when the trial closes. Retries follow the policy of the
+A trial on a real master sends every request through it
+(:class:`~dauntless.core.MasterBackend`): the background reports (docs/protocol.md,
+``POST /trials/{id}/metrics`` and ``/progress``) and the training loop's own requests
+over one shared connection, and the preemption long poll (``GET
+/allocations/{id}/signals/preemption?timeout_seconds=N``) over another. ``http.client``
+spends about a third of the client-side CPU time httpx does on a metrics report
+(measured: 0.4 ms against 1.1 ms), and its socket can be shut down from another thread,
+which ends a long poll at once when the trial closes. Retries follow the policy of the
 :class:`~dauntless.core.Session` it is made from (:class:`dauntless._http.RetryPolicy`).
 """
 
@@ -16,6 +18,7 @@ import json
 import select
 import socket
 import ssl
+import threading
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -30,8 +33,10 @@ from ._session import Session, _unreachable
 class LiteClient:
     """JSON requests to the master of a :class:`Session`, retried like its requests.
 
-    One keep-alive connection, reopened after an error. Use from one thread at a time;
-    :meth:`abort` may be called from any thread.
+    One keep-alive connection, reopened after an error. Threads may share the client:
+    each attempt holds the connection alone (a lock), so the requests of two threads
+    go one after the other on it, and their retries' waits hold nothing. :meth:`abort`
+    may be called from any thread at any time.
 
     Args:
         session: gives the master URL, the number of attempts, the backoff and the
@@ -57,6 +62,7 @@ class LiteClient:
         self._prefix = parts.path.rstrip("/")
         self._conn: http.client.HTTPConnection | None = None
         self._aborted = False
+        self._lock = threading.Lock()  # held by one attempt (or connect) at a time
 
     def close(self) -> None:
         """Close the connection."""
@@ -83,12 +89,13 @@ class LiteClient:
         """
         if self._aborted:
             return
-        conn = self._connection()
-        if conn.sock is None:
-            try:
-                conn.connect()
-            except (OSError, http.client.HTTPException):
-                self.close()
+        with self._lock:
+            conn = self._connection()
+            if conn.sock is None:
+                try:
+                    conn.connect()
+                except (OSError, http.client.HTTPException):
+                    self.close()
 
     def _connection(self) -> http.client.HTTPConnection:
         conn = self._conn
@@ -139,16 +146,17 @@ class LiteClient:
             headers["Content-Type"] = "application/json"
 
         def send() -> tuple[int, str, bytes]:
-            if self._aborted:
-                raise _Aborted()
-            try:
-                conn = self._connection()
-                conn.request(method, self._prefix + path, body=payload, headers=headers)
-                resp = conn.getresponse()
-                return resp.status, resp.reason, resp.read()
-            except (OSError, http.client.HTTPException):
-                self.close()
-                raise
+            with self._lock:
+                if self._aborted:
+                    raise _Aborted()
+                try:
+                    conn = self._connection()
+                    conn.request(method, self._prefix + path, body=payload, headers=headers)
+                    resp = conn.getresponse()
+                    return resp.status, resp.reason, resp.read()
+                except (OSError, http.client.HTTPException):
+                    self.close()
+                    raise
 
         try:
             status, reason, data = self.session.policy.call(

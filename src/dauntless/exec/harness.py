@@ -104,6 +104,7 @@ def run_trial(
             session=session,
             distributed=distributed,
             preempt_poll_seconds=preempt_poll_seconds,
+            experiment_config=config,
         ) as core:
             # A DeepSpeedTrial's module imported dauntless.pytorch.deepspeed already;
             # other trials do not import it (nor deepspeed).

@@ -22,7 +22,7 @@ from dauntless.core import (
     TrialInfo,
 )
 from dauntless.master.testing import DEADLINE, wait_for
-from dauntless.storage import DirectoryStorageManager
+from dauntless.storage import DirectoryStorageManager, SharedFSStorageManager
 
 # ---------------------------------------------------------------- a fake master
 
@@ -234,6 +234,26 @@ def test_init_on_a_cluster_reports_to_the_master(monkeypatch, tmp_path):
     assert (tmp_path / ckpt.uuid / "state.json").is_file() and ckpt.allocation_id == "1.1"
     polls = [r for r in master.requests if r[1].endswith("/signals/preemption")]
     assert polls and all(r[2] == {"timeout_seconds": "0.2"} for r in polls)
+
+
+def test_init_parses_the_experiment_config_once(monkeypatch, tmp_path):
+    # Issue 37: a trivial trial parsed its config three times in core.init() (init,
+    # from_cluster_info for the storage, Context for the searcher's length).
+    import dauntless.config
+
+    master = FakeMaster(lengths=(3,))
+    for key, value in cluster_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("dauntless.core._context.Session", lambda url, **retries: master.session())
+    parse = dauntless.config.parse_experiment_config
+    parsed = []
+    monkeypatch.setattr(
+        dauntless.config, "parse_experiment_config", lambda raw: parsed.append(raw) or parse(raw)
+    )
+    with core.init() as ctx:
+        assert ctx.searcher._own_length is False  # the master hands out the operations
+        assert isinstance(ctx.checkpoint.storage, SharedFSStorageManager)  # the config's
+    assert len(parsed) == 1
 
 
 def test_init_refuses_multi_slot_trials_without_a_distributed_context(monkeypatch, tmp_path):
