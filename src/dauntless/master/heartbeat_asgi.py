@@ -54,7 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_HEADER
 
-from .auth_access import route_rule
+from .asgi_answers import hand_on, json_bytes, learnt_post_route, send_json
 from .heartbeats import MAX_HOLD_SECONDS, Stamp
 from .schemas import Heartbeat
 
@@ -145,19 +145,8 @@ class QuietHeartbeats:
         if quiet is None:
             await self._route_it(scope, receive, send, messages)
             return
-        answer = quiet[0]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-length", str(len(answer)).encode("latin-1")),
-                    (b"content-type", b"application/json"),
-                ],
-            }
-        )
         self.answered += 1
-        await send({"type": "http.response.body", "body": answer})
+        await send_json(send, quiet[0])
 
     @staticmethod
     def _credential_only(scope: Scope) -> bool:
@@ -208,9 +197,7 @@ class QuietHeartbeats:
         scope.setdefault("state", {})["principal"] = who  # what the dependency leaves
         # As the route's JSONResponse renders it (starlette.responses.JSONResponse).
         answer = {**kept, "agent_timeout": float(ctx.config.agent_timeout)}
-        rendered = json.dumps(
-            answer, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-        ).encode("utf-8")
+        rendered = json_bytes(answer)
         return rendered, stamp
 
     async def _route_it(
@@ -218,22 +205,13 @@ class QuietHeartbeats:
     ) -> None:
         """Hand the request to FastAPI, replaying the ``messages`` already received;
         learn the heartbeat route from its matching."""
-        replay = list(messages)
-
-        async def receive_again() -> Message:
-            if replay:
-                return replay.pop(0)
-            return await receive()
-
         try:
-            await self.app(scope, receive_again if messages else receive, send)
+            await hand_on(self.app, scope, receive, send, messages)
         finally:
-            route = scope.get("route")
-            if self._route is None and getattr(route, "path", None) == HEARTBEAT_PATH:
-                endpoint = getattr(route, "endpoint", None)
-                if endpoint is not None and "POST" in (getattr(route, "methods", None) or ()):
-                    self._rule = route_rule("POST", HEARTBEAT_PATH, endpoint)
-                    self._route = route
+            if self._route is None:
+                learnt = learnt_post_route(scope, HEARTBEAT_PATH)
+                if learnt is not None:
+                    self._route, self._rule = learnt
 
 
 async def _read_body(receive: Receive) -> tuple[list[Message], bytes | None]:

@@ -60,7 +60,6 @@ not audited).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -71,7 +70,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dauntless._auth import AGENT_TOKEN_HEADER, CLUSTER_SECRET_HEADER
 
-from .auth_access import route_rule
+from .asgi_answers import hand_on, json_bytes, learnt_post_route, send_json
 from .auth_csrf import check_csrf
 from .body_limits import PARSED_JSON
 from .metric_store import store_training_rows, training_rows
@@ -187,26 +186,8 @@ class FastMetricReports:
                 prom.metric_reports.labels(item.group).inc()
         scope.update(matched)
         scope.setdefault("state", {})["principal"] = who  # what the dependency leaves
-        # As the route's JSONResponse renders it (starlette.responses.JSONResponse).
-        answer = json.dumps(
-            {"stored": flags if batch else flags[0]},
-            ensure_ascii=False,
-            allow_nan=False,
-            indent=None,
-            separators=(",", ":"),
-        ).encode("utf-8")
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-length", str(len(answer)).encode("latin-1")),
-                    (b"content-type", b"application/json"),
-                ],
-            }
-        )
-        self.answered += 1
-        await send({"type": "http.response.body", "body": answer})
+        self.answered += 1  # the bytes the route's JSONResponse would send
+        await send_json(send, json_bytes({"stored": flags if batch else flags[0]}))
 
     def _reports(
         self,
@@ -249,25 +230,14 @@ class FastMetricReports:
     ) -> None:
         """Hand the request to FastAPI, replaying the ``messages`` already received;
         learn the metrics routes from its matching."""
-        replay = list(messages)
-
-        async def receive_again() -> Message:
-            if replay:
-                return replay.pop(0)
-            return await receive()
-
         try:
-            await self.app(scope, receive_again if messages else receive, send)
+            await hand_on(self.app, scope, receive, send, messages)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None)
-            if path in (METRICS_PATH, BATCH_PATH) and (path == BATCH_PATH) not in self._routes:
-                endpoint = getattr(route, "endpoint", None)
-                if endpoint is not None and "POST" in (getattr(route, "methods", None) or ()):
-                    self._routes[path == BATCH_PATH] = (
-                        route,
-                        route_rule("POST", path, endpoint),
-                    )
+            for path in (METRICS_PATH, BATCH_PATH):
+                if (path == BATCH_PATH) not in self._routes:
+                    learnt = learnt_post_route(scope, path)
+                    if learnt is not None:
+                        self._routes[path == BATCH_PATH] = learnt
 
 
 def _bearer_only(scope: Scope) -> bool:
