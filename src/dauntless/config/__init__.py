@@ -2,12 +2,14 @@
 
 Pure: no I/O beyond parsing text handed in.
 
-The experiment config's modules are imported with the package; the master's and the
-agent's (``_cluster``, ``_provider``, ``_sso``, ``_identity``, ``_det_master``,
-``_det_agent``) at the first use of one of their names (PEP 562 ``__getattr__``): a
-``det experiment create`` validates only the experiment config, and importing the
-cluster models cost it about 30 ms of its 0.35 s of CPU (issue 37, create -> first
-metric).
+Only the limits of parsed text (``_limits``) and template merging (``_merge``) are
+imported with the package; every model module (the experiment config's, the
+hyperparameters', the master's and the agent's) at the first use of one of its names
+(PEP 562 ``__getattr__``). Why (issue 37, create -> first metric): ``det experiment
+create`` reads its config file with :func:`load_yaml` and, when the master accepts the
+experiment, validates nothing itself (the master validates with these same models);
+building the experiment config's pydantic models cost it 0.3 s of its 0.8 s of CPU
+(the cluster models another 30 ms).
 """
 
 from __future__ import annotations
@@ -15,56 +17,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._experiment import (
-    MODEL_SEARCHERS,
-    PROFILER_BUCKET_SECONDS,
-    PROFILING_GROUPS,
-    REMOVED_SEARCHERS,
-    SAMPLER_OPTIONS,
-    AdaptiveASHASearcher,
-    AsyncHalvingSearcher,
-    AzureStorage,
-    CheckpointStorageConfig,
-    CmaEsSearcher,
-    ConfigError,
-    CustomSearcher,
-    DirectoryStorage,
-    EnvironmentConfig,
-    ExperimentConfig,
-    ExploreFunction,
-    GCSStorage,
-    GPSearcher,
-    GridSearcher,
-    NSGAIISearcher,
-    PBTSearcher,
-    ProfilingConfig,
-    RandomSearcher,
-    ReplaceFunction,
-    ResourcesConfig,
-    S3Storage,
-    SearcherConfig,
-    SearchMetric,
-    SharedFSStorage,
-    SingleSearcher,
-    TPESearcher,
-    parse_experiment_config,
-    parse_size,
-    searcher_length,
-)
-from ._fields import FIELD_RULES, FieldRule, config_refusals, config_warnings
-from ._hparams import (
-    CategoricalHP,
-    ConstHP,
-    DoubleHP,
-    Hyperparameter,
-    HyperparameterError,
-    IntHP,
-    LogHP,
-    const_values,
-    dump_hyperparameters,
-    parse_hyperparameters,
-)
-from ._length import Length, Unit, records_to_batches
 from ._limits import (
     INT_MAX,
     INT_MIN,
@@ -96,12 +48,71 @@ if TYPE_CHECKING:
     )
     from ._det_agent import env_agent_config, translate_agent_config
     from ._det_master import RefusedField, translate_master_config
+    from ._experiment import (
+        MODEL_SEARCHERS,
+        PROFILER_BUCKET_SECONDS,
+        PROFILING_GROUPS,
+        REMOVED_SEARCHERS,
+        SAMPLER_OPTIONS,
+        AdaptiveASHASearcher,
+        AsyncHalvingSearcher,
+        AzureStorage,
+        CheckpointStorageConfig,
+        CmaEsSearcher,
+        ConfigError,
+        CustomSearcher,
+        DirectoryStorage,
+        EnvironmentConfig,
+        ExperimentConfig,
+        ExploreFunction,
+        GCSStorage,
+        GPSearcher,
+        GridSearcher,
+        NSGAIISearcher,
+        PBTSearcher,
+        ProfilingConfig,
+        RandomSearcher,
+        ReplaceFunction,
+        ResourcesConfig,
+        S3Storage,
+        SearcherConfig,
+        SearchMetric,
+        SharedFSStorage,
+        SingleSearcher,
+        TPESearcher,
+        parse_experiment_config,
+        parse_size,
+        searcher_length,
+    )
+    from ._fields import (
+        FIELD_RULES,
+        FieldRule,
+        config_refusals,
+        config_warnings,
+    )
+    from ._hparams import (
+        CategoricalHP,
+        ConstHP,
+        DoubleHP,
+        Hyperparameter,
+        HyperparameterError,
+        IntHP,
+        LogHP,
+        const_values,
+        dump_hyperparameters,
+        parse_hyperparameters,
+    )
     from ._identity import (
         AgentUserGroup,
         DefaultTaskConfig,
         TaskIdentity,
         agent_refusal,
         resolve_task_identity,
+    )
+    from ._length import (
+        Length,
+        Unit,
+        records_to_batches,
     )
     from ._provider import (
         AgentResourceManagerConfig,
@@ -119,6 +130,57 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "MODEL_SEARCHERS": "_experiment",
+    "PROFILER_BUCKET_SECONDS": "_experiment",
+    "PROFILING_GROUPS": "_experiment",
+    "REMOVED_SEARCHERS": "_experiment",
+    "SAMPLER_OPTIONS": "_experiment",
+    "AdaptiveASHASearcher": "_experiment",
+    "AsyncHalvingSearcher": "_experiment",
+    "AzureStorage": "_experiment",
+    "CheckpointStorageConfig": "_experiment",
+    "CmaEsSearcher": "_experiment",
+    "ConfigError": "_experiment",
+    "CustomSearcher": "_experiment",
+    "DirectoryStorage": "_experiment",
+    "EnvironmentConfig": "_experiment",
+    "ExperimentConfig": "_experiment",
+    "ExploreFunction": "_experiment",
+    "GCSStorage": "_experiment",
+    "GPSearcher": "_experiment",
+    "GridSearcher": "_experiment",
+    "NSGAIISearcher": "_experiment",
+    "PBTSearcher": "_experiment",
+    "ProfilingConfig": "_experiment",
+    "RandomSearcher": "_experiment",
+    "ReplaceFunction": "_experiment",
+    "ResourcesConfig": "_experiment",
+    "S3Storage": "_experiment",
+    "SearcherConfig": "_experiment",
+    "SearchMetric": "_experiment",
+    "SharedFSStorage": "_experiment",
+    "SingleSearcher": "_experiment",
+    "TPESearcher": "_experiment",
+    "parse_experiment_config": "_experiment",
+    "parse_size": "_experiment",
+    "searcher_length": "_experiment",
+    "FIELD_RULES": "_fields",
+    "FieldRule": "_fields",
+    "config_refusals": "_fields",
+    "config_warnings": "_fields",
+    "CategoricalHP": "_hparams",
+    "ConstHP": "_hparams",
+    "DoubleHP": "_hparams",
+    "Hyperparameter": "_hparams",
+    "HyperparameterError": "_hparams",
+    "IntHP": "_hparams",
+    "LogHP": "_hparams",
+    "const_values": "_hparams",
+    "dump_hyperparameters": "_hparams",
+    "parse_hyperparameters": "_hparams",
+    "Length": "_length",
+    "Unit": "_length",
+    "records_to_batches": "_length",
     "AgentConfig": "_cluster",
     "AgentPolicyConfig": "_cluster",
     "AuthzConfig": "_cluster",
@@ -250,7 +312,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Import a master or agent config name at its first use (see the module)."""
+    """Import a model module's name at its first use (see the module)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

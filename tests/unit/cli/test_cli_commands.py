@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -149,6 +151,41 @@ def test_invalid_config_prints_field_errors_without_network(
     assert any(line.startswith("  searcher.max_trials: ") for line in lines), lines
     assert any(line.startswith("  unknown_field: unknown field") for line in lines)
     assert "Traceback" not in err and "could not reach" not in err
+
+
+def test_invalid_config_refused_by_the_master_prints_the_same_field_errors(
+    tmp_path: Path, cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The CLI validates only when the submission fails (issue 37): the master's refusal
+    # still reads as the config's own field errors, and nothing is created.
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(INVALID)
+    code, out, err = run(capsys, "-m", cluster.url, "e", "create", str(cfg), str(tmp_path))
+    assert code == 1 and out == ""
+    lines = err.splitlines()
+    assert lines[0] == f"Error: the experiment config {cfg} is invalid"
+    assert "  hyperparameters.lr: minval (1.0) must be less than maxval (0.1)" in lines
+    assert any(line.startswith("  unknown_field: unknown field") for line in lines)
+    assert cluster.admin.get("/api/v1/experiments").json()["experiments"] == []
+
+
+def test_a_valid_config_is_validated_by_the_master_alone(tmp_path: Path, cluster: Cluster) -> None:
+    # In a process of its own: a create the master accepts never builds the experiment
+    # config's models in the CLI (0.3 s of its 0.8 s of CPU; issue 37).
+    cfg = tmp_path / "const.yaml"
+    cfg.write_text(VALID)
+    (tmp_path / "model_def.py").write_text("class MNistTrial: pass\n")
+    script = (
+        "import sys\n"
+        "from dauntless.cli import main\n"
+        f"code = main(['-m', {cluster.url!r}, 'e', 'create', {str(cfg)!r}, {str(tmp_path)!r}])\n"
+        "print(code, 'dauntless.config._experiment' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.splitlines() == ["Created experiment 1", "0 False"], done
+    assert cluster.experiment(1)["experiment"]["name"] == "mnist"
 
 
 def test_missing_and_unparsable_config_files(
